@@ -1,0 +1,235 @@
+// The layer types. Each is a thin wrapper that derives shapes and calls Ops; the numerics
+// live in the Ops implementations (cpu_ops.cc, src/cuda/).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/layer.h"
+
+namespace colonnade {
+
+// Convolution with stride, padding and groups; weight [F][C/groups][KH][KW], bias [F].
+class ConvLayer : public Layer {
+ public:
+  ConvLayer(std::string name, int filters, ConvParams p, bool bias = true,
+            ColumnInfo columns = {}, float bias_init = 0.0f);
+  const char* type() const override { return "conv"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void AllocateParams(Device d) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+  std::vector<Param*> params() override;
+  ColumnInfo column_info() const override { return columns_; }
+  const ConvParams& conv_params() const { return p_; }
+  int filters() const { return filters_; }
+  Param& weight() { return weight_; }
+  Param& bias() { return bias_; }
+  // Gaussian N(0, std^2) initial weights (AlexNet: 0.01) instead of the default He normal.
+  void set_weight_std(float std) { weight_.init.kind = InitSpec::kGaussian; weight_.init.value = std; }
+
+ private:
+  int filters_;
+  ConvParams p_;
+  bool has_bias_;
+  ColumnInfo columns_;
+  float bias_init_;
+  int64_t in_channels_ = 0;
+  Param weight_, bias_;
+};
+
+// Fully connected: x (C*H*W) x N -> y F x 1 x 1 x N; weight [F][C*H*W], bias [F].
+class FullyConnectedLayer : public Layer {
+ public:
+  FullyConnectedLayer(std::string name, int outputs, ColumnInfo columns = {},
+                      float bias_init = 0.0f);
+  const char* type() const override { return "fc"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void AllocateParams(Device d) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+  std::vector<Param*> params() override { return {&weight_, &bias_}; }
+  ColumnInfo column_info() const override { return columns_; }
+  int outputs() const { return outputs_; }
+  Param& weight() { return weight_; }
+  Param& bias() { return bias_; }
+  void set_weight_std(float std) { weight_.init.kind = InitSpec::kGaussian; weight_.init.value = std; }
+
+ private:
+  int outputs_;
+  ColumnInfo columns_;
+  float bias_init_;
+  int64_t inputs_ = 0;
+  Param weight_, bias_;
+};
+
+class PoolLayer : public Layer {
+ public:
+  PoolLayer(std::string name, PoolParams p) : Layer(std::move(name)), p_(p) {}
+  const char* type() const override { return p_.kind == PoolParams::kMax ? "maxpool" : "avgpool"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+  const PoolParams& pool_params() const { return p_; }
+
+ private:
+  PoolParams p_;
+};
+
+class GlobalAvgPoolLayer : public Layer {
+ public:
+  using Layer::Layer;
+  const char* type() const override { return "global_avgpool"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+};
+
+// Response normalisation across channels (AlexNet's LRN); keeps a denominator buffer.
+class LrnCrossLayer : public Layer {
+ public:
+  LrnCrossLayer(std::string name, LrnCrossParams p) : Layer(std::move(name)), p_(p) {}
+  const char* type() const override { return "lrn"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+  const LrnCrossParams& lrn_params() const { return p_; }
+  // The parallel split gives each rank a slice of whole groups.
+  void set_groups(int groups) { p_.groups = groups; }
+
+ private:
+  LrnCrossParams p_;
+  Tensor denom_;
+};
+
+// Response normalisation within a map (cuda-convnet's rnorm).
+class LrnWithinLayer : public Layer {
+ public:
+  LrnWithinLayer(std::string name, LrnWithinParams p) : Layer(std::move(name)), p_(p) {}
+  const char* type() const override { return "rnorm"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+
+ private:
+  LrnWithinParams p_;
+  Tensor denom_;
+};
+
+class ReluLayer : public Layer {
+ public:
+  using Layer::Layer;
+  const char* type() const override { return "relu"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+  bool in_place_ok() const override { return true; }
+};
+
+// Inverted dropout; identity in evaluation. Masks are keyed by the global element index
+// (see DropoutParams), so the parallel split sets the channel offset of its slice.
+class DropoutLayer : public Layer {
+ public:
+  DropoutLayer(std::string name, float p) : Layer(std::move(name)), p_(p) {}
+  const char* type() const override { return "dropout"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+  float rate() const { return p_; }
+  void set_channel_slice(int64_t offset) { channel_offset_ = offset; }
+
+ private:
+  float p_;
+  int64_t channel_offset_ = 0;
+  Tensor mask_;
+};
+
+// Concatenates its inputs along channels (contiguous blocks in CHWN).
+class ConcatLayer : public Layer {
+ public:
+  using Layer::Layer;
+  const char* type() const override { return "concat"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+};
+
+// Element-wise sum of two inputs of one shape (residual connections).
+class AddLayer : public Layer {
+ public:
+  using Layer::Layer;
+  const char* type() const override { return "add"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+};
+
+// Batch normalisation per channel; learnable gamma/beta, running statistics as
+// non-learnable parameters (saved in checkpoints).
+class BatchNormLayer : public Layer {
+ public:
+  BatchNormLayer(std::string name, BatchNormParams p = {}) : Layer(std::move(name)), p_(p) {}
+  const char* type() const override { return "batchnorm"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void AllocateParams(Device d) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+  std::vector<Param*> params() override { return {&gamma_, &beta_, &running_mean_, &running_var_}; }
+
+ private:
+  BatchNormParams p_;
+  int64_t channels_ = 0;
+  Param gamma_, beta_, running_mean_, running_var_;
+  Tensor save_mean_, save_invstd_;
+};
+
+// Softmax + cross-entropy. Inputs: logits (K x 1 x 1 x N), labels (1 x 1 x 1 x N).
+// Outputs: per-image loss (1 x 1 x 1 x N) and probabilities (K x 1 x 1 x N). Backward
+// ignores dy and writes dlogits = loss_scale * (probs - onehot).
+class SoftmaxLossLayer : public Layer {
+ public:
+  using Layer::Layer;
+  const char* type() const override { return "softmax_loss"; }
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+               const std::vector<Tensor*>& y) override;
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
+                const std::vector<Tensor*>& dx) override;
+};
+
+}  // namespace colonnade

@@ -1,0 +1,94 @@
+// Net: a DAG of layers joined by named blobs (Caffe's model). Layers run in the order
+// they were added, which must be a topological order; backward runs in reverse.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/layer.h"
+
+namespace colonnade {
+
+struct LayerEntry {
+  std::unique_ptr<Layer> layer;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+};
+
+// A named learnable (or saved) parameter: "<layer>/<param>".
+struct NamedParam {
+  std::string name;
+  std::string layer;
+  Param* param;
+};
+
+class Net {
+ public:
+  explicit Net(std::string model_name) : model_name_(std::move(model_name)) {}
+  Net(const Net&) = delete;
+  Net& operator=(const Net&) = delete;
+
+  const std::string& model_name() const { return model_name_; }
+
+  // Declares an input blob fed from outside, with its per-image shape {C, H, W}.
+  void AddInput(const std::string& blob, Shape chw);
+  // Appends a layer reading `inputs` and writing `outputs` (an output may repeat its
+  // input's name for in-place layers). Returns the layer.
+  Layer* Add(std::unique_ptr<Layer> layer, std::vector<std::string> inputs,
+             std::vector<std::string> outputs);
+  template <typename L, typename... Args>
+  L* Emplace(std::vector<std::string> inputs, std::vector<std::string> outputs, Args&&... args) {
+    return static_cast<L*>(Add(std::make_unique<L>(std::forward<Args>(args)...),
+                               std::move(inputs), std::move(outputs)));
+  }
+
+  // Derives every shape for `batch` images, allocates blobs, gradients and parameters on
+  // `device`. Parameters keep their values when called again with another batch.
+  absl::Status Build(int64_t batch, Device device);
+  int64_t batch() const { return batch_; }
+  Device device() const { return device_; }
+  Ops& ops() const;
+
+  // Writes every parameter's initial value from (seed, layer name, parameter name,
+  // element index): identical for any device, split or rank.
+  void InitParams(uint64_t seed);
+
+  // Runs all layers. The caller fills the input blobs first.
+  void Forward(const RunContext& ctx);
+  // Runs all layers backward from the loss. `after_layer(i)` is called once layer i's
+  // parameter gradients are final, in reverse order (gradient buckets hook in here).
+  void Backward(const RunContext& ctx, const std::function<void(int)>& after_layer = nullptr);
+
+  Tensor& blob(const std::string& name);
+  bool has_blob(const std::string& name) const { return blobs_.count(name) > 0; }
+  const std::vector<std::string>& input_names() const { return input_names_; }
+  Shape input_shape(const std::string& name) const;  // per-image {C, H, W}
+
+  std::vector<LayerEntry>& layers() { return layers_; }
+  const std::vector<LayerEntry>& layers() const { return layers_; }
+  // All parameters in layer order ("conv1/weight", ...), learnable or not.
+  std::vector<NamedParam> params() const;
+  // Number of learnable scalars (the figure papers quote).
+  int64_t num_learnable() const;
+  // Columns declared by the model (AlexNet: 2); 1 when the model has none.
+  int columns() const { return columns_; }
+  void set_columns(int k) { columns_ = k; }
+
+ private:
+  std::string model_name_;
+  std::vector<LayerEntry> layers_;
+  std::vector<std::string> input_names_;
+  std::map<std::string, Shape> input_shapes_;
+  std::map<std::string, Tensor> blobs_, grads_, scratch_;
+  std::map<std::string, int> consumers_;
+  int64_t batch_ = 0;
+  Device device_ = Device::kCPU;
+  int columns_ = 1;
+  bool params_allocated_ = false;
+};
+
+}  // namespace colonnade

@@ -1,0 +1,195 @@
+// Ops: every numerical operation a layer or the optimizer needs, on one device.
+//
+// Layers never touch memory directly; they call Ops, so the same layer runs on the CPU
+// reference (CpuOps) or the GPU (cuda::CudaOps). All tensors passed to one call live on
+// that Ops' device. Activations are CHWN (see tensor.h). Unless stated, outputs are
+// overwritten (not accumulated) and must already have the right shape.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace colonnade {
+
+// Convolution weights are stored in the canonical layout [F][C/groups][KH][KW]
+// (the checkpoint layout too). Filter f belongs to group f / (F/groups) and sees
+// input channels [g*C/groups, (g+1)*C/groups).
+struct ConvParams {
+  int kernel_h = 1, kernel_w = 1;
+  int stride = 1;
+  int pad = 0;
+  int groups = 1;
+};
+// Output size of a convolution along one axis.
+inline int64_t ConvOutSize(int64_t in, int kernel, int stride, int pad) {
+  return (in + 2 * pad - kernel) / stride + 1;
+}
+
+// Pooling windows start at -pad and step by `stride`; the output covers the border as in
+// cuda-convnet (ceil mode): out = ceil((in + 2*pad - size) / stride) + 1, and a window
+// that runs past the image is clipped. Average pooling divides by the number of pixels
+// of the window that lie inside the image.
+struct PoolParams {
+  enum Kind { kMax, kAvg };
+  Kind kind = kMax;
+  int size = 3;
+  int stride = 2;
+  int pad = 0;
+};
+inline int64_t PoolOutSize(int64_t in, int size, int stride, int pad) {
+  int64_t span = in + 2 * pad - size;
+  if (span <= 0) return 1;
+  int64_t out = (span + stride - 1) / stride + 1;
+  // A last window that would start in the padding only is dropped.
+  if ((out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// Local response normalisation across channels:
+//   b_c = a_c / (k + alpha' * sum_{c' in window(c)} a_c'^2)^beta
+// with window(c) = [c - size/2, c + size/2] clipped to the channel's group (groups > 1
+// keeps AlexNet's two columns independent), and alpha' = alpha (Krizhevsky et al. 2012:
+// k = 2, alpha = 1e-4, beta = 0.75, size = 5) or alpha/size when alpha_over_size is set
+// (cuda-convnet and PyTorch's convention, usually with k = 1).
+struct LrnCrossParams {
+  int size = 5;
+  float alpha = 1e-4f;
+  float beta = 0.75f;
+  float k = 2.0f;
+  bool alpha_over_size = false;
+  int groups = 1;
+};
+
+// Response normalisation within a map (cuda-convnet's `rnorm`):
+//   b = u / (k + (alpha / size^2) * sum_{size x size window} u^2)^beta
+// The window of pixel (y, x) is [y - size/2, y - size/2 + size) (likewise for x), clipped
+// to the image.
+struct LrnWithinParams {
+  int size = 3;
+  float alpha = 5e-5f;
+  float beta = 0.75f;
+  float k = 1.0f;
+};
+
+// Dropout with inverted scaling: y = x * mask / (1 - p). The mask of an element is a
+// pure function of (seed, step, global element index) drawn with Philox, so it is the
+// same whatever (dp, mp) layout computes it. The global element index of local element
+// (c, h, w, n) is ((c + channel_offset) * H + h) * W + w) * global_batch + n + image_offset,
+// with channels counted in the full (unsplit) layer of `total_channels` channels.
+struct DropoutParams {
+  float p = 0.5f;
+  uint64_t seed = 0;  // already mixed with the layer's identity
+  int64_t step = 0;
+  int64_t channel_offset = 0;
+  int64_t image_offset = 0;
+  int64_t global_batch = 0;  // 0 means the local batch
+};
+
+struct BatchNormParams {
+  float eps = 1e-5f;
+  float momentum = 0.1f;  // running = (1 - momentum) * running + momentum * batch
+};
+
+struct SgdParams {
+  float lr = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+
+  // ---- element-wise and memory ------------------------------------------------
+  virtual void Fill(Tensor& y, float value) = 0;
+  virtual void Copy(const Tensor& x, Tensor& y) = 0;  // same element count
+  // y = alpha * x + beta * y.
+  virtual void Axpby(float alpha, const Tensor& x, float beta, Tensor& y) = 0;
+  // y = a + b.
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  // Writes x (C1 x H x W x N) into channels [c0, c0 + C1) of y (C x H x W x N), or the
+  // reverse for CopyChannelsOut. Contiguous blocks in CHWN.
+  virtual void CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) = 0;
+  virtual void CopyChannelsOut(const Tensor& y, int64_t c0, Tensor& x) = 0;
+  // Sum of all elements (synchronises; for tests and metrics).
+  virtual double Sum(const Tensor& x) = 0;
+
+  // ---- convolution: x C x H x W x N, w [F][C/g][KH][KW], y F x OH x OW x N ----------
+  virtual void ConvForward(const Tensor& x, const Tensor& w, Tensor& y, const ConvParams& p) = 0;
+  virtual void ConvBackwardData(const Tensor& dy, const Tensor& w, Tensor& dx,
+                                const ConvParams& p) = 0;
+  // dw = sum over images and pixels (overwrites).
+  virtual void ConvBackwardFilter(const Tensor& x, const Tensor& dy, Tensor& dw,
+                                  const ConvParams& p) = 0;
+  // y[c, ...] += b[c] for a CHWN y and b of C elements.
+  virtual void AddBias(Tensor& y, const Tensor& b) = 0;
+  // db[c] = sum over H, W, N of dy[c, ...] (overwrites).
+  virtual void BiasBackward(const Tensor& dy, Tensor& db) = 0;
+
+  // ---- matrices (row-major), for fully connected layers --------------------------
+  // C = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T; A is M x K after op, B K x N.
+  virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, const float* b, float beta, float* c) = 0;
+
+  // ---- pooling --------------------------------------------------------------------
+  virtual void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) = 0;
+  // dx from x, y, dy (max pooling routes to the first maximum of each window).
+  virtual void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                            const PoolParams& p) = 0;
+  // x C x H x W x N -> y C x 1 x 1 x N (mean over pixels).
+  virtual void GlobalAvgPoolForward(const Tensor& x, Tensor& y) = 0;
+  virtual void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) = 0;
+
+  // ---- normalisation ----------------------------------------------------------------
+  // `denom` (same shape as x) receives k + alpha' * sum a^2, reused by backward.
+  virtual void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom,
+                               const LrnCrossParams& p) = 0;
+  virtual void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
+                                const Tensor& dy, Tensor& dx, const LrnCrossParams& p) = 0;
+  virtual void LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
+                                const LrnWithinParams& p) = 0;
+  virtual void LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
+                                 const Tensor& dy, Tensor& dx, const LrnWithinParams& p) = 0;
+  // Batch norm over H, W, N per channel. Training: uses batch statistics, writes
+  // save_mean / save_invstd (C elements) and updates running_mean / running_var
+  // (unbiased variance). Inference: uses the running statistics.
+  virtual void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                     Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                     Tensor& save_mean, Tensor& save_invstd,
+                                     const BatchNormParams& p) = 0;
+  virtual void BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                     const Tensor& running_mean, const Tensor& running_var,
+                                     Tensor& y, const BatchNormParams& p) = 0;
+  virtual void BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                 const Tensor& save_invstd, const Tensor& dy, Tensor& dx,
+                                 Tensor& dgamma, Tensor& dbeta) = 0;
+
+  // ---- activations -------------------------------------------------------------------
+  virtual void ReluForward(const Tensor& x, Tensor& y) = 0;  // may alias
+  virtual void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // may alias
+  // mask receives the kept/dropped scale (0 or 1/(1-p)) of each element.
+  virtual void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask,
+                              const DropoutParams& p) = 0;
+  virtual void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
+
+  // ---- loss ------------------------------------------------------------------------------
+  // logits K x 1 x 1 x N (or K x N), labels 1 x N (class indices stored as floats).
+  // probs receives the softmax; loss_per_image (N) the cross-entropy -log p[label].
+  virtual void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels,
+                                          Tensor& probs, Tensor& loss_per_image) = 0;
+  // dlogits = scale * (probs - onehot(labels)); scale is usually 1 / global batch.
+  virtual void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels,
+                                           float scale, Tensor& dlogits) = 0;
+
+  // ---- optimiser --------------------------------------------------------------------------
+  // Fused SGD with momentum and L2 weight decay (Krizhevsky et al. 2012, sec. 5):
+  //   v = momentum * v - lr * (grad + weight_decay * w);  w = w + v
+  virtual void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) = 0;
+
+  // Waits until all work queued by this Ops has finished.
+  virtual void Synchronize() = 0;
+};
+
+}  // namespace colonnade

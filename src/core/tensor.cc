@@ -1,0 +1,98 @@
+#include "core/tensor.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/backend.h"
+#include "core/log.h"
+#include "core/ops.h"
+
+namespace colonnade {
+
+const char* DeviceName(Device d) { return d == Device::kCPU ? "cpu" : "cuda"; }
+
+int64_t Shape::elements() const {
+  if (dims_.empty()) return 0;
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+std::string Shape::ToString() const { return absl::StrJoin(dims_, "x"); }
+
+Tensor::Tensor(Shape shape, Device device) : shape_(std::move(shape)), device_(device) {
+  Backend* backend = GetBackend(device);
+  CHECK(backend != nullptr) << "no backend for device " << DeviceName(device);
+  size_t n = bytes();
+  void* p = backend->Allocate(n == 0 ? sizeof(float) : n);
+  buffer_ = std::shared_ptr<void>(p, [backend](void* q) { backend->Free(q); });
+  data_ = static_cast<float*>(p);
+}
+
+Tensor Tensor::Reshaped(Shape shape) const {
+  CHECK_EQ(shape.elements(), size()) << shape.ToString() << " vs " << shape_.ToString();
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::Channels(int64_t c0, int64_t count) const {
+  CHECK_EQ(shape_.rank(), 4);
+  CHECK(c0 >= 0 && c0 + count <= c()) << "channel slice out of range";
+  Tensor t = *this;
+  t.shape_[0] = count;
+  t.data_ = data_ + c0 * h() * w() * n();
+  return t;
+}
+
+std::vector<float> Tensor::ToHost() const {
+  std::vector<float> out(size());
+  if (size() == 0) return out;
+  if (device_ == Device::kCPU) {
+    std::memcpy(out.data(), data_, bytes());
+  } else {
+    GetBackend(device_)->CopyToHost(out.data(), data_, bytes());
+  }
+  return out;
+}
+
+void Tensor::CopyFromHost(const float* src, int64_t count) {
+  CHECK_EQ(count, size()) << "CopyFromHost into " << shape_.ToString();
+  if (count == 0) return;
+  if (device_ == Device::kCPU) {
+    std::memcpy(data_, src, bytes());
+  } else {
+    GetBackend(device_)->CopyFromHost(data_, src, bytes());
+  }
+}
+
+Tensor Tensor::To(Device device) const {
+  Tensor t(shape_, device);
+  t.CopyFrom(*this);
+  return t;
+}
+
+void Tensor::CopyFrom(const Tensor& src) {
+  CHECK_EQ(src.size(), size()) << src.shape().ToString() << " -> " << shape_.ToString();
+  if (size() == 0) return;
+  if (src.device_ == device_) {
+    if (device_ == Device::kCPU) {
+      std::memcpy(data_, src.data_, bytes());
+    } else {
+      GetBackend(device_)->CopyDeviceToDevice(data_, src.data_, bytes());
+    }
+  } else if (src.device_ == Device::kCPU) {
+    GetBackend(device_)->CopyFromHost(data_, src.data_, bytes());
+  } else if (device_ == Device::kCPU) {
+    GetBackend(src.device_)->CopyToHost(data_, src.data_, bytes());
+  } else {
+    std::vector<float> tmp = src.ToHost();
+    CopyFromHost(tmp);
+  }
+}
+
+void Tensor::Fill(float value) { OpsFor(device_).Fill(*this, value); }
+
+}  // namespace colonnade

@@ -1,0 +1,89 @@
+// Tensor: a dense float32 array with an owning buffer on one device.
+//
+// Activations are CHWN (channels x height x width x batch, batch innermost), the layout
+// of cuda-convnet: consecutive threads of a warp read consecutive images at one pixel, so
+// their loads coalesce. A fully connected activation is the same tensor with H = W = 1,
+// i.e. a (features x N) row-major matrix. Parameters use other shapes (see layers.h).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace colonnade {
+
+enum class Device { kCPU = 0, kCUDA = 1 };
+const char* DeviceName(Device d);
+
+// Dimensions, outermost first. Activations use {C, H, W, N}.
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
+  explicit Shape(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+  static Shape CHWN(int64_t c, int64_t h, int64_t w, int64_t n) { return Shape{c, h, w, n}; }
+
+  int rank() const { return static_cast<int>(dims_.size()); }
+  int64_t operator[](int i) const { return dims_[i]; }
+  int64_t& operator[](int i) { return dims_[i]; }
+  int64_t elements() const;
+  const std::vector<int64_t>& dims() const { return dims_; }
+  // CHWN accessors; valid for rank-4 activation shapes.
+  int64_t c() const { return dims_[0]; }
+  int64_t h() const { return dims_[1]; }
+  int64_t w() const { return dims_[2]; }
+  int64_t n() const { return dims_[3]; }
+  bool operator==(const Shape& o) const { return dims_ == o.dims_; }
+  bool operator!=(const Shape& o) const { return dims_ != o.dims_; }
+  std::string ToString() const;  // e.g. "96x55x55x128"
+
+ private:
+  std::vector<int64_t> dims_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocates (uninitialised) storage for `shape` on `device` through that device's
+  // backend allocator (the CUDA backend caches blocks, so this is cheap in steady state).
+  explicit Tensor(Shape shape, Device device = Device::kCPU);
+
+  const Shape& shape() const { return shape_; }
+  int64_t size() const { return shape_.elements(); }
+  size_t bytes() const { return static_cast<size_t>(size()) * sizeof(float); }
+  Device device() const { return device_; }
+  bool empty() const { return buffer_ == nullptr; }
+  int64_t c() const { return shape_.c(); }
+  int64_t h() const { return shape_.h(); }
+  int64_t w() const { return shape_.w(); }
+  int64_t n() const { return shape_.n(); }
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+
+  // Same storage, another shape with the same number of elements.
+  Tensor Reshaped(Shape shape) const;
+  // A view of channels [c0, c0 + count) of a CHWN tensor: contiguous because C is
+  // outermost. Shares storage.
+  Tensor Channels(int64_t c0, int64_t count) const;
+
+  // Copies to/from host memory regardless of the tensor's device.
+  std::vector<float> ToHost() const;
+  void CopyFromHost(const float* src, int64_t count);
+  void CopyFromHost(const std::vector<float>& src) { CopyFromHost(src.data(), (int64_t)src.size()); }
+  // Deep copy onto `device`.
+  Tensor To(Device device) const;
+  // Copies the contents of `src` (same element count, any device) into this tensor.
+  void CopyFrom(const Tensor& src);
+  void Fill(float value);
+
+ private:
+  Shape shape_;
+  Device device_ = Device::kCPU;
+  std::shared_ptr<void> buffer_;  // owns the allocation; views share it
+  float* data_ = nullptr;
+};
+
+}  // namespace colonnade
