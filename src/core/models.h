@@ -1,0 +1,51 @@
+// Model zoo: each builder derives every shape from the input size and number of classes,
+// and records the model's columns (AlexNet: 2) for the parallel split.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/net.h"
+
+namespace colonnade {
+
+struct ModelOptions {
+  int input_size = 0;   // 0: the model's default (AlexNet 224, CIFAR-10 nets 32)
+  int num_classes = 0;  // 0: the model's default (1000 or 10)
+  int columns = 0;      // 0: the model's default (AlexNet 2); others re-split the filters
+  int input_channels = 3;
+};
+
+// The training recipe a model was published with; the trainer's flags default to it.
+struct Recipe {
+  float lr = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 5e-4f;
+  int batch_size = 128;
+  std::string schedule = "step";  // see optimizer.h
+  std::string note;               // where the numbers come from
+};
+
+struct ModelInfo {
+  std::string name;
+  std::string description;
+  int default_input_size;
+  int default_classes;
+  int default_columns;
+  Recipe recipe;
+  // Builds the Net. Blobs: inputs "data" (C x S x S) and "label" (1 x 1 x 1); outputs
+  // "logits", "loss" (per image) and "probs".
+  std::unique_ptr<Net> (*build)(const ModelOptions& resolved);
+};
+
+const std::vector<ModelInfo>& ModelZoo();
+// Comma-separated list of the known model names, for error messages and --help.
+std::string KnownModels();
+absl::StatusOr<const ModelInfo*> FindModel(const std::string& name);
+// Resolves defaults, validates the options and builds the model (shapes not yet derived:
+// call Net::Build). Errors name the model and the bad option.
+absl::StatusOr<std::unique_ptr<Net>> BuildModel(const std::string& name, ModelOptions options);
+
+}  // namespace colonnade

@@ -1,0 +1,87 @@
+#include "core/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/ops.h"
+
+namespace colonnade {
+
+void SgdOptimizer::Step(Net& net, float lr) {
+  Ops& ops = net.ops();
+  for (const NamedParam& np : net.params()) {
+    Param& p = *np.param;
+    if (!p.learnable) continue;
+    SgdParams s;
+    s.lr = lr * p.lr_mult;
+    s.momentum = o_.momentum;
+    s.weight_decay = o_.weight_decay * p.wd_mult;
+    ops.SgdUpdate(p.value, p.grad, p.velocity, s);
+  }
+}
+
+absl::StatusOr<LrSchedule> LrSchedule::Parse(const std::string& spec) {
+  LrSchedule s;
+  s.spec_ = spec;
+  std::vector<std::string> parts = absl::StrSplit(spec, '+');
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--lr_schedule=%s: %s (expected constant, step:E, multistep:E1,E2,..., cosine, "
+        "optionally +warmup:W)",
+        spec, why));
+  };
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::vector<std::string> kv = absl::StrSplit(parts[i], absl::MaxSplits(':', 1));
+    const std::string& name = kv[0];
+    std::string arg = kv.size() > 1 ? kv[1] : "";
+    if (i > 0 && name != "warmup") return bad("only +warmup:W may follow the schedule");
+    if (name == "constant") {
+      s.kind_ = kConstant;
+    } else if (name == "cosine") {
+      s.kind_ = kCosine;
+    } else if (name == "step") {
+      s.kind_ = kStep;
+      if (!absl::SimpleAtod(arg, &s.step_epochs_) || s.step_epochs_ <= 0)
+        return bad("step needs a positive number of epochs");
+    } else if (name == "multistep") {
+      s.kind_ = kMultiStep;
+      for (absl::string_view e : absl::StrSplit(arg, ',')) {
+        double v;
+        if (!absl::SimpleAtod(e, &v) || v < 0) return bad("bad milestone '" + std::string(e) + "'");
+        if (!s.milestones_.empty() && v <= s.milestones_.back())
+          return bad("milestones must increase");
+        s.milestones_.push_back(v);
+      }
+    } else if (name == "warmup" && i > 0) {
+      if (!absl::SimpleAtod(arg, &s.warmup_epochs_) || s.warmup_epochs_ < 0)
+        return bad("warmup needs a non-negative number of epochs");
+    } else {
+      return bad("unknown schedule '" + name + "'");
+    }
+  }
+  return s;
+}
+
+float LrSchedule::At(float base_lr, double epoch, double total_epochs) const {
+  double lr = base_lr;
+  switch (kind_) {
+    case kConstant:
+      break;
+    case kStep:
+      lr *= std::pow(0.1, std::floor(epoch / step_epochs_));
+      break;
+    case kMultiStep:
+      for (double m : milestones_)
+        if (epoch >= m) lr *= 0.1;
+      break;
+    case kCosine:
+      if (total_epochs > 0) lr *= 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, epoch / total_epochs)));
+      break;
+  }
+  if (warmup_epochs_ > 0 && epoch < warmup_epochs_) lr *= epoch / warmup_epochs_;
+  return static_cast<float>(lr);
+}
+
+}  // namespace colonnade

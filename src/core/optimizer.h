@@ -1,0 +1,52 @@
+// SGD with momentum and weight decay, and learning-rate schedules.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/net.h"
+
+namespace colonnade {
+
+struct SgdOptions {
+  float momentum = 0.9f;
+  float weight_decay = 5e-4f;
+};
+
+// Applies one update to every learnable parameter of `net` with its lr and weight-decay
+// multipliers (Param::lr_mult, Param::wd_mult), from the gradients already in Param::grad.
+class SgdOptimizer {
+ public:
+  explicit SgdOptimizer(SgdOptions o) : o_(o) {}
+  void Step(Net& net, float lr);
+  const SgdOptions& options() const { return o_; }
+
+ private:
+  SgdOptions o_;
+};
+
+// Learning rate as a function of progress. Specs (all lr values are multiples of --lr):
+//   "constant"
+//   "step:E"            divide by 10 every E epochs
+//   "multistep:E1,E2"   divide by 10 after epoch E1, again after E2, ...
+//   "cosine"            cosine decay from lr to 0 over the run
+// each optionally followed by "+warmup:W": linear warm-up from 0 over the first W epochs.
+// Progress is measured in (fractional) epochs so a schedule means the same for any batch.
+class LrSchedule {
+ public:
+  static absl::StatusOr<LrSchedule> Parse(const std::string& spec);
+  // Learning rate at fractional epoch `epoch` of a run of `total_epochs`.
+  float At(float base_lr, double epoch, double total_epochs) const;
+  const std::string& spec() const { return spec_; }
+
+ private:
+  enum Kind { kConstant, kStep, kMultiStep, kCosine };
+  Kind kind_ = kConstant;
+  double step_epochs_ = 0;
+  std::vector<double> milestones_;
+  double warmup_epochs_ = 0;
+  std::string spec_ = "constant";
+};
+
+}  // namespace colonnade
