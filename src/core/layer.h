@@ -52,6 +52,12 @@ struct Param {
   // Parameters that are not learned (batch-norm running statistics) are saved and
   // restored but skipped by the optimiser and by gradient all-reduce.
   bool learnable = true;
+  // Set by the parallel column split: this tensor holds rows [shard_offset, shard_offset +
+  // dim 0) of the full parameter, which has full_rows rows along dim 0 (conv filters, fc
+  // outputs, channels). full_rows == 0 means the tensor is the whole parameter. Checkpoints
+  // gather shards into the full, canonical tensor with this.
+  int64_t shard_offset = 0;
+  int64_t full_rows = 0;
 };
 
 // How a layer relates to the model's columns (AlexNet's two GPUs, generalised to K).

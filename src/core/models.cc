@@ -139,8 +139,8 @@ Recipe AlexNetRecipe() {
   r.momentum = 0.9f;
   r.weight_decay = 5e-4f;
   r.batch_size = 128;
-  r.schedule = "step";
-  r.note = "Krizhevsky et al. 2012, sec. 5: lr 0.01 divided by 10 on plateaus, momentum 0.9, "
+  r.schedule = "step:30";
+  r.note = "Krizhevsky et al. 2012, sec. 5: lr 0.01 divided by 10 on plateaus (about every 30 epochs), momentum 0.9, "
            "weight decay 5e-4, batch 128";
   return r;
 }
