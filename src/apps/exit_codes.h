@@ -1,0 +1,16 @@
+// Exit codes of the Colonnade tools, documented in docs/OPERATIONS.md. Batch scripts rely
+// on them (scripts/slurm/train.sbatch requeues on kExitPreempted).
+#pragma once
+
+namespace colonnade {
+
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitError = 1,      // a runtime failure: unreadable data, a dead rank, a device error
+  kExitUsage = 2,      // bad flags or an impossible configuration; nothing was run
+  kExitNonFinite = 3,  // the loss became NaN or Inf; the last checkpoint is kept as it was
+  kExitPreempted = 75, // stopped by a signal after writing a checkpoint: requeue and resume
+                       // (75 is EX_TEMPFAIL of sysexits.h: "try again later")
+};
+
+}  // namespace colonnade

@@ -1,0 +1,82 @@
+#include "apps/flag_check.h"
+
+#include <cstdio>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace colonnade {
+
+absl::Status CheckFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::StartsWith(arg, "-")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "'; flags look like --name=value"));
+    }
+    std::string body = arg.substr(absl::StartsWith(arg, "--") ? 2 : 1);
+    std::string name = body, value;
+    bool has_value = false;
+    if (size_t eq = body.find('='); eq != std::string::npos) {
+      name = body.substr(0, eq);
+      value = body.substr(eq + 1);
+      has_value = true;
+    }
+    // Abseil's built-in help and flag-file flags are handled by ParseCommandLine itself.
+    if (absl::StartsWith(name, "help") || name == "version" || name == "only_check_args" ||
+        name == "flagfile" || name == "fromenv" || name == "tryfromenv" || name == "undefok") {
+      if (!has_value && (name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
+                         name == "undefok"))
+        ++i;
+      continue;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    bool negated = false;
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      flag = absl::FindCommandLineFlag(name.substr(2));
+      negated = flag != nullptr;
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, "; run with --help to list the flags"));
+    }
+    const bool is_bool = flag->IsOfType<bool>();
+    if (negated) {
+      if (!is_bool || has_value) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+      }
+      continue;
+    }
+    if (!has_value) {
+      if (is_bool) continue;
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+      }
+      value = argv[++i];
+    }
+    // Parse into a scratch copy of the value so the check changes nothing.
+    std::string error;
+    std::string saved = flag->CurrentValue();
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad value '", value, "' for --", name, ": ", error));
+    }
+    flag->ParseFrom(saved, &error);
+  }
+  return absl::OkStatus();
+}
+
+bool ParseFlagsOrExplain(int argc, char** argv, const char* program, bool print) {
+  absl::Status s = CheckFlags(argc, argv);
+  if (!s.ok()) {
+    if (print) std::fprintf(stderr, "%s: error: %s\n", program, std::string(s.message()).c_str());
+    return false;
+  }
+  absl::ParseCommandLine(argc, argv);
+  return true;
+}
+
+}  // namespace colonnade

@@ -1,0 +1,21 @@
+// Validates a command line against the registered Abseil flags before parsing it.
+//
+// Abseil 20220623's ParseCommandLine exits with status 1 on an unknown flag or a bad
+// value; our tools promise exit status 2 for usage errors (docs/OPERATIONS.md). This
+// check finds those errors first and reports them in one line.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace colonnade {
+
+// Returns an error naming the first unknown flag or unparsable value in argv.
+absl::Status CheckFlags(int argc, char** argv);
+
+// Parses the command line (after CheckFlags) or prints the error, once per job (rank 0
+// only when `print` is false elsewhere), and returns false on a usage error.
+bool ParseFlagsOrExplain(int argc, char** argv, const char* program, bool print);
+
+}  // namespace colonnade

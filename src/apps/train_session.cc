@@ -1,0 +1,427 @@
+#include "apps/train_session.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "apps/exit_codes.h"
+#include "core/backend.h"
+#include "core/cpu_ops.h"
+#include "core/log.h"
+#include "core/models.h"
+#include "core/optimizer.h"
+#include "data/dataset.h"
+#include "data/pipeline.h"
+#ifdef COLONNADE_WITH_CUDA
+#include "cuda/cuda_backend.h"
+#endif
+
+namespace colonnade {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string FormatDuration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
+  if (t >= 60) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
+  return absl::StrFormat("%ds", t);
+}
+
+// Counts of correct top-1 and top-5 predictions from probabilities K x N (host copy).
+void CountCorrect(const std::vector<float>& probs, const std::vector<float>& labels, int64_t k,
+                  int64_t n, double* top1, double* top5) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int label = static_cast<int>(labels[j]);
+    const float p = probs[label * n + j];
+    int64_t better = 0;  // classes ranked above the true one
+    for (int64_t c = 0; c < k; ++c) {
+      float q = probs[c * n + j];
+      if (q > p || (q == p && c < label)) ++better;
+    }
+    if (better == 0) *top1 += 1;
+    if (better < 5) *top5 += 1;
+  }
+}
+
+// Everything a rank knows about where it sits. Filled by SetUpLayout.
+struct Layout {
+  int world_rank = 0, world_size = 1;
+  int dp_rank = 0, dp_size = 1;
+  int mp_rank = 0, mp_size = 1;
+  int local_rank = 0, local_size = 1;
+  MPI_Comm dp_comm = MPI_COMM_WORLD;
+};
+
+// Sums `n` doubles over the data-parallel group (loss sums, correct counts).
+void SumOverDp(const Layout& l, double* v, int n) {
+  if (l.dp_size > 1) MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, l.dp_comm);
+}
+
+// An error every rank has detected identically (bad flags, impossible layout): rank 0
+// prints it and every rank returns the same code without a collective.
+int AgreedError(const Layout& l, const absl::Status& s, int code) {
+  if (l.world_rank == 0) std::fprintf(stderr, "trainer: error: %s\n", std::string(s.message()).c_str());
+  return code;
+}
+
+// An error one rank may meet alone (unreadable shard, device failure): print it with the
+// rank and abort the whole job so no rank waits forever in a collective.
+[[noreturn]] void RankError(const Layout& l, const absl::Status& s) {
+  std::fprintf(stderr, "trainer: error on rank %d: %s\n", l.world_rank,
+               std::string(s.message()).c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, kExitError);
+  std::exit(kExitError);
+}
+
+absl::StatusOr<Device> ResolveDevice(const std::string& name, const Layout& l) {
+  if (name == "cpu") return Device::kCPU;
+  if (name != "cuda" && name != "auto") {
+    return absl::InvalidArgumentError("--device must be cpu, cuda or auto, got '" + name + "'");
+  }
+#ifdef COLONNADE_WITH_CUDA
+  if (cuda::Available()) {
+    absl::Status s = cuda::RegisterBackend(l.local_rank);
+    if (!s.ok()) return s;
+    return Device::kCUDA;
+  }
+  if (name == "cuda") return absl::FailedPreconditionError("--device=cuda but no CUDA GPU is visible");
+#else
+  if (name == "cuda") {
+    return absl::FailedPreconditionError(
+        "--device=cuda but this trainer was built without CUDA (configure with "
+        "-DCOLONNADE_CUDA=ON)");
+  }
+#endif
+  return Device::kCPU;
+}
+
+class MetricsWriter {
+ public:
+  absl::Status Open(const std::string& path) {
+    if (path.empty()) return absl::OkStatus();
+    out_.open(path, std::ios::app);
+    if (!out_) return absl::InvalidArgumentError("cannot open --metrics_file " + path);
+    return absl::OkStatus();
+  }
+  void Write(const std::string& json_line) {
+    if (!out_.is_open()) return;
+    out_ << json_line << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+struct EvalResult {
+  double loss = 0, top1_error = 0, top5_error = 0;
+  int64_t images = 0;
+};
+
+// Runs the whole validation set through `net` in evaluation mode (centre crops, no
+// dropout). Each dp rank evaluates its slice; the sums are combined over the group.
+absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::PipelineOptions& base,
+                                    const Layout& l, int64_t local_batch) {
+  data::PipelineOptions o = base;
+  o.train = false;
+  o.shuffle = false;
+  o.drop_last = false;
+  absl::StatusOr<std::unique_ptr<data::BatchPipeline>> pipe = data::BatchPipeline::Create(&val, o);
+  if (!pipe.ok()) return pipe.status();
+  double sums[4] = {0, 0, 0, 0};  // loss, top1, top5, images
+  RunContext ctx;
+  ctx.phase = Phase::kEval;
+  const int64_t batches = (*pipe)->batches_per_epoch();
+  for (int64_t b = 0; b < batches; ++b) {
+    absl::StatusOr<data::Batch> batch = (*pipe)->Next();
+    if (!batch.ok()) return batch.status();
+    const int64_t n = batch->images.n();
+    if (n == 0) continue;
+    if (n != net.batch()) {
+      if (auto s = net.Build(n, net.device()); !s.ok()) return s;
+    }
+    net.blob("data").CopyFrom(batch->images);
+    net.blob("label").CopyFrom(batch->labels);
+    net.Forward(ctx);
+    sums[0] += net.ops().Sum(net.blob("loss"));
+    std::vector<float> probs = net.blob("probs").ToHost();
+    std::vector<float> labels = batch->labels.ToHost();
+    CountCorrect(probs, labels, net.blob("probs").c(), n, &sums[1], &sums[2]);
+    sums[3] += n;
+  }
+  if (net.batch() != local_batch) {
+    if (auto s = net.Build(local_batch, net.device()); !s.ok()) return s;
+  }
+  SumOverDp(l, sums, 4);
+  EvalResult r;
+  r.images = static_cast<int64_t>(sums[3]);
+  if (r.images > 0) {
+    r.loss = sums[0] / sums[3];
+    r.top1_error = 1.0 - sums[1] / sums[3];
+    r.top5_error = 1.0 - sums[2] / sums[3];
+  }
+  return r;
+}
+
+}  // namespace
+
+int RunTrainer(const TrainConfig& cfg) {
+  Layout l;
+  MPI_Comm_rank(MPI_COMM_WORLD, &l.world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &l.world_size);
+  l.dp_size = l.world_size;
+  l.dp_rank = l.world_rank;
+  {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, l.world_rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &l.local_rank);
+    MPI_Comm_size(node, &l.local_size);
+    MPI_Comm_free(&node);
+  }
+  if (l.world_size > 1) SetLogRank(l.world_rank);
+  const bool lead = l.world_rank == 0;
+
+  // ---- configuration that every rank checks identically --------------------------------
+  absl::StatusOr<const ModelInfo*> info = FindModel(cfg.model);
+  if (!info.ok()) return AgreedError(l, info.status(), kExitUsage);
+  const Recipe& recipe = (*info)->recipe;
+  const int64_t global_batch = cfg.batch_size > 0 ? cfg.batch_size : recipe.batch_size;
+  if (cfg.mp != 1) {
+    return AgreedError(l, absl::UnimplementedError("--mp > 1 needs the parallel layer"), kExitUsage);
+  }
+  if (global_batch % l.dp_size != 0) {
+    return AgreedError(l, absl::InvalidArgumentError(absl::StrFormat(
+                              "--batch_size=%d is not divisible by the %d data-parallel replicas",
+                              global_batch, l.dp_size)),
+                       kExitUsage);
+  }
+  const int64_t local_batch = global_batch / l.dp_size;
+  absl::StatusOr<LrSchedule> schedule =
+      LrSchedule::Parse(cfg.lr_schedule.empty() ? recipe.schedule : cfg.lr_schedule);
+  if (!schedule.ok()) return AgreedError(l, schedule.status(), kExitUsage);
+  const float base_lr = cfg.lr >= 0 ? cfg.lr : recipe.lr;
+  SgdOptions sgd;
+  sgd.momentum = cfg.momentum >= 0 ? cfg.momentum : recipe.momentum;
+  sgd.weight_decay = cfg.weight_decay >= 0 ? cfg.weight_decay : recipe.weight_decay;
+
+  const int hw = std::max(1u, std::thread::hardware_concurrency());
+  SetCpuThreads(cfg.cpu_threads > 0 ? cfg.cpu_threads : std::max(1, hw / l.local_size));
+  absl::StatusOr<Device> device = ResolveDevice(cfg.device, l);
+  if (!device.ok()) return AgreedError(l, device.status(), kExitUsage);
+
+  // ---- data -------------------------------------------------------------------------------
+  data::SyntheticOptions synth;
+  synth.size = cfg.synthetic_size;
+  if (cfg.input_size > 0) synth.image_size = cfg.input_size;
+  if (cfg.num_classes > 0) synth.num_classes = cfg.num_classes;
+  synth.seed = cfg.seed;
+  absl::StatusOr<std::unique_ptr<data::Dataset>> train_data = data::OpenDataset(cfg.data, synth);
+  if (!train_data.ok()) return AgreedError(l, train_data.status(), kExitUsage);
+  const data::DatasetInfo& dinfo = (*train_data)->info();
+  std::unique_ptr<data::Dataset> val_data;
+  if (!cfg.val_data.empty()) {
+    data::SyntheticOptions vsynth = synth;
+    vsynth.held_out = true;
+    auto v = data::OpenDataset(cfg.val_data, vsynth);
+    if (!v.ok()) return AgreedError(l, v.status(), kExitUsage);
+    val_data = std::move(*v);
+  }
+
+  ModelOptions mo;
+  mo.input_size = cfg.crop > 0 ? cfg.crop : (cfg.input_size > 0 ? cfg.input_size : dinfo.height);
+  mo.num_classes = cfg.num_classes > 0 ? cfg.num_classes : dinfo.num_classes;
+  mo.columns = cfg.columns;
+  mo.input_channels = dinfo.channels;
+  if (dinfo.height != dinfo.width) {
+    return AgreedError(l, absl::InvalidArgumentError("images must be square: " + dinfo.path), kExitUsage);
+  }
+  if (mo.input_size > dinfo.height) {
+    return AgreedError(l, absl::InvalidArgumentError(absl::StrFormat(
+        "--crop/--input_size %d is larger than the %dx%d images of %s", mo.input_size,
+        dinfo.height, dinfo.width, dinfo.path)), kExitUsage);
+  }
+
+  absl::StatusOr<std::unique_ptr<Net>> built = BuildModel(cfg.model, mo);
+  if (!built.ok()) return AgreedError(l, built.status(), kExitUsage);
+  Net& net = **built;
+  if (absl::Status s = net.Build(local_batch, *device); !s.ok()) return AgreedError(l, s, kExitUsage);
+  net.InitParams(cfg.seed);
+
+  data::PipelineOptions po;
+  po.global_batch = global_batch;
+  po.dp_rank = l.dp_rank;
+  po.dp_size = l.dp_size;
+  po.seed = cfg.seed;
+  po.crop = mo.input_size == dinfo.height ? 0 : mo.input_size;
+  po.mirror = cfg.mirror;
+  po.mean = cfg.mean;
+  po.lighting = cfg.lighting;
+  po.threads = cfg.data_threads > 0 ? cfg.data_threads : std::max(1, std::min(4, hw / l.local_size));
+  absl::StatusOr<std::unique_ptr<data::BatchPipeline>> pipeline =
+      data::BatchPipeline::Create(train_data->get(), po);
+  if (!pipeline.ok()) return AgreedError(l, pipeline.status(), kExitUsage);
+  const int64_t per_epoch = (*pipeline)->batches_per_epoch();
+  if (per_epoch < 1) {
+    return AgreedError(l, absl::InvalidArgumentError(absl::StrFormat(
+        "%s has %d images, fewer than one global batch of %d", dinfo.path, dinfo.size, global_batch)),
+        kExitUsage);
+  }
+  const int64_t total_steps =
+      cfg.steps > 0 ? cfg.steps
+                    : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
+                                               (cfg.epochs > 0 ? cfg.epochs : 1.0) * per_epoch)));
+  const double total_epochs = static_cast<double>(total_steps) / per_epoch;
+
+  MetricsWriter metrics;
+  if (lead) {
+    if (absl::Status s = metrics.Open(cfg.metrics_file); !s.ok()) RankError(l, s);
+  }
+
+  if (lead) {
+    std::printf("Colonnade trainer\n");
+    std::printf("  layout     world %d = dp %d x mp %d, device %s\n", l.world_size, l.dp_size,
+                l.mp_size, DeviceName(*device));
+    std::printf("  model      %s, %d columns, input %dx%dx%d, %d classes, %s parameters\n",
+                cfg.model.c_str(), net.columns(), mo.input_channels, mo.input_size, mo.input_size,
+                mo.num_classes, absl::StrFormat("%d", net.num_learnable()).c_str());
+    std::printf("  data       %s: %lld images %dx%dx%d, %d classes (%s)\n", dinfo.path.c_str(),
+                static_cast<long long>(dinfo.size), dinfo.height, dinfo.width, dinfo.channels,
+                dinfo.num_classes, dinfo.encoding.c_str());
+    std::printf("  batch      global %lld, per replica %lld, %lld steps/epoch\n",
+                static_cast<long long>(global_batch), static_cast<long long>(local_batch),
+                static_cast<long long>(per_epoch));
+    std::printf("  optimiser  SGD lr %g (%s), momentum %g, weight decay %g, seed %llu\n", base_lr,
+                schedule->spec().c_str(), sgd.momentum, sgd.weight_decay,
+                static_cast<unsigned long long>(cfg.seed));
+    std::printf("  run        %lld steps (%.2f epochs)\n", static_cast<long long>(total_steps),
+                total_epochs);
+    std::fflush(stdout);
+  }
+
+  SgdOptimizer optimizer(sgd);
+  const auto start = Clock::now();
+  auto interval_start = start;
+  double interval[5] = {0, 0, 0, 0, 0};  // loss sum, top1, top5, images, data wait
+  double first_loss = NAN, last_loss = NAN;
+  for (int64_t step = 0; step < total_steps; ++step) {
+    absl::StatusOr<data::Batch> batch = (*pipeline)->Next();
+    if (!batch.ok()) RankError(l, batch.status());
+    net.blob("data").CopyFrom(batch->images);
+    net.blob("label").CopyFrom(batch->labels);
+    RunContext ctx;
+    ctx.phase = Phase::kTrain;
+    ctx.seed = cfg.seed;
+    ctx.step = step;
+    ctx.image_offset = l.dp_rank * local_batch;
+    ctx.global_batch = global_batch;
+    ctx.loss_scale = 1.0f / static_cast<float>(global_batch);
+    net.Forward(ctx);
+    net.Backward(ctx);
+    if (l.dp_size > 1) {
+      // Plain all-reduce of every gradient (sum: the loss gradient is already scaled by
+      // 1 / global batch).
+      for (const NamedParam& p : net.params()) {
+        if (!p.param->learnable) continue;
+        std::vector<float> g = p.param->grad.ToHost();
+        MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM, l.dp_comm);
+        p.param->grad.CopyFromHost(g);
+      }
+    }
+    const double epoch_progress = static_cast<double>(step) / per_epoch;
+    const float lr = schedule->At(base_lr, epoch_progress, total_epochs);
+    double sums[3] = {net.ops().Sum(net.blob("loss")), 0, 0};
+    {
+      std::vector<float> probs = net.blob("probs").ToHost();
+      std::vector<float> labels = batch->labels.ToHost();
+      CountCorrect(probs, labels, net.blob("probs").c(), local_batch, &sums[1], &sums[2]);
+    }
+    SumOverDp(l, sums, 3);
+    const double loss = sums[0] / global_batch;
+    if (!std::isfinite(loss)) {
+      if (lead) {
+        std::fprintf(stderr,
+                     "trainer: error: the loss became %f at step %lld (lr %g); stopping without "
+                     "writing a checkpoint. Lower --lr or check the input data.\n",
+                     loss, static_cast<long long>(step), lr);
+      }
+      return kExitNonFinite;
+    }
+    optimizer.Step(net, lr);
+    if (step == 0) first_loss = loss;
+    last_loss = loss;
+    interval[0] += sums[0];
+    interval[1] += sums[1];
+    interval[2] += sums[2];
+    interval[3] += global_batch;
+    interval[4] += batch->wait_seconds;
+
+    const bool log_now = (step + 1) % std::max(1, cfg.log_every) == 0 || step + 1 == total_steps;
+    if (log_now) {
+      auto now = Clock::now();
+      const double dt = Seconds(interval_start, now);
+      const double img_s = interval[3] / std::max(1e-9, dt);
+      const double elapsed = Seconds(start, now);
+      const double eta = elapsed / (step + 1) * (total_steps - step - 1);
+      const double avg_loss = interval[0] / interval[3];
+      const double top1 = 1.0 - interval[1] / interval[3];
+      const double top5 = 1.0 - interval[2] / interval[3];
+      if (lead) {
+        std::printf(
+            "step %6lld/%lld  epoch %6.2f  loss %.4f  top1-err %.3f  top5-err %.3f  lr %.3g  "
+            "%8.1f img/s  data-wait %.0f%%  ETA %s\n",
+            static_cast<long long>(step + 1), static_cast<long long>(total_steps),
+            (step + 1.0) / per_epoch, avg_loss, top1, top5, lr, img_s,
+            100.0 * interval[4] / std::max(1e-9, dt), FormatDuration(eta).c_str());
+        std::fflush(stdout);
+        metrics.Write(absl::StrFormat(
+            "{\"kind\":\"train\",\"step\":%d,\"epoch\":%.4f,\"loss\":%.6f,\"top1_error\":%.5f,"
+            "\"top5_error\":%.5f,\"lr\":%g,\"images_per_sec\":%.1f,\"data_wait_sec\":%.4f,"
+            "\"elapsed_sec\":%.3f}",
+            step + 1, (step + 1.0) / per_epoch, avg_loss, top1, top5, lr, img_s, interval[4],
+            elapsed));
+      }
+      std::fill(interval, interval + 5, 0.0);
+      interval_start = Clock::now();
+    }
+    const bool eval_now = val_data && ((cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0) ||
+                                       step + 1 == total_steps);
+    if (eval_now) {
+      absl::StatusOr<EvalResult> r = Evaluate(net, *val_data, po, l, local_batch);
+      if (!r.ok()) RankError(l, r.status());
+      if (lead) {
+        std::printf("eval  step %lld  %s: %lld images  loss %.4f  top1-err %.4f  top5-err %.4f\n",
+                    static_cast<long long>(step + 1), val_data->info().path.c_str(),
+                    static_cast<long long>(r->images), r->loss, r->top1_error, r->top5_error);
+        std::fflush(stdout);
+        metrics.Write(absl::StrFormat(
+            "{\"kind\":\"eval\",\"step\":%d,\"epoch\":%.4f,\"loss\":%.6f,\"top1_error\":%.5f,"
+            "\"top5_error\":%.5f,\"images\":%d}",
+            step + 1, (step + 1.0) / per_epoch, r->loss, r->top1_error, r->top5_error, r->images));
+      }
+    }
+  }
+  if (lead) {
+    std::printf("done: %lld steps in %s, loss %.4f -> %.4f\n", static_cast<long long>(total_steps),
+                FormatDuration(Seconds(start, Clock::now())).c_str(), first_loss, last_loss);
+    std::fflush(stdout);
+  }
+  return kExitOk;
+}
+
+}  // namespace colonnade

@@ -1,0 +1,60 @@
+// The training job behind `trainer`: set-up (mesh, device, data, model), the step loop
+// with progress output, evaluation, and the exit code. `trainer.cc` only parses flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace colonnade {
+
+struct TrainConfig {
+  // What to train.
+  std::string model = "cifar10-80sec";
+  int input_size = 0;  // 0: from the data (crop or image size) or the model's default
+  int num_classes = 0; // 0: from the data
+  int columns = 0;     // 0: the model's own
+  // Where.
+  std::string device = "auto";  // cpu | cuda | auto
+  int cpu_threads = 0;           // 0: cores / ranks on this node
+  int mp = 1;
+  std::string comm = "auto";
+  double bucket_mb = 25.0;
+  // Data.
+  std::string data = "synthetic";
+  std::string val_data;          // empty: no evaluation
+  int64_t synthetic_size = 8192;
+  int crop = 0;
+  bool mirror = false;
+  std::string mean = "image";
+  float lighting = 0.0f;
+  int data_threads = 0;          // 0: automatic
+  // Optimisation.
+  int64_t batch_size = 0;  // global; 0: the model recipe's
+  int64_t steps = 0;       // 0: from epochs
+  double epochs = 0;       // 0 with steps 0: one epoch
+  float lr = -1;           // <0: the recipe's
+  std::string lr_schedule; // empty: the recipe's
+  float momentum = -1;
+  float weight_decay = -1;
+  uint64_t seed = 1;
+  // Output.
+  int log_every = 10;
+  int64_t eval_every = 0;  // steps; 0: only at the end
+  std::string metrics_file;
+  // Mode.
+  std::string mode = "train";  // train | eval | predict
+  std::string predictions;
+  // Checkpoints.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  double checkpoint_secs = 0;
+  int keep_checkpoints = 3;
+  std::string resume = "auto";  // auto | none | PATH
+};
+
+// Runs the job on every rank of MPI_COMM_WORLD (MPI must be initialised) and returns the
+// process exit code (exit_codes.h). Errors are printed once, by rank 0 where every rank
+// sees the same error, else by the failing rank.
+int RunTrainer(const TrainConfig& config);
+
+}  // namespace colonnade
