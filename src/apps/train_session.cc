@@ -58,6 +58,16 @@ void CountCorrect(const std::vector<float>& probs, const std::vector<float>& lab
   }
 }
 
+// 60965224 -> "60,965,224".
+std::string WithCommas(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
 // Everything a rank knows about where it sits. Filled by SetUpLayout.
 struct Layout {
   int world_rank = 0, world_size = 1;
@@ -299,7 +309,7 @@ int RunTrainer(const TrainConfig& cfg) {
                 l.mp_size, DeviceName(*device));
     std::printf("  model      %s, %d columns, input %dx%dx%d, %d classes, %s parameters\n",
                 cfg.model.c_str(), net.columns(), mo.input_channels, mo.input_size, mo.input_size,
-                mo.num_classes, absl::StrFormat("%d", net.num_learnable()).c_str());
+                mo.num_classes, WithCommas(net.num_learnable()).c_str());
     std::printf("  data       %s: %lld images %dx%dx%d, %d classes (%s)\n", dinfo.path.c_str(),
                 static_cast<long long>(dinfo.size), dinfo.height, dinfo.width, dinfo.channels,
                 dinfo.num_classes, dinfo.encoding.c_str());

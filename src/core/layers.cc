@@ -156,8 +156,9 @@ absl::StatusOr<std::vector<Shape>> PoolLayer::Setup(const std::vector<Shape>& in
         "pool %s: input %dx%d is smaller than the %dx%d window; use a larger --input_size",
         name(), x.h(), x.w(), p_.size, p_.size));
   }
-  return std::vector<Shape>{Shape::CHWN(x.c(), PoolOutSize(x.h(), p_.size, p_.stride, p_.pad),
-                                        PoolOutSize(x.w(), p_.size, p_.stride, p_.pad), x.n())};
+  return std::vector<Shape>{
+      Shape::CHWN(x.c(), PoolOutSize(x.h(), p_.size, p_.stride, p_.pad, p_.ceil_mode),
+                  PoolOutSize(x.w(), p_.size, p_.stride, p_.pad, p_.ceil_mode), x.n())};
 }
 
 void PoolLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,

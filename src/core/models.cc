@@ -3,6 +3,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/layers.h"
+#include "core/zoo_imagenet.h"
 
 namespace colonnade {
 namespace {
@@ -157,16 +158,61 @@ Recipe CifarRecipe() {
   return r;
 }
 
+Recipe VggRecipe() {
+  Recipe r = AlexNetRecipe();
+  r.batch_size = 256;
+  r.note = "Simonyan & Zisserman 2014: batch 256, lr 0.01 /10 on plateaus, momentum 0.9, wd 5e-4";
+  return r;
+}
+
+Recipe ResNetRecipe() {
+  Recipe r;
+  r.lr = 0.1f;
+  r.momentum = 0.9f;
+  r.weight_decay = 1e-4f;
+  r.batch_size = 256;
+  r.schedule = "step:30";
+  r.note = "He et al. 2015: batch 256, lr 0.1 /10 every 30 epochs, momentum 0.9, wd 1e-4";
+  return r;
+}
+
+Recipe ResNetCifarRecipe() {
+  Recipe r;
+  r.lr = 0.1f;
+  r.momentum = 0.9f;
+  r.weight_decay = 5e-4f;
+  r.batch_size = 128;
+  r.schedule = "cosine+warmup:1";
+  r.note = "common CIFAR-10 ResNet-18 recipe: batch 128, lr 0.1 cosine, momentum 0.9, wd 5e-4";
+  return r;
+}
+
 }  // namespace
 
 const std::vector<ModelInfo>& ModelZoo() {
   static const std::vector<ModelInfo>* zoo = new std::vector<ModelInfo>{
       {"alexnet", "Krizhevsky et al. 2012, two columns, LRN, 60,965,224 parameters", 224, 1000,
-       2, AlexNetRecipe(), BuildAlexNet},
+       2, AlexNetRecipe(), BuildAlexNet, true},
       {"cifar10-18pct", "cuda-convnet's 3-conv CIFAR-10 net with within-map norms (~18% error)",
        32, 10, 1, CifarRecipe(), BuildCifar18},
       {"cifar10-80sec", "cuda-convnet's fast CIFAR-10 net without norms, fc64 (~26% error)", 32,
        10, 1, CifarRecipe(), BuildCifar80},
+      {"zfnet", "Zeiler & Fergus 2013: conv1 96 7x7/2, conv2 256 5x5/2; splittable", 224, 1000, 1,
+       AlexNetRecipe(), BuildZfNet, true},
+      {"vgg16", "Simonyan & Zisserman 2014, configuration D; splittable", 224, 1000, 1,
+       VggRecipe(), BuildVgg16, true},
+      {"vgg19", "Simonyan & Zisserman 2014, configuration E; splittable", 224, 1000, 1,
+       VggRecipe(), BuildVgg19, true},
+      {"googlenet", "Szegedy et al. 2014, Inception v1 with batch norm (torchvision), no aux heads",
+       224, 1000, 1, ResNetRecipe(), BuildGoogLeNet},
+      {"resnet18", "He et al. 2015, 18 layers (torchvision v1.5)", 224, 1000, 1, ResNetRecipe(),
+       BuildResNet18},
+      {"resnet18-cifar", "ResNet-18 with the 3x3/1 CIFAR stem and no max-pool, for 32x32 images",
+       32, 10, 1, ResNetCifarRecipe(), BuildResNet18Cifar},
+      {"resnet34", "He et al. 2015, 34 layers", 224, 1000, 1, ResNetRecipe(), BuildResNet34},
+      {"resnet50", "He et al. 2015, 50 layers, bottlenecks (torchvision v1.5)", 224, 1000, 1,
+       ResNetRecipe(), BuildResNet50},
+      {"resnet152", "He et al. 2015, 152 layers", 224, 1000, 1, ResNetRecipe(), BuildResNet152},
   };
   return *zoo;
 }
@@ -196,9 +242,11 @@ absl::StatusOr<std::unique_ptr<Net>> BuildModel(const std::string& name, ModelOp
         "model %s: input size %d, classes %d, columns %d and channels %d must be positive",
         name, o.input_size, o.num_classes, o.columns, o.input_channels));
   }
-  if (m.default_columns == 1 && o.columns != 1) {
+  if (!m.splittable && o.columns != 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "model %s has no column split; --columns must be 1 (got %d)", name, o.columns));
+        "model %s cannot be split into columns (docs/MODELS.md says why); --columns must be 1 "
+        "(got %d)",
+        name, o.columns));
   }
   return m.build(o);
 }

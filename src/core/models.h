@@ -38,6 +38,8 @@ struct ModelInfo {
   // Builds the Net. Blobs: inputs "data" (C x S x S) and "label" (1 x 1 x 1); outputs
   // "logits", "loss" (per image) and "probs".
   std::unique_ptr<Net> (*build)(const ModelOptions& resolved);
+  // Whether --columns may differ from 1 (the split layers use groups = columns).
+  bool splittable = false;
 };
 
 const std::vector<ModelInfo>& ModelZoo();

@@ -30,16 +30,20 @@ inline int64_t ConvOutSize(int64_t in, int kernel, int stride, int pad) {
 // cuda-convnet (ceil mode): out = ceil((in + 2*pad - size) / stride) + 1, and a window
 // that runs past the image is clipped. Average pooling divides by the number of pixels
 // of the window that lie inside the image.
+// With ceil_mode false the output is floor((in + 2*pad - size) / stride) + 1 (PyTorch's
+// default, used by torchvision's ResNet stem). Kernels take the output size from y.
 struct PoolParams {
   enum Kind { kMax, kAvg };
   Kind kind = kMax;
   int size = 3;
   int stride = 2;
   int pad = 0;
+  bool ceil_mode = true;
 };
-inline int64_t PoolOutSize(int64_t in, int size, int stride, int pad) {
+inline int64_t PoolOutSize(int64_t in, int size, int stride, int pad, bool ceil_mode = true) {
   int64_t span = in + 2 * pad - size;
   if (span <= 0) return 1;
+  if (!ceil_mode) return span / stride + 1;
   int64_t out = (span + stride - 1) / stride + 1;
   // A last window that would start in the padding only is dropped.
   if ((out - 1) * stride >= in + pad) --out;
