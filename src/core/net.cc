@@ -1,5 +1,6 @@
 #include "core/net.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -101,34 +102,43 @@ Tensor& Net::blob(const std::string& name) {
   return it->second;
 }
 
+void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spec,
+                     int64_t first, int64_t count, float* out) {
+  const uint64_t key = MixKey(MixKey(seed, static_cast<uint64_t>(RandomPurpose::kInit)),
+                              StringHash(name.c_str()));
+  switch (spec.kind) {
+    case InitSpec::kConstant:
+      std::fill(out, out + count, spec.value);
+      break;
+    case InitSpec::kGaussian:
+    case InitSpec::kHeNormal: {
+      float std = spec.kind == InitSpec::kGaussian
+                      ? spec.value
+                      : std::sqrt(2.0f / static_cast<float>(std::max<int64_t>(1, spec.fan_in)));
+      for (int64_t i = 0; i < count; ++i) out[i] = std * PhiloxNormal(key, 0, first + i);
+      break;
+    }
+    case InitSpec::kUniform:
+    case InitSpec::kXavierUniform: {
+      float a = spec.kind == InitSpec::kUniform
+                    ? spec.value
+                    : std::sqrt(6.0f / static_cast<float>(
+                                           std::max<int64_t>(1, spec.fan_in + spec.fan_out)));
+      for (int64_t i = 0; i < count; ++i) out[i] = a * (2.0f * PhiloxUniform(key, 0, first + i) - 1.0f);
+      break;
+    }
+  }
+}
+
 void Net::InitParams(uint64_t seed) {
   for (const NamedParam& np : params()) {
     Param& p = *np.param;
     std::vector<float> v(p.value.size());
-    const uint64_t key = MixKey(MixKey(seed, static_cast<uint64_t>(RandomPurpose::kInit)),
-                                StringHash(np.name.c_str()));
-    switch (p.init.kind) {
-      case InitSpec::kConstant:
-        std::fill(v.begin(), v.end(), p.init.value);
-        break;
-      case InitSpec::kGaussian:
-      case InitSpec::kHeNormal: {
-        float std = p.init.kind == InitSpec::kGaussian
-                        ? p.init.value
-                        : std::sqrt(2.0f / static_cast<float>(std::max<int64_t>(1, p.init.fan_in)));
-        for (size_t i = 0; i < v.size(); ++i) v[i] = std * PhiloxNormal(key, 0, i);
-        break;
-      }
-      case InitSpec::kUniform:
-      case InitSpec::kXavierUniform: {
-        float a = p.init.kind == InitSpec::kUniform
-                      ? p.init.value
-                      : std::sqrt(6.0f / static_cast<float>(
-                                             std::max<int64_t>(1, p.init.fan_in + p.init.fan_out)));
-        for (size_t i = 0; i < v.size(); ++i) v[i] = a * (2.0f * PhiloxUniform(key, 0, i) - 1.0f);
-        break;
-      }
+    int64_t first = 0;
+    if (p.full_rows > 0 && p.value.shape().rank() > 0 && p.value.shape()[0] > 0) {
+      first = p.shard_offset * (p.value.size() / p.value.shape()[0]);
     }
+    InitParamValues(seed, np.name, p.init, first, static_cast<int64_t>(v.size()), v.data());
     p.value.CopyFromHost(v);
     p.velocity.Fill(0.0f);
     p.grad.Fill(0.0f);

@@ -26,6 +26,13 @@ struct NamedParam {
   Param* param;
 };
 
+// Writes elements [first, first + count) of the parameter called `name` ("layer/param"),
+// initialised by `spec` from `seed`; indices are in the full parameter's canonical layout.
+// Net::InitParams uses it, and so does the parallel column split, which initialises a
+// shard as the rows of the full parameter it holds (Param::shard_offset).
+void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spec,
+                     int64_t first, int64_t count, float* out);
+
 class Net {
  public:
   explicit Net(std::string model_name) : model_name_(std::move(model_name)) {}
@@ -54,7 +61,10 @@ class Net {
   Ops& ops() const;
 
   // Writes every parameter's initial value from (seed, layer name, parameter name,
-  // element index): identical for any device, split or rank.
+  // element index): identical for any device, split or rank. A shard (full_rows > 0)
+  // takes the elements of its rows of the full parameter. (A sharded parameter whose init
+  // depends on fan_out should be initialised by parallel's InitShardParams, which knows
+  // the full layer's fan-out.)
   void InitParams(uint64_t seed);
 
   // Runs all layers. The caller fills the input blobs first.
