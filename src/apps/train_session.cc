@@ -238,7 +238,12 @@ int RunTrainer(const TrainConfig& cfg) {
   // ---- data -------------------------------------------------------------------------------
   data::SyntheticOptions synth;
   synth.size = cfg.synthetic_size;
-  if (cfg.input_size > 0) synth.image_size = cfg.input_size;
+  // Synthetic images are generated at the size the model reads unless told otherwise.
+  const int synth_side = cfg.input_size > 0 ? cfg.input_size
+                         : cfg.crop > 0     ? cfg.crop
+                                            : (*info)->default_input_size;
+  synth.height = synth.width = synth_side;
+  synth.mean_images = 1024;  // enough for a mean image; keeps start-up short at 224x224
   if (cfg.num_classes > 0) synth.num_classes = cfg.num_classes;
   synth.seed = cfg.seed;
   absl::StatusOr<std::unique_ptr<data::Dataset>> train_data = data::OpenDataset(cfg.data, synth);
