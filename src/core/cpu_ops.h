@@ -3,6 +3,8 @@
 // training backend and the reference every CUDA kernel is tested against.
 #pragma once
 
+#include <cstddef>
+
 #include "core/ops.h"
 
 namespace colonnade {
@@ -64,5 +66,11 @@ class CpuOps : public Ops {
 // COLONNADE_CPU_THREADS environment variable overrides).
 int CpuThreads();
 void SetCpuThreads(int n);
+
+// Upper bound, in bytes, of the im2col scratch buffer one convolution call uses on the
+// CPU (default 16 MiB); the output pixels are processed in chunks that fit it. Exposed so
+// that tests can force many small chunks on small shapes.
+size_t CpuConvScratchBytes();
+void SetCpuConvScratchBytes(size_t bytes);
 
 }  // namespace colonnade
