@@ -1,0 +1,155 @@
+// HDF5 checkpoints: the whole training state in one file that h5py and every framework can
+// read, written atomically, with a checksum on every byte that matters, and found again
+// after a crash or preemption. The layout, the guarantees and the resume rules are in
+// docs/CHECKPOINTS.md; DESIGN.md ("Checkpoint layout") is the contract.
+//
+//   /                         attributes: format, format_version, step, epoch, cursor_epoch,
+//                             cursor_position, seed, rng, model, columns, input_size,
+//                             num_classes, input_channels, flags, num_params,
+//                             has_optimizer_state
+//   /params/<layer>/<param>   float32, full (unsharded) canonical shape; attribute learnable
+//   /optimizer/<layer>/<param>/velocity   float32, same shape (learnable params only)
+//
+// Parameters are stored unsharded, so a checkpoint written under one (dp, mp) layout
+// resumes under any other. One rank writes; ranks that hold shards gather them first (the
+// parallel module's helpers), and LoadIntoParam/LoadIntoNet cut each rank's shard back out
+// of the full tensor on resume.
+//
+// Randomness needs no saved generator state: every random stream in Colonnade is a pure
+// function of (seed, purpose, step, index) (core/philox.h), so `seed` and `step` ARE the
+// complete RNG state, and the data order is (seed, cursor).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/layer.h"
+#include "core/net.h"
+
+namespace colonnade::checkpoint {
+
+// Version of the layout above. Read() refuses other versions with a message.
+inline constexpr int64_t kFormatVersion = 1;
+// Value of the root attribute "format".
+inline constexpr char kFormatName[] = "colonnade.checkpoint";
+
+// Everything besides the tensors that an exact resume needs.
+struct TrainState {
+  int64_t step = 0;             // optimizer steps completed; the file is ckpt-<step>.h5
+  int64_t epoch = 0;            // epochs completed (for humans and schedules)
+  int64_t cursor_epoch = 0;     // data::Cursor of the next batch to draw
+  int64_t cursor_position = 0;
+  uint64_t seed = 0;            // with `step`, the whole RNG state (see above)
+  std::string model;            // model zoo name, e.g. "alexnet"
+  int columns = 0;
+  int input_size = 0;
+  int num_classes = 0;
+  int input_channels = 3;
+  std::string flags;            // the training flags, one "--flag=value" per line (free text)
+};
+
+// One parameter as a full, canonical host tensor: name "<layer>/<param>" ("conv1/weight"),
+// dims outermost first, values row-major. `velocity` is the SGD momentum buffer of the
+// same size, or empty (a weights-only checkpoint; then it must be empty for every entry).
+struct TensorEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> value;
+  std::vector<float> velocity;
+  bool learnable = true;
+};
+
+// A checkpoint read back and fully validated.
+struct Checkpoint {
+  std::string path;
+  int64_t format_version = 0;
+  TrainState state;
+  // True when every learnable entry carries its velocity (what an exact resume needs).
+  bool has_optimizer_state = false;
+  std::vector<TensorEntry> tensors;  // in the order they were written (the Net's order)
+
+  // The entry named `name` ("conv1/weight"), or nullptr.
+  const TensorEntry* Find(const std::string& name) const;
+};
+
+// "ckpt-000000100.h5" (at least 9 digits; more once step >= 10^9).
+std::string CheckpointFileName(int64_t step);
+// The step of a file name "ckpt-<digits>.h5" (no directory), or -1 for any other name.
+int64_t ParseCheckpointStep(const std::string& file_name);
+
+// Writes `entries` and `state` to <dir>/ckpt-<state.step>.h5: first to a temporary file
+// in `dir` (ckpt-<step>.h5.<pid>.tmp), then H5Fflush + close, fsync of the file, rename
+// over the final name, fsync of the directory. A crash at any point leaves either the old
+// set of checkpoints or the old set plus the complete new one. Creates `dir` if needed.
+//
+// Refuses (InvalidArgument, nothing written) entries that are malformed (bad or duplicate
+// names, a shape that does not match the value count, velocities on some but not all
+// learnable entries) or hold a NaN or Inf in a value or velocity: a checkpoint never
+// stores a diverged model.
+//
+// After the rename, deletes the oldest checkpoints so that `keep_last` remain among those
+// with step <= state.step (the new one always counts and is never deleted; checkpoints
+// with a larger step, from an abandoned run in the same directory, are never touched),
+// and removes leftover ckpt-*.tmp files of interrupted writes. keep_last <= 0 keeps all.
+// Failures to delete old files are reported in `warnings` (if not null), not as errors.
+// Call from one rank only.
+absl::Status Write(const std::string& dir, const TrainState& state,
+                   const std::vector<TensorEntry>& entries, int keep_last,
+                   std::string* written_path, std::vector<std::string>* warnings = nullptr);
+
+// Reads and validates a whole checkpoint: the format name and version, every attribute
+// (present, of the right type), every dataset (float32, chunked with a Fletcher-32
+// filter, readable with its checksum verified, finite), the optimizer group's structure,
+// and the file name's step against the stored step. Errors name the file and the field:
+// NotFound for a missing file, DataLoss for a corrupt or truncated one,
+// FailedPrecondition for another format version.
+absl::StatusOr<Checkpoint> Read(const std::string& path);
+
+// The newest valid checkpoint in `dir`: candidates are ckpt-<step>.h5 files, newest step
+// first; each is read and validated in full (Read), and the first that passes wins.
+// Every skipped corrupt file and every leftover partial file (*.tmp, an interrupted
+// write) adds a warning naming it. NotFound when `dir` has no checkpoint file at all
+// (start from scratch); DataLoss when it has some but none is valid (do not silently
+// start over: the operator decides).
+absl::StatusOr<Checkpoint> LoadLatestValid(const std::string& dir,
+                                           std::vector<std::string>* warnings);
+// The same, returning only the path (the file is still read in full to validate it).
+absl::StatusOr<std::string> FindLatestValid(const std::string& dir,
+                                            std::vector<std::string>* warnings);
+
+// Expected full tensors of a model: (name, full canonical shape).
+using ExpectedTensors = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+// Refuses a checkpoint of another model, or whose tensors differ from `expected` in name
+// or shape, naming the first mismatch, e.g.
+//   "ckpt-000000100.h5: /params/fc8/weight has shape (10, 4096) but model alexnet expects
+//    (1000, 4096)".
+absl::Status CheckCompatible(const Checkpoint& ckpt, const ExpectedTensors& expected,
+                             const std::string& model);
+
+// ---- Net helpers (host copies; any device through Tensor::ToHost/CopyFromHost) ----------
+
+// The full canonical shape of a parameter: dim 0 is Param::full_rows when the parameter
+// is a shard (full_rows > 0), otherwise the tensor's own shape.
+std::vector<int64_t> FullShape(const Param& p);
+// (name, full shape) of every parameter of `net`, sharded or not: what CheckCompatible
+// expects.
+ExpectedTensors ExpectedFromNet(const Net& net);
+// Entries of a net whose parameters are all whole (a single-process Net, or one not yet
+// column-split). FailedPrecondition naming the parameter if one is a shard: gather the
+// shards into full tensors first. Velocities are included for learnable parameters.
+absl::StatusOr<std::vector<TensorEntry>> CollectFromNet(const Net& net);
+// Copies a full tensor into `p`; when `p` is a shard (full_rows > 0) only its rows
+// [shard_offset, shard_offset + dim 0) are copied, which is the whole resharding on
+// resume (the column split shards along dim 0, and dim 0 is outermost). The velocity is
+// loaded when the entry has one and `p` is learnable, else set to zero.
+absl::Status LoadIntoParam(const TensorEntry& entry, Param& p);
+// CheckCompatible against `net` (model name and every full shape), then LoadIntoParam
+// for every parameter. Nothing is modified when the check fails.
+absl::Status LoadIntoNet(const Checkpoint& ckpt, Net& net);
+
+}  // namespace colonnade::checkpoint

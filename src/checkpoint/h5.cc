@@ -1,0 +1,33 @@
+#include "checkpoint/h5.h"
+
+namespace colonnade::checkpoint::internal {
+namespace {
+
+std::recursive_mutex& Mutex() {
+  static std::recursive_mutex* mu = new std::recursive_mutex();  // leaked: used at exit
+  return *mu;
+}
+
+herr_t InnermostCallback(unsigned n, const H5E_error2_t* err, void* data) {
+  // H5E_WALK_UPWARD visits the innermost (most specific) error first.
+  auto* out = static_cast<std::string*>(data);
+  if (n == 0 && err != nullptr && err->desc != nullptr) *out = err->desc;
+  return 0;
+}
+
+}  // namespace
+
+H5Scope::H5Scope() : lock_(Mutex()) {
+  H5Eget_auto2(H5E_DEFAULT, &old_func_, &old_data_);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+H5Scope::~H5Scope() { H5Eset_auto2(H5E_DEFAULT, old_func_, old_data_); }
+
+std::string LastError() {
+  std::string s;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, InnermostCallback, &s);
+  return s;
+}
+
+}  // namespace colonnade::checkpoint::internal

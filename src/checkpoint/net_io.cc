@@ -1,0 +1,98 @@
+// Net <-> checkpoint entries: host copies of full tensors, and the cut of a shard out of
+// a full tensor on resume. Kept apart from checkpoint.cc so that the file-format code
+// links without the Net and its ops.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint.h"
+
+namespace colonnade::checkpoint {
+
+std::vector<int64_t> FullShape(const Param& p) {
+  std::vector<int64_t> s = p.value.shape().dims();
+  if (p.full_rows > 0 && !s.empty()) s[0] = p.full_rows;
+  return s;
+}
+
+ExpectedTensors ExpectedFromNet(const Net& net) {
+  ExpectedTensors out;
+  for (const NamedParam& np : net.params()) out.push_back({np.name, FullShape(*np.param)});
+  return out;
+}
+
+absl::StatusOr<std::vector<TensorEntry>> CollectFromNet(const Net& net) {
+  std::vector<TensorEntry> out;
+  for (const NamedParam& np : net.params()) {
+    const Param& p = *np.param;
+    if (p.value.empty()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s has no storage: build the net (Net::Build) before collecting a checkpoint", np.name));
+    }
+    if (p.full_rows > 0 && p.full_rows != p.value.shape()[0]) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s is a shard (rows %d..%d of %d): gather the shards into the full tensor first",
+          np.name, p.shard_offset, p.shard_offset + p.value.shape()[0], p.full_rows));
+    }
+    TensorEntry e;
+    e.name = np.name;
+    e.shape = p.value.shape().dims();
+    e.value = p.value.ToHost();
+    e.learnable = p.learnable;
+    if (p.learnable) {
+      if (p.velocity.size() != p.value.size()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s has %d values but a velocity of %d", np.name, p.value.size(), p.velocity.size()));
+      }
+      e.velocity = p.velocity.ToHost();
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::Status LoadIntoParam(const TensorEntry& entry, Param& p) {
+  const std::vector<int64_t> full = FullShape(p);
+  if (entry.shape != full) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: checkpoint shape (%s) differs from the parameter's full shape (%s)", entry.name,
+        absl::StrJoin(entry.shape, ", "), absl::StrJoin(full, ", ")));
+  }
+  const int64_t rows = p.value.shape()[0];
+  const int64_t row = rows > 0 ? p.value.size() / rows : 0;
+  const int64_t offset = p.full_rows > 0 ? p.shard_offset : 0;
+  if (offset < 0 || offset + rows > full[0]) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: shard rows %d..%d lie outside the %d rows of the full tensor", entry.name, offset,
+        offset + rows, full[0]));
+  }
+  const int64_t begin = offset * row, count = rows * row;
+  if (static_cast<int64_t>(entry.value.size()) < begin + count) {
+    return absl::FailedPreconditionError(entry.name + ": checkpoint entry has too few values");
+  }
+  p.value.CopyFromHost(entry.value.data() + begin, count);
+  if (p.learnable && !entry.velocity.empty()) {
+    if (static_cast<int64_t>(entry.velocity.size()) < begin + count) {
+      return absl::FailedPreconditionError(entry.name + ": checkpoint velocity has too few values");
+    }
+    p.velocity.CopyFromHost(entry.velocity.data() + begin, count);
+  } else if (!p.velocity.empty()) {
+    p.velocity.Fill(0.0f);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoadIntoNet(const Checkpoint& ckpt, Net& net) {
+  if (auto s = CheckCompatible(ckpt, ExpectedFromNet(net), net.model_name()); !s.ok()) return s;
+  for (const NamedParam& np : net.params()) {
+    const TensorEntry* e = ckpt.Find(np.name);
+    if (e == nullptr) return absl::InternalError(np.name + " vanished after the check");
+    if (auto s = LoadIntoParam(*e, *np.param); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(ckpt.path, ": ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colonnade::checkpoint

@@ -1,0 +1,80 @@
+#include "checkpoint/signals.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+
+namespace colonnade::checkpoint {
+namespace {
+
+// Only lock-free atomics may be touched from a signal handler.
+static_assert(std::atomic<int>::is_always_lock_free, "the stop flag must be lock-free");
+std::atomic<int> g_signal{0};
+
+constexpr int kSignals[] = {SIGUSR1, SIGTERM, SIGINT};
+struct sigaction g_old[3];
+bool g_installed = false;
+std::mutex g_mu;  // guards install/restore (never taken in the handler)
+
+void OnSignal(int sig) {
+  int expected = 0;
+  if (g_signal.compare_exchange_strong(expected, sig)) return;
+  if (sig == SIGINT) {
+    // Second Ctrl-C: the user wants out now. signal() and raise() are async-signal-safe.
+    signal(SIGINT, SIG_DFL);
+    raise(SIGINT);
+  }
+}
+
+}  // namespace
+
+absl::Status InstallStopSignalHandlers() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_installed) return absl::OkStatus();
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnSignal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int s : kSignals) sigaddset(&sa.sa_mask, s);  // one handler at a time
+  for (int i = 0; i < 3; ++i) {
+    if (sigaction(kSignals[i], &sa, &g_old[i]) != 0) {
+      int e = errno;
+      for (int j = 0; j < i; ++j) sigaction(kSignals[j], &g_old[j], nullptr);
+      return absl::InternalError(
+          absl::StrCat("cannot install a handler for ", SignalName(kSignals[i]), ": ", std::strerror(e)));
+    }
+  }
+  g_installed = true;
+  return absl::OkStatus();
+}
+
+void RestoreSignalHandlers() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_installed) return;
+  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &g_old[i], nullptr);
+  g_installed = false;
+}
+
+bool StopRequested() { return g_signal.load(std::memory_order_relaxed) != 0; }
+
+int SignalReceived() { return g_signal.load(std::memory_order_relaxed); }
+
+std::string SignalName(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGINT: return "SIGINT";
+    case SIGKILL: return "SIGKILL";
+    default: return absl::StrCat("signal ", sig);
+  }
+}
+
+void ClearStopRequest() { g_signal.store(0); }
+
+}  // namespace colonnade::checkpoint

@@ -1,0 +1,38 @@
+// Graceful stop on SIGUSR1, SIGTERM and SIGINT: the handler only records the signal in a
+// lock-free atomic (async-signal-safe); the training loop polls StopRequested() once per
+// step, all-reduces it (logical OR over all ranks) so that every rank stops after the same
+// step, writes a checkpoint and exits with kExitPreempted (75, apps/exit_codes.h).
+//
+//   SIGTERM  Slurm preemption / scancel / time limit (followed by SIGKILL after KillWait)
+//   SIGUSR1  `sbatch --signal=B:USR1@120`: a warning ahead of the time limit
+//   SIGINT   Ctrl-C. A second SIGINT after the first restores the default action and
+//            re-raises it, so an impatient Ctrl-C Ctrl-C still kills the process at once
+//            (the previous checkpoint stays valid: writes are atomic).
+//
+// Handlers are installed with SA_RESTART, so an interrupted read() or write() in the data
+// pipeline resumes instead of failing with EINTR.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace colonnade::checkpoint {
+
+// Installs the handlers (idempotent). Call once, early in main, before starting threads
+// that should not see the default action.
+absl::Status InstallStopSignalHandlers();
+// Restores the dispositions that were in place before InstallStopSignalHandlers().
+void RestoreSignalHandlers();
+
+// True once one of the signals has been received.
+bool StopRequested();
+// The first signal received (SIGTERM, ...), or 0.
+int SignalReceived();
+// "SIGTERM", "SIGUSR1", "SIGINT", or "signal N": for the stop message.
+std::string SignalName(int sig);
+
+// Forgets a received signal (tests; a trainer that keeps running after a handled stop).
+void ClearStopRequest();
+
+}  // namespace colonnade::checkpoint
