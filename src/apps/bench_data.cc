@@ -1,0 +1,189 @@
+// bench_data: images/s of the batch pipeline (raw and JPEG shards, AlexNet-style
+// 256 -> 224 random crops with mirror, mean image and PCA lighting) for 1..N reader
+// threads, next to the floor of a plain memcpy of the same output bytes.
+//
+//   bench_data --data_dir=/tmp/bench_shards --threads_list=1,2 --csv=results.csv
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "data/converters.h"
+#include "data/pipeline.h"
+#include "data/shard_format.h"
+#include "data/tool_flags.h"
+
+ABSL_FLAG(std::string, data_dir, "/tmp/colonnade_bench_data",
+          "Where the benchmark's synthetic shard datasets live (<data_dir>/raw, "
+          "<data_dir>/jpeg); created on first use and reused afterwards");
+ABSL_FLAG(int64_t, images, 2048, "Images per benchmark dataset");
+ABSL_FLAG(int32_t, image_size, 256, "Stored image height = width");
+ABSL_FLAG(int32_t, crop, 224, "Output crop (random, with mirror)");
+ABSL_FLAG(int64_t, batch, 128, "Global batch size (dp = 1)");
+ABSL_FLAG(std::string, threads_list, "",
+          "Comma-separated reader thread counts to measure; empty = 1, 2, 4, ... up to the "
+          "number of cores");
+ABSL_FLAG(std::string, encodings, "raw,jpeg", "Comma-separated shard encodings to measure");
+ABSL_FLAG(int32_t, batches, 12, "Measured batches per configuration (after 2 warm-up batches)");
+ABSL_FLAG(int32_t, jpeg_quality, 90, "JPEG quality of the benchmark's JPEG shards");
+ABSL_FLAG(std::string, csv, "", "Also write the results as CSV to this file");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using colonnade::data::FlagError;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+void Fail(const absl::Status& s) {
+  std::fprintf(stderr, "bench_data: %s\n", std::string(s.message()).c_str());
+  std::exit(1);
+}
+
+// Images/s of copying `bytes_per_image` per image with one memcpy per batch.
+double MemcpyImagesPerSecond(size_t bytes_per_image, int64_t batch) {
+  const size_t bytes = bytes_per_image * batch;
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  std::memcpy(dst.data(), src.data(), bytes);  // fault the pages in
+  const int reps = 8;
+  auto t0 = Clock::now();
+  for (int r = 0; r < reps; ++r) {
+    src[r] = static_cast<char>(r);
+    std::memcpy(dst.data(), src.data(), bytes);
+  }
+  double s = Seconds(t0, Clock::now());
+  volatile char sink = dst[bytes / 2];
+  (void)sink;
+  return reps * batch / s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  colonnade::data::ParseToolFlags(
+      argc, argv,
+      "bench_data: measures the data pipeline's images/s on synthetic raw and JPEG shards "
+      "(random crop + mirror + mean image + PCA lighting) for several reader thread counts, "
+      "next to a single-threaded memcpy of the same output bytes.",
+      "bench_data.cc");
+  const std::string dir = absl::GetFlag(FLAGS_data_dir);
+  const int64_t images = absl::GetFlag(FLAGS_images);
+  const int size = absl::GetFlag(FLAGS_image_size);
+  const int crop = absl::GetFlag(FLAGS_crop);
+  const int64_t batch = absl::GetFlag(FLAGS_batch);
+  const int batches = absl::GetFlag(FLAGS_batches);
+  if (images <= 0 || size <= 0 || batch <= 0 || batches <= 0) {
+    FlagError("--images, --image_size, --batch and --batches must be > 0");
+  }
+  if (crop <= 0 || crop > size) FlagError("--crop must be in 1..--image_size");
+  if (images < batch) FlagError("--images must be >= --batch");
+  std::vector<int> threads;
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  if (absl::GetFlag(FLAGS_threads_list).empty()) {
+    for (int t = 1; t < cores; t *= 2) threads.push_back(t);
+    threads.push_back(cores);
+  } else {
+    for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_threads_list), ',')) {
+      int t;
+      if (!absl::SimpleAtoi(p, &t) || t <= 0) FlagError("--threads_list must be positive integers");
+      threads.push_back(t);
+    }
+  }
+  std::vector<std::string> encodings = absl::StrSplit(absl::GetFlag(FLAGS_encodings), ',');
+  for (const std::string& e : encodings) {
+    if (e != "raw" && e != "jpeg") FlagError("--encodings must list raw and/or jpeg");
+  }
+
+  const size_t out_bytes = static_cast<size_t>(3) * crop * crop * sizeof(float);
+  std::printf("bench_data: %lld images %dx%d -> crop %d, batch %lld, %d cores\n",
+              static_cast<long long>(images), size, size, crop, static_cast<long long>(batch),
+              cores);
+  const double memcpy_rate = MemcpyImagesPerSecond(out_bytes, batch);
+  std::printf("memcpy floor (1 thread, %.0f KB float output per image): %.0f images/s\n",
+              out_bytes / 1024.0, memcpy_rate);
+  std::printf("%-6s %8s %12s %12s %14s %10s\n", "enc", "threads", "images/s", "MB/s out",
+              "memcpy img/s", "% of copy");
+  std::string csv =
+      "encoding,threads,batch,image_size,crop,images_per_s,mb_per_s_out,memcpy_images_per_s,"
+      "fraction_of_memcpy,consumer_wait_s\n";
+  for (const std::string& enc : encodings) {
+    const std::string path = colonnade::data::JoinPath(dir, enc);
+    absl::StatusOr<std::unique_ptr<colonnade::data::Dataset>> ds =
+        colonnade::data::OpenDataset(colonnade::data::JoinPath(path, "train"));
+    bool usable = ds.ok() && (*ds)->info().size == images && (*ds)->info().height == size;
+    if (!usable) {
+      colonnade::data::SyntheticOptions so;
+      so.size = images;
+      so.height = so.width = size;
+      so.num_classes = 100;
+      so.noise = 8.0f;  // closer to photos' JPEG sizes than heavy noise
+      colonnade::data::ConvertOptions co;
+      co.encoding = enc;
+      co.jpeg_quality = absl::GetFlag(FLAGS_jpeg_quality);
+      co.threads = cores;
+      co.force = true;
+      co.shard_size = 1024;
+      std::fprintf(stderr, "writing %s shards to %s ...\n", enc.c_str(), path.c_str());
+      absl::StatusOr<colonnade::data::ConvertReport> r =
+          colonnade::data::WriteSyntheticShards(so, 0, path, co);
+      if (!r.ok()) Fail(r.status());
+      ds = colonnade::data::OpenDataset(colonnade::data::JoinPath(path, "train"));
+      if (!ds.ok()) Fail(ds.status());
+    }
+    for (int t : threads) {
+      colonnade::data::PipelineOptions po;
+      po.global_batch = batch;
+      po.seed = 7;
+      po.crop = crop;
+      po.mirror = true;
+      po.lighting = 0.1f;
+      po.threads = t;
+      po.queue_depth = std::max(4, t / 4);
+      absl::StatusOr<std::unique_ptr<colonnade::data::BatchPipeline>> p =
+          colonnade::data::BatchPipeline::Create(ds->get(), po);
+      if (!p.ok()) Fail(p.status());
+      for (int w = 0; w < 2; ++w) {
+        absl::StatusOr<colonnade::data::Batch> b = (*p)->Next();
+        if (!b.ok()) Fail(b.status());
+        (*p)->Recycle(std::move(*b));
+      }
+      double wait = 0;
+      auto t0 = Clock::now();
+      for (int i = 0; i < batches; ++i) {
+        absl::StatusOr<colonnade::data::Batch> b = (*p)->Next();
+        if (!b.ok()) Fail(b.status());
+        wait += b->wait_seconds;
+        (*p)->Recycle(std::move(*b));
+      }
+      const double secs = Seconds(t0, Clock::now());
+      const double rate = batches * batch / secs;
+      const double mbs = rate * out_bytes / 1e6;
+      std::printf("%-6s %8d %12.0f %12.0f %14.0f %9.1f%%\n", enc.c_str(), t, rate, mbs,
+                  memcpy_rate, 100.0 * rate / memcpy_rate);
+      std::fflush(stdout);
+      csv += absl::StrFormat("%s,%d,%d,%d,%d,%.1f,%.1f,%.1f,%.4f,%.3f\n", enc, t, batch, size,
+                             crop, rate, mbs, memcpy_rate, rate / memcpy_rate, wait);
+    }
+  }
+  const std::string csv_path = absl::GetFlag(FLAGS_csv);
+  if (!csv_path.empty()) {
+    std::ofstream f(csv_path);
+    f << csv;
+    if (!f) Fail(absl::InternalError(absl::StrCat(csv_path, ": cannot write")));
+    std::printf("wrote %s\n", csv_path.c_str());
+  }
+  return 0;
+}

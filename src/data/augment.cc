@@ -1,0 +1,177 @@
+#include "data/augment.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/philox.h"
+
+#include <algorithm>
+
+namespace colonnade::data {
+
+absl::StatusOr<MeanMode> ParseMeanMode(const std::string& s) {
+  if (s == "image") return MeanMode::kImage;
+  if (s == "channel") return MeanMode::kChannel;
+  if (s == "none") return MeanMode::kNone;
+  return absl::InvalidArgumentError(
+      absl::StrCat("mean mode '", s, "' is not one of image, channel, none"));
+}
+
+void LightingDelta(const float alpha[3], float delta[3]) {
+  for (int i = 0; i < 3; ++i) {
+    float d = 0.f;
+    for (int j = 0; j < 3; ++j) d += kImagenetEigvec[i][j] * alpha[j] * kImagenetEigval[j];
+    delta[i] = 255.f * d;
+  }
+}
+
+namespace {
+
+// Uniform integer in [0, n) from 32 random bits (multiply-shift).
+int UniformInt(uint32_t bits, int n) {
+  return static_cast<int>((static_cast<uint64_t>(bits) * static_cast<uint64_t>(n)) >> 32);
+}
+
+uint64_t PurposeKey(uint64_t seed, RandomPurpose p) {
+  return MixKey(seed, static_cast<uint64_t>(p));
+}
+
+}  // namespace
+
+ImageAugment DrawAugment(const AugmentConfig& cfg, uint64_t seed, int64_t epoch,
+                         int64_t position, bool train, bool mirror, float lighting_sigma) {
+  ImageAugment a;
+  const int span_y = cfg.height - cfg.crop_h + 1, span_x = cfg.width - cfg.crop_w + 1;
+  const uint64_t e = static_cast<uint64_t>(epoch), p = static_cast<uint64_t>(position);
+  if (!train) {
+    a.y0 = (cfg.height - cfg.crop_h) / 2;
+    a.x0 = (cfg.width - cfg.crop_w) / 2;
+    return a;
+  }
+  if (span_y > 1 || span_x > 1) {
+    Philox4 r = Philox4x32(PurposeKey(seed, RandomPurpose::kCrop), e, p);
+    a.y0 = UniformInt(r.v[0], span_y);
+    a.x0 = UniformInt(r.v[1], span_x);
+  }
+  if (mirror) {
+    a.mirror = PhiloxUniform(PurposeKey(seed, RandomPurpose::kMirror), e, p) < 0.5f;
+  }
+  if (lighting_sigma > 0.f && cfg.channels == 3) {
+    const uint64_t key = PurposeKey(seed, RandomPurpose::kLighting);
+    float alpha[3];
+    for (int j = 0; j < 3; ++j) alpha[j] = lighting_sigma * PhiloxNormal(key, e, 3 * p + j);
+    LightingDelta(alpha, a.light);
+  }
+  return a;
+}
+
+void WriteImageCHWN(const uint8_t* hwc, const AugmentConfig& cfg, const ImageAugment& aug,
+                    float* out, int64_t N, int64_t n) {
+  const int W = cfg.width, C = cfg.channels, ch = cfg.crop_h, cw = cfg.crop_w;
+  const float scale = cfg.scale;
+  for (int c = 0; c < C; ++c) {
+    // Per-channel constant part: (light - channel mean), then per pixel - mean image.
+    float offset = aug.light[c];
+    if (cfg.mean == MeanMode::kChannel) offset -= cfg.channel_mean[c];
+    for (int y = 0; y < ch; ++y) {
+      const int sy = aug.y0 + y;
+      const uint8_t* row = hwc + static_cast<int64_t>(sy) * W * C + c;
+      const float* mrow = cfg.mean == MeanMode::kImage
+                              ? cfg.mean_image.data() + static_cast<int64_t>(sy) * W * C + c
+                              : nullptr;
+      float* dst = out + (static_cast<int64_t>(c) * ch + y) * cw * N + n;
+      for (int x = 0; x < cw; ++x) {
+        const int sx = aug.mirror ? aug.x0 + cw - 1 - x : aug.x0 + x;
+        float v = static_cast<float>(row[sx * C]);
+        if (mrow) v -= mrow[sx * C];
+        dst[x * N] = (v + offset) * scale;
+      }
+    }
+  }
+}
+
+void WriteChunkCHWN(const uint8_t* const* hwc, const ImageAugment* augs, int count,
+                    const AugmentConfig& cfg, float* out, int64_t N, int64_t n0) {
+  constexpr int kMax = 64;
+  if (count > kMax) {
+    for (int i = 0; i < count; i += kMax) {
+      WriteChunkCHWN(hwc + i, augs + i, std::min(kMax, count - i), cfg, out, N, n0 + i);
+    }
+    return;
+  }
+  const int W = cfg.width, C = cfg.channels, ch = cfg.crop_h, cw = cfg.crop_w;
+  const float scale = cfg.scale;
+  const uint8_t* rows[kMax];
+  const float* mrows[kMax];
+  float offset[kMax];
+  int base[kMax], step[kMax];  // source column of output x: base + step * x
+  for (int j = 0; j < count; ++j) {
+    base[j] = augs[j].mirror ? augs[j].x0 + cw - 1 : augs[j].x0;
+    step[j] = augs[j].mirror ? -1 : 1;
+  }
+  for (int c = 0; c < C; ++c) {
+    for (int j = 0; j < count; ++j) {
+      offset[j] = augs[j].light[c];
+      if (cfg.mean == MeanMode::kChannel) offset[j] -= cfg.channel_mean[c];
+    }
+    for (int y = 0; y < ch; ++y) {
+      for (int j = 0; j < count; ++j) {
+        const int64_t sy = augs[j].y0 + y;
+        rows[j] = hwc[j] + sy * W * C + c;
+        mrows[j] = cfg.mean == MeanMode::kImage ? cfg.mean_image.data() + sy * W * C + c
+                                                : nullptr;
+      }
+      float* dst = out + (static_cast<int64_t>(c) * ch + y) * cw * N + n0;
+      for (int x = 0; x < cw; ++x) {
+        float* d = dst + static_cast<int64_t>(x) * N;
+        for (int j = 0; j < count; ++j) {
+          const int sx = base[j] + step[j] * x;
+          float v = static_cast<float>(rows[j][sx * C]);
+          if (mrows[j]) v -= mrows[j][sx * C];
+          d[j] = (v + offset[j]) * scale;
+        }
+      }
+    }
+  }
+}
+
+absl::StatusOr<std::vector<Tensor>> TenCrops(const Tensor& images, int crop) {
+  if (images.shape().rank() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("TenCrops: images must be CHWN, got ",
+                                                   images.shape().ToString()));
+  }
+  if (images.device() != Device::kCPU) {
+    return absl::InvalidArgumentError("TenCrops: images must be a host tensor");
+  }
+  const int64_t C = images.c(), H = images.h(), W = images.w(), N = images.n();
+  if (crop <= 0 || crop > H || crop > W) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("TenCrops: crop %d does not fit images of %dx%d", crop, H, W));
+  }
+  const int64_t offs[5][2] = {{(H - crop) / 2, (W - crop) / 2},
+                              {0, 0},
+                              {0, W - crop},
+                              {H - crop, 0},
+                              {H - crop, W - crop}};
+  std::vector<Tensor> out;
+  const float* src = images.data();
+  for (int m = 0; m < 2; ++m) {
+    for (int k = 0; k < 5; ++k) {
+      Tensor t(Shape::CHWN(C, crop, crop, N));
+      float* dst = t.data();
+      for (int64_t c = 0; c < C; ++c) {
+        for (int64_t y = 0; y < crop; ++y) {
+          for (int64_t x = 0; x < crop; ++x) {
+            const int64_t sx = offs[k][1] + (m ? crop - 1 - x : x);
+            const float* s = src + ((c * H + offs[k][0] + y) * W + sx) * N;
+            float* d = dst + ((c * crop + y) * crop + x) * N;
+            std::copy(s, s + N, d);
+          }
+        }
+      }
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+}  // namespace colonnade::data

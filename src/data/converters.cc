@@ -1,0 +1,546 @@
+#include "data/converters.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/philox.h"
+#include "data/image.h"
+#include "data/sampler.h"
+#include "data/shard_format.h"
+
+namespace colonnade::data {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs produce(i) for i in [0, n) on `threads` threads and consume(i, result) on the
+// calling thread in index order, with at most `window` results in flight. The first
+// non-OK status from consume stops everything and is returned.
+template <typename Result>
+absl::Status RunOrdered(int64_t n, int threads, const std::function<Result(int64_t)>& produce,
+                        const std::function<absl::Status(int64_t, Result&)>& consume) {
+  threads = std::max(1, threads);
+  const int64_t window = std::max<int64_t>(64, 8 * threads);
+  std::vector<std::optional<Result>> slots(window);
+  std::mutex mu;
+  std::condition_variable produced_cv, consumed_cv;
+  int64_t next = 0, consumed = 0;
+  bool stop = false;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      while (true) {
+        consumed_cv.wait(lock, [&] { return stop || next >= n || next < consumed + window; });
+        if (stop || next >= n) return;
+        const int64_t i = next++;
+        lock.unlock();
+        Result r = produce(i);
+        lock.lock();
+        slots[i % window] = std::move(r);
+        produced_cv.notify_all();
+      }
+    });
+  }
+  absl::Status status;
+  for (int64_t i = 0; i < n && status.ok(); ++i) {
+    std::optional<Result> r;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      produced_cv.wait(lock, [&] { return slots[i % window].has_value(); });
+      r = std::move(slots[i % window]);
+      slots[i % window].reset();
+      consumed = i + 1;
+    }
+    consumed_cv.notify_all();
+    status = consume(i, *r);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  consumed_cv.notify_all();
+  for (std::thread& t : pool) t.join();
+  return status;
+}
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
+  std::string data;
+  char buf[1 << 16];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) data.append(buf, got);
+  bool err = std::ferror(f);
+  std::fclose(f);
+  if (err) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return data;
+}
+
+absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": cannot open directory"));
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.empty() || n[0] == '.') continue;
+    names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool HasImageExtension(const std::string& name) {
+  std::string lower = absl::AsciiStrToLower(name);
+  return absl::EndsWith(lower, ".jpg") || absl::EndsWith(lower, ".jpeg") ||
+         absl::EndsWith(lower, ".png");
+}
+
+// One image after decoding/resizing/encoding, or the reason it could not be.
+struct Converted {
+  absl::Status status;
+  bool fatal = false;   // an error that --strict or not must stop the conversion
+  Image image;
+  std::string encoded;  // for encoding jpeg
+};
+
+// Fills c->encoded for jpeg output (unless already set by passthrough).
+void EncodeIfNeeded(const ConvertOptions& o, Converted* c) {
+  if (o.encoding != "jpeg" || !c->status.ok() || !c->encoded.empty()) return;
+  absl::StatusOr<std::string> e = EncodeJpeg(c->image, o.jpeg_quality);
+  if (!e.ok()) {
+    c->status = e.status();
+  } else {
+    c->encoded = std::move(*e);
+  }
+}
+
+absl::Status CheckOptions(const ConvertOptions& o) {
+  if (o.encoding != "raw" && o.encoding != "jpeg") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoding '", o.encoding, "' is not raw or jpeg"));
+  }
+  if (o.jpeg_quality < 1 || o.jpeg_quality > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("jpeg_quality ", o.jpeg_quality, " is outside 1..100"));
+  }
+  if (o.channels != 1 && o.channels != 3) {
+    return absl::InvalidArgumentError(absl::StrCat("channels ", o.channels, " is not 1 or 3"));
+  }
+  if (o.shard_size <= 0) return absl::InvalidArgumentError("shard_size must be > 0");
+  if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("val_fraction ", o.val_fraction, " is outside [0, 1)"));
+  }
+  if (o.resize < 0 || o.resize_height < 0 || o.resize_width < 0) {
+    return absl::InvalidArgumentError("resize sizes must be >= 0");
+  }
+  if (o.resize > 0 && (o.resize_height > 0 || o.resize_width > 0)) {
+    return absl::InvalidArgumentError("resize and resize_exact are mutually exclusive");
+  }
+  if ((o.resize_height > 0) != (o.resize_width > 0)) {
+    return absl::InvalidArgumentError("resize_exact needs both a height and a width");
+  }
+  return absl::OkStatus();
+}
+
+// Writes `n` produced images into one dataset directory.
+absl::Status WriteSplit(const std::string& split, const std::string& dir, const ConvertOptions& o,
+                        int height, int width, const std::vector<std::string>& class_names,
+                        int64_t n, const std::function<Converted(int64_t)>& produce,
+                        const std::function<int(int64_t)>& label_of,
+                        const std::vector<float>* mean, const std::string& mean_source,
+                        ConvertReport* report, std::vector<float>* mean_out) {
+  DatasetWriterOptions wo;
+  wo.dir = dir;
+  wo.encoding = o.encoding;
+  wo.height = height;
+  wo.width = width;
+  wo.channels = o.channels;
+  wo.num_classes = static_cast<int>(class_names.size());
+  wo.class_names = class_names;
+  wo.shard_size = o.shard_size;
+  wo.force = o.force;
+  absl::StatusOr<std::unique_ptr<DatasetWriter>> writer = DatasetWriter::Create(wo);
+  if (!writer.ok()) return writer.status();
+  int64_t last_progress = -1;
+  auto last_time = Clock::now();
+  std::function<absl::Status(int64_t, Converted&)> consume = [&](int64_t i, Converted& c) {
+    if (!c.status.ok()) {
+      if (o.strict || c.fatal) return c.status;
+      ++report->skipped;
+      if (report->skipped_messages.size() < 20) {
+        report->skipped_messages.push_back(std::string(c.status.message()));
+      }
+    } else {
+      absl::Status s = (*writer)->Add(c.image.pixels.data(), &c.encoded, label_of(i));
+      if (!s.ok()) return s;
+    }
+    if (o.progress && (i + 1 == n || Clock::now() - last_time > std::chrono::milliseconds(200))) {
+      last_time = Clock::now();
+      if (i != last_progress) o.progress(split, i + 1, n);
+      last_progress = i;
+    }
+    return absl::OkStatus();
+  };
+  absl::Status s = RunOrdered<Converted>(n, o.threads, produce, consume);
+  if (!s.ok()) return s;
+  s = (*writer)->Finish(mean, mean_source);
+  if (!s.ok()) return s;
+  report->output_dirs.push_back(dir);
+  report->written.push_back((*writer)->count());
+  if (mean_out != nullptr) {
+    absl::StatusOr<std::vector<float>> m = ReadMeanImage(dir, height, width, o.channels);
+    if (!m.ok()) return m.status();
+    *mean_out = std::move(*m);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> MeanFromOption(const ConvertOptions& o, int h, int w) {
+  if (o.mean_from.empty()) return std::vector<float>();
+  return ReadMeanImage(o.mean_from, h, w, o.channels);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> ReadMeanImage(const std::string& dir, int height, int width,
+                                                 int channels) {
+  absl::StatusOr<DatasetIndex> idx = ReadDatasetIndex(dir);
+  if (!idx.ok()) return idx.status();
+  if (idx->info.height != height || idx->info.width != width ||
+      idx->info.channels != channels) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: /mean_image: shape is [%d, %d, %d], expected [%d, %d, %d]",
+        JoinPath(dir, kIndexFileName), idx->info.height, idx->info.width, idx->info.channels,
+        height, width, channels));
+  }
+  return idx->mean_image;
+}
+
+// ---- CIFAR-10 binary ------------------------------------------------------------------
+
+absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
+                                                   const std::string& output_dir,
+                                                   const ConvertOptions& o_in) {
+  ConvertOptions o = o_in;
+  o.channels = 3;
+  absl::Status s = CheckOptions(o);
+  if (!s.ok()) return s;
+  const auto t0 = Clock::now();
+  constexpr int kRecord = 1 + 32 * 32 * 3;
+  std::vector<std::string> class_names = {"airplane", "automobile", "bird", "cat", "deer",
+                                          "dog", "frog", "horse", "ship", "truck"};
+  const std::string meta = JoinPath(input_dir, "batches.meta.txt");
+  if (absl::StatusOr<std::string> m = ReadFile(meta); m.ok()) {
+    std::vector<std::string> names;
+    for (absl::string_view line : absl::StrSplit(*m, '\n')) {
+      std::string t(absl::StripAsciiWhitespace(line));
+      if (!t.empty()) names.push_back(t);
+    }
+    if (names.size() != 10) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: has %d class names, expected 10", meta, names.size()));
+    }
+    class_names = names;
+  }
+  ConvertReport report;
+  std::vector<float> train_mean;
+  struct Split {
+    const char* name;
+    std::vector<std::string> files;
+  } splits[2] = {{"train",
+                  {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+                   "data_batch_4.bin", "data_batch_5.bin"}},
+                 {"test", {"test_batch.bin"}}};
+  for (const Split& split : splits) {
+    std::string records;
+    for (const std::string& f : split.files) {
+      const std::string path = JoinPath(input_dir, f);
+      absl::StatusOr<std::string> data = ReadFile(path);
+      if (!data.ok()) return absl::NotFoundError(absl::StrCat(path, ": file not found"));
+      if (data->empty() || data->size() % kRecord != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: size %d bytes is not a positive multiple of the %d-byte record (truncated?)",
+            path, data->size(), kRecord));
+      }
+      const int64_t n = static_cast<int64_t>(data->size() / kRecord);
+      for (int64_t i = 0; i < n; ++i) {
+        const int label = static_cast<uint8_t>((*data)[i * kRecord]);
+        if (label >= 10) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "%s: label: label %d at index %d is >= num_classes 10", path, label, i));
+        }
+      }
+      records += *data;
+    }
+    const int64_t n = static_cast<int64_t>(records.size() / kRecord);
+    std::function<Converted(int64_t)> produce = [&](int64_t i) {
+      Converted c;
+      const uint8_t* r = reinterpret_cast<const uint8_t*>(records.data()) + i * kRecord + 1;
+      c.image.height = 32;
+      c.image.width = 32;
+      c.image.channels = 3;
+      c.image.pixels.resize(32 * 32 * 3);
+      // The record stores the red plane, then green, then blue (1024 bytes each).
+      for (int p = 0; p < 1024; ++p) {
+        for (int ch = 0; ch < 3; ++ch) c.image.pixels[p * 3 + ch] = r[ch * 1024 + p];
+      }
+      EncodeIfNeeded(o, &c);
+      return c;
+    };
+    std::function<int(int64_t)> label_of = [&](int64_t i) {
+      return static_cast<int>(static_cast<uint8_t>(records[i * kRecord]));
+    };
+    const bool is_test = std::string(split.name) == "test";
+    absl::StatusOr<std::vector<float>> given = MeanFromOption(o, 32, 32);
+    if (!given.ok()) return given.status();
+    const std::vector<float>* mean = nullptr;
+    std::string mean_source;
+    if (!given->empty()) {
+      mean = &*given;
+      mean_source = o.mean_from;
+    } else if (is_test) {
+      mean = &train_mean;
+      mean_source = "train";
+    }
+    s = WriteSplit(split.name, JoinPath(output_dir, split.name), o, 32, 32, class_names, n,
+                   produce, label_of, mean, mean_source, &report, is_test ? nullptr : &train_mean);
+    if (!s.ok()) return s;
+  }
+  report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return report;
+}
+
+// ---- image folders ----------------------------------------------------------------------
+
+absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
+                                                 const std::string& output_dir,
+                                                 const ConvertOptions& o) {
+  absl::Status s = CheckOptions(o);
+  if (!s.ok()) return s;
+  const auto t0 = Clock::now();
+  if (!IsDir(root)) return absl::NotFoundError(absl::StrCat(root, ": directory not found"));
+  absl::StatusOr<std::vector<std::string>> entries = ListDir(root);
+  if (!entries.ok()) return entries.status();
+  ConvertReport report;
+  std::vector<std::string> classes;
+  struct Item {
+    std::string path;
+    int label;
+  };
+  std::vector<Item> items;
+  for (const std::string& e : *entries) {
+    const std::string dir = JoinPath(root, e);
+    if (!IsDir(dir)) {
+      ++report.ignored;
+      continue;
+    }
+    absl::StatusOr<std::vector<std::string>> files = ListDir(dir);
+    if (!files.ok()) return files.status();
+    const int label = static_cast<int>(classes.size());
+    classes.push_back(e);
+    for (const std::string& f : *files) {
+      if (HasImageExtension(f) && !IsDir(JoinPath(dir, f))) {
+        items.push_back({JoinPath(dir, f), label});
+      } else {
+        ++report.ignored;
+      }
+    }
+  }
+  if (classes.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(root, ": no class directories (expected ROOT/<class>/<image files>)"));
+  }
+  if (items.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(root, ": no image files (.jpg, .jpeg, .png) in the class directories"));
+  }
+  // Storage order: a seeded permutation, so shards are not sorted by class.
+  if (o.shuffle) {
+    std::vector<int64_t> perm = EpochPermutation(
+        static_cast<int64_t>(items.size()), MixKey(o.seed, StringHash("make_shards order")), 0);
+    std::vector<Item> shuffled;
+    shuffled.reserve(items.size());
+    for (int64_t p : perm) shuffled.push_back(items[p]);
+    items = std::move(shuffled);
+  }
+  // Target size.
+  int height = o.resize > 0 ? o.resize : o.resize_height;
+  int width = o.resize > 0 ? o.resize : o.resize_width;
+  std::string size_source;
+  if (height == 0) {
+    // Every image must have the size of the first decodable one.
+    for (const Item& it : items) {
+      absl::StatusOr<std::string> bytes = ReadFile(it.path);
+      if (!bytes.ok()) continue;
+      Image img;
+      if (DecodeImage(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
+                      o.channels, &img).ok()) {
+        height = img.height;
+        width = img.width;
+        size_source = it.path;
+        break;
+      }
+    }
+    if (height == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(root, ": no decodable image found"));
+    }
+  }
+  const bool resizing = o.resize > 0 || o.resize_height > 0;
+  // produce for the item list `list`.
+  auto make_produce = [&](const std::vector<Item>* list) {
+    return std::function<Converted(int64_t)>([&, list](int64_t i) {
+      Converted c;
+      const std::string& path = (*list)[i].path;
+      absl::StatusOr<std::string> bytes = ReadFile(path);
+      if (!bytes.ok()) {
+        c.status = bytes.status();
+        return c;
+      }
+      const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes->data());
+      Image img;
+      absl::Status d = DecodeImage(data, bytes->size(), o.channels, &img,
+                                   resizing ? height : 0, resizing ? width : 0);
+      if (!d.ok()) {
+        c.status = absl::Status(d.code(), absl::StrCat(path, ": ", d.message()));
+        return c;
+      }
+      const bool same_size = img.height == height && img.width == width;
+      if (same_size) {
+        c.image = std::move(img);
+        if (o.encoding == "jpeg" && o.jpeg_passthrough &&
+            SniffFormat(data, bytes->size()) == ImageFormat::kJpeg) {
+          c.encoded = std::move(*bytes);  // decodes to exactly c.image
+        }
+      } else if (o.resize > 0) {
+        c.image = ResizeShorterAndCenterCrop(img, o.resize);
+      } else if (o.resize_height > 0) {
+        c.image = Resize(img, o.resize_height, o.resize_width);
+      } else {
+        c.status = absl::InvalidArgumentError(absl::StrFormat(
+            "%s: image is %dx%d, but %s is %dx%d; pass --resize or --resize_exact", path,
+            img.width, img.height, size_source, width, height));
+        c.fatal = true;
+        return c;
+      }
+      EncodeIfNeeded(o, &c);
+      if (!c.status.ok()) {
+        c.status = absl::Status(c.status.code(), absl::StrCat(path, ": ", c.status.message()));
+      }
+      return c;
+    });
+  };
+  // Split.
+  std::vector<Item> train, val;
+  if (o.val_fraction > 0) {
+    std::vector<int64_t> per_class(classes.size(), 0), val_target(classes.size(), 0),
+        val_taken(classes.size(), 0);
+    for (const Item& it : items) ++per_class[it.label];
+    for (size_t k = 0; k < classes.size(); ++k) {
+      val_target[k] = static_cast<int64_t>(std::llround(per_class[k] * o.val_fraction));
+    }
+    for (const Item& it : items) {
+      if (val_taken[it.label] < val_target[it.label]) {
+        ++val_taken[it.label];
+        val.push_back(it);
+      } else {
+        train.push_back(it);
+      }
+    }
+  } else {
+    train = std::move(items);
+  }
+  absl::StatusOr<std::vector<float>> given = MeanFromOption(o, height, width);
+  if (!given.ok()) return given.status();
+  const std::vector<float>* mean = given->empty() ? nullptr : &*given;
+  std::vector<float> train_mean;
+  auto write = [&](const std::string& split, const std::string& dir, const std::vector<Item>& list,
+                   const std::vector<float>* m, const std::string& msrc,
+                   std::vector<float>* mean_out) -> absl::Status {
+    std::function<int(int64_t)> label_of = [&list](int64_t i) { return list[i].label; };
+    return WriteSplit(split, dir, o, height, width, classes, static_cast<int64_t>(list.size()),
+                      make_produce(&list), label_of, m, msrc, &report, mean_out);
+  };
+  if (o.val_fraction > 0) {
+    s = write("train", JoinPath(output_dir, "train"), train, mean, o.mean_from,
+              mean ? nullptr : &train_mean);
+    if (!s.ok()) return s;
+    s = write("val", JoinPath(output_dir, "val"), val, mean ? mean : &train_mean,
+              mean ? o.mean_from : "train", nullptr);
+  } else {
+    s = write("all", output_dir, train, mean, o.mean_from, nullptr);
+  }
+  if (!s.ok()) return s;
+  report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return report;
+}
+
+// ---- synthetic ------------------------------------------------------------------------------
+
+absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth,
+                                                   int64_t test_size,
+                                                   const std::string& output_dir,
+                                                   const ConvertOptions& o_in) {
+  ConvertOptions o = o_in;
+  o.channels = synth.channels;
+  absl::Status s = CheckOptions(o);
+  if (!s.ok()) return s;
+  const auto t0 = Clock::now();
+  ConvertReport report;
+  std::vector<float> train_mean;
+  for (int split = 0; split < 2; ++split) {
+    SyntheticOptions so = synth;
+    so.held_out = split == 1;
+    if (split == 1) {
+      if (test_size <= 0) break;
+      so.size = test_size;
+    }
+    absl::StatusOr<std::unique_ptr<Dataset>> ds = MakeSyntheticDataset(so);
+    if (!ds.ok()) return ds.status();
+    Dataset* d = ds->get();
+    const DatasetInfo& info = d->info();
+    std::function<Converted(int64_t)> produce = [&](int64_t i) {
+      Converted c;
+      c.image.height = info.height;
+      c.image.width = info.width;
+      c.image.channels = info.channels;
+      absl::StatusOr<int> l = d->Read(i, &c.image.pixels);
+      if (!l.ok()) c.status = l.status();
+      EncodeIfNeeded(o, &c);
+      return c;
+    };
+    std::function<int(int64_t)> label_of = [d](int64_t i) { return d->Label(i); };
+    const char* name = split == 0 ? "train" : "test";
+    s = WriteSplit(name, JoinPath(output_dir, name), o, info.height, info.width,
+                   info.class_names, info.size, produce, label_of,
+                   split == 1 ? &train_mean : nullptr, split == 1 ? "train" : "",
+                   &report, split == 0 ? &train_mean : nullptr);
+    if (!s.ok()) return s;
+  }
+  report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return report;
+}
+
+}  // namespace colonnade::data

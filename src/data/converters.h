@@ -1,0 +1,74 @@
+// Converters that write shard directories (the library side of the make_shards tool):
+// CIFAR-10's official binary batches, image-folder trees (ROOT/<class>/*.jpg|jpeg|png),
+// and the synthetic dataset. All output is deterministic: the same input and options give
+// byte-identical files for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data/dataset.h"
+
+namespace colonnade::data {
+
+struct ConvertOptions {
+  std::string encoding = "raw";  // "raw" (decoded uint8) or "jpeg"
+  int jpeg_quality = 90;         // when (re-)encoding JPEG
+  // Folder source with encoding jpeg: store a source JPEG's original bytes when it needs
+  // no resize and decodes to the stored channel count directly (no second compression).
+  bool jpeg_passthrough = true;
+  int resize = 0;                // folder: shorter side -> resize, then centre crop (AlexNet: 256)
+  int resize_height = 0, resize_width = 0;  // folder: exact resize (ignores aspect ratio)
+  int channels = 3;              // stored channels (grayscale sources are replicated)
+  int64_t shard_size = 10000;    // images per shard file
+  int threads = 2;               // decode/encode threads
+  bool strict = false;           // folder: an undecodable file is fatal (default: skip + count)
+  bool force = false;            // overwrite existing dataset files in the output dirs
+  uint64_t seed = 1;             // storage shuffle, validation split, synthetic data
+  bool shuffle = true;           // store images in a seeded random order (not class-sorted)
+  double val_fraction = 0.0;     // folder/synthetic: hold out this fraction as OUT/val
+  std::string mean_from;         // store this dataset dir's mean image instead of computing
+  // Called from the writing thread with (split name, images done, images total).
+  std::function<void(const std::string&, int64_t, int64_t)> progress;
+};
+
+struct ConvertReport {
+  std::vector<std::string> output_dirs;  // one per split written
+  std::vector<int64_t> written;          // images per split
+  int64_t skipped = 0;                   // undecodable files skipped (non-strict)
+  std::vector<std::string> skipped_messages;  // first 20 "path: reason"
+  int64_t ignored = 0;                   // files without an image extension
+  double seconds = 0;
+};
+
+// input_dir holds data_batch_1.bin ... data_batch_5.bin and test_batch.bin (and optionally
+// batches.meta.txt with the class names). Writes OUT/train (50,000) and OUT/test (10,000;
+// it stores the training mean image, mean_source "train").
+absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
+                                                   const std::string& output_dir,
+                                                   const ConvertOptions& o);
+
+// root/<class>/<file>: classes are the sorted sub-directory names, label = rank in that
+// order; files with extension .jpg/.jpeg/.png (any case) are images, others are ignored
+// (counted). Without resize options every image must have the first image's size. With
+// val_fraction > 0 writes OUT/train and OUT/val (a stratified, seeded split; val stores
+// the train mean), otherwise OUT itself.
+absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
+                                                 const std::string& output_dir,
+                                                 const ConvertOptions& o);
+
+// Writes OUT/train (synth, held_out=false) and OUT/test (test_size images of the
+// held-out split; stores the train mean).
+absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth,
+                                                   int64_t test_size,
+                                                   const std::string& output_dir,
+                                                   const ConvertOptions& o);
+
+// The mean image stored in a dataset directory (for --mean_from).
+absl::StatusOr<std::vector<float>> ReadMeanImage(const std::string& dir, int height, int width,
+                                                 int channels);
+
+}  // namespace colonnade::data

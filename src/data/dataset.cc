@@ -1,0 +1,126 @@
+#include "data/dataset.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "data/image.h"
+#include "data/shard_format.h"
+
+namespace colonnade::data {
+
+Dataset::~Dataset() = default;
+
+namespace {
+
+// A validated shard directory. Labels (and JPEG offsets) of every shard are held in
+// memory after validation, so Read touches HDF5 once per image (under the lock) and
+// decodes outside it.
+class ShardDataset : public Dataset {
+ public:
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& dir) {
+    absl::StatusOr<DatasetIndex> index = ReadDatasetIndex(dir);
+    if (!index.ok()) return index.status();
+    std::unique_ptr<ShardDataset> ds(new ShardDataset());
+    ds->index_ = std::move(*index);
+    const DatasetIndex& idx = ds->index_;
+    const int S = static_cast<int>(idx.shard_files.size());
+    ds->labels_.reserve(idx.info.size);
+    ds->shard_start_.push_back(0);
+    std::vector<int64_t> counts(idx.info.num_classes, 0);
+    for (int s = 0; s < S; ++s) {
+      absl::StatusOr<ShardContents> c = ValidateShard(idx, s);
+      if (!c.ok()) return c.status();
+      for (int32_t l : c->labels) ++counts[l];
+      ds->labels_.insert(ds->labels_.end(), c->labels.begin(), c->labels.end());
+      ds->offsets_.push_back(std::move(c->offsets));
+      ds->shard_start_.push_back(ds->shard_start_.back() + idx.shard_sizes[s]);
+    }
+    for (int k = 0; k < idx.info.num_classes; ++k) {
+      if (counts[k] != idx.info.class_counts[k]) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: /class_counts: class %d has count %d, but the shards hold %d labels %d",
+            JoinPath(idx.info.path, kIndexFileName), k, idx.info.class_counts[k], counts[k], k));
+      }
+    }
+    ds->cache_ = std::make_unique<ShardFileCache>(&ds->index_);
+    return std::unique_ptr<Dataset>(std::move(ds));
+  }
+
+  const DatasetInfo& info() const override { return index_.info; }
+  const std::vector<float>& mean_image() const override { return index_.mean_image; }
+  int Label(int64_t index) const override { return labels_[index]; }
+
+  absl::StatusOr<int> Read(int64_t index, std::vector<uint8_t>* pixels) override {
+    const DatasetInfo& info = index_.info;
+    if (index < 0 || index >= info.size) {
+      return absl::OutOfRangeError(absl::StrFormat("%s: image index %d is outside [0, %d)",
+                                                   info.path, index, info.size));
+    }
+    // Shard holding `index`: binary search over the start offsets.
+    int shard = static_cast<int>(
+        std::upper_bound(shard_start_.begin(), shard_start_.end(), index) -
+        shard_start_.begin() - 1);
+    const int64_t local = index - shard_start_[shard];
+    const size_t bytes = static_cast<size_t>(info.height) * info.width * info.channels;
+    if (info.encoding == "raw") {
+      pixels->resize(bytes);
+      absl::Status s = cache_->ReadRaw(shard, local, pixels->data());
+      if (!s.ok()) return s;
+      return labels_[index];
+    }
+    thread_local std::string encoded;
+    thread_local Image decoded;
+    const std::vector<int64_t>& off = offsets_[shard];
+    absl::Status s = cache_->ReadBytes(shard, off[local], off[local + 1], &encoded);
+    if (!s.ok()) return s;
+    s = DecodeJpeg(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size(),
+                   info.channels, &decoded);
+    if (!s.ok()) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: /images: image %d: %s", JoinPath(info.path, index_.shard_files[shard]), local,
+          s.message()));
+    }
+    if (decoded.height != info.height || decoded.width != info.width) {
+      decoded = Resize(decoded, info.height, info.width);
+    }
+    pixels->assign(decoded.pixels.begin(), decoded.pixels.end());
+    return labels_[index];
+  }
+
+ private:
+  ShardDataset() = default;
+  DatasetIndex index_;
+  std::vector<int32_t> labels_;
+  std::vector<std::vector<int64_t>> offsets_;
+  std::vector<int64_t> shard_start_;
+  std::unique_ptr<ShardFileCache> cache_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec,
+                                                     const SyntheticOptions& synth) {
+  if (spec == "synthetic") return MakeSyntheticDataset(synth);
+  if (spec == "synthetic:train" || spec == "synthetic:test") {
+    SyntheticOptions o = synth;
+    o.held_out = spec == "synthetic:test";
+    return MakeSyntheticDataset(o);
+  }
+  if (absl::StartsWith(spec, "synthetic:")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset spec '", spec, "': expected synthetic, synthetic:train or synthetic:test"));
+  }
+  std::string dir = spec;
+  if (absl::EndsWith(dir, std::string("/") + kIndexFileName)) {
+    dir = dir.substr(0, dir.size() - std::string(kIndexFileName).size() - 1);
+  } else if (dir == kIndexFileName) {
+    dir = ".";
+  }
+  return ShardDataset::Open(dir);
+}
+
+}  // namespace colonnade::data

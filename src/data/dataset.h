@@ -1,0 +1,68 @@
+// Random-access image classification datasets: HDF5 shard directories (docs/DATA.md) and
+// an in-memory synthetic dataset that a small CNN can learn.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace colonnade::data {
+
+struct DatasetInfo {
+  int64_t size = 0;                      // number of images
+  int height = 0, width = 0, channels = 0;
+  int num_classes = 0;
+  std::vector<std::string> class_names;  // num_classes entries
+  std::string encoding;                  // "raw", "jpeg" (shards) or "synthetic"
+  std::string path;                      // shard directory, or the synthetic spec
+  std::vector<int64_t> class_counts;     // images per class
+};
+
+class Dataset {  // random access; Read is thread-safe
+ public:
+  virtual ~Dataset();
+  virtual const DatasetInfo& info() const = 0;
+  // Decodes image `index` into height x width x channels uint8 (interleaved, RGB), and
+  // returns its label. Errors name the file and the field.
+  virtual absl::StatusOr<int> Read(int64_t index, std::vector<uint8_t>* pixels) = 0;
+  // Label only, without decoding (cheap; labels are held in memory).
+  virtual int Label(int64_t index) const = 0;
+  // Mean image (height x width x channels float, pixel units 0..255) as stored with the
+  // dataset; synthetic: computed at construction (see SyntheticOptions).
+  virtual const std::vector<float>& mean_image() const = 0;
+};
+
+// The synthetic dataset: class k is a smooth random colour pattern keyed by (seed, k);
+// image i of a split is that pattern under a random circular shift, contrast and
+// brightness change plus pixel noise, all keyed by (seed, split, i). Labels are i mod
+// num_classes (balanced). The held-out split draws other images of the same classes, so
+// the train and held-out splits never share an image. Everything is a pure function of
+// the options (Philox), so Read is cheap, thread-safe and reproducible anywhere.
+struct SyntheticOptions {
+  int64_t size = 10000;
+  int height = 32, width = 32, channels = 3;
+  int num_classes = 10;
+  uint64_t seed = 1;
+  bool held_out = false;   // the held-out (test) split
+  float noise = 24.0f;     // amplitude of the per-pixel noise, in pixel units (0..255)
+  int max_shift = -1;      // largest circular shift in pixels; -1 = width / 8
+  // mean_image() is computed (on its first call) over the first min(size, mean_images)
+  // images.
+  int64_t mean_images = 4096;
+};
+
+// spec: "synthetic" (options from `synth`), "synthetic:train" / "synthetic:test" (same,
+// with held_out forced false / true), or a shard directory written by make_shards (or the
+// path of its dataset.h5). Shard directories are validated completely on open: every
+// attribute and dataset of every shard, and every label.
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec,
+                                                     const SyntheticOptions& synth = {});
+
+// The synthetic dataset directly.
+absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const SyntheticOptions& o);
+
+}  // namespace colonnade::data

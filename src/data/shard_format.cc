@@ -1,0 +1,632 @@
+#include "data/shard_format.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace colonnade::data {
+
+std::string ShardFileName(int index) { return absl::StrFormat("shard-%05d.h5", index); }
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  if (dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+namespace {
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+absl::Status MakeDirs(const std::string& path) {
+  if (path.empty() || IsDir(path)) return absl::OkStatus();
+  size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) {
+    absl::Status s = MakeDirs(path.substr(0, slash));
+    if (!s.ok()) return s;
+  }
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot create directory: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+bool IsShardName(const std::string& n) {
+  return absl::StartsWith(n, "shard-") && absl::EndsWith(n, ".h5");
+}
+
+}  // namespace
+
+// ---- DatasetWriter --------------------------------------------------------------------
+
+DatasetWriter::DatasetWriter(DatasetWriterOptions o) : o_(std::move(o)) {}
+
+DatasetWriter::~DatasetWriter() {
+  h5::Lock lock;
+  images_.Reset();
+  file_.Reset();
+}
+
+absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
+    const DatasetWriterOptions& o) {
+  if (o.encoding != "raw" && o.encoding != "jpeg") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoding '", o.encoding, "' is not raw or jpeg"));
+  }
+  if (o.height <= 0 || o.width <= 0 || (o.channels != 1 && o.channels != 3)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "image size %dx%dx%d is invalid (channels must be 1 or 3)", o.height, o.width,
+        o.channels));
+  }
+  if (o.num_classes <= 0 || static_cast<int>(o.class_names.size()) != o.num_classes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "num_classes %d with %d class names", o.num_classes, o.class_names.size()));
+  }
+  if (o.shard_size <= 0) return absl::InvalidArgumentError("shard_size must be > 0");
+  absl::Status s = MakeDirs(o.dir);
+  if (!s.ok()) return s;
+  // Existing dataset files: refuse, or delete exactly those with force.
+  std::vector<std::string> ours;
+  if (DIR* d = ::opendir(o.dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n == kIndexFileName || IsShardName(n)) ours.push_back(n);
+    }
+    ::closedir(d);
+  } else {
+    return absl::PermissionDeniedError(absl::StrCat(o.dir, ": cannot list directory"));
+  }
+  if (!ours.empty()) {
+    if (!o.force) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          o.dir, ": already holds a dataset (", ours.size(),
+          " files such as ", ours.front(), "); pass --force to overwrite"));
+    }
+    for (const std::string& n : ours) {
+      std::string p = JoinPath(o.dir, n);
+      if (::unlink(p.c_str()) != 0) {
+        return absl::PermissionDeniedError(absl::StrCat(p, ": cannot delete: ",
+                                                        std::strerror(errno)));
+      }
+    }
+  }
+  std::unique_ptr<DatasetWriter> w(new DatasetWriter(o));
+  w->image_bytes_ = static_cast<int64_t>(o.height) * o.width * o.channels;
+  w->sum_.assign(w->image_bytes_, 0.0);
+  w->class_counts_.assign(o.num_classes, 0);
+  return w;
+}
+
+absl::Status DatasetWriter::OpenShard() {
+  std::string name = ShardFileName(static_cast<int>(shard_files_.size()));
+  std::string path = JoinPath(o_.dir, name);
+  absl::StatusOr<h5::Handle> f = h5::CreateFile(path);
+  if (!f.ok()) return f.status();
+  file_ = std::move(*f);
+  labels_.clear();
+  jpeg_bytes_.clear();
+  offsets_.assign(1, 0);
+  if (o_.encoding == "raw") {
+    hsize_t dims[4] = {static_cast<hsize_t>(o_.shard_size), static_cast<hsize_t>(o_.height),
+                       static_cast<hsize_t>(o_.width), static_cast<hsize_t>(o_.channels)};
+    hsize_t maxdims[4] = {H5S_UNLIMITED, dims[1], dims[2], dims[3]};
+    // One image per chunk: a random read touches exactly one chunk, uncompressed, so it
+    // is a single contiguous read of H*W*C bytes with no decompression.
+    hsize_t chunk[4] = {1, dims[1], dims[2], dims[3]};
+    h5::Handle space = h5::SpaceHandle(H5Screate_simple(4, dims, maxdims));
+    h5::Handle dcpl = h5::PlistHandle(H5Pcreate(H5P_DATASET_CREATE));
+    H5Pset_chunk(dcpl.get(), 4, chunk);
+    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+    H5Pset_obj_track_times(dcpl.get(), false);
+    images_ = h5::DatasetHandle(H5Dcreate2(file_.get(), "/images", H5T_STD_U8LE, space.get(),
+                                           H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+    if (!images_.valid()) {
+      return absl::InternalError(absl::StrCat(path, ": /images: cannot create dataset"));
+    }
+  }
+  shard_files_.push_back(name);
+  shard_sizes_.push_back(0);
+  return absl::OkStatus();
+}
+
+absl::Status DatasetWriter::CloseShard() {
+  const std::string path = JoinPath(o_.dir, shard_files_.back());
+  const int64_t n = static_cast<int64_t>(labels_.size());
+  hid_t f = file_.get();
+  absl::Status s;
+  if (o_.encoding == "raw") {
+    hsize_t dims[4] = {static_cast<hsize_t>(n), static_cast<hsize_t>(o_.height),
+                       static_cast<hsize_t>(o_.width), static_cast<hsize_t>(o_.channels)};
+    if (H5Dset_extent(images_.get(), dims) < 0) {
+      return absl::InternalError(absl::StrCat(path, ": /images: cannot set extent"));
+    }
+    images_.Reset();
+  } else {
+    s = h5::WriteDataset(f, "/images", h5::Dtype::kUint8,
+                         {static_cast<int64_t>(jpeg_bytes_.size())}, jpeg_bytes_.data());
+    if (s.ok()) {
+      s = h5::WriteDataset(f, "/offsets", h5::Dtype::kInt64, {n + 1}, offsets_.data());
+    }
+  }
+  if (s.ok()) s = h5::WriteDataset(f, "/labels", h5::Dtype::kInt32, {n}, labels_.data());
+  if (s.ok()) s = h5::WriteStringAttr(f, "format", kShardFormat);
+  if (s.ok()) s = h5::WriteIntAttr(f, "version", kShardFormatVersion);
+  if (s.ok()) s = h5::WriteStringAttr(f, "encoding", o_.encoding);
+  if (s.ok()) s = h5::WriteIntAttr(f, "height", o_.height);
+  if (s.ok()) s = h5::WriteIntAttr(f, "width", o_.width);
+  if (s.ok()) s = h5::WriteIntAttr(f, "channels", o_.channels);
+  if (s.ok()) s = h5::WriteIntAttr(f, "num_classes", o_.num_classes);
+  if (s.ok()) s = h5::WriteIntAttr(f, "count", n);
+  if (s.ok()) s = h5::WriteIntAttr(f, "shard_index", static_cast<int64_t>(shard_files_.size()) - 1);
+  if (!s.ok()) return absl::InternalError(absl::StrCat(path, ": ", s.message()));
+  if (H5Fflush(f, H5F_SCOPE_LOCAL) < 0) {
+    return absl::InternalError(absl::StrCat(path, ": flush failed"));
+  }
+  file_.Reset();
+  jpeg_bytes_.clear();
+  jpeg_bytes_.shrink_to_fit();
+  return absl::OkStatus();
+}
+
+absl::Status DatasetWriter::Add(const uint8_t* pixels, const std::string* encoded, int label) {
+  if (finished_) return absl::FailedPreconditionError("DatasetWriter::Add after Finish");
+  if (label < 0 || label >= o_.num_classes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "label %d of image %d is outside [0, %d)", label, total_, o_.num_classes));
+  }
+  if (o_.encoding == "jpeg" && (encoded == nullptr || encoded->empty())) {
+    return absl::InvalidArgumentError("encoding jpeg needs the encoded bytes of every image");
+  }
+  h5::Lock lock;
+  if (!file_.valid()) {
+    absl::Status s = OpenShard();
+    if (!s.ok()) return s;
+  }
+  const int64_t local = static_cast<int64_t>(labels_.size());
+  if (o_.encoding == "raw") {
+    hsize_t start[4] = {static_cast<hsize_t>(local), 0, 0, 0};
+    hsize_t count[4] = {1, static_cast<hsize_t>(o_.height), static_cast<hsize_t>(o_.width),
+                        static_cast<hsize_t>(o_.channels)};
+    h5::Handle fspace = h5::SpaceHandle(H5Dget_space(images_.get()));
+    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+    h5::Handle mspace = h5::SpaceHandle(H5Screate_simple(4, count, nullptr));
+    if (H5Dwrite(images_.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(), H5P_DEFAULT,
+                 pixels) < 0) {
+      return absl::InternalError(absl::StrCat(JoinPath(o_.dir, shard_files_.back()),
+                                              ": /images: write failed (disk full?)"));
+    }
+  } else {
+    jpeg_bytes_.append(*encoded);
+    offsets_.push_back(static_cast<int64_t>(jpeg_bytes_.size()));
+  }
+  labels_.push_back(label);
+  for (int64_t i = 0; i < image_bytes_; ++i) sum_[i] += pixels[i];
+  ++class_counts_[label];
+  ++shard_sizes_.back();
+  ++total_;
+  if (static_cast<int64_t>(labels_.size()) == o_.shard_size) return CloseShard();
+  return absl::OkStatus();
+}
+
+absl::Status DatasetWriter::Finish(const std::vector<float>* mean,
+                                   const std::string& mean_source) {
+  if (finished_) return absl::FailedPreconditionError("DatasetWriter::Finish called twice");
+  finished_ = true;
+  h5::Lock lock;
+  if (file_.valid()) {
+    absl::Status s = CloseShard();
+    if (!s.ok()) return s;
+  }
+  if (total_ == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o_.dir, ": no images to write (empty dataset)"));
+  }
+  std::vector<float> mean_image(image_bytes_);
+  std::string source = "computed";
+  if (mean != nullptr) {
+    if (static_cast<int64_t>(mean->size()) != image_bytes_) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "given mean image has %d values, expected %dx%dx%d", mean->size(), o_.height,
+          o_.width, o_.channels));
+    }
+    mean_image = *mean;
+    source = mean_source.empty() ? "given" : mean_source;
+  } else {
+    for (int64_t i = 0; i < image_bytes_; ++i) {
+      mean_image[i] = static_cast<float>(sum_[i] / static_cast<double>(total_));
+    }
+  }
+  const std::string path = JoinPath(o_.dir, kIndexFileName);
+  // Written to a temporary name and renamed: dataset.h5 appears only when complete.
+  const std::string tmp = path + ".tmp";
+  {
+    absl::StatusOr<h5::Handle> f = h5::CreateFile(tmp);
+    if (!f.ok()) return f.status();
+    hid_t id = f->get();
+    absl::Status s = h5::WriteStringAttr(id, "format", kDatasetFormat);
+    if (s.ok()) s = h5::WriteIntAttr(id, "version", kShardFormatVersion);
+    if (s.ok()) s = h5::WriteStringAttr(id, "encoding", o_.encoding);
+    if (s.ok()) s = h5::WriteIntAttr(id, "height", o_.height);
+    if (s.ok()) s = h5::WriteIntAttr(id, "width", o_.width);
+    if (s.ok()) s = h5::WriteIntAttr(id, "channels", o_.channels);
+    if (s.ok()) s = h5::WriteIntAttr(id, "num_classes", o_.num_classes);
+    if (s.ok()) s = h5::WriteIntAttr(id, "size", total_);
+    if (s.ok()) s = h5::WriteIntAttr(id, "num_shards", static_cast<int64_t>(shard_files_.size()));
+    if (s.ok()) s = h5::WriteStringAttr(id, "mean_source", source);
+    if (s.ok()) s = h5::WriteStrings(id, "/class_names", o_.class_names);
+    if (s.ok()) {
+      s = h5::WriteDataset(id, "/class_counts", h5::Dtype::kInt64, {o_.num_classes},
+                           class_counts_.data());
+    }
+    if (s.ok()) {
+      s = h5::WriteDataset(id, "/mean_image", h5::Dtype::kFloat32,
+                           {o_.height, o_.width, o_.channels}, mean_image.data());
+    }
+    if (s.ok()) s = h5::WriteStrings(id, "/shard_files", shard_files_);
+    if (s.ok()) {
+      s = h5::WriteDataset(id, "/shard_sizes", h5::Dtype::kInt64,
+                           {static_cast<int64_t>(shard_sizes_.size())}, shard_sizes_.data());
+    }
+    if (!s.ok()) return absl::InternalError(absl::StrCat(tmp, ": ", s.message()));
+    H5Fflush(id, H5F_SCOPE_LOCAL);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// ---- reading ----------------------------------------------------------------------------
+
+namespace {
+
+absl::Status Mismatch(const std::string& where, const char* attr, int64_t got, int64_t want,
+                      const char* from) {
+  return absl::InvalidArgumentError(absl::StrFormat("%s: attribute '%s' is %d, expected %d%s",
+                                                    where, attr, got, want, from));
+}
+
+}  // namespace
+
+absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  DatasetIndex idx;
+  const std::string path = JoinPath(dir, kIndexFileName);
+  if (!IsDir(dir)) {
+    return absl::NotFoundError(absl::StrCat(dir, ": dataset directory not found"));
+  }
+  h5::Lock lock;
+  absl::StatusOr<h5::Handle> file = h5::OpenFileReadOnly(path);
+  if (!file.ok()) {
+    if (absl::IsNotFound(file.status())) {
+      return absl::NotFoundError(absl::StrCat(
+          path, ": file not found (not a dataset directory written by make_shards?)"));
+    }
+    return file.status();
+  }
+  hid_t f = file->get();
+  absl::StatusOr<std::string> format = h5::ReadStringAttr(f, path, "format");
+  if (!format.ok()) return format.status();
+  if (*format != kDatasetFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", *format,
+                                                   "', expected '", kDatasetFormat, "'"));
+  }
+  absl::StatusOr<int64_t> version = h5::ReadIntAttr(f, path, "version");
+  if (!version.ok()) return version.status();
+  if (*version != kShardFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: attribute 'version' is %d; this build reads version %d", path, *version,
+        kShardFormatVersion));
+  }
+  absl::StatusOr<std::string> encoding = h5::ReadStringAttr(f, path, "encoding");
+  if (!encoding.ok()) return encoding.status();
+  if (*encoding != "raw" && *encoding != "jpeg") {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'encoding' is '",
+                                                   *encoding, "', expected raw or jpeg"));
+  }
+  int64_t vals[6];
+  const char* names[6] = {"height", "width", "channels", "num_classes", "size", "num_shards"};
+  for (int i = 0; i < 6; ++i) {
+    absl::StatusOr<int64_t> v = h5::ReadIntAttr(f, path, names[i]);
+    if (!v.ok()) return v.status();
+    vals[i] = *v;
+  }
+  const int64_t H = vals[0], W = vals[1], C = vals[2], K = vals[3], N = vals[4], S = vals[5];
+  if (H <= 0 || W <= 0 || H > 65535 || W > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: attributes 'height'/'width' are %dx%d, must be in 1..65535", path,
+                        H, W));
+  }
+  if (C != 1 && C != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: attribute 'channels' is %d, must be 1 or 3", path, C));
+  }
+  if (K <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: attribute 'num_classes' is %d, must be > 0", path, K));
+  }
+  if (N <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: attribute 'size' is %d: the dataset is empty", path, N));
+  }
+  if (S <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: attribute 'num_shards' is %d, must be > 0", path, S));
+  }
+  absl::StatusOr<std::string> mean_source = h5::ReadStringAttr(f, path, "mean_source");
+  if (!mean_source.ok()) return mean_source.status();
+  idx.mean_source = *mean_source;
+
+  std::vector<int64_t> dims;
+  absl::StatusOr<h5::Handle> d = h5::OpenChecked(f, path, "/class_names", h5::Dtype::kString,
+                                                 {K}, &dims);
+  if (!d.ok()) return d.status();
+  absl::StatusOr<std::vector<std::string>> names_read =
+      h5::ReadStrings(d->get(), path, "/class_names", K);
+  if (!names_read.ok()) return names_read.status();
+  idx.info.class_names = *names_read;
+
+  d = h5::OpenChecked(f, path, "/class_counts", h5::Dtype::kInt64, {K}, &dims);
+  if (!d.ok()) return d.status();
+  idx.info.class_counts.resize(K);
+  absl::Status s = h5::ReadAll(d->get(), path, "/class_counts", h5::Dtype::kInt64,
+                               idx.info.class_counts.data());
+  if (!s.ok()) return s;
+  int64_t count_sum = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    if (idx.info.class_counts[k] < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: /class_counts: count %d of class %d is negative", path,
+          idx.info.class_counts[k], k));
+    }
+    count_sum += idx.info.class_counts[k];
+  }
+  if (count_sum != N) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: /class_counts: counts sum to %d, but attribute 'size' is %d", path, count_sum, N));
+  }
+
+  d = h5::OpenChecked(f, path, "/mean_image", h5::Dtype::kFloat32, {H, W, C}, &dims);
+  if (!d.ok()) return d.status();
+  idx.mean_image.resize(H * W * C);
+  s = h5::ReadAll(d->get(), path, "/mean_image", h5::Dtype::kFloat32, idx.mean_image.data());
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < idx.mean_image.size(); ++i) {
+    float m = idx.mean_image[i];
+    if (!(m >= 0.f && m <= 255.f)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: /mean_image: value %g at index %d is outside [0, 255]", path, m, i));
+    }
+  }
+
+  d = h5::OpenChecked(f, path, "/shard_files", h5::Dtype::kString, {S}, &dims);
+  if (!d.ok()) return d.status();
+  absl::StatusOr<std::vector<std::string>> files = h5::ReadStrings(d->get(), path,
+                                                                   "/shard_files", S);
+  if (!files.ok()) return files.status();
+  for (const std::string& name : *files) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": /shard_files: '", name, "' is not a plain file name"));
+    }
+  }
+  idx.shard_files = *files;
+  d = h5::OpenChecked(f, path, "/shard_sizes", h5::Dtype::kInt64, {S}, &dims);
+  if (!d.ok()) return d.status();
+  idx.shard_sizes.resize(S);
+  s = h5::ReadAll(d->get(), path, "/shard_sizes", h5::Dtype::kInt64, idx.shard_sizes.data());
+  if (!s.ok()) return s;
+  int64_t size_sum = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    if (idx.shard_sizes[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: /shard_sizes: size %d of shard %d is negative", path, idx.shard_sizes[i], i));
+    }
+    size_sum += idx.shard_sizes[i];
+  }
+  if (size_sum != N) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: /shard_sizes: sizes sum to %d, but attribute 'size' is %d", path, size_sum, N));
+  }
+  idx.info.size = N;
+  idx.info.height = static_cast<int>(H);
+  idx.info.width = static_cast<int>(W);
+  idx.info.channels = static_cast<int>(C);
+  idx.info.num_classes = static_cast<int>(K);
+  idx.info.encoding = *encoding;
+  idx.info.path = dir;
+  return idx;
+}
+
+absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard_index) {
+  const DatasetInfo& info = index.info;
+  const std::string path = JoinPath(info.path, index.shard_files[shard_index]);
+  const int64_t n = index.shard_sizes[shard_index];
+  h5::Lock lock;
+  absl::StatusOr<h5::Handle> file = h5::OpenFileReadOnly(path);
+  if (!file.ok()) return file.status();
+  hid_t f = file->get();
+  absl::StatusOr<std::string> format = h5::ReadStringAttr(f, path, "format");
+  if (!format.ok()) return format.status();
+  if (*format != kShardFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", *format,
+                                                   "', expected '", kShardFormat, "'"));
+  }
+  absl::StatusOr<std::string> encoding = h5::ReadStringAttr(f, path, "encoding");
+  if (!encoding.ok()) return encoding.status();
+  if (*encoding != info.encoding) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'encoding' is '",
+                                                   *encoding, "', expected '", info.encoding,
+                                                   "' (from dataset.h5)"));
+  }
+  struct Expect {
+    const char* name;
+    int64_t want;
+  } expects[] = {{"version", kShardFormatVersion},
+                 {"height", info.height},
+                 {"width", info.width},
+                 {"channels", info.channels},
+                 {"num_classes", info.num_classes},
+                 {"count", n},
+                 {"shard_index", shard_index}};
+  for (const Expect& e : expects) {
+    absl::StatusOr<int64_t> v = h5::ReadIntAttr(f, path, e.name);
+    if (!v.ok()) return v.status();
+    if (*v != e.want) return Mismatch(path, e.name, *v, e.want, " (from dataset.h5)");
+  }
+  ShardContents out;
+  std::vector<int64_t> dims;
+  if (info.encoding == "raw") {
+    absl::StatusOr<h5::Handle> d =
+        h5::OpenChecked(f, path, "/images", h5::Dtype::kUint8,
+                        {n, info.height, info.width, info.channels}, &dims);
+    if (!d.ok()) return d.status();
+  } else {
+    absl::StatusOr<h5::Handle> d =
+        h5::OpenChecked(f, path, "/images", h5::Dtype::kUint8, {-1}, &dims);
+    if (!d.ok()) return d.status();
+    const int64_t total = dims[0];
+    absl::StatusOr<h5::Handle> o =
+        h5::OpenChecked(f, path, "/offsets", h5::Dtype::kInt64, {n + 1}, &dims);
+    if (!o.ok()) return o.status();
+    out.offsets.resize(n + 1);
+    absl::Status s = h5::ReadAll(o->get(), path, "/offsets", h5::Dtype::kInt64,
+                                 out.offsets.data());
+    if (!s.ok()) return s;
+    if (out.offsets[0] != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: /offsets: first offset is %d, expected 0", path, out.offsets[0]));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (out.offsets[i + 1] <= out.offsets[i]) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: /offsets: image %d has %d bytes (offsets must increase)", path, i,
+            out.offsets[i + 1] - out.offsets[i]));
+      }
+    }
+    if (out.offsets[n] != total) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: /offsets: last offset is %d, but /images holds %d bytes", path, out.offsets[n],
+          total));
+    }
+  }
+  absl::StatusOr<h5::Handle> l = h5::OpenChecked(f, path, "/labels", h5::Dtype::kInt32, {n},
+                                                 &dims);
+  if (!l.ok()) return l.status();
+  out.labels.resize(n);
+  absl::Status s = h5::ReadAll(l->get(), path, "/labels", h5::Dtype::kInt32, out.labels.data());
+  if (!s.ok()) return s;
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t v = out.labels[i];
+    if (v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: /labels: label %d at index %d is negative", path, v, i));
+    }
+    if (v >= info.num_classes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: /labels: label %d at index %d is >= num_classes %d", path, v, i,
+          info.num_classes));
+    }
+  }
+  return out;
+}
+
+// ---- ShardFileCache -------------------------------------------------------------------
+
+struct ShardFileCache::Open {
+  int shard = -1;
+  uint64_t last_use = 0;
+  h5::Handle file, images, space;
+};
+
+ShardFileCache::ShardFileCache(const DatasetIndex* index, int max_open_files)
+    : index_(index), max_open_(std::max(1, max_open_files)) {}
+
+ShardFileCache::~ShardFileCache() {
+  h5::Lock lock;
+  open_.clear();
+}
+
+absl::StatusOr<ShardFileCache::Open*> ShardFileCache::Get(int shard) {
+  ++tick_;
+  for (auto& o : open_) {
+    if (o->shard == shard) {
+      o->last_use = tick_;
+      return o.get();
+    }
+  }
+  const std::string path = JoinPath(index_->info.path, index_->shard_files[shard]);
+  absl::StatusOr<h5::Handle> file = h5::OpenFileReadOnly(path);
+  if (!file.ok()) return file.status();
+  // No chunk cache: every chunk (one image) is read straight into the caller's buffer.
+  h5::Handle dapl = h5::PlistHandle(H5Pcreate(H5P_DATASET_ACCESS));
+  H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
+  hid_t d = H5Dopen2(file->get(), "/images", dapl.get());
+  if (d < 0) return absl::DataLossError(absl::StrCat(path, ": /images: cannot open"));
+  auto o = std::make_unique<Open>();
+  o->shard = shard;
+  o->last_use = tick_;
+  o->file = std::move(*file);
+  o->images = h5::DatasetHandle(d);
+  o->space = h5::SpaceHandle(H5Dget_space(d));
+  if (static_cast<int>(open_.size()) >= max_open_) {
+    auto lru = std::min_element(open_.begin(), open_.end(), [](const auto& a, const auto& b) {
+      return a->last_use < b->last_use;
+    });
+    *lru = std::move(o);
+    return lru->get();
+  }
+  open_.push_back(std::move(o));
+  return open_.back().get();
+}
+
+absl::Status ShardFileCache::ReadRaw(int shard, int64_t local, uint8_t* out) {
+  const DatasetInfo& info = index_->info;
+  h5::Lock lock;
+  absl::StatusOr<Open*> o = Get(shard);
+  if (!o.ok()) return o.status();
+  hsize_t start[4] = {static_cast<hsize_t>(local), 0, 0, 0};
+  hsize_t count[4] = {1, static_cast<hsize_t>(info.height), static_cast<hsize_t>(info.width),
+                      static_cast<hsize_t>(info.channels)};
+  H5Sselect_hyperslab((*o)->space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  h5::Handle mspace = h5::SpaceHandle(H5Screate_simple(4, count, nullptr));
+  if (H5Dread((*o)->images.get(), H5T_NATIVE_UINT8, mspace.get(), (*o)->space.get(),
+              H5P_DEFAULT, out) < 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: /images: reading image %d failed (truncated or corrupt data)",
+        JoinPath(info.path, index_->shard_files[shard]), local));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardFileCache::ReadBytes(int shard, int64_t begin, int64_t end, std::string* out) {
+  h5::Lock lock;
+  absl::StatusOr<Open*> o = Get(shard);
+  if (!o.ok()) return o.status();
+  out->resize(end - begin);
+  hsize_t start = static_cast<hsize_t>(begin), count = static_cast<hsize_t>(end - begin);
+  H5Sselect_hyperslab((*o)->space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+  h5::Handle mspace = h5::SpaceHandle(H5Screate_simple(1, &count, nullptr));
+  if (H5Dread((*o)->images.get(), H5T_NATIVE_UINT8, mspace.get(), (*o)->space.get(),
+              H5P_DEFAULT, out->data()) < 0) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: /images: reading bytes [%d, %d) failed (truncated or corrupt data)",
+        JoinPath(index_->info.path, index_->shard_files[shard]), begin, end));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colonnade::data
