@@ -375,9 +375,10 @@ absl::Status Corrupt(const std::string& path, const std::string& what) {
 absl::StatusOr<Handle> OpenAttr(hid_t loc, const std::string& path, const std::string& where,
                                 const char* name, H5T_class_t cls) {
   htri_t exists = H5Aexists(loc, name);
-  if (exists <= 0) {
-    return Corrupt(path, absl::StrFormat("attribute %s%s is missing", where, name));
+  if (exists < 0) {
+    return Corrupt(path, WithDetail(absl::StrFormat("cannot look up attribute %s%s", where, name)));
   }
+  if (exists == 0) return Corrupt(path, absl::StrFormat("attribute %s%s is missing", where, name));
   Handle a = internal::Attr(H5Aopen(loc, name, H5P_DEFAULT));
   if (!a.valid()) return Corrupt(path, WithDetail(absl::StrFormat("cannot open attribute %s%s", where, name)));
   Handle t = internal::Type(H5Aget_type(a.get()));
@@ -545,7 +546,10 @@ absl::StatusOr<Checkpoint> ReadFile(const std::string& path) {
     return absl::PermissionDeniedError(absl::StrFormat("%s: %s", path, Errno(e)));
   }
   if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + ": not a regular file");
-  Handle file = internal::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  // Closing the file closes every object still open in it, even after an error.
+  Handle fapl = internal::Plist(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
+  Handle file = internal::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
   if (!file.valid()) {
     return Corrupt(path, WithDetail("not a readable HDF5 file (truncated or corrupt)"));
   }
@@ -553,14 +557,14 @@ absl::StatusOr<Checkpoint> ReadFile(const std::string& path) {
   Checkpoint c;
   c.path = path;
   {
-    absl::StatusOr<std::string> format = ReadStringAttr(root, path, "format");
-    if (!format.ok()) {
-      if (H5Aexists(root, "format") <= 0) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "%s: not a Colonnade checkpoint (no attribute /format)", path));
-      }
-      return format.status();
+    htri_t exists = H5Aexists(root, "format");
+    if (exists < 0) return Corrupt(path, WithDetail("cannot read the root group's attributes"));
+    if (exists == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: not a Colonnade checkpoint (no attribute /format)", path));
     }
+    absl::StatusOr<std::string> format = ReadStringAttr(root, path, "format");
+    if (!format.ok()) return format.status();
     if (*format != kFormatName) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s: not a Colonnade checkpoint (attribute /format is '%s', expected '%s')", path,
