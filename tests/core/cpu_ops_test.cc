@@ -1,0 +1,267 @@
+// CpuOps calls that no single layer test covers on its own: GEMM transposes, the
+// element-wise and memory ops, the double-precision Sum, the fused SGD update, thread
+// settings, and results that must not depend on the number of threads.
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <thread>
+
+#include "core/backend.h"
+#include "core/cpu_ops.h"
+#include "layer_test_util.h"
+
+namespace colonnade {
+namespace testing {
+namespace {
+
+Ops& Cpu() { return OpsFor(Device::kCPU); }
+
+// Restores the thread count at the end of a test that changes it.
+class ThreadCount {
+ public:
+  ThreadCount() : saved_(CpuThreads()) {}
+  ~ThreadCount() { SetCpuThreads(saved_); }
+
+ private:
+  int saved_;
+};
+
+TEST(CpuOpsGemm, AllTransposesMatchNaive) {
+  std::mt19937 rng(1);
+  const int64_t m = 5, n = 7, k = 3;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      std::vector<float> a = RandomUniform(m * k, rng), b = RandomUniform(k * n, rng);
+      std::vector<float> c = RandomUniform(m * n, rng);
+      const float alpha = 0.7f, beta = -1.3f;
+      std::vector<double> ref(m * n);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0.0;
+          for (int64_t l = 0; l < k; ++l)
+            s += static_cast<double>(ta ? a[l * m + i] : a[i * k + l]) *
+                 (tb ? b[j * k + l] : b[l * n + j]);
+          ref[i * n + j] = alpha * s + beta * c[i * n + j];
+        }
+      Cpu().Gemm(ta, tb, m, n, k, alpha, a.data(), b.data(), beta, c.data());
+      EXPECT_LT(RelativeError(c, ref), kForwardTolerance) << "ta=" << ta << " tb=" << tb;
+    }
+}
+
+TEST(CpuOpsElementwise, AxpbyWithBetaZeroIgnoresOldValues) {
+  std::mt19937 rng(2);
+  const Shape s{1000};
+  std::vector<float> x = RandomUniform(1000, rng);
+  Tensor xt = TensorFrom(s, x), y = PoisonedTensor(s);
+  Cpu().Axpby(2.0f, xt, 0.0f, y);
+  std::vector<float> v = y.ToHost();
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(v[i], 2.0f * x[i]);
+}
+
+TEST(CpuOpsElementwise, AxpbyAndAddAllowAliasing) {
+  std::mt19937 rng(3);
+  const Shape s = Shape::CHWN(3, 17, 19, 23);  // big enough to be split over threads
+  std::vector<float> x = RandomUniform(s.elements(), rng), y = RandomUniform(s.elements(), rng);
+  Tensor xt = TensorFrom(s, x), yt = TensorFrom(s, y);
+  Cpu().Axpby(0.5f, xt, 3.0f, yt);
+  std::vector<double> ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = 0.5 * x[i] + 3.0 * y[i];
+  EXPECT_LT(RelativeError(yt.ToHost(), ref), kForwardTolerance);
+  Cpu().Axpby(2.0f, xt, 1.0f, xt);  // x = 3x
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = 3.0 * x[i];
+  EXPECT_LT(RelativeError(xt.ToHost(), ref), kForwardTolerance);
+  Tensor a = TensorFrom(s, x), b = TensorFrom(s, y);
+  Cpu().Add(a, b, a);  // the Net accumulates gradients in place like this
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = static_cast<double>(x[i]) + y[i];
+  EXPECT_LT(RelativeError(a.ToHost(), ref), kForwardTolerance);
+}
+
+TEST(CpuOpsElementwise, FillAndCopy) {
+  const Shape s = Shape::CHWN(4, 30, 30, 9);
+  Tensor a(s), b = PoisonedTensor(s);
+  Cpu().Fill(a, -1.5f);
+  Cpu().Copy(a, b);
+  for (float v : b.ToHost()) ASSERT_EQ(v, -1.5f);
+}
+
+TEST(CpuOpsElementwise, CopyChannelsInAndOut) {
+  std::mt19937 rng(4);
+  const Shape part = Shape::CHWN(2, 3, 4, 5), whole = Shape::CHWN(7, 3, 4, 5);
+  std::vector<float> p = RandomUniform(part.elements(), rng);
+  Tensor pt = TensorFrom(part, p), wt(whole), back = PoisonedTensor(part);
+  Cpu().Fill(wt, 9.0f);
+  Cpu().CopyChannelsIn(pt, 3, wt);
+  std::vector<float> w = wt.ToHost();
+  const Dims wd = DimsOf(whole), pd = DimsOf(part);
+  for (int64_t c = 0; c < wd.c; ++c)
+    for (int64_t h = 0; h < wd.h; ++h)
+      for (int64_t x = 0; x < wd.w; ++x)
+        for (int64_t n = 0; n < wd.n; ++n) {
+          const float expect = (c >= 3 && c < 5) ? p[pd.at(c - 3, h, x, n)] : 9.0f;
+          ASSERT_EQ(w[wd.at(c, h, x, n)], expect);
+        }
+  Cpu().CopyChannelsOut(wt, 3, back);
+  EXPECT_EQ(back.ToHost(), p);
+}
+
+TEST(CpuOpsElementwise, BiasAddAndBackward) {
+  std::mt19937 rng(5);
+  const Shape s = Shape::CHWN(5, 3, 4, 7);
+  std::vector<float> y = RandomUniform(s.elements(), rng), b = RandomUniform(5, rng);
+  Tensor yt = TensorFrom(s, y), bt = TensorFrom(Shape{5}, b), db = PoisonedTensor(Shape{5});
+  Cpu().AddBias(yt, bt);
+  Cpu().BiasBackward(TensorFrom(s, y), db);
+  const int64_t per = s.elements() / 5;
+  std::vector<double> ref(y.size()), dref(5, 0.0);
+  for (int64_t i = 0; i < s.elements(); ++i) {
+    ref[i] = static_cast<double>(y[i]) + b[i / per];
+    dref[i / per] += y[i];
+  }
+  EXPECT_LT(RelativeError(yt.ToHost(), ref), kForwardTolerance);
+  EXPECT_LT(RelativeError(db.ToHost(), dref), kForwardTolerance);
+}
+
+// 2^24 + 2^20 ones: a float accumulator would stop at 2^24.
+TEST(CpuOpsSum, AccumulatesInDouble) {
+  const int64_t n = (int64_t{1} << 24) + (int64_t{1} << 20);
+  Tensor t(Shape{n});
+  Cpu().Fill(t, 1.0f);
+  EXPECT_EQ(Cpu().Sum(t), static_cast<double>(n));
+  std::mt19937 rng(6);
+  std::vector<float> v = RandomUniform(12345, rng);
+  double ref = 0.0;
+  for (float x : v) ref += x;
+  EXPECT_NEAR(Cpu().Sum(TensorFrom(Shape{12345}, v)), ref, 1e-9);
+}
+
+TEST(CpuOpsSgd, MomentumAndWeightDecay) {
+  std::mt19937 rng(7);
+  const Shape s{333};
+  std::vector<float> w = RandomUniform(333, rng), g = RandomUniform(333, rng),
+                     v = RandomUniform(333, rng);
+  Tensor wt = TensorFrom(s, w), gt = TensorFrom(s, g), vt = TensorFrom(s, v);
+  SgdParams p;
+  p.lr = 0.05f;
+  p.momentum = 0.9f;
+  p.weight_decay = 5e-4f;
+  Cpu().SgdUpdate(wt, gt, vt, p);
+  std::vector<double> vref(333), wref(333);
+  for (int i = 0; i < 333; ++i) {
+    vref[i] = 0.9 * v[i] - 0.05 * (g[i] + 5e-4 * w[i]);
+    wref[i] = w[i] + vref[i];
+  }
+  EXPECT_LT(RelativeError(vt.ToHost(), vref), kForwardTolerance);
+  EXPECT_LT(RelativeError(wt.ToHost(), wref), kForwardTolerance);
+}
+
+TEST(CpuThreads, EnvironmentDefaultAndOverride) {
+  ThreadCount restore;
+  if (const char* env = std::getenv("COLONNADE_CPU_THREADS")) {
+    EXPECT_EQ(CpuThreads(), std::atoi(env));
+  } else {
+    EXPECT_EQ(CpuThreads(), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  }
+  SetCpuThreads(3);
+  EXPECT_EQ(CpuThreads(), 3);
+}
+
+// Everything computed with our own threads must be bitwise independent of the thread
+// count (resume equivalence is bitwise on the CPU backend); the GEMM-based conv is
+// compared with a tolerance since OpenBLAS may block differently with other counts.
+TEST(CpuThreads, ResultsDoNotDependOnThreadCount) {
+  ThreadCount restore;
+  std::mt19937 rng(8);
+  const Shape xs = Shape::CHWN(12, 19, 17, 9);
+  Tensor x = RandomTensor(xs, rng), g = RandomTensor(xs, rng);
+  ConvParams cp;
+  cp.kernel_h = cp.kernel_w = 3;
+  cp.pad = 1;
+  const Shape ws{8, 12, 3, 3};
+  Tensor w = RandomTensor(ws, rng);
+  PoolParams pp;
+  const Shape ps = Shape::CHWN(12, PoolOutSize(19, 3, 2, 0), PoolOutSize(17, 3, 2, 0), 9);
+  Tensor pg = RandomTensor(ps, rng);
+  LrnCrossParams lp;
+  lp.alpha = 1.0f;
+  lp.groups = 2;
+  LrnWithinParams rp;
+  rp.alpha = 1.0f;
+  auto run = [&](int threads) {
+    SetCpuThreads(threads);
+    std::vector<std::vector<float>> out;
+    Tensor y(xs), d(xs), dx(xs);
+    Cpu().LrnCrossForward(x, y, d, lp);
+    Cpu().LrnCrossBackward(x, y, d, g, dx, lp);
+    out.push_back(y.ToHost());
+    out.push_back(dx.ToHost());
+    Cpu().LrnWithinForward(x, y, d, rp);
+    Cpu().LrnWithinBackward(x, y, d, g, dx, rp);
+    out.push_back(y.ToHost());
+    out.push_back(dx.ToHost());
+    Tensor py(ps), pdx(xs);
+    Cpu().PoolForward(x, py, pp);
+    Cpu().PoolBackward(x, py, pg, pdx, pp);
+    out.push_back(py.ToHost());
+    out.push_back(pdx.ToHost());
+    Tensor gamma(Shape{12}), beta(Shape{12}), rm(Shape{12}), rv(Shape{12}), sm(Shape{12}),
+        si(Shape{12}), dg(Shape{12}), dbt(Shape{12});
+    Cpu().Fill(gamma, 1.5f);
+    Cpu().Fill(beta, 0.25f);
+    Cpu().Fill(rm, 0.0f);
+    Cpu().Fill(rv, 1.0f);
+    Cpu().BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, {});
+    Cpu().BatchNormBackward(x, gamma, sm, si, g, dx, dg, dbt);
+    out.push_back(y.ToHost());
+    out.push_back(dx.ToHost());
+    out.push_back(dg.ToHost());
+    out.push_back({static_cast<float>(Cpu().Sum(x))});
+    const Shape cs = Shape::CHWN(8, 19, 17, 9);
+    Tensor cy(cs), cdx(xs), cdw(ws);
+    Cpu().ConvForward(x, w, cy, cp);
+    Cpu().ConvBackwardData(cy, w, cdx, cp);
+    Cpu().ConvBackwardFilter(x, cy, cdw, cp);
+    out.push_back(cy.ToHost());
+    out.push_back(cdx.ToHost());
+    out.push_back(cdw.ToHost());
+    return out;
+  };
+  std::vector<std::vector<float>> one = run(1);
+  for (int threads : {2, 3}) {
+    std::vector<std::vector<float>> many = run(threads);
+    ASSERT_EQ(one.size(), many.size());
+    const size_t conv_first = one.size() - 3;
+    for (size_t k = 0; k < conv_first; ++k) EXPECT_EQ(one[k], many[k]) << "output " << k;
+    for (size_t k = conv_first; k < one.size(); ++k)
+      EXPECT_LT(RelativeError(many[k], ToDouble(one[k])), 1e-6) << "conv output " << k;
+  }
+}
+
+// Two threads calling CpuOps at once (the pool is busy for one of them, which then runs
+// inline) both get correct results.
+TEST(CpuThreads, ConcurrentCallersGetCorrectResults) {
+  std::mt19937 rng(9);
+  const Shape s = Shape::CHWN(16, 32, 32, 8);
+  std::vector<float> x = RandomUniform(s.elements(), rng);
+  std::vector<double> ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = x[i] > 0 ? x[i] : 0.0;
+  auto work = [&](double* err) {
+    Tensor in = TensorFrom(s, x), out(s);
+    double worst = 0.0;
+    for (int r = 0; r < 20; ++r) {
+      Cpu().ReluForward(in, out);
+      worst = std::max(worst, RelativeError(out.ToHost(), ref));
+    }
+    *err = worst;
+  };
+  double e1 = 1.0, e2 = 1.0;
+  std::thread t1(work, &e1), t2(work, &e2);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(e1, 0.0);
+  EXPECT_EQ(e2, 0.0);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace colonnade
