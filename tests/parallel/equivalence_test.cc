@@ -1,0 +1,205 @@
+// Parallel equivalence (DESIGN.md, "How we know it works"): the same model, seed and
+// global batch trained for 5 steps on every (dp, mp) layout that the world size allows
+// gives the losses and weights of one rank training alone.
+//
+// Run under mpirun with 1, 2, 4 and 8 ranks; each run trains every layout dp x mp = world
+// with mp in {1, 2, 4} that the model's columns and the batch allow, and compares with
+// the (1, 1) run computed on rank 0 in the same process.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "gtest/gtest.h"
+#include "parallel_test_util.h"
+
+namespace colonnade::testing_parallel {
+namespace {
+
+// Tolerances: the layouts sum the same terms in other orders (the dp all-reduce, the
+// reduce-scatter of partial input gradients, the fc GEMMs over column blocks), so results
+// agree to float rounding, amplified a little by 5 steps of training.
+constexpr double kLossTol = 1e-5;    // relative, per step (the bound)
+constexpr double kWeightTol = 1e-5;  // relative L2 per parameter tensor, after 5 steps
+constexpr double kGradTol = 1e-4;    // relative L2 per gradient tensor, step 0
+
+int WorldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int WorldSize() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+struct Worst {
+  double loss = 0, weight = 0, grad = 0;
+};
+
+// Compares `got` (a layout's run) with `ref` on rank 0; returns the worst differences.
+Worst Compare(const TrainResult& got, const TrainResult& ref, const std::string& what) {
+  Worst w;
+  EXPECT_EQ(got.losses.size(), ref.losses.size()) << what;
+  for (size_t i = 0; i < got.losses.size() && i < ref.losses.size(); ++i) {
+    double rel = std::abs(got.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]);
+    w.loss = std::max(w.loss, rel);
+    EXPECT_LE(rel, kLossTol) << what << ": loss of step " << i << " " << got.losses[i]
+                             << " vs " << ref.losses[i];
+  }
+  EXPECT_EQ(got.params.size(), ref.params.size()) << what;
+  for (size_t i = 0; i < got.params.size() && i < ref.params.size(); ++i) {
+    EXPECT_EQ(got.params[i].first, ref.params[i].first) << what;
+    double rel = RelativeL2(got.params[i].second, ref.params[i].second);
+    w.weight = std::max(w.weight, rel);
+    EXPECT_LE(rel, kWeightTol) << what << ": final " << got.params[i].first;
+  }
+  for (size_t i = 0; i < got.grads0.size() && i < ref.grads0.size(); ++i) {
+    double rel = RelativeL2(got.grads0[i].second, ref.grads0[i].second);
+    w.grad = std::max(w.grad, rel);
+    EXPECT_LE(rel, kGradTol) << what << ": step-0 gradient of " << got.grads0[i].first;
+  }
+  return w;
+}
+
+// Trains `make()` on every layout of this world and compares with one rank alone.
+// With check_movement, every parameter must also move well beyond the weight tolerance
+// during the run (AlexNet's N(0, 0.01) weights and unit biases move less in 5 steps; its
+// step-0 gradients, compared to 1e-4 of their own norm, guard it instead).
+void CheckAllLayouts(const std::function<std::unique_ptr<Net>()>& make, const TrainSpec& spec,
+                     const std::vector<int>& mps, const char* label, bool check_movement) {
+  const int rank = WorldRank(), world = WorldSize();
+  TrainResult ref;
+  if (rank == 0) {
+    absl::StatusOr<Mesh> self = Mesh::Create(MPI_COMM_SELF, 1);
+    ASSERT_TRUE(self.ok()) << self.status();
+    auto r = TrainOnLayout(make(), *self, nullptr, nullptr, spec);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ref = std::move(*r);
+    // Every parameter gets a gradient (so the relative gradient check means something)
+    // and, with check_movement, moves well beyond the tolerance, so that a comparison
+    // does not pass because nothing changed.
+    for (const auto& [name, g] : ref.grads0) {
+      EXPECT_GT(RelativeL2(g, std::vector<float>(g.size(), 0.0f)), 0.0) << label << ": " << name;
+    }
+    if (check_movement) {
+      TrainSpec init_only = spec;
+      init_only.steps = 0;
+      auto init = TrainOnLayout(make(), *self, nullptr, nullptr, init_only);
+      ASSERT_TRUE(init.ok()) << init.status();
+      for (size_t i = 0; i < ref.params.size(); ++i) {
+        EXPECT_GT(RelativeL2(ref.params[i].second, init->params[i].second), 100 * kWeightTol)
+            << label << ": " << ref.params[i].first << " barely moved in " << spec.steps
+            << " steps";
+      }
+    }
+    EXPECT_GT(std::abs(ref.losses.back() - ref.losses.front()), 100 * kLossTol * ref.losses.front())
+        << label << ": the loss did not change";
+  }
+  for (int mp : mps) {
+    if (world % mp != 0) continue;
+    const int dp = world / mp;
+    if (spec.global_batch % dp != 0) continue;
+    absl::StatusOr<Mesh> mesh = Mesh::Create(MPI_COMM_WORLD, mp);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    auto mp_comm = CreateMpiCommunicator(mesh->mp_comm());
+    auto dp_comm = CreateMpiCommunicator(mesh->dp_comm());
+    ASSERT_TRUE(mp_comm.ok() && dp_comm.ok());
+    auto got = TrainOnLayout(make(), *mesh, mp_comm->get(), dp_comm->get(), spec);
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (dp > 1) {
+      EXPECT_GT(got->buckets, 3) << "small buckets should make several";
+      EXPECT_GT(got->launched_in_backward, 0) << "no bucket started during backward";
+    }
+    if (rank == 0) {
+      const std::string what = absl::StrFormat("%s (dp %d, mp %d) on %s", label, dp, mp,
+                                               DeviceName(spec.device));
+      Worst w = Compare(*got, ref, what);
+      std::printf("[equivalence] %-44s max rel diff: loss %.2e, weights %.2e, step-0 grads %.2e\n",
+                  what.c_str(), w.loss, w.weight, w.grad);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+TEST(Equivalence, ColumnTestNetOnEveryLayout) {
+  TrainSpec spec;
+  CheckAllLayouts([] { return BuildColumnTestNet(); }, spec, {1, 2, 4}, "column-test net",
+                  true);
+}
+
+// The GPU path of the MPI communicator (staging through host buffers) on a stand-in
+// device that is host memory.
+TEST(Equivalence, ColumnTestNetStagedThroughHostBuffers) {
+  HostAsDeviceBackend* dev = HostAsDevice();
+  if (dev == nullptr) GTEST_SKIP() << "a real CUDA backend is registered";
+  TrainSpec spec;
+  spec.device = Device::kCUDA;
+  const int64_t copies_before = dev->to_host;
+  CheckAllLayouts([] { return BuildColumnTestNet(); }, spec, {1, 2, 4}, "column-test net",
+                  true);
+  if (WorldSize() > 1) EXPECT_GT(dev->to_host, copies_before) << "nothing was staged";
+}
+
+// AlexNet itself (its real layer sequence, LRN groups, dropout), at 67x67 and 8 classes.
+TEST(Equivalence, AlexNetSmall) {
+  TrainSpec spec;
+  spec.lr = 0.02f;
+  spec.bucket_mb = 4.0;
+  spec.global_batch = 8;
+  for (int columns : {2, 4}) {
+    if (columns == 4 && WorldSize() % 4 != 0) continue;
+    auto make = [columns] {
+      ModelOptions o;
+      o.input_size = 67;
+      o.num_classes = 8;
+      o.columns = columns;
+      auto net = BuildModel("alexnet", o);
+      CHECK(net.ok()) << net.status().message();
+      return std::move(*net);
+    };
+    const std::string label = absl::StrFormat("alexnet-67 %d columns", columns);
+    CheckAllLayouts(make, spec, columns == 2 ? std::vector<int>{1, 2} : std::vector<int>{4},
+                    label.c_str(), false);
+  }
+}
+
+// Shards are initialised as the rows of the full model's Net::InitParams, bit for bit.
+TEST(Equivalence, ShardInitIsTheFullModelsInit) {
+  const int world = WorldSize();
+  for (int mp : {2, 4}) {
+    if (world % mp != 0) continue;
+    absl::StatusOr<Mesh> mesh = Mesh::Create(MPI_COMM_WORLD, mp);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    auto mp_comm = CreateMpiCommunicator(mesh->mp_comm());
+    ASSERT_TRUE(mp_comm.ok());
+    auto shard = SplitNet(BuildColumnTestNet(), mp, mesh->mp_rank(), mp_comm->get());
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    ASSERT_TRUE(shard->net->Build(2, Device::kCPU).ok());
+    ASSERT_TRUE(InitShardParams(*shard, 11).ok());
+    auto full = BuildColumnTestNet();
+    ASSERT_TRUE(full->Build(2, Device::kCPU).ok());
+    full->InitParams(11);
+    std::vector<NamedParam> fp = full->params(), sp = shard->net->params();
+    ASSERT_EQ(fp.size(), sp.size());
+    int sharded = 0;
+    for (size_t i = 0; i < fp.size(); ++i) {
+      ASSERT_EQ(fp[i].name, sp[i].name);
+      if (sp[i].param->full_rows > 0) ++sharded;
+      auto got = GatherFullParam(*sp[i].param, sp[i].param->value, mp_comm->get());
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(*got, fp[i].param->value.ToHost()) << sp[i].name << " with mp " << mp;
+      EXPECT_EQ(FullParamShape(*sp[i].param), fp[i].param->value.shape()) << sp[i].name;
+      // And back: scattering the full tensor gives the shard.
+      Tensor back(sp[i].param->value.shape());
+      ASSERT_TRUE(ScatterFullParam(*sp[i].param, fp[i].param->value.ToHost(), back).ok());
+      EXPECT_EQ(back.ToHost(), sp[i].param->value.ToHost()) << sp[i].name;
+    }
+    // conv1, conv2, conv3, conv3c, conv4, fc5, fc7: weight and bias each.
+    EXPECT_EQ(sharded, 14) << "mp " << mp;
+  }
+}
+
+}  // namespace
+}  // namespace colonnade::testing_parallel
