@@ -27,7 +27,7 @@
 ABSL_FLAG(std::string, data_dir, "/tmp/colonnade_bench_data",
           "Where the benchmark's synthetic shard datasets live (<data_dir>/raw, "
           "<data_dir>/jpeg); created on first use and reused afterwards");
-ABSL_FLAG(int64_t, images, 2048, "Images per benchmark dataset");
+ABSL_FLAG(int64_t, images, 4096, "Images per benchmark dataset");
 ABSL_FLAG(int32_t, image_size, 256, "Stored image height = width");
 ABSL_FLAG(int32_t, crop, 224, "Output crop (random, with mirror)");
 ABSL_FLAG(int64_t, batch, 128, "Global batch size (dp = 1)");
@@ -35,7 +35,7 @@ ABSL_FLAG(std::string, threads_list, "",
           "Comma-separated reader thread counts to measure; empty = 1, 2, 4, ... up to the "
           "number of cores");
 ABSL_FLAG(std::string, encodings, "raw,jpeg", "Comma-separated shard encodings to measure");
-ABSL_FLAG(int32_t, batches, 12, "Measured batches per configuration (after 2 warm-up batches)");
+ABSL_FLAG(int32_t, batches, 12, "Measured batches per configuration (after queue_depth + 3 warm-up batches)");
 ABSL_FLAG(int32_t, jpeg_quality, 90, "JPEG quality of the benchmark's JPEG shards");
 ABSL_FLAG(std::string, csv, "", "Also write the results as CSV to this file");
 
@@ -155,7 +155,9 @@ int main(int argc, char** argv) {
       absl::StatusOr<std::unique_ptr<colonnade::data::BatchPipeline>> p =
           colonnade::data::BatchPipeline::Create(ds->get(), po);
       if (!p.ok()) Fail(p.status());
-      for (int w = 0; w < 2; ++w) {
+      // Warm-up: enough batches that every buffer in the queue has been recycled once, so
+      // the measurement is the steady state (no fresh allocations / page faults).
+      for (int w = 0; w < po.queue_depth + 3; ++w) {
         absl::StatusOr<colonnade::data::Batch> b = (*p)->Next();
         if (!b.ok()) Fail(b.status());
         (*p)->Recycle(std::move(*b));

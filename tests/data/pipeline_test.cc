@@ -308,6 +308,35 @@ TEST(PipelineTest, LightingAddsOnePcaColourShiftPerImage) {
   EXPECT_GT(distinct.size(), 30u);
 }
 
+TEST(PipelineTest, ChunkWriterIsBitwiseTheSingleImageWriter) {
+  for (MeanMode mode : {MeanMode::kImage, MeanMode::kChannel, MeanMode::kNone}) {
+    AugmentConfig cfg;
+    cfg.height = 11;
+    cfg.width = 13;
+    cfg.channels = 3;
+    cfg.crop_h = 7;
+    cfg.crop_w = 9;
+    cfg.mean = mode;
+    cfg.scale = 0.37f;
+    for (int e = 0; e < 11 * 13 * 3; ++e) cfg.mean_image.push_back(0.31f * e);
+    cfg.channel_mean = {10.1f, 20.2f, 30.3f};
+    const int count = 21;  // more than one internal block of 16
+    const int64_t N = 25, n0 = 3;
+    std::vector<std::vector<uint8_t>> images(count);
+    std::vector<const uint8_t*> ptrs;
+    std::vector<ImageAugment> augs;
+    for (int j = 0; j < count; ++j) {
+      for (int e = 0; e < 11 * 13 * 3; ++e) images[j].push_back(static_cast<uint8_t>(e * 7 + j * 13));
+      ptrs.push_back(images[j].data());
+      augs.push_back(DrawAugment(cfg, 99, 2, j, true, true, 0.1f));
+    }
+    std::vector<float> a(3 * 7 * 9 * N, -1.f), b(3 * 7 * 9 * N, -1.f);
+    WriteChunkCHWN(ptrs.data(), augs.data(), count, cfg, a.data(), N, n0);
+    for (int j = 0; j < count; ++j) WriteImageCHWN(ptrs[j], cfg, augs[j], b.data(), N, n0 + j);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+}
+
 TEST(PipelineTest, TenCropsPositionsAndMirrors) {
   const int64_t C = 2, H = 6, W = 7, N = 3;
   Tensor t(Shape::CHWN(C, H, W, N));
