@@ -1,0 +1,272 @@
+#include "cuda/cuda_ops.h"
+
+#include "core/log.h"
+
+namespace colonnade::cuda {
+namespace {
+
+void CheckOnDevice(const Tensor& t, const char* what) {
+  CHECK(t.device() == Device::kCUDA) << what << " must live on the GPU";
+}
+void CheckSameSize(const Tensor& a, const Tensor& b, const char* op) {
+  CHECK_EQ(a.size(), b.size()) << op << ": " << a.shape().ToString() << " vs "
+                               << b.shape().ToString();
+}
+int I32(int64_t v, const char* what) {
+  CHECK(v >= 0 && v < (int64_t(1) << 31)) << what << " = " << v << " does not fit in 32 bits";
+  return static_cast<int>(v);
+}
+// Per-channel inner size of a tensor viewed as C x (everything else).
+int64_t Inner(const Tensor& t) { return t.shape().rank() == 0 ? 0 : t.size() / t.shape()[0]; }
+
+ConvDims Dims(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p) {
+  CHECK_EQ(x.shape().rank(), 4);
+  CHECK_EQ(y.shape().rank(), 4);
+  CHECK_EQ(w.shape().rank(), 4);
+  CHECK(p.groups >= 1 && x.c() % p.groups == 0 && y.c() % p.groups == 0)
+      << "channels " << x.c() << " and filters " << y.c() << " must divide into " << p.groups
+      << " groups";
+  CHECK(w.shape() == Shape({y.c(), x.c() / p.groups, p.kernel_h, p.kernel_w}))
+      << "conv weight " << w.shape().ToString();
+  CHECK_EQ(y.h(), ConvOutSize(x.h(), p.kernel_h, p.stride, p.pad));
+  CHECK_EQ(y.w(), ConvOutSize(x.w(), p.kernel_w, p.stride, p.pad));
+  CHECK_EQ(x.n(), y.n());
+  ConvDims d;
+  d.n = I32(x.n(), "batch");
+  d.c = I32(x.c(), "channels");
+  d.h = I32(x.h(), "height");
+  d.w = I32(x.w(), "width");
+  d.f = I32(y.c(), "filters");
+  d.oh = I32(y.h(), "output height");
+  d.ow = I32(y.w(), "output width");
+  return d;
+}
+
+}  // namespace
+
+void CudaOps::Fill(Tensor& y, float value) {
+  CheckOnDevice(y, "Fill output");
+  FillGpu(ctx_, y.data(), y.size(), value);
+}
+
+void CudaOps::Copy(const Tensor& x, Tensor& y) {
+  CheckSameSize(x, y, "Copy");
+  if (x.data() == y.data() || x.size() == 0) return;
+  COLONNADE_CUDA_CHECK(cudaMemcpyAsync(y.data(), x.data(), x.bytes(), cudaMemcpyDeviceToDevice,
+                                       ctx_.stream));
+}
+
+void CudaOps::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
+  CheckSameSize(x, y, "Axpby");
+  AxpbyGpu(ctx_, alpha, x.data(), beta, y.data(), y.size());
+}
+
+void CudaOps::Add(const Tensor& a, const Tensor& b, Tensor& y) {
+  CheckSameSize(a, y, "Add");
+  CheckSameSize(b, y, "Add");
+  AddGpu(ctx_, a.data(), b.data(), y.data(), y.size());
+}
+
+void CudaOps::CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) {
+  CHECK(x.h() == y.h() && x.w() == y.w() && x.n() == y.n() && c0 >= 0 && c0 + x.c() <= y.c())
+      << "CopyChannelsIn " << x.shape().ToString() << " at " << c0 << " into "
+      << y.shape().ToString();
+  if (x.size() == 0) return;
+  COLONNADE_CUDA_CHECK(cudaMemcpyAsync(y.data() + c0 * x.h() * x.w() * x.n(), x.data(), x.bytes(),
+                                       cudaMemcpyDeviceToDevice, ctx_.stream));
+}
+
+void CudaOps::CopyChannelsOut(const Tensor& y, int64_t c0, Tensor& x) {
+  CHECK(x.h() == y.h() && x.w() == y.w() && x.n() == y.n() && c0 >= 0 && c0 + x.c() <= y.c())
+      << "CopyChannelsOut " << y.shape().ToString() << " at " << c0 << " into "
+      << x.shape().ToString();
+  if (x.size() == 0) return;
+  COLONNADE_CUDA_CHECK(cudaMemcpyAsync(x.data(), y.data() + c0 * x.h() * x.w() * x.n(), x.bytes(),
+                                       cudaMemcpyDeviceToDevice, ctx_.stream));
+}
+
+double CudaOps::Sum(const Tensor& x) {
+  if (x.size() == 0) return 0.0;
+  return SumGpu(ctx_, x.data(), x.size());
+}
+
+void CudaOps::ConvForward(const Tensor& x, const Tensor& w, Tensor& y, const ConvParams& p) {
+  ConvForwardGpu(ctx_, Dims(x, w, y, p), p, x.data(), w.data(), y.data());
+}
+
+void CudaOps::ConvBackwardData(const Tensor& dy, const Tensor& w, Tensor& dx,
+                               const ConvParams& p) {
+  ConvBackwardDataGpu(ctx_, Dims(dx, w, dy, p), p, dy.data(), w.data(), dx.data());
+}
+
+void CudaOps::ConvBackwardFilter(const Tensor& x, const Tensor& dy, Tensor& dw,
+                                 const ConvParams& p) {
+  ConvBackwardFilterGpu(ctx_, Dims(x, dw, dy, p), p, x.data(), dy.data(), dw.data());
+}
+
+void CudaOps::AddBias(Tensor& y, const Tensor& b) {
+  CHECK_EQ(b.size(), y.shape()[0]) << "bias of " << b.size() << " for " << y.shape().ToString();
+  AddBiasGpu(ctx_, y.data(), b.data(), y.shape()[0], Inner(y));
+}
+
+void CudaOps::BiasBackward(const Tensor& dy, Tensor& db) {
+  CHECK_EQ(db.size(), dy.shape()[0]);
+  RowSumGpu(ctx_, dy.data(), db.data(), dy.shape()[0], Inner(dy));
+}
+
+void CudaOps::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, const float* b, float beta, float* c) {
+  // Row-major C (m x n) is column-major C^T: C^T = op(B)^T op(A)^T, so B goes first.
+  const int lda = I32(trans_a ? m : k, "gemm lda");
+  const int ldb = I32(trans_b ? k : n, "gemm ldb");
+  COLONNADE_CUBLAS_CHECK(cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, I32(n, "gemm n"),
+                                     I32(m, "gemm m"), I32(k, "gemm k"), &alpha, b, ldb, a, lda,
+                                     &beta, c, I32(n, "gemm ldc")));
+}
+
+void CudaOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
+  CHECK(y.c() == x.c() && y.n() == x.n() &&
+        y.h() == PoolOutSize(x.h(), p.size, p.stride, p.pad) &&
+        y.w() == PoolOutSize(x.w(), p.size, p.stride, p.pad))
+      << "pool " << x.shape().ToString() << " -> " << y.shape().ToString();
+  PoolForwardGpu(ctx_, x.data(), y.data(), I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"),
+                 I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), p);
+}
+
+void CudaOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                           const PoolParams& p) {
+  CheckSameSize(x, dx, "PoolBackward");
+  CheckSameSize(y, dy, "PoolBackward");
+  PoolBackwardGpu(ctx_, x.data(), y.data(), dy.data(), dx.data(), I32(x.c(), "c"),
+                  I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"),
+                  I32(y.w(), "ow"), p);
+}
+
+void CudaOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
+  CHECK(y.c() == x.c() && y.n() == x.n() && y.size() == x.c() * x.n());
+  GlobalAvgPoolForwardGpu(ctx_, x.data(), y.data(), I32(x.c(), "c"), I32(x.h() * x.w(), "hw"),
+                          I32(x.n(), "n"));
+}
+
+void CudaOps::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
+  CHECK(dy.c() == dx.c() && dy.n() == dx.n() && dy.size() == dx.c() * dx.n());
+  GlobalAvgPoolBackwardGpu(ctx_, dy.data(), dx.data(), I32(dx.c(), "c"),
+                           I32(dx.h() * dx.w(), "hw"), I32(dx.n(), "n"));
+}
+
+void CudaOps::LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) {
+  CheckSameSize(x, y, "LrnCrossForward");
+  CheckSameSize(x, denom, "LrnCrossForward");
+  CHECK(p.groups >= 1 && x.c() % p.groups == 0);
+  LrnCrossForwardGpu(ctx_, x.data(), y.data(), denom.data(), I32(x.c(), "c"),
+                     I32(x.h() * x.w() * x.n(), "hwn"), p);
+}
+
+void CudaOps::LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
+                               const Tensor& dy, Tensor& dx, const LrnCrossParams& p) {
+  CheckSameSize(x, dx, "LrnCrossBackward");
+  LrnCrossBackwardGpu(ctx_, x.data(), y.data(), denom.data(), dy.data(), dx.data(),
+                      I32(x.c(), "c"), I32(x.h() * x.w() * x.n(), "hwn"), p);
+}
+
+void CudaOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
+                               const LrnWithinParams& p) {
+  CheckSameSize(x, y, "LrnWithinForward");
+  CheckSameSize(x, denom, "LrnWithinForward");
+  LrnWithinForwardGpu(ctx_, x.data(), y.data(), denom.data(), I32(x.c(), "c"), I32(x.h(), "h"),
+                      I32(x.w(), "w"), I32(x.n(), "n"), p);
+}
+
+void CudaOps::LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
+                                const Tensor& dy, Tensor& dx, const LrnWithinParams& p) {
+  CheckSameSize(x, dx, "LrnWithinBackward");
+  LrnWithinBackwardGpu(ctx_, x.data(), y.data(), denom.data(), dy.data(), dx.data(),
+                       I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"), p);
+}
+
+void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                    Tensor& save_mean, Tensor& save_invstd,
+                                    const BatchNormParams& p) {
+  CheckSameSize(x, y, "BatchNormForwardTrain");
+  CHECK_EQ(gamma.size(), x.shape()[0]);
+  BatchNormForwardTrainGpu(ctx_, x.data(), gamma.data(), beta.data(), y.data(),
+                           running_mean.data(), running_var.data(), save_mean.data(),
+                           save_invstd.data(), I32(x.shape()[0], "c"), Inner(x), p);
+}
+
+void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& running_mean, const Tensor& running_var,
+                                    Tensor& y, const BatchNormParams& p) {
+  CheckSameSize(x, y, "BatchNormForwardInfer");
+  CHECK_EQ(gamma.size(), x.shape()[0]);
+  BatchNormForwardInferGpu(ctx_, x.data(), gamma.data(), beta.data(), running_mean.data(),
+                           running_var.data(), y.data(), I32(x.shape()[0], "c"), Inner(x), p);
+}
+
+void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                const Tensor& save_invstd, const Tensor& dy, Tensor& dx,
+                                Tensor& dgamma, Tensor& dbeta) {
+  CheckSameSize(x, dx, "BatchNormBackward");
+  CheckSameSize(x, dy, "BatchNormBackward");
+  BatchNormBackwardGpu(ctx_, x.data(), gamma.data(), save_mean.data(), save_invstd.data(),
+                       dy.data(), dx.data(), dgamma.data(), dbeta.data(), I32(x.shape()[0], "c"),
+                       Inner(x));
+}
+
+void CudaOps::ReluForward(const Tensor& x, Tensor& y) {
+  CheckSameSize(x, y, "ReluForward");
+  ReluForwardGpu(ctx_, x.data(), y.data(), x.size());
+}
+
+void CudaOps::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  CheckSameSize(y, dx, "ReluBackward");
+  CheckSameSize(dy, dx, "ReluBackward");
+  ReluBackwardGpu(ctx_, y.data(), dy.data(), dx.data(), dx.size());
+}
+
+void CudaOps::DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) {
+  CheckSameSize(x, y, "DropoutForward");
+  CheckSameSize(x, mask, "DropoutForward");
+  CHECK_EQ(x.shape().rank(), 4);
+  DropoutForwardGpu(ctx_, x.data(), y.data(), mask.data(), I32(x.c(), "c"), I32(x.h(), "h"),
+                    I32(x.w(), "w"), I32(x.n(), "n"), p);
+}
+
+void CudaOps::DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
+  CheckSameSize(dy, dx, "DropoutBackward");
+  CheckSameSize(mask, dx, "DropoutBackward");
+  MulGpu(ctx_, dy.data(), mask.data(), dx.data(), dx.size());
+}
+
+void CudaOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels,
+                                         Tensor& probs, Tensor& loss_per_image) {
+  const int64_t n = logits.shape()[logits.shape().rank() - 1];
+  const int64_t k = logits.size() / n;
+  CHECK_EQ(labels.size(), n);
+  CHECK_EQ(loss_per_image.size(), n);
+  CheckSameSize(logits, probs, "SoftmaxCrossEntropyForward");
+  SoftmaxCrossEntropyForwardGpu(ctx_, logits.data(), labels.data(), probs.data(),
+                                loss_per_image.data(), I32(k, "classes"), I32(n, "batch"));
+}
+
+void CudaOps::SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
+                                          Tensor& dlogits) {
+  const int64_t n = probs.shape()[probs.shape().rank() - 1];
+  const int64_t k = probs.size() / n;
+  CHECK_EQ(labels.size(), n);
+  CheckSameSize(probs, dlogits, "SoftmaxCrossEntropyBackward");
+  SoftmaxCrossEntropyBackwardGpu(ctx_, probs.data(), labels.data(), scale, dlogits.data(),
+                                 I32(k, "classes"), I32(n, "batch"));
+}
+
+void CudaOps::SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) {
+  CheckSameSize(w, grad, "SgdUpdate");
+  CheckSameSize(w, velocity, "SgdUpdate");
+  SgdUpdateGpu(ctx_, w.data(), grad.data(), velocity.data(), w.size(), p);
+}
+
+void CudaOps::Synchronize() { COLONNADE_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
+
+}  // namespace colonnade::cuda

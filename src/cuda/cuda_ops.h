@@ -1,0 +1,72 @@
+// CudaOps: the Ops interface on one GPU. Convolutions use the hand-written CHWN kernels of
+// conv_kernels.cu, fully connected products cuBLAS in strict FP32 (no TF32: pedantic
+// math mode), everything else ops_kernels.cu. Every call is queued on one stream and
+// returns without waiting, except Sum (which returns a value) and Synchronize.
+#pragma once
+
+#include "core/ops.h"
+#include "cuda/kernels.h"
+
+namespace colonnade::cuda {
+
+class CudaOps : public Ops {
+ public:
+  CudaOps(const DeviceContext& ctx, cublasHandle_t blas) : ctx_(ctx), blas_(blas) {}
+  Device device() const override { return Device::kCUDA; }
+  const DeviceContext& context() const { return ctx_; }
+
+  void Fill(Tensor& y, float value) override;
+  void Copy(const Tensor& x, Tensor& y) override;
+  void Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
+  void Add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) override;
+  void CopyChannelsOut(const Tensor& y, int64_t c0, Tensor& x) override;
+  double Sum(const Tensor& x) override;
+  void ConvForward(const Tensor& x, const Tensor& w, Tensor& y, const ConvParams& p) override;
+  void ConvBackwardData(const Tensor& dy, const Tensor& w, Tensor& dx,
+                        const ConvParams& p) override;
+  void ConvBackwardFilter(const Tensor& x, const Tensor& dy, Tensor& dw,
+                          const ConvParams& p) override;
+  void AddBias(Tensor& y, const Tensor& b) override;
+  void BiasBackward(const Tensor& dy, Tensor& db) override;
+  void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+            const float* a, const float* b, float beta, float* c) override;
+  void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) override;
+  void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                    const PoolParams& p) override;
+  void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
+  void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
+  void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom,
+                       const LrnCrossParams& p) override;
+  void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom, const Tensor& dy,
+                        Tensor& dx, const LrnCrossParams& p) override;
+  void LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
+                        const LrnWithinParams& p) override;
+  void LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& denom, const Tensor& dy,
+                         Tensor& dx, const LrnWithinParams& p) override;
+  void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                             Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
+                             Tensor& save_invstd, const BatchNormParams& p) override;
+  void BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                             const Tensor& running_mean, const Tensor& running_var, Tensor& y,
+                             const BatchNormParams& p) override;
+  void BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                         const Tensor& save_invstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
+                         Tensor& dbeta) override;
+  void ReluForward(const Tensor& x, Tensor& y) override;
+  void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) override;
+  void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
+  void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                                  Tensor& loss_per_image) override;
+  void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
+                                   Tensor& dlogits) override;
+  void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) override;
+  void Synchronize() override;
+
+ private:
+  DeviceContext ctx_;
+  cublasHandle_t blas_;
+};
+
+}  // namespace colonnade::cuda

@@ -1,0 +1,101 @@
+// Launchers of the CUDA kernels (conv_kernels.cu, ops_kernels.cu), called by CudaOps
+// (cuda_ops.cc) with raw device pointers. Everything is queued on ctx.stream.
+#pragma once
+
+#include <cstdint>
+
+#include "core/ops.h"
+#include "cuda/caching_allocator.h"
+#include "cuda/port.h"
+
+namespace colonnade::cuda {
+
+struct DeviceContext {
+  cudaStream_t stream = nullptr;
+  int sm_count = 132;
+  CachingAllocator* alloc = nullptr;
+};
+
+// Sizes of one convolution: input C x H x W x N, output F x OH x OW x N.
+struct ConvDims {
+  int n, c, h, w;
+  int f, oh, ow;
+};
+
+// Which implicit-GEMM tile a launch used (for benchmarks and tests of the dispatch).
+struct ConvLaunchInfo {
+  int bm = 0;        // rows of the block tile
+  bool vec = false;  // float4 batch loads (N % 4 == 0)
+  int splits = 1;    // split-K factor (backward filter)
+};
+
+ConvLaunchInfo ConvForwardGpu(const DeviceContext& ctx, const ConvDims& d, const ConvParams& p,
+                              const float* x, const float* w, float* y);
+ConvLaunchInfo ConvBackwardDataGpu(const DeviceContext& ctx, const ConvDims& d,
+                                   const ConvParams& p, const float* dy, const float* w,
+                                   float* dx);
+ConvLaunchInfo ConvBackwardFilterGpu(const DeviceContext& ctx, const ConvDims& d,
+                                     const ConvParams& p, const float* x, const float* dy,
+                                     float* dw);
+
+// ---- element-wise and reductions (ops_kernels.cu) -------------------------------------------
+void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v);
+void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta, float* y,
+              int64_t n);
+void AddGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
+double SumGpu(const DeviceContext& ctx, const float* x, int64_t n);  // synchronises
+// y[c * inner + i] += b[c].
+void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t channels,
+                int64_t inner);
+// out[r] = sum_i x[r * inner + i] (deterministic two-pass reduction).
+void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner);
+
+void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int h, int w,
+                    int n, int oh, int ow, const PoolParams& p);
+void PoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* y, const float* dy,
+                     float* dx, int c, int h, int w, int n, int oh, int ow, const PoolParams& p);
+void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,
+                             int n);
+void GlobalAvgPoolBackwardGpu(const DeviceContext& ctx, const float* dy, float* dx, int c, int hw,
+                              int n);
+
+void LrnCrossForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
+                        int hwn, const LrnCrossParams& p);
+void LrnCrossBackwardGpu(const DeviceContext& ctx, const float* x, const float* y,
+                         const float* denom, const float* dy, float* dx, int c, int hwn,
+                         const LrnCrossParams& p);
+void LrnWithinForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
+                         int h, int w, int n, const LrnWithinParams& p);
+void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float* y,
+                          const float* denom, const float* dy, float* dx, int c, int h, int w,
+                          int n, const LrnWithinParams& p);
+
+void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                              const float* beta, float* y, float* running_mean,
+                              float* running_var, float* save_mean, float* save_invstd, int c,
+                              int64_t inner, const BatchNormParams& p);
+void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                              const float* beta, const float* running_mean,
+                              const float* running_var, float* y, int c, int64_t inner,
+                              const BatchNormParams& p);
+void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                          const float* save_mean, const float* save_invstd, const float* dy,
+                          float* dx, float* dgamma, float* dbeta, int c, int64_t inner);
+
+void ReluForwardGpu(const DeviceContext& ctx, const float* x, float* y, int64_t n);
+void ReluBackwardGpu(const DeviceContext& ctx, const float* y, const float* dy, float* dx,
+                     int64_t n);
+// Element (c, h, w, n) of a C x H x W x N tensor; see DropoutParams for the global index.
+void DropoutForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* mask, int c,
+                       int h, int w, int n, const DropoutParams& p);
+void MulGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
+
+void SoftmaxCrossEntropyForwardGpu(const DeviceContext& ctx, const float* logits,
+                                   const float* labels, float* probs, float* loss, int k, int n);
+void SoftmaxCrossEntropyBackwardGpu(const DeviceContext& ctx, const float* probs,
+                                    const float* labels, float scale, float* dlogits, int k,
+                                    int n);
+void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* v, int64_t n,
+                  const SgdParams& p);
+
+}  // namespace colonnade::cuda

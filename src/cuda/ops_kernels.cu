@@ -1,0 +1,928 @@
+// The non-convolution kernels of the CUDA backend: element-wise operations, reductions,
+// pooling, response normalisation, batch norm, dropout, softmax and the SGD update.
+//
+// All of them are memory-bound: each reads its inputs once and writes its outputs once
+// (the window ops re-read neighbours through L1/L2), so the figure of merit is bytes moved
+// over the copy bandwidth. Layout is CHWN: consecutive threads take consecutive images of
+// one pixel, so loads and stores coalesce. Reductions are two-pass and in a fixed order
+// (deterministic), accumulating in double. No warp intrinsics: block reductions go through
+// shared memory, which keeps every kernel runnable on the CPU emulator (src/cuda/emu).
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/log.h"
+#include "core/philox.h"
+#include "cuda/kernels.h"
+#include "cuda/port.h"
+
+#if defined(COLONNADE_CUDA_EMULATE)
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+#endif
+
+namespace colonnade::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+// d^-beta exactly as CpuOps computes it (beta = 0.75 without powf), so that both backends
+// round alike: sqrtf and division are correctly rounded on the GPU (-prec-sqrt/-prec-div).
+__device__ __forceinline__ float PowNegBeta(float d, float beta) {
+  if (beta == 0.75f) return 1.0f / (sqrtf(d) * sqrtf(sqrtf(d)));
+  return powf(d, -beta);
+}
+
+dim3 GridFor(const DeviceContext& ctx, int64_t n, int per_thread = 1) {
+  const int64_t blocks = CeilDiv(std::max<int64_t>(1, CeilDiv(n, per_thread)), kBlock);
+  return dim3(static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(ctx.sm_count) * 32)));
+}
+
+#define GRID_STRIDE_LOOP(i, n)                                                          \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Sum over the block's kBlock threads through shared memory; every thread gets the result.
+__device__ __forceinline__ double BlockSum(double v, double* sh) {
+  const int tid = threadIdx.x;
+  sh[tid] = v;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (tid < s) sh[tid] += sh[tid + s];
+    __syncthreads();
+  }
+  const double r = sh[0];
+  __syncthreads();
+  return r;
+}
+__device__ __forceinline__ float BlockMax(float v, float* sh) {
+  const int tid = threadIdx.x;
+  sh[tid] = v;
+  __syncthreads();
+  for (int s = kBlock / 2; s > 0; s >>= 1) {
+    if (tid < s) sh[tid] = fmaxf(sh[tid], sh[tid + s]);
+    __syncthreads();
+  }
+  const float r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+// ---- element-wise -----------------------------------------------------------------------------
+// Kernel FillKernel: y[i] = v for i < n. Grid-stride, one element per thread step.
+struct FillParams {
+  float* y;
+  int64_t n;
+  float v;
+};
+__global__ void FillKernel(const FillParams p) {
+  GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.v;
+}
+
+// Kernel AxpbyKernel: y[i] = alpha*x[i] + beta*y[i] (y not read when beta == 0, as in BLAS).
+// Multiplies and adds are rounded separately (no FMA contraction) to match the CPU.
+struct AxpbyParams {
+  float alpha;
+  const float* x;
+  float beta;
+  float* y;
+  int64_t n;
+};
+__global__ void AxpbyKernel(const AxpbyParams p) {
+  GRID_STRIDE_LOOP(i, p.n) {
+    const float ax = __fmul_rn(p.alpha, p.x[i]);
+    p.y[i] = p.beta == 0.0f ? ax : __fadd_rn(ax, __fmul_rn(p.beta, p.y[i]));
+  }
+}
+
+// Kernel BinaryKernel: y[i] = a[i] op b[i] (op 0: add, 1: multiply); y may alias a or b.
+struct BinaryParams {
+  const float* a;
+  const float* b;
+  float* y;
+  int64_t n;
+  int op;
+};
+__global__ void BinaryKernel(const BinaryParams p) {
+  if (p.op == 0) {
+    GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.a[i] + p.b[i];
+  } else {
+    GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.a[i] * p.b[i];
+  }
+}
+
+// Kernel ReluKernel: forward y = max(x, 0); backward (y_or_x = y) dx = y > 0 ? dy : 0.
+// In place is fine (each element is read before it is written, by the same thread).
+struct ReluParams {
+  const float* a;  // x (forward) or y (backward)
+  const float* dy;  // backward only
+  float* out;
+  int64_t n;
+};
+__global__ void ReluForwardKernel(const ReluParams p) {
+  GRID_STRIDE_LOOP(i, p.n) {
+    const float v = p.a[i];
+    p.out[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+__global__ void ReluBackwardKernel(const ReluParams p) {
+  GRID_STRIDE_LOOP(i, p.n) p.out[i] = p.a[i] > 0.0f ? p.dy[i] : 0.0f;
+}
+
+// Kernel AddBiasKernel: y[c][i] += b[c] for y: C x inner (CHWN with inner = H*W*N).
+// Grid: x = column chunks of the channel, y = channel; float4 when inner % 4 == 0.
+struct AddBiasParams {
+  float* y;
+  const float* b;
+  int64_t inner;
+  int vec;
+};
+__global__ void AddBiasKernel(const AddBiasParams p) {
+  const int c = blockIdx.y;
+  const float bias = p.b[c];
+  float* row = p.y + c * p.inner;
+  const int64_t start = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (p.vec) {
+    float4* row4 = reinterpret_cast<float4*>(row);
+    for (int64_t i = start; i < p.inner / 4; i += step) {
+      float4 v = row4[i];
+      v.x += bias; v.y += bias; v.z += bias; v.w += bias;
+      row4[i] = v;
+    }
+  } else {
+    for (int64_t i = start; i < p.inner; i += step) row[i] += bias;
+  }
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+// Kernel RowSumPartialKernel: part[r][s] = sum of chunk s of row r of x: rows x inner.
+// Grid: x = splits (chunks per row), y = row. Block: 256 threads, double accumulation.
+// With splits == 1 the block writes the row's sum straight into out[r].
+struct RowSumParams {
+  const float* x;
+  double* part;
+  float* out;
+  int64_t inner;
+  int splits;
+};
+__global__ void RowSumPartialKernel(const RowSumParams p) {
+  __shared__ double sh[kBlock];
+  const int r = blockIdx.y, s = blockIdx.x;
+  const int64_t chunk = (p.inner + p.splits - 1) / p.splits;
+  const int64_t beg = s * chunk;
+  const int64_t end = beg + chunk < p.inner ? beg + chunk : p.inner;
+  const float* row = p.x + r * p.inner;
+  double acc = 0.0;
+  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) acc += row[i];
+  acc = BlockSum(acc, sh);
+  if (threadIdx.x == 0) {
+    if (p.splits == 1) {
+      p.out[r] = static_cast<float>(acc);
+    } else {
+      p.part[static_cast<int64_t>(r) * p.splits + s] = acc;
+    }
+  }
+}
+// Kernel RowSumFinishKernel: out[r] = sum_s part[r][s], s in order. One thread per row.
+struct RowSumFinishParams {
+  const double* part;
+  float* out;
+  int rows, splits;
+};
+__global__ void RowSumFinishKernel(const RowSumFinishParams p) {
+  GRID_STRIDE_LOOP(r, p.rows) {
+    double acc = 0.0;
+    for (int s = 0; s < p.splits; ++s) acc += p.part[r * p.splits + s];
+    p.out[r] = static_cast<float>(acc);
+  }
+}
+
+// Kernel SumPartialKernel: part[b] = sum of x over block b's grid-stride elements (double);
+// then SumFinishKernel (one block) adds the partials in order into out[0].
+struct SumParams {
+  const float* x;
+  int64_t n;
+  double* part;
+  int parts;
+};
+__global__ void SumPartialKernel(const SumParams p) {
+  __shared__ double sh[kBlock];
+  double acc = 0.0;
+  GRID_STRIDE_LOOP(i, p.n) acc += p.x[i];
+  acc = BlockSum(acc, sh);
+  if (threadIdx.x == 0) p.part[blockIdx.x] = acc;
+}
+__global__ void SumFinishKernel(const SumParams p) {
+  __shared__ double sh[kBlock];
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < p.parts; i += kBlock) acc += p.part[i];
+  acc = BlockSum(acc, sh);
+  if (threadIdx.x == 0) p.part[p.parts] = acc;
+}
+
+// ---- pooling ----------------------------------------------------------------------------------
+struct PoolKernelParams {
+  const float* x;
+  const float* y;
+  const float* dy;
+  float* out;
+  int c, h, w, n, oh, ow;
+  int size, stride, pad;
+  int kind;  // PoolParams::Kind
+};
+
+// Kernel PoolForwardKernel
+//   x: C x H x W x N  ->  y: C x OH x OW x N; one thread per output element, images fastest.
+// Window [oy*stride - pad, +size) x [ox*stride - pad, +size) clipped to the image; max keeps
+// the first maximum in row-major order, avg divides by the clipped window's pixel count.
+__global__ void PoolForwardKernel(const PoolKernelParams p) {
+  const int64_t total = int64_t(p.c) * p.oh * p.ow * p.n;
+  GRID_STRIDE_LOOP(i, total) {
+    const int img = static_cast<int>(i % p.n);
+    int64_t t = i / p.n;
+    const int ox = static_cast<int>(t % p.ow);
+    t /= p.ow;
+    const int oy = static_cast<int>(t % p.oh);
+    const int c = static_cast<int>(t / p.oh);
+    const int y0 = IMax(oy * p.stride - p.pad, 0), y1 = IMin(oy * p.stride - p.pad + p.size, p.h);
+    const int x0 = IMax(ox * p.stride - p.pad, 0), x1 = IMin(ox * p.stride - p.pad + p.size, p.w);
+    const float* xc = p.x + int64_t(c) * p.h * p.w * p.n + img;
+    float r;
+    if (p.kind == PoolParams::kMax) {
+      r = -INFINITY;
+      for (int yy = y0; yy < y1; ++yy)
+        for (int xx = x0; xx < x1; ++xx) {
+          const float v = xc[(int64_t(yy) * p.w + xx) * p.n];
+          if (v > r) r = v;
+        }
+    } else {
+      float s = 0.0f;
+      for (int yy = y0; yy < y1; ++yy)
+        for (int xx = x0; xx < x1; ++xx) s += xc[(int64_t(yy) * p.w + xx) * p.n];
+      const int count = (y1 - y0) * (x1 - x0);
+      r = count > 0 ? s * (1.0f / static_cast<float>(count)) : 0.0f;
+    }
+    p.out[i] = r;
+  }
+}
+
+// Kernel PoolBackwardKernel
+//   x, dx: C x H x W x N;  y, dy: C x OH x OW x N. One thread per input element (gather, no
+// atomics): it visits every window that contains its pixel, in (oy, ox) order. Max: the
+// gradient goes to the window's first maximum in row-major order (the forward's argmax);
+// avg: dy / (clipped window size) to every pixel of the window.
+__global__ void PoolBackwardKernel(const PoolKernelParams p) {
+  const int64_t total = int64_t(p.c) * p.h * p.w * p.n;
+  GRID_STRIDE_LOOP(i, total) {
+    const int img = static_cast<int>(i % p.n);
+    int64_t t = i / p.n;
+    const int ix = static_cast<int>(t % p.w);
+    t /= p.w;
+    const int iy = static_cast<int>(t % p.h);
+    const int c = static_cast<int>(t / p.h);
+    // Windows o with o*stride - pad <= i < o*stride - pad + size.
+    const int ly = iy + p.pad - p.size + 1, lx = ix + p.pad - p.size + 1;
+    const int oy0 = ly <= 0 ? 0 : (ly + p.stride - 1) / p.stride;
+    const int ox0 = lx <= 0 ? 0 : (lx + p.stride - 1) / p.stride;
+    const int oy1 = IMin((iy + p.pad) / p.stride, p.oh - 1);
+    const int ox1 = IMin((ix + p.pad) / p.stride, p.ow - 1);
+    const int64_t plane_in = int64_t(p.h) * p.w * p.n, plane_out = int64_t(p.oh) * p.ow * p.n;
+    const float* xc = p.x + c * plane_in + img;
+    const float* yc = p.y + c * plane_out + img;
+    const float* dyc = p.dy + c * plane_out + img;
+    const float v = xc[(int64_t(iy) * p.w + ix) * p.n];
+    float g = 0.0f;
+    for (int oy = oy0; oy <= oy1; ++oy)
+      for (int ox = ox0; ox <= ox1; ++ox) {
+        const int64_t o = (int64_t(oy) * p.ow + ox) * p.n;
+        const int y0 = IMax(oy * p.stride - p.pad, 0);
+        const int y1 = IMin(oy * p.stride - p.pad + p.size, p.h);
+        const int x0 = IMax(ox * p.stride - p.pad, 0);
+        const int x1 = IMin(ox * p.stride - p.pad + p.size, p.w);
+        if (p.kind == PoolParams::kMax) {
+          const float m = yc[o];
+          if (!(v == m)) continue;
+          bool first = true;  // no earlier pixel of the window reaches the maximum
+          for (int yy = y0; yy <= iy && first; ++yy) {
+            const int xe = yy < iy ? x1 : ix;
+            for (int xx = x0; xx < xe; ++xx)
+              if (xc[(int64_t(yy) * p.w + xx) * p.n] >= m) {
+                first = false;
+                break;
+              }
+          }
+          if (first) g += dyc[o];
+        } else {
+          g += dyc[o] * (1.0f / static_cast<float>((y1 - y0) * (x1 - x0)));
+        }
+      }
+    p.out[i] = g;
+  }
+}
+
+// Kernel GlobalAvgPoolKernel
+//   forward : x C x HW x N -> y C x N, y[c][n] = mean over HW (double sum); thread per (c, n).
+//   backward: dy C x N -> dx C x HW x N, dx = dy / HW; thread per element of dx.
+struct GapParams {
+  const float* in;
+  float* out;
+  int c, hw, n;
+};
+__global__ void GlobalAvgPoolForwardKernel(const GapParams p) {
+  GRID_STRIDE_LOOP(i, int64_t(p.c) * p.n) {
+    const int64_t c = i / p.n, img = i % p.n;
+    const float* xc = p.in + c * p.hw * p.n + img;
+    double s = 0.0;
+    for (int k = 0; k < p.hw; ++k) s += xc[int64_t(k) * p.n];
+    p.out[i] = static_cast<float>(s / p.hw);
+  }
+}
+__global__ void GlobalAvgPoolBackwardKernel(const GapParams p) {
+  GRID_STRIDE_LOOP(i, int64_t(p.c) * p.hw * p.n) {
+    const int64_t img = i % p.n, c = i / (int64_t(p.hw) * p.n);
+    p.out[i] = p.in[c * p.n + img] * (1.0f / static_cast<float>(p.hw));
+  }
+}
+
+// ---- response normalisation --------------------------------------------------------------------
+struct LrnCrossKernelParams {
+  const float* x;
+  const float* y;
+  const float* denom;
+  const float* dy;
+  float* out;
+  float* denom_out;
+  int c, cg;  // channels and channels per group
+  int64_t hwn;
+  int half;  // size / 2
+  float alpha, beta, k;  // alpha already divided by size when requested
+  float grad_scale;      // 2 * alpha * beta, rounded as CpuOps does
+};
+
+// Kernel LrnCrossForwardKernel
+//   x, y, denom: C x H x W x N. One thread per (pixel, image) column q < H*W*N walks the C
+//   channels; window [c - half, c + half] clipped to c's group; denom = k + alpha*sum x^2,
+//   y = x * denom^-beta. Channel stride hwn keeps the warp's loads coalesced.
+__global__ void LrnCrossForwardKernel(const LrnCrossKernelParams p) {
+  GRID_STRIDE_LOOP(q, p.hwn) {
+    const float* xq = p.x + q;
+    for (int c = 0; c < p.c; ++c) {
+      const int g0 = (c / p.cg) * p.cg;
+      const int lo = IMax(c - p.half, g0), hi = IMin(c + p.half, g0 + p.cg - 1);
+      float s = 0.0f;
+      for (int cc = lo; cc <= hi; ++cc) {
+        const float v = xq[cc * p.hwn];
+        s += v * v;
+      }
+      const float d = p.k + p.alpha * s;
+      p.denom_out[c * p.hwn + q] = d;
+      p.out[c * p.hwn + q] = xq[c * p.hwn] * PowNegBeta(d, p.beta);
+    }
+  }
+}
+
+// Kernel LrnCrossBackwardKernel
+//   dx_c = dy_c * denom_c^-beta - 2*alpha*beta * x_c * sum_{c' in window(c)} dy_c' y_c' / denom_c'
+//   (windows are symmetric, so c' ranges over c's own window). Thread per column as forward.
+__global__ void LrnCrossBackwardKernel(const LrnCrossKernelParams p) {
+  GRID_STRIDE_LOOP(q, p.hwn) {
+    for (int c = 0; c < p.c; ++c) {
+      const int g0 = (c / p.cg) * p.cg;
+      const int lo = IMax(c - p.half, g0), hi = IMin(c + p.half, g0 + p.cg - 1);
+      float s = 0.0f;
+      for (int cc = lo; cc <= hi; ++cc) {
+        const int64_t o = cc * p.hwn + q;
+        s += p.dy[o] * p.y[o] / p.denom[o];
+      }
+      const int64_t o = c * p.hwn + q;
+      p.out[o] = p.dy[o] * PowNegBeta(p.denom[o], p.beta) - p.grad_scale * p.x[o] * s;
+    }
+  }
+}
+
+struct LrnWithinKernelParams {
+  const float* x;
+  const float* y;
+  const float* denom;
+  const float* dy;
+  float* out;
+  float* denom_out;
+  int c, h, w, n;
+  int size;
+  float alpha, beta, k;  // alpha already divided by size^2
+  float grad_scale;      // 2 * alpha / size^2 * beta, rounded as CpuOps does
+};
+
+// Kernel LrnWithinForwardKernel
+//   x, y, denom: C x H x W x N; thread per element. Window rows [y - size/2, +size),
+//   columns likewise, clipped; denom = k + alpha * sum u^2, y = u * denom^-beta.
+__global__ void LrnWithinForwardKernel(const LrnWithinKernelParams p) {
+  const int64_t total = int64_t(p.c) * p.h * p.w * p.n;
+  GRID_STRIDE_LOOP(i, total) {
+    const int img = static_cast<int>(i % p.n);
+    int64_t t = i / p.n;
+    const int xx = static_cast<int>(t % p.w);
+    t /= p.w;
+    const int yy = static_cast<int>(t % p.h);
+    const int64_t c = t / p.h;
+    const float* xc = p.x + c * p.h * p.w * p.n + img;
+    const int y0 = IMax(yy - p.size / 2, 0), y1 = IMin(yy - p.size / 2 + p.size, p.h);
+    const int x0 = IMax(xx - p.size / 2, 0), x1 = IMin(xx - p.size / 2 + p.size, p.w);
+    float s = 0.0f;
+    for (int a = y0; a < y1; ++a)
+      for (int b = x0; b < x1; ++b) {
+        const float v = xc[(int64_t(a) * p.w + b) * p.n];
+        s += v * v;
+      }
+    const float d = p.k + p.alpha * s;
+    p.denom_out[i] = d;
+    p.out[i] = p.x[i] * PowNegBeta(d, p.beta);
+  }
+}
+
+// Kernel LrnWithinBackwardKernel
+//   dx_u = dy_u denom_u^-beta - 2 alpha beta u sum_{v: u in window(v)} dy_v y_v / denom_v,
+//   where u in window(v) <=> v in [u - size + size/2 + 1, u + size/2] on each axis.
+__global__ void LrnWithinBackwardKernel(const LrnWithinKernelParams p) {
+  const int64_t total = int64_t(p.c) * p.h * p.w * p.n;
+  GRID_STRIDE_LOOP(i, total) {
+    const int img = static_cast<int>(i % p.n);
+    int64_t t = i / p.n;
+    const int xx = static_cast<int>(t % p.w);
+    t /= p.w;
+    const int yy = static_cast<int>(t % p.h);
+    const int64_t c = t / p.h;
+    const int64_t base = c * p.h * p.w * p.n + img;
+    const int y0 = IMax(yy - p.size + p.size / 2 + 1, 0), y1 = IMin(yy + p.size / 2, p.h - 1);
+    const int x0 = IMax(xx - p.size + p.size / 2 + 1, 0), x1 = IMin(xx + p.size / 2, p.w - 1);
+    float s = 0.0f;
+    for (int a = y0; a <= y1; ++a)
+      for (int b = x0; b <= x1; ++b) {
+        const int64_t o = base + (int64_t(a) * p.w + b) * p.n;
+        s += p.dy[o] * p.y[o] / p.denom[o];
+      }
+    p.out[i] = p.dy[i] * PowNegBeta(p.denom[i], p.beta) - p.grad_scale * p.x[i] * s;
+  }
+}
+
+// ---- batch norm ---------------------------------------------------------------------------------
+struct BnParams {
+  const float* x;
+  const float* gamma;
+  const float* beta;
+  const float* dy;
+  const float* mean_in;    // save_mean (backward) or running_mean (inference)
+  const float* invstd_in;  // save_invstd (backward) or running_var (inference)
+  float* y;
+  float* running_mean;
+  float* running_var;
+  float* save_mean;
+  float* save_invstd;
+  float* dgamma;
+  float* dbeta;
+  int64_t inner;
+  float eps, momentum;
+};
+
+// Kernel BatchNormTrainKernel: one block (256 threads) per channel c of x: C x inner.
+// Two passes over the channel for mean and biased variance (double), then y is written;
+// running statistics use the unbiased variance.
+__global__ void BatchNormTrainKernel(const BnParams p) {
+  __shared__ double sh[kBlock];
+  const int c = blockIdx.x;
+  const float* xc = p.x + c * p.inner;
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) s += xc[i];
+  const double mean = BlockSum(s, sh) / static_cast<double>(p.inner);
+  double v = 0.0;
+  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) {
+    const double d = xc[i] - mean;
+    v += d * d;
+  }
+  const double ss = BlockSum(v, sh);
+  const double var = ss / static_cast<double>(p.inner);
+  const double invstd = 1.0 / sqrt(var + p.eps);
+  const float fmean = static_cast<float>(mean);
+  const float scale = static_cast<float>(p.gamma[c] * invstd), shift = p.beta[c];
+  float* yc = p.y + c * p.inner;
+  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) yc[i] = (xc[i] - fmean) * scale + shift;
+  if (threadIdx.x == 0) {
+    p.save_mean[c] = fmean;
+    p.save_invstd[c] = static_cast<float>(invstd);
+    const double unbiased = p.inner > 1 ? ss / static_cast<double>(p.inner - 1) : var;
+    p.running_mean[c] = static_cast<float>((1.0 - p.momentum) * p.running_mean[c] + p.momentum * mean);
+    p.running_var[c] =
+        static_cast<float>((1.0 - p.momentum) * p.running_var[c] + p.momentum * unbiased);
+  }
+}
+
+// Kernel BatchNormInferKernel: y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta,
+// grid-stride over x: C x inner.
+struct BnInferParams {
+  BnParams b;
+  int c;
+};
+__global__ void BatchNormInferKernel(const BnInferParams q) {
+  const BnParams& p = q.b;
+  GRID_STRIDE_LOOP(i, q.c * p.inner) {
+    const int64_t c = i / p.inner;
+    const double invstd = 1.0 / sqrt(static_cast<double>(p.invstd_in[c]) + p.eps);
+    const float scale = static_cast<float>(p.gamma[c] * invstd);
+    p.y[i] = (p.x[i] - p.mean_in[c]) * scale + p.beta[c];
+  }
+}
+
+// Kernel BatchNormBackwardKernel: one block per channel. dbeta = sum dy, dgamma = sum dy*xhat,
+// dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma), xhat = (x - mean)*invstd.
+__global__ void BatchNormBackwardKernel(const BnParams p) {
+  __shared__ double sh[kBlock];
+  const int c = blockIdx.x;
+  const float* xc = p.x + c * p.inner;
+  const float* dyc = p.dy + c * p.inner;
+  const double mean = p.mean_in[c], invstd = p.invstd_in[c];
+  double sdy = 0.0, sdyx = 0.0;
+  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) {
+    sdy += dyc[i];
+    sdyx += dyc[i] * ((xc[i] - mean) * invstd);
+  }
+  const double db = BlockSum(sdy, sh);
+  const double dg = BlockSum(sdyx, sh);
+  const double m = static_cast<double>(p.inner);
+  const double k = p.gamma[c] * invstd / m;
+  float* dxc = p.y + c * p.inner;
+  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) {
+    const double xhat = (xc[i] - mean) * invstd;
+    dxc[i] = static_cast<float>(k * (m * static_cast<double>(dyc[i]) - db - xhat * dg));
+  }
+  if (threadIdx.x == 0) {
+    p.dgamma[c] = static_cast<float>(dg);
+    p.dbeta[c] = static_cast<float>(db);
+  }
+}
+
+// ---- dropout ----------------------------------------------------------------------------------
+// Kernel DropoutForwardKernel: x, y, mask C x H x W x N, thread per element. The mask of
+// local element (c, h, w, n) is a pure function of (seed, step, global element index)
+// exactly as in CpuOps (see DropoutKeep below), so both backends draw the same mask.
+struct DropoutKernelParams {
+  const float* x;
+  float* y;
+  float* mask;
+  int c, h, w, n;
+  float p, scale;
+  uint64_t seed;
+  int64_t step, channel_offset, image_offset, global_batch;
+};
+__global__ void DropoutForwardKernel(const DropoutKernelParams p) {
+  const int64_t total = int64_t(p.c) * p.h * p.w * p.n;
+  GRID_STRIDE_LOOP(i, total) {
+    const int64_t img = i % p.n;
+    const int64_t chw = i / p.n;  // ((c*H + h)*W + w)
+    const int64_t c = chw / (int64_t(p.h) * p.w);
+    const int64_t hw = chw % (int64_t(p.h) * p.w);
+    const int64_t gidx =
+        ((c + p.channel_offset) * p.h * p.w + hw) * p.global_batch + img + p.image_offset;
+    const float u = PhiloxUniform(p.seed, static_cast<uint64_t>(p.step), static_cast<uint64_t>(gidx));
+    const float m = u >= p.p ? p.scale : 0.0f;
+    p.mask[i] = m;
+    p.y[i] = p.x[i] * m;
+  }
+}
+
+// ---- softmax + cross-entropy ------------------------------------------------------------------
+// Kernel SoftmaxXentForwardKernel: logits K x N (class-major, images innermost), labels N.
+// One block per image: block max, block sum of exp, then probs and -log p[label] computed
+// as log(sum) - (z[label] - max).
+struct XentParams {
+  const float* logits;
+  const float* labels;
+  const float* probs_in;
+  float* probs;
+  float* loss;
+  float* dlogits;
+  int k, n;
+  float scale;
+};
+__global__ void SoftmaxXentForwardKernel(const XentParams p) {
+  __shared__ double shd[kBlock];
+  __shared__ float shf[kBlock];
+  const int img = blockIdx.x;
+  float mx = -INFINITY;
+  for (int k = threadIdx.x; k < p.k; k += kBlock) mx = fmaxf(mx, p.logits[int64_t(k) * p.n + img]);
+  mx = BlockMax(mx, shf);
+  double s = 0.0;
+  for (int k = threadIdx.x; k < p.k; k += kBlock) s += expf(p.logits[int64_t(k) * p.n + img] - mx);
+  s = BlockSum(s, shd);
+  for (int k = threadIdx.x; k < p.k; k += kBlock) {
+    const int64_t o = int64_t(k) * p.n + img;
+    p.probs[o] = static_cast<float>(static_cast<double>(expf(p.logits[o] - mx)) / s);
+  }
+  if (threadIdx.x == 0) {
+    const int label = static_cast<int>(p.labels[img]);
+    const float z = (label >= 0 && label < p.k) ? p.logits[int64_t(label) * p.n + img] : NAN;
+    p.loss[img] = static_cast<float>(log(s) - (static_cast<double>(z) - mx));
+  }
+}
+// Kernel SoftmaxXentBackwardKernel: dlogits[k][n] = scale * (probs[k][n] - [k == label[n]]).
+__global__ void SoftmaxXentBackwardKernel(const XentParams p) {
+  GRID_STRIDE_LOOP(i, int64_t(p.k) * p.n) {
+    const int64_t k = i / p.n, img = i % p.n;
+    const float onehot = static_cast<int64_t>(p.labels[img]) == k ? 1.0f : 0.0f;
+    p.dlogits[i] = p.scale * (p.probs_in[i] - onehot);
+  }
+}
+
+// ---- SGD ----------------------------------------------------------------------------------------
+// Kernel SgdKernel: v = momentum*v - lr*(grad + wd*w); w = w + v, element-wise over n.
+// Each product and sum is rounded separately (no FMA contraction), as on the CPU.
+struct SgdKernelParams {
+  float* w;
+  const float* g;
+  float* v;
+  int64_t n;
+  float lr, momentum, wd;
+};
+__global__ void SgdKernel(const SgdKernelParams p) {
+  GRID_STRIDE_LOOP(i, p.n) {
+    const float w = p.w[i];
+    const float grad = __fadd_rn(p.g[i], __fmul_rn(p.wd, w));
+    const float v = __fsub_rn(__fmul_rn(p.momentum, p.v[i]), __fmul_rn(p.lr, grad));
+    p.v[i] = v;
+    p.w[i] = __fadd_rn(w, v);
+  }
+}
+
+}  // namespace
+
+// ================================ launchers ========================================================
+
+void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v) {
+  Launch(FillKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, FillParams{y, n, v});
+}
+
+void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta, float* y,
+              int64_t n) {
+  Launch(AxpbyKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, AxpbyParams{alpha, x, beta, y, n});
+}
+
+void AddGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
+  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, BinaryParams{a, b, y, n, 0});
+}
+
+void MulGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
+  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, BinaryParams{a, b, y, n, 1});
+}
+
+double SumGpu(const DeviceContext& ctx, const float* x, int64_t n) {
+  const int parts = static_cast<int>(GridFor(ctx, n, 8).x);
+  Scratch part(ctx.alloc, sizeof(double) * (parts + 1));
+  SumParams p{x, n, part.d(), parts};
+  Launch(SumPartialKernel, dim3(parts), dim3(kBlock), ctx.stream, p);
+  Launch(SumFinishKernel, dim3(1), dim3(kBlock), ctx.stream, p);
+  double out = 0.0;
+  COLONNADE_CUDA_CHECK(cudaMemcpyAsync(&out, part.d() + parts, sizeof(double),
+                                       cudaMemcpyDeviceToHost, ctx.stream));
+  COLONNADE_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  return out;
+}
+
+void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t channels,
+                int64_t inner) {
+  CHECK_LT(channels, 65536) << "AddBias supports up to 65535 channels";
+  const bool vec = inner % 4 == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0;
+  const int64_t work = vec ? inner / 4 : inner;
+  const int64_t want_blocks = std::max<int64_t>(1, int64_t(ctx.sm_count) * 8 / channels);
+  const int64_t bx = std::max<int64_t>(1, std::min(CeilDiv(work, kBlock), want_blocks));
+  Launch(AddBiasKernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(channels)),
+         dim3(kBlock), ctx.stream, AddBiasParams{y, b, inner, vec ? 1 : 0});
+}
+
+void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner) {
+  CHECK_LT(rows, 65536) << "RowSum supports up to 65535 rows";
+  // Enough blocks for about eight per multiprocessor, each summing at least 4096 values.
+  int64_t splits = std::max<int64_t>(1, CeilDiv(int64_t(ctx.sm_count) * 8, rows));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, inner / 4096));
+  std::unique_ptr<Scratch> part;
+  if (splits > 1) part = std::make_unique<Scratch>(ctx.alloc, sizeof(double) * rows * splits);
+  RowSumParams p{x, part ? part->d() : nullptr, out, inner, static_cast<int>(splits)};
+  Launch(RowSumPartialKernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)),
+         dim3(kBlock), ctx.stream, p);
+  if (splits > 1) {
+    RowSumFinishParams f{part->d(), out, static_cast<int>(rows), static_cast<int>(splits)};
+    Launch(RowSumFinishKernel, GridFor(ctx, rows), dim3(kBlock), ctx.stream, f);
+  }
+}
+
+void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int h, int w,
+                    int n, int oh, int ow, const PoolParams& pp) {
+  PoolKernelParams p{x, nullptr, nullptr, y, c, h, w, n, oh, ow, pp.size, pp.stride, pp.pad,
+                     static_cast<int>(pp.kind)};
+  Launch(PoolForwardKernel, GridFor(ctx, int64_t(c) * oh * ow * n), dim3(kBlock), ctx.stream, p);
+}
+
+void PoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* y, const float* dy,
+                     float* dx, int c, int h, int w, int n, int oh, int ow, const PoolParams& pp) {
+  PoolKernelParams p{x, y, dy, dx, c, h, w, n, oh, ow, pp.size, pp.stride, pp.pad,
+                     static_cast<int>(pp.kind)};
+  Launch(PoolBackwardKernel, GridFor(ctx, int64_t(c) * h * w * n), dim3(kBlock), ctx.stream, p);
+}
+
+void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,
+                             int n) {
+  Launch(GlobalAvgPoolForwardKernel, GridFor(ctx, int64_t(c) * n), dim3(kBlock), ctx.stream,
+         GapParams{x, y, c, hw, n});
+}
+
+void GlobalAvgPoolBackwardGpu(const DeviceContext& ctx, const float* dy, float* dx, int c, int hw,
+                              int n) {
+  Launch(GlobalAvgPoolBackwardKernel, GridFor(ctx, int64_t(c) * hw * n), dim3(kBlock), ctx.stream,
+         GapParams{dy, dx, c, hw, n});
+}
+
+namespace {
+LrnCrossKernelParams CrossParams(int c, int64_t hwn, const LrnCrossParams& lp) {
+  LrnCrossKernelParams p{};
+  p.c = c;
+  p.cg = c / lp.groups;
+  p.hwn = hwn;
+  p.half = lp.size / 2;
+  p.alpha = lp.alpha_over_size ? lp.alpha / static_cast<float>(lp.size) : lp.alpha;
+  p.beta = lp.beta;
+  p.k = lp.k;
+  p.grad_scale = 2.0f * p.alpha * lp.beta;
+  return p;
+}
+LrnWithinKernelParams WithinParams(int c, int h, int w, int n, const LrnWithinParams& lp) {
+  LrnWithinKernelParams p{};
+  p.c = c;
+  p.h = h;
+  p.w = w;
+  p.n = n;
+  p.size = lp.size;
+  p.alpha = lp.alpha / static_cast<float>(lp.size * lp.size);
+  p.beta = lp.beta;
+  p.k = lp.k;
+  p.grad_scale = 2.0f * lp.alpha / static_cast<float>(lp.size * lp.size) * lp.beta;
+  return p;
+}
+}  // namespace
+
+void LrnCrossForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
+                        int hwn, const LrnCrossParams& lp) {
+  LrnCrossKernelParams p = CrossParams(c, hwn, lp);
+  p.x = x;
+  p.out = y;
+  p.denom_out = denom;
+  Launch(LrnCrossForwardKernel, GridFor(ctx, hwn), dim3(kBlock), ctx.stream, p);
+}
+
+void LrnCrossBackwardGpu(const DeviceContext& ctx, const float* x, const float* y,
+                         const float* denom, const float* dy, float* dx, int c, int hwn,
+                         const LrnCrossParams& lp) {
+  LrnCrossKernelParams p = CrossParams(c, hwn, lp);
+  p.x = x;
+  p.y = y;
+  p.denom = denom;
+  p.dy = dy;
+  p.out = dx;
+  Launch(LrnCrossBackwardKernel, GridFor(ctx, hwn), dim3(kBlock), ctx.stream, p);
+}
+
+void LrnWithinForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
+                         int h, int w, int n, const LrnWithinParams& lp) {
+  LrnWithinKernelParams p = WithinParams(c, h, w, n, lp);
+  p.x = x;
+  p.out = y;
+  p.denom_out = denom;
+  Launch(LrnWithinForwardKernel, GridFor(ctx, int64_t(c) * h * w * n), dim3(kBlock), ctx.stream, p);
+}
+
+void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float* y,
+                          const float* denom, const float* dy, float* dx, int c, int h, int w,
+                          int n, const LrnWithinParams& lp) {
+  LrnWithinKernelParams p = WithinParams(c, h, w, n, lp);
+  p.x = x;
+  p.y = y;
+  p.denom = denom;
+  p.dy = dy;
+  p.out = dx;
+  Launch(LrnWithinBackwardKernel, GridFor(ctx, int64_t(c) * h * w * n), dim3(kBlock), ctx.stream,
+         p);
+}
+
+void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                              const float* beta, float* y, float* running_mean,
+                              float* running_var, float* save_mean, float* save_invstd, int c,
+                              int64_t inner, const BatchNormParams& bp) {
+  BnParams p{};
+  p.x = x;
+  p.gamma = gamma;
+  p.beta = beta;
+  p.y = y;
+  p.running_mean = running_mean;
+  p.running_var = running_var;
+  p.save_mean = save_mean;
+  p.save_invstd = save_invstd;
+  p.inner = inner;
+  p.eps = bp.eps;
+  p.momentum = bp.momentum;
+  Launch(BatchNormTrainKernel, dim3(c), dim3(kBlock), ctx.stream, p);
+}
+
+void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                              const float* beta, const float* running_mean,
+                              const float* running_var, float* y, int c, int64_t inner,
+                              const BatchNormParams& bp) {
+  BnInferParams q{};
+  q.b.x = x;
+  q.b.gamma = gamma;
+  q.b.beta = beta;
+  q.b.mean_in = running_mean;
+  q.b.invstd_in = running_var;
+  q.b.y = y;
+  q.b.inner = inner;
+  q.b.eps = bp.eps;
+  q.c = c;
+  Launch(BatchNormInferKernel, GridFor(ctx, c * inner), dim3(kBlock), ctx.stream, q);
+}
+
+void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                          const float* save_mean, const float* save_invstd, const float* dy,
+                          float* dx, float* dgamma, float* dbeta, int c, int64_t inner) {
+  BnParams p{};
+  p.x = x;
+  p.gamma = gamma;
+  p.mean_in = save_mean;
+  p.invstd_in = save_invstd;
+  p.dy = dy;
+  p.y = dx;
+  p.dgamma = dgamma;
+  p.dbeta = dbeta;
+  p.inner = inner;
+  Launch(BatchNormBackwardKernel, dim3(c), dim3(kBlock), ctx.stream, p);
+}
+
+void ReluForwardGpu(const DeviceContext& ctx, const float* x, float* y, int64_t n) {
+  Launch(ReluForwardKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, ReluParams{x, nullptr, y, n});
+}
+
+void ReluBackwardGpu(const DeviceContext& ctx, const float* y, const float* dy, float* dx,
+                     int64_t n) {
+  Launch(ReluBackwardKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, ReluParams{y, dy, dx, n});
+}
+
+void DropoutForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* mask, int c,
+                       int h, int w, int n, const DropoutParams& dp) {
+  DropoutKernelParams p{};
+  p.x = x;
+  p.y = y;
+  p.mask = mask;
+  p.c = c;
+  p.h = h;
+  p.w = w;
+  p.n = n;
+  p.p = dp.p;
+  p.scale = 1.0f / (1.0f - dp.p);
+  p.seed = dp.seed;
+  p.step = dp.step;
+  p.channel_offset = dp.channel_offset;
+  p.image_offset = dp.image_offset;
+  p.global_batch = dp.global_batch > 0 ? dp.global_batch : n;
+  Launch(DropoutForwardKernel, GridFor(ctx, int64_t(c) * h * w * n), dim3(kBlock), ctx.stream, p);
+}
+
+void SoftmaxCrossEntropyForwardGpu(const DeviceContext& ctx, const float* logits,
+                                   const float* labels, float* probs, float* loss, int k, int n) {
+  XentParams p{};
+  p.logits = logits;
+  p.labels = labels;
+  p.probs = probs;
+  p.loss = loss;
+  p.k = k;
+  p.n = n;
+  Launch(SoftmaxXentForwardKernel, dim3(n), dim3(kBlock), ctx.stream, p);
+}
+
+void SoftmaxCrossEntropyBackwardGpu(const DeviceContext& ctx, const float* probs,
+                                    const float* labels, float scale, float* dlogits, int k,
+                                    int n) {
+  XentParams p{};
+  p.probs_in = probs;
+  p.labels = labels;
+  p.dlogits = dlogits;
+  p.k = k;
+  p.n = n;
+  p.scale = scale;
+  Launch(SoftmaxXentBackwardKernel, GridFor(ctx, int64_t(k) * n), dim3(kBlock), ctx.stream, p);
+}
+
+void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* v, int64_t n,
+                  const SgdParams& sp) {
+  SgdKernelParams p{w, grad, v, n, sp.lr, sp.momentum, sp.weight_decay};
+  Launch(SgdKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, p);
+}
+
+}  // namespace colonnade::cuda

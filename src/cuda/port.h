@@ -1,0 +1,80 @@
+// What src/cuda needs from the CUDA runtime and cuBLAS, or from the CPU emulator
+// (src/cuda/emu) when COLONNADE_CUDA_EMULATE is defined, plus the launch and error
+// helpers every kernel file shares.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#if defined(COLONNADE_CUDA_EMULATE)
+#include "cuda/emu/emu_runtime.h"
+#else
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#endif
+
+namespace colonnade::cuda {
+
+// Aborts with the failing call's text: a CUDA error inside the backend is a programming
+// error or a broken device, neither of which the caller can recover from.
+#define COLONNADE_CUDA_CHECK(expr)                                                        \
+  do {                                                                                    \
+    cudaError_t err_ = (expr);                                                            \
+    if (err_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s:%d: CUDA error %d (%s) in %s\n", __FILE__, __LINE__,     \
+                   static_cast<int>(err_), cudaGetErrorString(err_), #expr);              \
+      std::abort();                                                                       \
+    }                                                                                     \
+  } while (0)
+
+#define COLONNADE_CUBLAS_CHECK(expr)                                                      \
+  do {                                                                                    \
+    cublasStatus_t st_ = (expr);                                                          \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                   \
+      std::fprintf(stderr, "%s:%d: cuBLAS error %d in %s\n", __FILE__, __LINE__,         \
+                   static_cast<int>(st_), #expr);                                         \
+      std::abort();                                                                       \
+    }                                                                                     \
+  } while (0)
+
+// Launches `kernel(params)` (every kernel in src/cuda takes one parameter struct by
+// value) and checks the launch. On the emulator the kernel runs on the CPU.
+template <typename P>
+inline void Launch(void (*kernel)(P), dim3 grid, dim3 block, cudaStream_t stream, const P& p) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+#if defined(COLONNADE_CUDA_EMULATE)
+  (void)stream;
+  colonnade::emu::Launch(grid, block, [&] { kernel(p); });
+#else
+  P copy = p;
+  void* args[] = {&copy};
+  COLONNADE_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block,
+                                        args, 0, stream));
+#endif
+}
+
+// Unsigned division by a run-time constant with a multiply and a shift (Granlund and
+// Montgomery), for index arithmetic in inner loops. Valid for dividends below 2^31.
+struct FastDiv {
+  uint32_t d = 1, m = 0, s = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t divisor) : d(divisor) {
+    s = 0;
+    while ((uint64_t(1) << s) < divisor) ++s;
+    m = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << s) - divisor)) / divisor + 1);
+  }
+};
+
+#if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDACC__)
+__device__ __forceinline__ int Div(int n, const FastDiv& f) {
+  uint32_t t = __umulhi(static_cast<uint32_t>(n), f.m);
+  return static_cast<int>((t + static_cast<uint32_t>(n)) >> f.s);
+}
+__device__ __forceinline__ int IMin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int IMax(int a, int b) { return a > b ? a : b; }
+#endif
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace colonnade::cuda

@@ -1,0 +1,610 @@
+// Every CUDA Ops operation against the CPU reference (CpuOps) on random inputs of awkward
+// sizes, with the GPU output poisoned (NaN) before each run so that an unwritten element
+// fails: ||gpu - cpu|| / ||cpu|| < 1e-5 in FP32, bit equality where the op is exact.
+// Without a GPU every test skips with a message. The same file also builds against the
+// CPU emulator of the CUDA backend (cuda_emu_tests), with smaller problem sizes.
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/backend.h"
+#include "core/cpu_ops.h"
+#include "core/models.h"
+#include "core/optimizer.h"
+#include "core/philox.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
+#include "gtest/gtest.h"
+
+namespace colonnade {
+namespace {
+
+#if defined(COLONNADE_CUDA_EMULATE)
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+
+constexpr double kTol = 1e-5;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+Ops& Cpu() {
+  static CpuOps* ops = new CpuOps();
+  return *ops;
+}
+Ops& Gpu() { return OpsFor(Device::kCUDA); }
+
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::Available()) GTEST_SKIP() << "no CUDA device present: GPU tests skipped";
+    absl::Status s = cuda::RegisterBackend(0);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+};
+
+Tensor RandomCpu(const Shape& s, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  Tensor t(s, Device::kCPU);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.size(); ++i) t.data()[i] = u(rng);
+  return t;
+}
+Tensor OnGpu(const Tensor& t) { return t.To(Device::kCUDA); }
+Tensor Poisoned(const Shape& s, Device d) {
+  Tensor t(s, d);
+  std::vector<float> nan(t.size(), kNaN);
+  t.CopyFromHost(nan);
+  return t;
+}
+
+// ||got - ref|| / ||ref|| (or ||got - ref|| when ref is 0); infinite if got has a NaN.
+double RelErr(const Tensor& got, const Tensor& ref) {
+  std::vector<float> a = got.ToHost(), b = ref.ToHost();
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) && std::isfinite(b[i])) return std::numeric_limits<double>::infinity();
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+#define EXPECT_CLOSE(got, ref) EXPECT_LT(RelErr(got, ref), kTol)
+#define EXPECT_BITWISE(got, ref) EXPECT_EQ((got).ToHost(), (ref).ToHost())
+
+// ---- convolution ----------------------------------------------------------------------------
+struct ConvCase {
+  int n, c, h, w, f, kh, kw, stride, pad, groups;
+  bool large;  // skipped on the emulator
+};
+
+std::string CaseName(const ConvCase& k) {
+  return absl::StrFormat("n%d_c%d_%dx%d_f%d_k%dx%d_s%d_p%d_g%d", k.n, k.c, k.h, k.w, k.f, k.kh,
+                         k.kw, k.stride, k.pad, k.groups);
+}
+
+const ConvCase kConvCases[] = {
+    {1, 3, 13, 13, 5, 3, 3, 1, 1, 1, false},       // batch 1, odd everything
+    {7, 5, 11, 11, 8, 3, 3, 2, 0, 1, false},       // batch 7, stride 2 (dilated bwd data)
+    {33, 48, 9, 9, 96, 5, 5, 1, 2, 2, false},      // batch 33, two groups
+    {128, 96, 7, 7, 96, 3, 3, 1, 1, 2, false},     // batch 128, groups (bwd data M = 48)
+    {32, 3, 27, 27, 96, 11, 11, 4, 2, 1, false},   // conv1-like, stride 4, BM = 96
+    {4, 6, 10, 12, 10, 3, 3, 2, 1, 2, false},      // non-square image, stride 2, groups
+    {33, 5, 9, 9, 7, 1, 1, 1, 0, 1, false},        // 1x1
+    {64, 16, 8, 8, 192, 3, 3, 1, 1, 1, false},     // M = 192 -> BM = 96 tiles
+    {8, 4, 9, 11, 6, 3, 5, 1, 1, 1, false},        // non-square kernel
+    {33, 3, 19, 19, 8, 7, 7, 4, 3, 1, false},      // stride 4, odd batch (scalar paths)
+    {5, 3, 6, 6, 4, 1, 1, 1, 1, 1, false},         // pad larger than kernel - 1
+    {128, 3, 31, 31, 16, 5, 5, 2, 2, 1, false},    // stride 2, batch 128
+    {2, 96, 13, 13, 256, 3, 3, 1, 1, 2, false},    // conv5-like with batch 2
+    {128, 48, 13, 13, 128, 3, 3, 1, 1, 1, true},   // BM = 128 tiles, batch 128
+    {128, 8, 32, 32, 16, 3, 3, 1, 1, 1, true},     // long reduction: split-K backward filter
+    {128, 96, 27, 27, 256, 5, 5, 1, 2, 2, true},   // AlexNet conv2 at batch 128
+};
+
+class ConvTest : public CudaTest, public ::testing::WithParamInterface<ConvCase> {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    if (kEmulated && GetParam().large) GTEST_SKIP() << "large case skipped on the emulator";
+  }
+  ConvParams Params() const {
+    const ConvCase& k = GetParam();
+    ConvParams p;
+    p.kernel_h = k.kh;
+    p.kernel_w = k.kw;
+    p.stride = k.stride;
+    p.pad = k.pad;
+    p.groups = k.groups;
+    return p;
+  }
+  Shape XShape() const {
+    const ConvCase& k = GetParam();
+    return Shape{k.c, k.h, k.w, k.n};
+  }
+  Shape WShape() const {
+    const ConvCase& k = GetParam();
+    return Shape{k.f, k.c / k.groups, k.kh, k.kw};
+  }
+  Shape YShape() const {
+    const ConvCase& k = GetParam();
+    return Shape{k.f, ConvOutSize(k.h, k.kh, k.stride, k.pad),
+                 ConvOutSize(k.w, k.kw, k.stride, k.pad), k.n};
+  }
+};
+
+TEST_P(ConvTest, Forward) {
+  const ConvParams p = Params();
+  Tensor x = RandomCpu(XShape(), 1), w = RandomCpu(WShape(), 2);
+  Tensor ref(YShape(), Device::kCPU);
+  Cpu().ConvForward(x, w, ref, p);
+  Tensor gx = OnGpu(x), gw = OnGpu(w), gy = Poisoned(YShape(), Device::kCUDA);
+  Gpu().ConvForward(gx, gw, gy, p);
+  EXPECT_CLOSE(gy, ref) << CaseName(GetParam());
+}
+
+TEST_P(ConvTest, BackwardData) {
+  const ConvParams p = Params();
+  Tensor dy = RandomCpu(YShape(), 3), w = RandomCpu(WShape(), 4);
+  Tensor ref(XShape(), Device::kCPU);
+  Cpu().ConvBackwardData(dy, w, ref, p);
+  Tensor gdy = OnGpu(dy), gw = OnGpu(w), gdx = Poisoned(XShape(), Device::kCUDA);
+  Gpu().ConvBackwardData(gdy, gw, gdx, p);
+  EXPECT_CLOSE(gdx, ref) << CaseName(GetParam());
+}
+
+TEST_P(ConvTest, BackwardFilter) {
+  const ConvParams p = Params();
+  Tensor x = RandomCpu(XShape(), 5), dy = RandomCpu(YShape(), 6);
+  Tensor ref(WShape(), Device::kCPU);
+  Cpu().ConvBackwardFilter(x, dy, ref, p);
+  Tensor gx = OnGpu(x), gdy = OnGpu(dy), gdw = Poisoned(WShape(), Device::kCUDA);
+  Gpu().ConvBackwardFilter(gx, gdy, gdw, p);
+  EXPECT_CLOSE(gdw, ref) << CaseName(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest, ::testing::ValuesIn(kConvCases),
+                         [](const ::testing::TestParamInfo<ConvCase>& i) {
+                           return CaseName(i.param);
+                         });
+
+// A convolution reading a channel slice of a larger tensor (a misaligned view: the general
+// path must take over from the float4 one).
+TEST_F(CudaTest, ConvOnMisalignedChannelView) {
+  ConvParams p;
+  p.kernel_h = p.kernel_w = 3;
+  p.pad = 1;
+  const int n = 8, h = 5, w = 5;  // h*w*n = 200 floats per channel: offset 1 breaks 16 B
+  Tensor big = RandomCpu(Shape{7, h, w, n}, 11);
+  Tensor wt = RandomCpu(Shape{6, 4, 3, 3}, 12);
+  Tensor ref(Shape{6, h, w, n}, Device::kCPU);
+  Tensor cpu_view = big.Channels(1, 4);
+  Cpu().ConvForward(cpu_view, wt, ref, p);
+  Tensor gbig = OnGpu(big);
+  Tensor gview = gbig.Channels(1, 4);
+  Tensor gy = Poisoned(Shape{6, h, w, n}, Device::kCUDA);
+  Gpu().ConvForward(gview, OnGpu(wt), gy, p);
+  EXPECT_CLOSE(gy, ref);
+}
+
+// ---- element-wise and memory -------------------------------------------------------------------
+TEST_F(CudaTest, FillCopyAxpbyAdd) {
+  const Shape s{5, 3, 7, 33};
+  Tensor x = RandomCpu(s, 21), y = RandomCpu(s, 22);
+  Tensor gy = Poisoned(s, Device::kCUDA);
+  Gpu().Fill(gy, 0.5f);
+  Tensor half(s, Device::kCPU);
+  Cpu().Fill(half, 0.5f);
+  EXPECT_BITWISE(gy, half);
+
+  Tensor gx = OnGpu(x);
+  Tensor gc = Poisoned(s, Device::kCUDA);
+  Gpu().Copy(gx, gc);
+  EXPECT_BITWISE(gc, x);
+
+  Tensor ref = y.To(Device::kCPU);
+  Cpu().Axpby(0.7f, x, -1.3f, ref);
+  Tensor gz = OnGpu(y);
+  Gpu().Axpby(0.7f, gx, -1.3f, gz);
+  EXPECT_BITWISE(gz, ref);
+
+  Tensor ref0(s, Device::kCPU);
+  Cpu().Fill(ref0, kNaN);
+  Cpu().Axpby(2.5f, x, 0.0f, ref0);  // beta = 0: y is not read
+  Tensor gz0 = Poisoned(s, Device::kCUDA);
+  Gpu().Axpby(2.5f, gx, 0.0f, gz0);
+  EXPECT_BITWISE(gz0, ref0);
+
+  Tensor sum_ref(s, Device::kCPU);
+  Cpu().Add(x, y, sum_ref);
+  Tensor gsum = Poisoned(s, Device::kCUDA);
+  Gpu().Add(gx, OnGpu(y), gsum);
+  EXPECT_BITWISE(gsum, sum_ref);
+  Tensor galias = OnGpu(x);  // in place: y = y + b
+  Gpu().Add(galias, OnGpu(y), galias);
+  EXPECT_BITWISE(galias, sum_ref);
+}
+
+TEST_F(CudaTest, CopyChannelsAndSum) {
+  Tensor a = RandomCpu(Shape{3, 5, 5, 7}, 31), b = RandomCpu(Shape{5, 5, 5, 7}, 32);
+  Tensor ref(Shape{8, 5, 5, 7}, Device::kCPU);
+  Cpu().CopyChannelsIn(a, 0, ref);
+  Cpu().CopyChannelsIn(b, 3, ref);
+  Tensor g = Poisoned(Shape{8, 5, 5, 7}, Device::kCUDA);
+  Gpu().CopyChannelsIn(OnGpu(a), 0, g);
+  Gpu().CopyChannelsIn(OnGpu(b), 3, g);
+  EXPECT_BITWISE(g, ref);
+  Tensor out = Poisoned(Shape{5, 5, 5, 7}, Device::kCUDA);
+  Gpu().CopyChannelsOut(g, 3, out);
+  EXPECT_BITWISE(out, b);
+
+  Tensor big = RandomCpu(Shape{kEmulated ? 1000 : 1000003}, 33, 0.0f, 1.0f);
+  const double want = Cpu().Sum(big), got = Gpu().Sum(OnGpu(big));
+  EXPECT_NEAR(got, want, 1e-9 * std::abs(want));
+}
+
+TEST_F(CudaTest, BiasForwardBackward) {
+  for (const Shape& s : {Shape{5, 7, 7, 33}, Shape{96, 3, 3, 128}, Shape{4096, 1, 1, 7},
+                         Shape{3, 64, 64, 128}}) {
+    if (kEmulated && s.elements() > 2000000) continue;
+    Tensor y = RandomCpu(s, 41), b = RandomCpu(Shape{s[0]}, 42);
+    Tensor gy = OnGpu(y);
+    Cpu().AddBias(y, b);
+    Gpu().AddBias(gy, OnGpu(b));
+    EXPECT_BITWISE(gy, y) << s.ToString();
+
+    Tensor dy = RandomCpu(s, 43);
+    Tensor db(Shape{s[0]}, Device::kCPU);
+    Cpu().BiasBackward(dy, db);
+    Tensor gdb = Poisoned(Shape{s[0]}, Device::kCUDA);
+    Gpu().BiasBackward(OnGpu(dy), gdb);
+    EXPECT_CLOSE(gdb, db) << s.ToString();
+  }
+}
+
+TEST_F(CudaTest, GemmAllTransposes) {
+  const int64_t m = 33, n = 17, k = 29;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 0.5f}) {
+        Tensor a = RandomCpu(Shape{m * k}, 51), b = RandomCpu(Shape{k * n}, 52);
+        Tensor c = RandomCpu(Shape{m * n}, 53);
+        Tensor gc = beta == 0.0f ? Poisoned(Shape{m * n}, Device::kCUDA) : OnGpu(c);
+        Tensor ga = OnGpu(a), gb = OnGpu(b);
+        Cpu().Gemm(ta, tb, m, n, k, 1.5f, a.data(), b.data(), beta, c.data());
+        Gpu().Gemm(ta, tb, m, n, k, 1.5f, ga.data(), gb.data(), beta, gc.data());
+        EXPECT_CLOSE(gc, c) << "ta " << ta << " tb " << tb << " beta " << beta;
+      }
+}
+
+// ---- pooling ------------------------------------------------------------------------------------
+struct PoolCase {
+  PoolParams::Kind kind;
+  int size, stride, pad;
+  int c, h, w, n;
+};
+
+TEST_F(CudaTest, Pooling) {
+  const PoolCase cases[] = {
+      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},  {PoolParams::kMax, 3, 2, 0, 3, 12, 12, 7},
+      {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 33},  {PoolParams::kMax, 2, 2, 0, 4, 9, 7, 1},
+      {PoolParams::kAvg, 3, 2, 1, 3, 8, 8, 128},   {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},
+      {PoolParams::kAvg, 5, 3, 2, 4, 11, 11, 4},   {PoolParams::kMax, 3, 2, 0, 96, 27, 27, 32},
+  };
+  for (const PoolCase& k : cases) {
+    if (kEmulated && k.c * k.h * k.w * k.n > 500000) continue;
+    PoolParams p;
+    p.kind = k.kind;
+    p.size = k.size;
+    p.stride = k.stride;
+    p.pad = k.pad;
+    const Shape xs{k.c, k.h, k.w, k.n};
+    const Shape ys{k.c, PoolOutSize(k.h, k.size, k.stride, k.pad),
+                   PoolOutSize(k.w, k.size, k.stride, k.pad), k.n};
+    const std::string name = absl::StrFormat("%s size %d stride %d pad %d on %s",
+                                             k.kind == PoolParams::kMax ? "max" : "avg", k.size,
+                                             k.stride, k.pad, xs.ToString());
+    for (bool ties : {false, true}) {
+      Tensor x = RandomCpu(xs, 61);
+      if (ties)  // few distinct values: max pooling must route to the first maximum
+        for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = std::floor(x.data()[i] * 2.0f);
+      Tensor y(ys, Device::kCPU);
+      Cpu().PoolForward(x, y, p);
+      Tensor gx = OnGpu(x), gy = Poisoned(ys, Device::kCUDA);
+      Gpu().PoolForward(gx, gy, p);
+      if (k.kind == PoolParams::kMax) {
+        EXPECT_BITWISE(gy, y) << name;
+      } else {
+        EXPECT_CLOSE(gy, y) << name;
+      }
+      Tensor dy = RandomCpu(ys, 62), dx(xs, Device::kCPU);
+      Cpu().PoolBackward(x, y, dy, dx, p);
+      Tensor gdx = Poisoned(xs, Device::kCUDA);
+      Gpu().PoolBackward(gx, OnGpu(y), OnGpu(dy), gdx, p);
+      EXPECT_CLOSE(gdx, dx) << name << (ties ? " (ties)" : "");
+    }
+  }
+}
+
+TEST_F(CudaTest, GlobalAvgPool) {
+  const Shape xs{7, 6, 5, 33}, ys{7, 1, 1, 33};
+  Tensor x = RandomCpu(xs, 71), y(ys, Device::kCPU);
+  Cpu().GlobalAvgPoolForward(x, y);
+  Tensor gy = Poisoned(ys, Device::kCUDA);
+  Gpu().GlobalAvgPoolForward(OnGpu(x), gy);
+  EXPECT_CLOSE(gy, y);
+  Tensor dy = RandomCpu(ys, 72), dx(xs, Device::kCPU);
+  Cpu().GlobalAvgPoolBackward(dy, dx);
+  Tensor gdx = Poisoned(xs, Device::kCUDA);
+  Gpu().GlobalAvgPoolBackward(OnGpu(dy), gdx);
+  EXPECT_BITWISE(gdx, dx);
+}
+
+// ---- normalisation ----------------------------------------------------------------------------------
+TEST_F(CudaTest, LrnAcrossChannels) {
+  struct Case {
+    int c, h, w, n, size, groups;
+    bool over_size;
+    float alpha, beta, k;
+  };
+  const Case cases[] = {
+      {96, 5, 5, 33, 5, 2, false, 1e-4f, 0.75f, 2.0f},  // AlexNet's norm1 with two columns
+      {5, 3, 4, 7, 5, 1, true, 1e-2f, 0.75f, 1.0f},
+      {48, 3, 3, 128, 3, 1, false, 0.5f, 0.6f, 1.5f},   // large alpha, beta != 0.75
+      {6, 2, 2, 1, 4, 2, false, 0.3f, 0.75f, 1.0f},     // even size
+  };
+  for (const Case& k : cases) {
+    LrnCrossParams p;
+    p.size = k.size;
+    p.groups = k.groups;
+    p.alpha_over_size = k.over_size;
+    p.alpha = k.alpha;
+    p.beta = k.beta;
+    p.k = k.k;
+    const Shape s{k.c, k.h, k.w, k.n};
+    Tensor x = RandomCpu(s, 81, -3.0f, 3.0f), y(s, Device::kCPU), d(s, Device::kCPU);
+    Cpu().LrnCrossForward(x, y, d, p);
+    Tensor gx = OnGpu(x), gy = Poisoned(s, Device::kCUDA), gd = Poisoned(s, Device::kCUDA);
+    Gpu().LrnCrossForward(gx, gy, gd, p);
+    EXPECT_CLOSE(gy, y) << s.ToString();
+    EXPECT_CLOSE(gd, d) << s.ToString();
+    Tensor dy = RandomCpu(s, 82), dx(s, Device::kCPU);
+    Cpu().LrnCrossBackward(x, y, d, dy, dx, p);
+    Tensor gdx = Poisoned(s, Device::kCUDA);
+    Gpu().LrnCrossBackward(gx, OnGpu(y), OnGpu(d), OnGpu(dy), gdx, p);
+    EXPECT_CLOSE(gdx, dx) << s.ToString();
+  }
+}
+
+TEST_F(CudaTest, LrnWithinMap) {
+  for (int size : {3, 4, 5}) {
+    LrnWithinParams p;
+    p.size = size;
+    p.alpha = 0.5f;
+    const Shape s{3, 7, 6, 33};
+    Tensor x = RandomCpu(s, 91, -2.0f, 2.0f), y(s, Device::kCPU), d(s, Device::kCPU);
+    Cpu().LrnWithinForward(x, y, d, p);
+    Tensor gx = OnGpu(x), gy = Poisoned(s, Device::kCUDA), gd = Poisoned(s, Device::kCUDA);
+    Gpu().LrnWithinForward(gx, gy, gd, p);
+    EXPECT_CLOSE(gy, y) << "size " << size;
+    EXPECT_CLOSE(gd, d) << "size " << size;
+    Tensor dy = RandomCpu(s, 92), dx(s, Device::kCPU);
+    Cpu().LrnWithinBackward(x, y, d, dy, dx, p);
+    Tensor gdx = Poisoned(s, Device::kCUDA);
+    Gpu().LrnWithinBackward(gx, OnGpu(y), OnGpu(d), OnGpu(dy), gdx, p);
+    EXPECT_CLOSE(gdx, dx) << "size " << size;
+  }
+}
+
+TEST_F(CudaTest, BatchNorm) {
+  const Shape s{5, 4, 3, 33}, c{5};
+  BatchNormParams p;
+  Tensor x = RandomCpu(s, 101, -2.0f, 3.0f), gamma = RandomCpu(c, 102), beta = RandomCpu(c, 103);
+  Tensor rm = RandomCpu(c, 104), rv = RandomCpu(c, 105, 0.5f, 2.0f);
+  Tensor grm = OnGpu(rm), grv = OnGpu(rv);
+  Tensor y(s, Device::kCPU), sm(c, Device::kCPU), si(c, Device::kCPU);
+  Cpu().BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, p);
+  Tensor gx = OnGpu(x), gg = OnGpu(gamma), gb = OnGpu(beta);
+  Tensor gy = Poisoned(s, Device::kCUDA), gsm = Poisoned(c, Device::kCUDA),
+         gsi = Poisoned(c, Device::kCUDA);
+  Gpu().BatchNormForwardTrain(gx, gg, gb, gy, grm, grv, gsm, gsi, p);
+  EXPECT_CLOSE(gy, y);
+  EXPECT_CLOSE(gsm, sm);
+  EXPECT_CLOSE(gsi, si);
+  EXPECT_CLOSE(grm, rm);
+  EXPECT_CLOSE(grv, rv);
+
+  Tensor yi(s, Device::kCPU);
+  Cpu().BatchNormForwardInfer(x, gamma, beta, rm, rv, yi, p);
+  Tensor gyi = Poisoned(s, Device::kCUDA);
+  Gpu().BatchNormForwardInfer(gx, gg, gb, OnGpu(rm), OnGpu(rv), gyi, p);
+  EXPECT_CLOSE(gyi, yi);
+
+  Tensor dy = RandomCpu(s, 106), dx(s, Device::kCPU), dg(c, Device::kCPU), db(c, Device::kCPU);
+  Cpu().BatchNormBackward(x, gamma, sm, si, dy, dx, dg, db);
+  Tensor gdx = Poisoned(s, Device::kCUDA), gdg = Poisoned(c, Device::kCUDA),
+         gdb = Poisoned(c, Device::kCUDA);
+  Gpu().BatchNormBackward(gx, gg, OnGpu(sm), OnGpu(si), OnGpu(dy), gdx, gdg, gdb);
+  EXPECT_CLOSE(gdx, dx);
+  EXPECT_CLOSE(gdg, dg);
+  EXPECT_CLOSE(gdb, db);
+}
+
+// ---- activations, dropout, loss, optimiser ------------------------------------------------------------
+TEST_F(CudaTest, Relu) {
+  const Shape s{7, 5, 5, 33};
+  Tensor x = RandomCpu(s, 111), y(s, Device::kCPU);
+  Cpu().ReluForward(x, y);
+  Tensor gx = OnGpu(x), gy = Poisoned(s, Device::kCUDA);
+  Gpu().ReluForward(gx, gy);
+  EXPECT_BITWISE(gy, y);
+  Gpu().ReluForward(gx, gx);  // in place
+  EXPECT_BITWISE(gx, y);
+  Tensor dy = RandomCpu(s, 112), dx(s, Device::kCPU);
+  Cpu().ReluBackward(y, dy, dx);
+  Tensor gdy = OnGpu(dy);
+  Gpu().ReluBackward(gy, gdy, gdy);  // in place
+  EXPECT_BITWISE(gdy, dx);
+}
+
+TEST_F(CudaTest, DropoutMaskIsBitIdentical) {
+  const Shape s{9, 3, 2, 33};
+  for (int split = 0; split < 2; ++split) {
+    DropoutParams p;
+    p.p = 0.5f;
+    p.seed = MixKey(1234, 5);
+    p.step = 17;
+    if (split) {  // a column/replica slice of a larger layer
+      p.channel_offset = 9;
+      p.image_offset = 33;
+      p.global_batch = 99;
+    }
+    Tensor x = RandomCpu(s, 121), y(s, Device::kCPU), m(s, Device::kCPU);
+    Cpu().DropoutForward(x, y, m, p);
+    Tensor gx = OnGpu(x), gy = Poisoned(s, Device::kCUDA), gm = Poisoned(s, Device::kCUDA);
+    Gpu().DropoutForward(gx, gy, gm, p);
+    EXPECT_BITWISE(gm, m);
+    EXPECT_BITWISE(gy, y);
+    Tensor dy = RandomCpu(s, 122), dx(s, Device::kCPU);
+    Cpu().DropoutBackward(dy, m, dx);
+    Tensor gdx = Poisoned(s, Device::kCUDA);
+    Gpu().DropoutBackward(OnGpu(dy), gm, gdx);
+    EXPECT_BITWISE(gdx, dx);
+  }
+}
+
+TEST_F(CudaTest, SoftmaxCrossEntropy) {
+  for (int k : {10, 1000}) {
+    const int n = 33;
+    Tensor logits = RandomCpu(Shape{k, 1, 1, n}, 131, -5.0f, 5.0f);
+    Tensor labels(Shape{1, 1, 1, n}, Device::kCPU);
+    for (int i = 0; i < n; ++i) labels.data()[i] = static_cast<float>((i * 7919) % k);
+    Tensor probs(logits.shape(), Device::kCPU), loss(Shape{1, 1, 1, n}, Device::kCPU);
+    Cpu().SoftmaxCrossEntropyForward(logits, labels, probs, loss);
+    Tensor glabels = OnGpu(labels);
+    Tensor gp = Poisoned(logits.shape(), Device::kCUDA), gl = Poisoned(loss.shape(), Device::kCUDA);
+    Gpu().SoftmaxCrossEntropyForward(OnGpu(logits), glabels, gp, gl);
+    EXPECT_CLOSE(gp, probs) << k << " classes";
+    EXPECT_CLOSE(gl, loss) << k << " classes";
+    Tensor d(logits.shape(), Device::kCPU);
+    Cpu().SoftmaxCrossEntropyBackward(probs, labels, 1.0f / n, d);
+    Tensor gd = Poisoned(logits.shape(), Device::kCUDA);
+    Gpu().SoftmaxCrossEntropyBackward(OnGpu(probs), glabels, 1.0f / n, gd);
+    EXPECT_BITWISE(gd, d) << k << " classes";
+  }
+}
+
+TEST_F(CudaTest, SgdUpdate) {
+  const Shape s{1001};
+  SgdParams p;
+  p.lr = 0.01f;
+  p.momentum = 0.9f;
+  p.weight_decay = 5e-4f;
+  Tensor w = RandomCpu(s, 141), g = RandomCpu(s, 142), v = RandomCpu(s, 143, -0.1f, 0.1f);
+  Tensor gw = OnGpu(w), gv = OnGpu(v), gg = OnGpu(g);
+  for (int i = 0; i < 3; ++i) {
+    Cpu().SgdUpdate(w, g, v, p);
+    Gpu().SgdUpdate(gw, gg, gv, p);
+  }
+  EXPECT_BITWISE(gw, w);
+  EXPECT_BITWISE(gv, v);
+}
+
+// ---- allocator ------------------------------------------------------------------------------------------
+TEST_F(CudaTest, AllocatorCachesBlocks) {
+  { Tensor warm(Shape{1 << 20}, Device::kCUDA); }
+  const size_t before = cuda::GetMemoryStats().device_allocations;
+  for (int i = 0; i < 10; ++i) {
+    Tensor a(Shape{1 << 20}, Device::kCUDA);
+    Tensor b(Shape{1000}, Device::kCUDA);
+    Gpu().Fill(a, 1.0f);
+  }
+  { Tensor again(Shape{1 << 20}, Device::kCUDA); }
+  const cuda::MemoryStats s = cuda::GetMemoryStats();
+  EXPECT_LE(s.device_allocations, before + 1);  // only the 1000-float block is new
+  EXPECT_GE(s.peak_bytes_reserved, size_t(4) << 20);
+  EXPECT_GE(GetBackend(Device::kCUDA)->PeakBytes(), size_t(4) << 20);
+}
+
+// ---- a whole network, GPU against CPU ----------------------------------------------------------------------
+// Trains `model` for `steps` SGD steps from one seed on both devices (same synthetic
+// images and labels, same dropout masks) and returns the per-step mean losses.
+std::vector<double> TrainLosses(Device device, const std::string& model, int input, int classes,
+                                int batch, int steps, uint64_t seed, float lr) {
+  ModelOptions o;
+  o.input_size = input;
+  o.num_classes = classes;
+  absl::StatusOr<std::unique_ptr<Net>> built = BuildModel(model, o);
+  EXPECT_TRUE(built.ok()) << built.status();
+  if (!built.ok()) return {};
+  Net& net = **built;
+  absl::Status s = net.Build(batch, device);
+  EXPECT_TRUE(s.ok()) << s;
+  net.InitParams(seed);
+  SgdOptions so;
+  so.momentum = 0.9f;
+  so.weight_decay = 5e-4f;
+  SgdOptimizer opt(so);
+  Tensor& data = net.blob("data");
+  Tensor& label = net.blob("label");
+  const uint64_t key = MixKey(seed, static_cast<uint64_t>(RandomPurpose::kSynthetic));
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> img(data.size()), lab(label.size());
+    for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 2 * step, i);
+    for (size_t i = 0; i < lab.size(); ++i)
+      lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 2 * step + 1, i) * classes) % classes);
+    data.CopyFromHost(img);
+    label.CopyFromHost(lab);
+    RunContext ctx;
+    ctx.phase = Phase::kTrain;
+    ctx.seed = seed;
+    ctx.step = step;
+    ctx.global_batch = batch;
+    ctx.loss_scale = 1.0f / static_cast<float>(batch);
+    net.Forward(ctx);
+    std::vector<float> l = net.blob("loss").ToHost();
+    double sum = 0;
+    for (float v : l) sum += v;
+    losses.push_back(sum / batch);
+    net.Backward(ctx);
+    opt.Step(net, lr);
+  }
+  return losses;
+}
+
+void ExpectSameLosses(const std::string& model, int input, int classes, int batch, int steps,
+                      float lr) {
+  const std::vector<double> cpu = TrainLosses(Device::kCPU, model, input, classes, batch, steps, 7, lr);
+  const std::vector<double> gpu = TrainLosses(Device::kCUDA, model, input, classes, batch, steps, 7, lr);
+  ASSERT_EQ(cpu.size(), static_cast<size_t>(steps));
+  ASSERT_EQ(gpu.size(), static_cast<size_t>(steps));
+  for (int i = 0; i < steps; ++i) {
+    EXPECT_TRUE(std::isfinite(gpu[i])) << "step " << i;
+    EXPECT_LT(std::abs(gpu[i] - cpu[i]), 1e-4 * std::abs(cpu[i]))
+        << model << " step " << i << ": gpu " << gpu[i] << " cpu " << cpu[i];
+  }
+  std::string trace;
+  for (int i = 0; i < steps; ++i) trace += absl::StrFormat(" %.7f/%.7f", cpu[i], gpu[i]);
+  std::printf("%s losses cpu/gpu:%s\n", model.c_str(), trace.c_str());
+}
+
+TEST_F(CudaTest, Cifar18TrainsLikeCpu) {
+  ExpectSameLosses("cifar10-18pct", 32, 10, kEmulated ? 4 : 33, kEmulated ? 3 : 10, 0.01f);
+}
+
+TEST_F(CudaTest, AlexNetTwentyStepsLikeCpu) {
+  if (kEmulated) GTEST_SKIP() << "AlexNet is too large for the emulator";
+  ExpectSameLosses("alexnet", 224, 1000, 32, 20, 0.01f);
+}
+
+}  // namespace
+}  // namespace colonnade
