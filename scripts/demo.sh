@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 exec "$BUILD_DIR/trainer" --model=cifar10-80sec --device=cpu --data=synthetic \
-  --val_data=synthetic --synthetic_size=8192 --batch_size=64 --epochs=2 --lr=0.01 \
+  --val_data=synthetic --synthetic_size=8192 --batch_size=64 --epochs=2 \
   --log_every=20 "$@"

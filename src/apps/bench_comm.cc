@@ -16,6 +16,12 @@
 // and the bytes each rank puts on the wire per step (ring algorithms): mp collectives of
 // forward and backward, dp gradient all-reduce. docs/PARALLELISM.md explains the cost
 // model these numbers feed.
+//
+// With --predict it runs no step and needs no MPI: it prints the cost model's step time
+// and weak-scaling efficiency for --nodes x --gpus_per_node GPUs and every layout, from
+// the measured single-GPU --compute_ms and the stated link bandwidths:
+//
+//   bench_comm --predict --model=alexnet --compute_ms=30 --per_gpu_batch=256 --nodes=1,8,64
 #include <mpi.h>
 
 #include <algorithm>
@@ -35,6 +41,7 @@
 #include "core/models.h"
 #include "core/philox.h"
 #include "parallel/communicator.h"
+#include "parallel/cost_model.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
 #include "parallel/model_split.h"
@@ -55,6 +62,18 @@ ABSL_FLAG(double, bucket_mb, 25.0, "gradient bucket size in MB");
 ABSL_FLAG(int, cpu_threads, 0, "CPU ops threads per rank (0: COLONNADE_CPU_THREADS or cores)");
 ABSL_FLAG(uint64_t, seed, 1, "seed");
 ABSL_FLAG(std::string, csv, "", "also write the table as CSV here (rank 0)");
+// Cost model (--predict).
+ABSL_FLAG(bool, predict, false, "print the cost model's predictions instead of measuring");
+ABSL_FLAG(double, compute_ms, 30.0,
+          "measured forward+backward time of --per_gpu_batch images on one GPU (ms)");
+ABSL_FLAG(int64_t, per_gpu_batch, 256, "images per GPU per step (weak scaling)");
+ABSL_FLAG(std::string, nodes, "1,8,64", "comma-separated node counts");
+ABSL_FLAG(int, gpus_per_node, 8, "GPUs per node");
+ABSL_FLAG(double, nvlink_gbs, 360, "achieved NCCL bus bandwidth inside a node, GB/s");
+ABSL_FLAG(double, ib_gbs, 45, "achieved InfiniBand bandwidth per GPU, GB/s");
+ABSL_FLAG(double, alpha_intra_us, 15, "latency of one collective inside a node, us");
+ABSL_FLAG(double, alpha_inter_us, 6, "latency per tree level between nodes, us");
+ABSL_FLAG(double, bwd_fraction, 2.0 / 3, "backward's share of --compute_ms");
 
 namespace colonnade {
 namespace {
@@ -187,8 +206,70 @@ absl::StatusOr<Row> RunLayout(const Layout& lo, Device device, int rank) {
   return r;
 }
 
+int Predict() {
+  ModelOptions mo;
+  mo.input_size = absl::GetFlag(FLAGS_input_size);
+  mo.num_classes = absl::GetFlag(FLAGS_num_classes);
+  mo.columns = absl::GetFlag(FLAGS_columns);
+  absl::StatusOr<std::unique_ptr<Net>> probe = BuildModel(absl::GetFlag(FLAGS_model), mo);
+  if (!probe.ok()) {
+    std::fprintf(stderr, "bench_comm: error: %s\n", std::string(probe.status().message()).c_str());
+    return 2;
+  }
+  const int columns = (*probe)->columns();
+  const Shape in = (*probe)->input_shape("data");
+  probe->reset();
+  ClusterModel cl;
+  cl.gpus_per_node = absl::GetFlag(FLAGS_gpus_per_node);
+  cl.nvlink_gbs = absl::GetFlag(FLAGS_nvlink_gbs);
+  cl.ib_gbs = absl::GetFlag(FLAGS_ib_gbs);
+  cl.alpha_intra_us = absl::GetFlag(FLAGS_alpha_intra_us);
+  cl.alpha_inter_us = absl::GetFlag(FLAGS_alpha_inter_us);
+  ComputeModel cm;
+  cm.compute_ms = absl::GetFlag(FLAGS_compute_ms);
+  cm.per_gpu_batch = absl::GetFlag(FLAGS_per_gpu_batch);
+  cm.bwd_fraction = absl::GetFlag(FLAGS_bwd_fraction);
+  cm.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  std::vector<int> nodes;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_nodes), ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      std::fprintf(stderr, "bench_comm: error: --nodes: bad count '%s'\n", std::string(part).c_str());
+      return 2;
+    }
+    nodes.push_back(n);
+  }
+  std::printf("cost model: %s %lldx%lld, %d column(s); t_c = %.2f ms for %lld images on one GPU "
+              "(backward %.0f%%); %d GPUs/node, NVLink %.0f GB/s, InfiniBand %.0f GB/s per GPU, "
+              "latency %.0f us (node) + %.0f us/level; buckets %.3g MB\n",
+              absl::GetFlag(FLAGS_model).c_str(), static_cast<long long>(in[1]),
+              static_cast<long long>(in[2]), columns, cm.compute_ms,
+              static_cast<long long>(cm.per_gpu_batch), cm.bwd_fraction * 100, cl.gpus_per_node,
+              cl.nvlink_gbs, cl.ib_gbs, cl.alpha_intra_us, cl.alpha_inter_us, cm.bucket_mb);
+  std::printf("%5s %5s %-8s %8s %8s %8s %7s %8s %8s %8s %6s %11s %8s %8s\n", "GPUs", "nodes",
+              "dp x mp", "batch", "fwd ms", "bwd ms", "mp ms", "AR ms", "exposed", "step ms",
+              "eff", "no-overlap", "mp MB", "dp MB");
+  for (int n : nodes) {
+    for (int mp = 1; mp <= cl.gpus_per_node; ++mp) {
+      if (cl.gpus_per_node % mp != 0 || columns % mp != 0) continue;
+      absl::StatusOr<StepPrediction> p = PredictStep(absl::GetFlag(FLAGS_model), mo, n, mp, cl, cm);
+      if (!p.ok()) {
+        std::fprintf(stderr, "bench_comm: error: %s\n", std::string(p.status().message()).c_str());
+        return 1;
+      }
+      std::printf("%5d %5d %-8s %8lld %8.2f %8.2f %7.2f %8.2f %8.2f %8.2f %5.1f%% %10.1f%% %8.1f %8.1f\n",
+                  n * cl.gpus_per_node, n, absl::StrFormat("%dx%d", p->dp, p->mp).c_str(),
+                  static_cast<long long>(p->global_batch), p->fwd_ms, p->bwd_ms, p->mp_comm_ms,
+                  p->dp_comm_ms, p->exposed_ms, p->step_ms, p->efficiency * 100,
+                  p->efficiency_no_overlap * 100, p->mp_mb, p->dp_mb);
+    }
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_predict)) return Predict();
   if (absl::Status s = InitMpi(&argc, &argv); !s.ok()) {
     std::fprintf(stderr, "bench_comm: error: %s\n", std::string(s.message()).c_str());
     return 1;

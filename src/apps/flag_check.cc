@@ -2,7 +2,12 @@
 
 #include <cstdio>
 
+#include <iostream>
+
+#include "absl/flags/internal/program_name.h"
+#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -67,6 +72,23 @@ absl::Status CheckFlags(int argc, char** argv) {
     flag->ParseFrom(saved, &error);
   }
   return absl::OkStatus();
+}
+
+bool WantsHelp(int argc, char** argv, const char* source_file, bool print) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-help" || a == "--helpshort" || a == "-h") {
+      // Abseil's own --help exits with status 1; a request for help is not an error.
+      if (print) {
+        absl::flags_internal::SetProgramInvocationName(argv[0]);
+        absl::flags_internal::FlagsHelp(std::cout, source_file,
+                                        absl::flags_internal::HelpFormat::kHumanReadable,
+                                        absl::ProgramUsageMessage());
+      }
+      return true;
+    }
+  }
+  return false;
 }
 
 bool ParseFlagsOrExplain(int argc, char** argv, const char* program, bool print) {

@@ -18,4 +18,8 @@ absl::Status CheckFlags(int argc, char** argv);
 // only when `print` is false elsewhere), and returns false on a usage error.
 bool ParseFlagsOrExplain(int argc, char** argv, const char* program, bool print);
 
+// True when argv asks for --help (or -h); prints the usage message and the flags defined
+// in files named like `source_file` (e.g. "src/apps/trainer") to stdout when `print`.
+bool WantsHelp(int argc, char** argv, const char* source_file, bool print);
+
 }  // namespace colonnade

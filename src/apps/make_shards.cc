@@ -87,7 +87,7 @@ class ProgressBar {
     double rate = secs > 0 ? done / secs : 0;
     int width = 30, filled = total > 0 ? static_cast<int>(width * done / total) : width;
     if (tty_) {
-      std::fprintf(stderr, "\r%-5s [%s%s] %lld/%lld images  %.0f img/s  ETA %.0fs   ",
+      std::fprintf(stderr, "\r%s [%s%s] %lld/%lld images  %.0f img/s  ETA %.0fs   ",
                    split.c_str(), std::string(filled, '#').c_str(),
                    std::string(width - filled, '.').c_str(), static_cast<long long>(done),
                    static_cast<long long>(total), rate,

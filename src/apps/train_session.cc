@@ -21,6 +21,10 @@
 #include "core/optimizer.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
+#include "parallel/communicator.h"
+#include "parallel/gradient_sync.h"
+#include "parallel/mesh.h"
+#include "parallel/model_split.h"
 #ifdef COLONNADE_WITH_CUDA
 #include "cuda/cuda_backend.h"
 #endif
@@ -68,16 +72,17 @@ std::string WithCommas(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
-// Everything a rank knows about where it sits. Filled by SetUpLayout.
+// Where this rank sits: the mesh plus shortcuts used everywhere below.
 struct Layout {
   int world_rank = 0, world_size = 1;
   int dp_rank = 0, dp_size = 1;
   int mp_rank = 0, mp_size = 1;
   int local_rank = 0, local_size = 1;
-  MPI_Comm dp_comm = MPI_COMM_WORLD;
+  MPI_Comm dp_comm = MPI_COMM_NULL;
 };
 
-// Sums `n` doubles over the data-parallel group (loss sums, correct counts).
+// Sums `n` doubles over the data-parallel group (loss sums, correct counts); the mp ranks
+// of a group hold identical copies of these.
 void SumOverDp(const Layout& l, double* v, int n) {
   if (l.dp_size > 1) MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, l.dp_comm);
 }
@@ -195,15 +200,6 @@ int RunTrainer(const TrainConfig& cfg) {
   Layout l;
   MPI_Comm_rank(MPI_COMM_WORLD, &l.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &l.world_size);
-  l.dp_size = l.world_size;
-  l.dp_rank = l.world_rank;
-  {
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, l.world_rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &l.local_rank);
-    MPI_Comm_size(node, &l.local_size);
-    MPI_Comm_free(&node);
-  }
   if (l.world_size > 1) SetLogRank(l.world_rank);
   const bool lead = l.world_rank == 0;
 
@@ -212,15 +208,19 @@ int RunTrainer(const TrainConfig& cfg) {
   if (!info.ok()) return AgreedError(l, info.status(), kExitUsage);
   const Recipe& recipe = (*info)->recipe;
   const int64_t global_batch = cfg.batch_size > 0 ? cfg.batch_size : recipe.batch_size;
-  if (cfg.mp != 1) {
-    return AgreedError(l, absl::UnimplementedError("--mp > 1 needs the parallel layer"), kExitUsage);
+  const int columns = cfg.columns > 0 ? cfg.columns : (*info)->default_columns;
+  if (absl::Status s = ValidateLayout(l.world_size, cfg.mp, columns, global_batch); !s.ok()) {
+    return AgreedError(l, s, kExitUsage);
   }
-  if (global_batch % l.dp_size != 0) {
-    return AgreedError(l, absl::InvalidArgumentError(absl::StrFormat(
-                              "--batch_size=%d is not divisible by the %d data-parallel replicas",
-                              global_batch, l.dp_size)),
-                       kExitUsage);
-  }
+  absl::StatusOr<Mesh> mesh = Mesh::Create(MPI_COMM_WORLD, cfg.mp);
+  if (!mesh.ok()) return AgreedError(l, mesh.status(), kExitUsage);
+  l.dp_rank = mesh->dp_rank();
+  l.dp_size = mesh->dp();
+  l.mp_rank = mesh->mp_rank();
+  l.mp_size = mesh->mp();
+  l.local_rank = mesh->local_rank();
+  l.local_size = mesh->local_size();
+  l.dp_comm = mesh->dp_comm();
   const int64_t local_batch = global_batch / l.dp_size;
   absl::StatusOr<LrSchedule> schedule =
       LrSchedule::Parse(cfg.lr_schedule.empty() ? recipe.schedule : cfg.lr_schedule);
@@ -272,11 +272,27 @@ int RunTrainer(const TrainConfig& cfg) {
         dinfo.height, dinfo.width, dinfo.path)), kExitUsage);
   }
 
-  absl::StatusOr<std::unique_ptr<Net>> built = BuildModel(cfg.model, mo);
-  if (!built.ok()) return AgreedError(l, built.status(), kExitUsage);
-  Net& net = **built;
+  // Communicators: the mp group exchanges activations inside the column split, the dp
+  // group sums gradients. Creation is collective and agreed on every rank.
+  std::unique_ptr<Communicator> mp_comm, dp_comm;
+  if (l.mp_size > 1) {
+    auto c = CreateCommunicator(cfg.comm, mesh->mp_comm(), *device);
+    if (!c.ok()) return AgreedError(l, c.status(), kExitUsage);
+    mp_comm = std::move(*c);
+  }
+  if (l.dp_size > 1) {
+    auto c = CreateCommunicator(cfg.comm, mesh->dp_comm(), *device);
+    if (!c.ok()) return AgreedError(l, c.status(), kExitUsage);
+    dp_comm = std::move(*c);
+  }
+  absl::StatusOr<ModelShard> shard = BuildModelShard(cfg.model, mo, *mesh, mp_comm.get());
+  if (!shard.ok()) return AgreedError(l, shard.status(), kExitUsage);
+  Net& net = *shard->net;
   if (absl::Status s = net.Build(local_batch, *device); !s.ok()) return AgreedError(l, s, kExitUsage);
-  net.InitParams(cfg.seed);
+  if (absl::Status s = InitShardParams(*shard, cfg.seed); !s.ok()) RankError(l, s);
+  absl::StatusOr<std::unique_ptr<GradientSync>> sync =
+      GradientSync::Create(net, dp_comm.get(), cfg.bucket_mb);
+  if (!sync.ok()) return AgreedError(l, sync.status(), kExitUsage);
 
   data::PipelineOptions po;
   po.global_batch = global_batch;
@@ -287,6 +303,7 @@ int RunTrainer(const TrainConfig& cfg) {
   po.mirror = cfg.mirror;
   po.mean = cfg.mean;
   po.lighting = cfg.lighting;
+  po.scale = recipe.input_scale;
   po.threads = cfg.data_threads > 0 ? cfg.data_threads : std::max(1, std::min(4, hw / l.local_size));
   absl::StatusOr<std::unique_ptr<data::BatchPipeline>> pipeline =
       data::BatchPipeline::Create(train_data->get(), po);
@@ -303,6 +320,15 @@ int RunTrainer(const TrainConfig& cfg) {
                                                (cfg.epochs > 0 ? cfg.epochs : 1.0) * per_epoch)));
   const double total_epochs = static_cast<double>(total_steps) / per_epoch;
 
+  // Parameter count of the whole model (a shard holds only its part).
+  int64_t full_params = 0;
+  {
+    auto full = BuildModel(cfg.model, mo);
+    if (!full.ok()) return AgreedError(l, full.status(), kExitUsage);
+    if (auto s = (*full)->Build(1, Device::kCPU); !s.ok()) return AgreedError(l, s, kExitUsage);
+    full_params = (*full)->num_learnable();
+  }
+
   MetricsWriter metrics;
   if (lead) {
     if (absl::Status s = metrics.Open(cfg.metrics_file); !s.ok()) RankError(l, s);
@@ -310,11 +336,12 @@ int RunTrainer(const TrainConfig& cfg) {
 
   if (lead) {
     std::printf("Colonnade trainer\n");
-    std::printf("  layout     world %d = dp %d x mp %d, device %s\n", l.world_size, l.dp_size,
-                l.mp_size, DeviceName(*device));
+    std::printf("  layout     %s, device %s, comm %s\n", mesh->ToString().c_str(),
+                DeviceName(*device),
+                dp_comm ? dp_comm->backend() : (mp_comm ? mp_comm->backend() : "none"));
     std::printf("  model      %s, %d columns, input %dx%dx%d, %d classes, %s parameters\n",
-                cfg.model.c_str(), net.columns(), mo.input_channels, mo.input_size, mo.input_size,
-                mo.num_classes, WithCommas(net.num_learnable()).c_str());
+                cfg.model.c_str(), columns, mo.input_channels, mo.input_size, mo.input_size,
+                mo.num_classes, WithCommas(full_params).c_str());
     std::printf("  data       %s: %lld images %dx%dx%d, %d classes (%s)\n", dinfo.path.c_str(),
                 static_cast<long long>(dinfo.size), dinfo.height, dinfo.width, dinfo.channels,
                 dinfo.num_classes, dinfo.encoding.c_str());
@@ -334,30 +361,17 @@ int RunTrainer(const TrainConfig& cfg) {
   auto interval_start = start;
   double interval[5] = {0, 0, 0, 0, 0};  // loss sum, top1, top5, images, data wait
   double first_loss = NAN, last_loss = NAN;
+  double interval_comm = 0;  // seconds blocked on gradient all-reduce after backward
   for (int64_t step = 0; step < total_steps; ++step) {
     absl::StatusOr<data::Batch> batch = (*pipeline)->Next();
     if (!batch.ok()) RankError(l, batch.status());
     net.blob("data").CopyFrom(batch->images);
     net.blob("label").CopyFrom(batch->labels);
-    RunContext ctx;
-    ctx.phase = Phase::kTrain;
-    ctx.seed = cfg.seed;
-    ctx.step = step;
-    ctx.image_offset = l.dp_rank * local_batch;
-    ctx.global_batch = global_batch;
-    ctx.loss_scale = 1.0f / static_cast<float>(global_batch);
+    RunContext ctx = mesh->MakeRunContext(Phase::kTrain, cfg.seed, step, global_batch);
     net.Forward(ctx);
-    net.Backward(ctx);
-    if (l.dp_size > 1) {
-      // Plain all-reduce of every gradient (sum: the loss gradient is already scaled by
-      // 1 / global batch).
-      for (const NamedParam& p : net.params()) {
-        if (!p.param->learnable) continue;
-        std::vector<float> g = p.param->grad.ToHost();
-        MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM, l.dp_comm);
-        p.param->grad.CopyFromHost(g);
-      }
-    }
+    net.Backward(ctx, (*sync)->AfterLayerHook());
+    if (absl::Status s = (*sync)->Finish(); !s.ok()) RankError(l, s);
+    interval_comm += (*sync)->stats().last_wait_seconds;
     const double epoch_progress = static_cast<double>(step) / per_epoch;
     const float lr = schedule->At(base_lr, epoch_progress, total_epochs);
     double sums[3] = {net.ops().Sum(net.blob("loss")), 0, 0};
@@ -399,19 +413,21 @@ int RunTrainer(const TrainConfig& cfg) {
       if (lead) {
         std::printf(
             "step %6lld/%lld  epoch %6.2f  loss %.4f  top1-err %.3f  top5-err %.3f  lr %.3g  "
-            "%8.1f img/s  data-wait %.0f%%  ETA %s\n",
+            "%8.1f img/s  data-wait %.0f%%  comm-wait %.0f%%  ETA %s\n",
             static_cast<long long>(step + 1), static_cast<long long>(total_steps),
             (step + 1.0) / per_epoch, avg_loss, top1, top5, lr, img_s,
-            100.0 * interval[4] / std::max(1e-9, dt), FormatDuration(eta).c_str());
+            100.0 * interval[4] / std::max(1e-9, dt), 100.0 * interval_comm / std::max(1e-9, dt),
+            FormatDuration(eta).c_str());
         std::fflush(stdout);
         metrics.Write(absl::StrFormat(
             "{\"kind\":\"train\",\"step\":%d,\"epoch\":%.4f,\"loss\":%.6f,\"top1_error\":%.5f,"
             "\"top5_error\":%.5f,\"lr\":%g,\"images_per_sec\":%.1f,\"data_wait_sec\":%.4f,"
-            "\"elapsed_sec\":%.3f}",
+            "\"comm_wait_sec\":%.4f,\"elapsed_sec\":%.3f}",
             step + 1, (step + 1.0) / per_epoch, avg_loss, top1, top5, lr, img_s, interval[4],
-            elapsed));
+            interval_comm, elapsed));
       }
       std::fill(interval, interval + 5, 0.0);
+      interval_comm = 0;
       interval_start = Clock::now();
     }
     const bool eval_now = val_data && ((cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0) ||

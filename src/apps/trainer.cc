@@ -14,10 +14,11 @@
 #include "apps/flag_check.h"
 #include "apps/train_session.h"
 #include "core/models.h"
+#include "parallel/mesh.h"
 
 // ---- model ------------------------------------------------------------------------------
 ABSL_FLAG(std::string, model, "cifar10-80sec",
-          "Model to train: alexnet, cifar10-18pct, cifar10-80sec (see docs/MODELS.md).");
+          "Model to train (the list is in the usage line above and docs/MODELS.md).");
 ABSL_FLAG(int, input_size, 0,
           "Input image side in pixels. 0: the crop (--crop), else the data's image size. With "
           "--data=synthetic it also sets the generated image size (e.g. 67 for a small AlexNet).");
@@ -77,8 +78,10 @@ ABSL_FLAG(std::string, metrics_file, "",
           "scripts/plot_metrics.py.");
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  if (absl::Status s = colonnade::InitMpi(&argc, &argv); !s.ok()) {
+    std::fprintf(stderr, "trainer: error: %s\n", std::string(s.message()).c_str());
+    return colonnade::kExitError;
+  }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
@@ -97,8 +100,12 @@ int main(int argc, char** argv) {
       ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
       "75 stopped by a signal after a checkpoint (requeue)."));
 
+  if (colonnade::WantsHelp(argc, argv, "src/apps/trainer", rank == 0)) {
+    colonnade::FinalizeMpi();
+    return colonnade::kExitOk;
+  }
   if (!colonnade::ParseFlagsOrExplain(argc, argv, "trainer", rank == 0)) {
-    MPI_Finalize();
+    colonnade::FinalizeMpi();
     return colonnade::kExitUsage;
   }
 
@@ -147,11 +154,11 @@ int main(int argc, char** argv) {
   if (c.comm != "auto" && c.comm != "mpi" && c.comm != "nccl") bad = "--comm must be auto, nccl or mpi";
   if (!bad.empty()) {
     if (rank == 0) std::fprintf(stderr, "trainer: error: %s\n", bad.c_str());
-    MPI_Finalize();
+    colonnade::FinalizeMpi();
     return colonnade::kExitUsage;
   }
 
   int code = colonnade::RunTrainer(c);
-  MPI_Finalize();
+  colonnade::FinalizeMpi();
   return code;
 }

@@ -141,6 +141,7 @@ Recipe AlexNetRecipe() {
   r.weight_decay = 5e-4f;
   r.batch_size = 128;
   r.schedule = "step:30";
+  r.input_scale = 1.0f;
   r.note = "Krizhevsky et al. 2012, sec. 5: lr 0.01 divided by 10 on plateaus (about every 30 epochs), momentum 0.9, "
            "weight decay 5e-4, batch 128";
   return r;
@@ -153,6 +154,7 @@ Recipe CifarRecipe() {
   r.weight_decay = 0.004f;
   r.batch_size = 128;
   r.schedule = "multistep:120,130";
+  r.input_scale = 1.0f;
   r.note = "cuda-convnet layers-18pct/80sec: epsW 0.001 (biases 0.002), momentum 0.9, "
            "wc 0.004 (conv), lr /10 after 120 and 130 epochs, batch 128";
   return r;
@@ -161,6 +163,7 @@ Recipe CifarRecipe() {
 Recipe VggRecipe() {
   Recipe r = AlexNetRecipe();
   r.batch_size = 256;
+  r.input_scale = 1.0f / 255.0f;
   r.note = "Simonyan & Zisserman 2014: batch 256, lr 0.01 /10 on plateaus, momentum 0.9, wd 5e-4";
   return r;
 }

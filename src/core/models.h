@@ -25,6 +25,10 @@ struct Recipe {
   float weight_decay = 5e-4f;
   int batch_size = 128;
   std::string schedule = "step";  // see optimizer.h
+  // Input pixels are fed as (pixel - mean) * input_scale. cuda-convnet and the AlexNet
+  // paper fed raw 0..255 values minus the mean (scale 1), and their initial weights assume
+  // it; later models are usually trained on 0..1 (scale 1/255).
+  float input_scale = 1.0f / 255.0f;
   std::string note;               // where the numbers come from
 };
 

@@ -1,0 +1,206 @@
+// Model zoo: published parameter counts, derived shapes, column variants, and a forward /
+// backward pass of AlexNet at a small batch.
+#include <cmath>
+
+#include "core/layers.h"
+#include "core/models.h"
+#include "core/optimizer.h"
+#include "gtest/gtest.h"
+
+namespace colonnade {
+namespace {
+
+int64_t CountParams(const std::string& model, ModelOptions o = {}) {
+  auto net = BuildModel(model, o);
+  EXPECT_TRUE(net.ok()) << net.status();
+  if (!net.ok()) return -1;
+  absl::Status s = (*net)->Build(1, Device::kCPU);
+  EXPECT_TRUE(s.ok()) << s;
+  return (*net)->num_learnable();
+}
+
+TEST(Models, AlexNetHasThePapersParameterCount) {
+  EXPECT_EQ(CountParams("alexnet"), 60965224);
+}
+
+TEST(Models, PublishedParameterCounts) {
+  // torchvision's figures (GoogLeNet without its auxiliary heads).
+  EXPECT_EQ(CountParams("vgg16"), 138357544);
+  EXPECT_EQ(CountParams("vgg19"), 143667240);
+  EXPECT_EQ(CountParams("googlenet"), 6624904);
+  EXPECT_EQ(CountParams("resnet18"), 11689512);
+  EXPECT_EQ(CountParams("resnet34"), 21797672);
+  EXPECT_EQ(CountParams("resnet50"), 25557032);
+  EXPECT_EQ(CountParams("resnet152"), 60192808);
+  // Zeiler & Fergus: conv1 96x3x7x7, conv2 256x96x5x5, 384, 384, 256 3x3, fc 9216-4096-4096-1000.
+  const int64_t zf = (96 * 3 * 49 + 96) + (256 * 96 * 25 + 256) + (384 * 256 * 9 + 384) +
+                     (384 * 384 * 9 + 384) + (256 * 384 * 9 + 256) + (9216LL * 4096 + 4096) +
+                     (4096LL * 4096 + 4096) + (4096LL * 1000 + 1000);
+  EXPECT_EQ(CountParams("zfnet"), zf);
+}
+
+TEST(Models, AlexNetShapesFollowThePaper) {
+  auto net = BuildModel("alexnet", {});
+  ASSERT_TRUE(net.ok());
+  ASSERT_TRUE((*net)->Build(2, Device::kCPU).ok());
+  EXPECT_EQ((*net)->blob("conv1").shape(), Shape::CHWN(96, 55, 55, 2));
+  EXPECT_EQ((*net)->blob("pool1").shape(), Shape::CHWN(96, 27, 27, 2));
+  EXPECT_EQ((*net)->blob("pool2").shape(), Shape::CHWN(256, 13, 13, 2));
+  EXPECT_EQ((*net)->blob("conv5").shape(), Shape::CHWN(256, 13, 13, 2));
+  EXPECT_EQ((*net)->blob("pool5").shape(), Shape::CHWN(256, 6, 6, 2));
+  EXPECT_EQ((*net)->blob("fc8").shape(), Shape::CHWN(1000, 1, 1, 2));
+  EXPECT_EQ((*net)->columns(), 2);
+}
+
+TEST(Models, CifarNetsPoolCoverTheBorder) {
+  for (const char* name : {"cifar10-18pct", "cifar10-80sec"}) {
+    auto net = BuildModel(name, {});
+    ASSERT_TRUE(net.ok());
+    ASSERT_TRUE((*net)->Build(3, Device::kCPU).ok());
+    EXPECT_EQ((*net)->blob("pool1").shape(), Shape::CHWN(32, 16, 16, 3)) << name;
+    EXPECT_EQ((*net)->blob("pool2").shape(), Shape::CHWN(32, 8, 8, 3)) << name;
+    EXPECT_EQ((*net)->blob("pool3").shape(), Shape::CHWN(64, 4, 4, 3)) << name;
+    EXPECT_EQ((*net)->blob("fc10").shape(), Shape::CHWN(10, 1, 1, 3)) << name;
+  }
+}
+
+TEST(Models, ShapesFollowInputSizeAndClasses) {
+  ModelOptions o;
+  o.input_size = 67;
+  o.num_classes = 7;
+  auto net = BuildModel("alexnet", o);
+  ASSERT_TRUE(net.ok());
+  ASSERT_TRUE((*net)->Build(1, Device::kCPU).ok());
+  // 67 -> conv1 (67+4-11)/4+1 = 16 -> pool 7 -> 7 -> pool 3 -> 3 -> pool 1.
+  EXPECT_EQ((*net)->blob("conv1").shape(), Shape::CHWN(96, 16, 16, 1));
+  EXPECT_EQ((*net)->blob("pool5").shape(), Shape::CHWN(256, 1, 1, 1));
+  EXPECT_EQ((*net)->blob("fc8").shape(), Shape::CHWN(7, 1, 1, 1));
+}
+
+TEST(Models, ColumnsResplitTheFilters) {
+  ModelOptions o;
+  o.columns = 4;
+  auto net = BuildModel("alexnet", o);
+  ASSERT_TRUE(net.ok());
+  ASSERT_TRUE((*net)->Build(1, Device::kCPU).ok());
+  for (auto& e : (*net)->layers()) {
+    if (e.layer->name() == "conv2") {
+      auto* conv = dynamic_cast<ConvLayer*>(e.layer.get());
+      ASSERT_NE(conv, nullptr);
+      EXPECT_EQ(conv->conv_params().groups, 4);
+      // 96 conv1 filters in 4 columns of 24: conv2 sees 24 input channels per filter.
+      EXPECT_EQ(conv->weight().value.shape(), Shape({256, 24, 5, 5}));
+    }
+  }
+  // Columns that do not divide the filters are refused with the layer's name.
+  o.columns = 5;
+  auto bad = BuildModel("alexnet", o);
+  ASSERT_TRUE(bad.ok());
+  absl::Status s = (*bad)->Build(1, Device::kCPU);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("conv"), std::string::npos) << s;
+}
+
+TEST(Models, UnsplittableModelsRefuseColumns) {
+  ModelOptions o;
+  o.columns = 2;
+  auto net = BuildModel("resnet18", o);
+  EXPECT_FALSE(net.ok());
+  EXPECT_NE(net.status().message().find("cannot be split"), std::string::npos);
+  auto vgg = BuildModel("vgg16", o);
+  EXPECT_TRUE(vgg.ok());
+}
+
+TEST(Models, UnknownModelListsTheKnownOnes) {
+  auto net = BuildModel("nope", {});
+  ASSERT_FALSE(net.ok());
+  EXPECT_NE(net.status().message().find("alexnet"), std::string::npos);
+  EXPECT_NE(net.status().message().find("cifar10-80sec"), std::string::npos);
+}
+
+// Forward and backward through the whole AlexNet at a small batch and input: finite loss
+// near log(classes) at initialisation, and every parameter receives a gradient.
+TEST(Models, AlexNetForwardBackwardSmallBatch) {
+  ModelOptions o;
+  o.input_size = 67;
+  o.num_classes = 10;
+  auto built = BuildModel("alexnet", o);
+  ASSERT_TRUE(built.ok());
+  Net& net = **built;
+  const int n = 3;
+  ASSERT_TRUE(net.Build(n, Device::kCPU).ok());
+  net.InitParams(7);
+  std::vector<float> x(net.blob("data").size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * i) * 50.0f;
+  net.blob("data").CopyFromHost(x);
+  net.blob("label").CopyFromHost(std::vector<float>{1, 4, 9});
+  RunContext ctx;
+  ctx.global_batch = n;
+  ctx.loss_scale = 1.0f / n;
+  net.Forward(ctx);
+  const double loss = net.ops().Sum(net.blob("loss")) / n;
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_NEAR(loss, std::log(10.0), 0.5);
+  net.Backward(ctx);
+  for (const NamedParam& p : net.params()) {
+    std::vector<float> g = p.param->grad.ToHost();
+    double norm = 0;
+    for (float v : g) norm += static_cast<double>(v) * v;
+    EXPECT_TRUE(std::isfinite(norm)) << p.name;
+    EXPECT_GT(norm, 0.0) << p.name << " received no gradient";
+  }
+}
+
+TEST(Optimizer, SgdStepMatchesTheFormula) {
+  auto built = BuildModel("cifar10-80sec", {});
+  ASSERT_TRUE(built.ok());
+  Net& net = **built;
+  ASSERT_TRUE(net.Build(1, Device::kCPU).ok());
+  net.InitParams(3);
+  Param* w = nullptr;
+  for (const NamedParam& p : net.params())
+    if (p.name == "fc10/weight") w = p.param;
+  ASSERT_NE(w, nullptr);
+  std::vector<float> before = w->value.ToHost();
+  std::vector<float> g(before.size());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.001f * static_cast<float>(i % 13) - 0.005f;
+  for (const NamedParam& p : net.params()) p.param->grad.Fill(0.0f);
+  w->grad.CopyFromHost(g);
+  SgdOptimizer opt({0.9f, 0.004f});
+  opt.Step(net, 0.1f);
+  opt.Step(net, 0.1f);
+  std::vector<float> after = w->value.ToHost();
+  for (size_t i = 0; i < before.size(); i += 97) {
+    // Two steps of v = m v - lr (g + wd * wd_mult * w); w += v, in double.
+    const double wd = 0.004 * w->wd_mult;
+    double v = 0, x = before[i];
+    for (int k = 0; k < 2; ++k) {
+      v = 0.9 * v - 0.1 * (g[i] + wd * x);
+      x += v;
+    }
+    EXPECT_NEAR(after[i], x, 1e-5 * (1 + std::abs(x))) << i;
+  }
+}
+
+TEST(Optimizer, Schedules) {
+  auto step = LrSchedule::Parse("step:30");
+  ASSERT_TRUE(step.ok());
+  EXPECT_FLOAT_EQ(step->At(0.1f, 0, 90), 0.1f);
+  EXPECT_FLOAT_EQ(step->At(0.1f, 31, 90), 0.01f);
+  auto multi = LrSchedule::Parse("multistep:120,130");
+  ASSERT_TRUE(multi.ok());
+  EXPECT_FLOAT_EQ(multi->At(0.001f, 119.9, 140), 0.001f);
+  EXPECT_FLOAT_EQ(multi->At(0.001f, 125, 140), 0.0001f);
+  EXPECT_NEAR(multi->At(0.001f, 135, 140), 0.00001f, 1e-12);
+  auto cosine = LrSchedule::Parse("cosine+warmup:2");
+  ASSERT_TRUE(cosine.ok());
+  EXPECT_NEAR(cosine->At(1.0f, 1, 10), 0.5 * 0.5 * (1 + std::cos(M_PI * 0.1)), 1e-6);
+  EXPECT_NEAR(cosine->At(1.0f, 5, 10), 0.5, 1e-6);
+  EXPECT_NEAR(cosine->At(1.0f, 10, 10), 0.0, 1e-6);
+  EXPECT_FALSE(LrSchedule::Parse("exponential").ok());
+  EXPECT_FALSE(LrSchedule::Parse("multistep:5,3").ok());
+  EXPECT_FALSE(LrSchedule::Parse("step:-1").ok());
+}
+
+}  // namespace
+}  // namespace colonnade
