@@ -1,6 +1,7 @@
 #include "parallel/gradient_sync.h"
 
 #include <chrono>
+#include <map>
 
 #include "absl/strings/str_format.h"
 #include "core/log.h"
@@ -16,78 +17,70 @@ int64_t AlignUp(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAli
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(Net& net,
-                                                                   Communicator* dp_comm,
-                                                                   double bucket_mb) {
+absl::StatusOr<std::vector<GradientSync::BucketInfo>> GradientSync::PlanBuckets(
+    const Net& net, double bucket_mb) {
   if (!(bucket_mb > 0)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--bucket_mb=%g must be positive", bucket_mb));
   }
-  std::unique_ptr<GradientSync> sync(
-      new GradientSync(net, dp_comm != nullptr && dp_comm->size() > 1 ? dp_comm : nullptr));
-  if (!sync->comm_) return sync;
   const int64_t cap = static_cast<int64_t>(bucket_mb * 1024 * 1024 / sizeof(float));
-
-  // Pack in backward order.
-  struct Item {
-    Param* param;
-    std::string name;
-  };
-  std::vector<std::vector<Item>> groups;
-  std::vector<int> ready;
-  std::vector<Item> current;
-  int64_t current_elems = 0;
-  int current_ready = 0;
+  std::vector<BucketInfo> plan;
+  BucketInfo current;
   auto close = [&]() {
-    if (current.empty()) return;
-    groups.push_back(std::move(current));
-    ready.push_back(current_ready);
-    current.clear();
-    current_elems = 0;
+    if (current.params.empty()) return;
+    plan.push_back(std::move(current));
+    current = BucketInfo();
   };
-  std::vector<LayerEntry>& layers = net.layers();
+  // Backward order: last layer first.
+  const std::vector<LayerEntry>& layers = net.layers();
   for (int i = static_cast<int>(layers.size()) - 1; i >= 0; --i) {
     std::vector<Param*> ps = layers[i].layer->params();
     for (auto it = ps.rbegin(); it != ps.rend(); ++it) {
-      Param* p = *it;
+      const Param* p = *it;
       if (!p->learnable) continue;
       if (p->value.empty()) {
         return absl::FailedPreconditionError(
             "GradientSync: the Net is not built (parameter " + layers[i].layer->name() + "/" +
             p->name + " has no storage)");
       }
-      current.push_back({p, layers[i].layer->name() + "/" + p->name});
-      current_elems += p->value.size();
-      current_ready = i;
-      if (current_elems >= cap) close();
+      current.params.push_back(layers[i].layer->name() + "/" + p->name);
+      current.elements += p->value.size();
+      current.ready_layer = i;
+      if (current.elements >= cap) close();
     }
   }
   close();
+  return plan;
+}
+
+absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(Net& net,
+                                                                   Communicator* dp_comm,
+                                                                   double bucket_mb) {
+  absl::StatusOr<std::vector<BucketInfo>> plan = PlanBuckets(net, bucket_mb);
+  if (!plan.ok()) return plan.status();
+  std::unique_ptr<GradientSync> sync(
+      new GradientSync(net, dp_comm != nullptr && dp_comm->size() > 1 ? dp_comm : nullptr));
+  if (!sync->comm_) return sync;
+  std::map<std::string, Param*> by_name;
+  for (const NamedParam& np : net.params()) by_name[np.name] = np.param;
 
   // Allocate each bucket and re-point the gradients into it.
-  for (size_t b = 0; b < groups.size(); ++b) {
-    int64_t padded = 0, elems = 0;
-    for (const Item& it : groups[b]) {
-      padded += AlignUp(it.param->value.size());
-      elems += it.param->value.size();
-    }
+  for (BucketInfo& info : *plan) {
+    int64_t padded = 0;
+    for (const std::string& name : info.params) padded += AlignUp(by_name.at(name)->value.size());
     Bucket bucket;
     bucket.buffer = Tensor(Shape{padded, 1, 1, 1}, net.device());
     bucket.buffer.Fill(0.0f);
-    BucketInfo info;
-    info.elements = elems;
-    info.ready_layer = ready[b];
     int64_t off = 0;
-    for (const Item& it : groups[b]) {
-      Param& p = *it.param;
+    for (const std::string& name : info.params) {
+      Param& p = *by_name.at(name);
       Tensor view = bucket.buffer.Channels(off, p.value.size()).Reshaped(p.value.shape());
       if (!p.grad.empty() && p.grad.size() == view.size()) view.CopyFrom(p.grad);
       p.grad = view;
       bucket.views.emplace_back(&p, view.data());
-      info.params.push_back(it.name);
       off += AlignUp(p.value.size());
     }
-    sync->stats_.bytes_per_step += elems * static_cast<int64_t>(sizeof(float));
+    sync->stats_.bytes_per_step += info.elements * static_cast<int64_t>(sizeof(float));
     sync->buckets_.push_back(std::move(bucket));
     sync->info_.push_back(std::move(info));
   }

@@ -49,6 +49,8 @@ class GradientSync {
   // bucket_mb must be positive; a parameter larger than a bucket gets its own.
   static absl::StatusOr<std::unique_ptr<GradientSync>> Create(Net& net, Communicator* dp_comm,
                                                               double bucket_mb);
+  // The buckets Create makes for a built `net` (the cost model uses them too).
+  static absl::StatusOr<std::vector<BucketInfo>> PlanBuckets(const Net& net, double bucket_mb);
 
   // For Net::Backward(ctx, hook).
   std::function<void(int)> AfterLayerHook();

@@ -1,0 +1,182 @@
+#include "parallel/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_format.h"
+#include "core/layers.h"
+#include "parallel/comm_layers.h"
+#include "parallel/gradient_sync.h"
+#include "parallel/model_split.h"
+
+namespace colonnade {
+namespace {
+
+// Gives the split its group size; the cost model never communicates.
+class ShapeOnlyCommunicator : public Communicator {
+ public:
+  explicit ShapeOnlyCommunicator(int size) : Communicator(0, size) {}
+  const char* backend() const override { return "shape-only"; }
+  absl::StatusOr<CommHandle> StartAllReduceSum(Tensor&) override { return No(); }
+  absl::StatusOr<CommHandle> StartAllGather(const Tensor&, Tensor&) override { return No(); }
+  absl::StatusOr<CommHandle> StartReduceScatterSum(const Tensor&, Tensor&) override { return No(); }
+  absl::StatusOr<CommHandle> StartBroadcast(Tensor&, int) override { return No(); }
+  absl::Status Barrier() override { return No(); }
+
+ private:
+  static absl::Status No() { return absl::UnimplementedError("the cost model does not communicate"); }
+};
+
+// Per image: forward FLOPs and the bytes of the full blobs the mp collectives move.
+struct LayerCost {
+  double flops = 0;
+  enum Comm { kNone, kAllGather, kReduceScatter, kAllReduce };
+  Comm fwd = kNone, bwd = kNone;
+  double bytes = 0;
+};
+
+std::vector<LayerCost> Costs(Net& net) {
+  std::vector<LayerCost> out;
+  for (const LayerEntry& e : net.layers()) {
+    LayerCost c;
+    const Shape x = net.blob(e.inputs[0]).shape();
+    const Shape y = net.blob(e.outputs[0]).shape();
+    const std::string type = e.layer->type();
+    if (auto* conv = dynamic_cast<ConvLayer*>(e.layer.get())) {
+      const ConvParams& p = conv->conv_params();
+      c.flops = 2.0 * conv->filters() * (x.c() / p.groups) * p.kernel_h * p.kernel_w * y.h() * y.w();
+    } else if (auto* fc = dynamic_cast<FullyConnectedLayer*>(e.layer.get())) {
+      c.flops = 2.0 * fc->outputs() * x.c() * x.h() * x.w();
+    } else if (auto* g = dynamic_cast<AllGatherChannelsLayer*>(e.layer.get())) {
+      c.fwd = LayerCost::kAllGather;
+      c.bwd = g->mode() == AllGatherChannelsLayer::kReduceScatter ? LayerCost::kReduceScatter
+                                                                   : LayerCost::kNone;
+      c.bytes = 4.0 * y.elements() / y.n();
+    } else if (type == "slice_channels") {
+      c.bwd = LayerCost::kAllGather;
+      c.bytes = 4.0 * x.elements() / x.n();
+    } else if (type == "grad_allreduce") {
+      c.bwd = LayerCost::kAllReduce;
+      c.bytes = 4.0 * x.elements() / x.n();
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+// What the model needs from a shard: its layers' costs and its gradient buckets.
+struct Built {
+  std::vector<LayerCost> costs;
+  std::vector<GradientSync::BucketInfo> buckets;
+  double flops = 0;  // forward, per image, this rank
+};
+
+absl::StatusOr<Built> BuildForModel(const std::string& model, const ModelOptions& options, int mp,
+                                    double bucket_mb) {
+  // Building allocates the parameters (the buckets need their sizes), so results are
+  // cached: a table of layouts and node counts reuses each shard.
+  static std::mutex mu;
+  static std::map<std::string, Built> cache;
+  const std::string key = absl::StrFormat("%s/%d/%d/%d/%d/%d/%g", model, options.input_size,
+                                          options.num_classes, options.columns,
+                                          options.input_channels, mp, bucket_mb);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  ShapeOnlyCommunicator comm(mp);
+  absl::StatusOr<std::unique_ptr<Net>> full = BuildModel(model, options);
+  if (!full.ok()) return full.status();
+  absl::StatusOr<ModelShard> shard = SplitNet(std::move(*full), mp, 0, mp > 1 ? &comm : nullptr);
+  if (!shard.ok()) return shard.status();
+  if (auto s = shard->net->Build(1, Device::kCPU); !s.ok()) return s;
+  Built b;
+  b.costs = Costs(*shard->net);
+  for (const LayerCost& c : b.costs) b.flops += c.flops;
+  absl::StatusOr<std::vector<GradientSync::BucketInfo>> plan =
+      GradientSync::PlanBuckets(*shard->net, bucket_mb);
+  if (!plan.ok()) return plan.status();
+  b.buckets = std::move(*plan);
+  cache[key] = b;
+  return b;
+}
+
+}  // namespace
+
+absl::StatusOr<StepPrediction> PredictStep(const std::string& model, const ModelOptions& options,
+                                           int nodes, int mp, const ClusterModel& cl,
+                                           const ComputeModel& cm) {
+  if (nodes < 1 || mp < 1 || cl.gpus_per_node % mp != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cost model: %d node(s), mp %d: mp must divide the %d GPUs of a node", nodes, mp,
+        cl.gpus_per_node));
+  }
+  absl::StatusOr<Built> one = BuildForModel(model, options, 1, cm.bucket_mb);
+  if (!one.ok()) return one.status();
+  const double flops_ref = one->flops * cm.per_gpu_batch;  // one GPU's forward work
+  absl::StatusOr<Built> b = BuildForModel(model, options, mp, cm.bucket_mb);
+  if (!b.ok()) return b.status();
+
+  const int d = cl.gpus_per_node / mp;  // dp ranks per node
+  StepPrediction p;
+  p.nodes = nodes;
+  p.mp = mp;
+  p.dp = d * nodes;
+  p.global_batch = cm.per_gpu_batch * cl.gpus_per_node * nodes;
+  const double replica = static_cast<double>(cm.per_gpu_batch) * mp;
+  const double ms_per_flop_fwd = cm.compute_ms * (1 - cm.bwd_fraction) / flops_ref;
+  const double ms_per_flop_bwd = cm.compute_ms * cm.bwd_fraction / flops_ref;
+  const double nvl = cl.nvlink_gbs * 1e6, ib = cl.ib_gbs * 1e6;  // bytes per ms
+  auto mp_time = [&](LayerCost::Comm kind, double bytes, double* wire) {
+    if (kind == LayerCost::kNone || mp == 1) return 0.0;
+    double share = (mp - 1.0) / mp * bytes * (kind == LayerCost::kAllReduce ? 2 : 1);
+    *wire += share;
+    return cl.alpha_intra_us * 1e-3 + share / nvl;
+  };
+  auto allreduce_ms = [&](double bytes) {
+    double t = 0;
+    if (d > 1) t += cl.alpha_intra_us * 1e-3 + 2.0 * (d - 1) / d * bytes / nvl;
+    if (nodes > 1) {
+      t += 2 * std::log2(static_cast<double>(nodes)) * cl.alpha_inter_us * 1e-3 +
+           2.0 * (nodes - 1) / nodes * (bytes / d) / ib;
+    }
+    return t;
+  };
+
+  double wire = 0, t = 0;
+  for (const LayerCost& c : b->costs) {
+    double comm_ms = mp_time(c.fwd, c.bytes * replica, &wire);
+    p.mp_comm_ms += comm_ms;
+    t += c.flops * replica * ms_per_flop_fwd + comm_ms;
+  }
+  p.fwd_ms = t;
+  std::vector<double> done(b->costs.size(), 0);
+  for (int i = static_cast<int>(b->costs.size()) - 1; i >= 0; --i) {
+    const LayerCost& c = b->costs[i];
+    double comm_ms = mp_time(c.bwd, c.bytes * replica, &wire);
+    p.mp_comm_ms += comm_ms;
+    t += c.flops * replica * ms_per_flop_bwd + comm_ms;
+    done[i] = t;
+  }
+  p.bwd_ms = t - p.fwd_ms;
+  p.mp_mb = wire / 1e6;
+  double end = 0, grad_bytes = 0;
+  if (p.dp > 1) {
+    for (const GradientSync::BucketInfo& bucket : b->buckets) {
+      const double bytes = 4.0 * bucket.elements;
+      const double cost = allreduce_ms(bytes);
+      end = std::max(end, done[bucket.ready_layer]) + cost;
+      p.dp_comm_ms += cost;
+      grad_bytes += bytes;
+    }
+  }
+  p.buckets = static_cast<int>(b->buckets.size());
+  p.dp_mb = p.dp > 1 ? 2.0 * (p.dp - 1) / p.dp * grad_bytes / 1e6 : 0;
+  p.exposed_ms = std::max(0.0, end - t);
+  p.step_ms = t + p.exposed_ms;
+  p.efficiency = cm.compute_ms / p.step_ms;
+  p.efficiency_no_overlap = cm.compute_ms / (t + p.dp_comm_ms);
+  return p;
+}
+
+}  // namespace colonnade
