@@ -73,6 +73,9 @@ absl::Status LoadIntoParam(const TensorEntry& entry, Param& p) {
   }
   p.value.CopyFromHost(entry.value.data() + begin, count);
   if (p.learnable && !entry.velocity.empty()) {
+    if (p.velocity.size() != p.value.size()) {
+      return absl::FailedPreconditionError(entry.name + ": the parameter has no velocity buffer");
+    }
     if (static_cast<int64_t>(entry.velocity.size()) < begin + count) {
       return absl::FailedPreconditionError(entry.name + ": checkpoint velocity has too few values");
     }
