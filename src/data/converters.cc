@@ -186,6 +186,7 @@ absl::Status WriteSplit(const std::string& split, const std::string& dir, const 
   if (!writer.ok()) return writer.status();
   int64_t last_progress = -1;
   auto last_time = Clock::now();
+  if (o.progress) o.progress(dir, 0, n);
   std::function<absl::Status(int64_t, Converted&)> consume = [&](int64_t i, Converted& c) {
     if (!c.status.ok()) {
       if (o.strict || c.fatal) return c.status;
@@ -199,7 +200,7 @@ absl::Status WriteSplit(const std::string& split, const std::string& dir, const 
     }
     if (o.progress && (i + 1 == n || Clock::now() - last_time > std::chrono::milliseconds(200))) {
       last_time = Clock::now();
-      if (i != last_progress) o.progress(split, i + 1, n);
+      if (i != last_progress) o.progress(dir, i + 1, n);
       last_progress = i;
     }
     return absl::OkStatus();

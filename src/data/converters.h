@@ -31,7 +31,8 @@ struct ConvertOptions {
   bool shuffle = true;           // store images in a seeded random order (not class-sorted)
   double val_fraction = 0.0;     // folder/synthetic: hold out this fraction as OUT/val
   std::string mean_from;         // store this dataset dir's mean image instead of computing
-  // Called from the writing thread with (split name, images done, images total).
+  // Called from the writing thread with (output directory, images done, images total);
+  // first with done = 0 when a split starts.
   std::function<void(const std::string&, int64_t, int64_t)> progress;
 };
 
