@@ -1,0 +1,214 @@
+// bench_train: the whole training step (forward, backward, SGD with momentum and weight
+// decay) of a model on one GPU, in images per second, with peak device memory; a
+// benchmark program, not a timed test. The peer is experiments/peer_pytorch/alexnet_step.py.
+//
+//   bench_train --model=alexnet --batch_sizes=128,256 --steps=30 --json=train.json
+//
+// Inputs are synthetic (random images and labels written to the device once), so the
+// number is the network's, not the data pipeline's. Steps are timed with CUDA events after
+// --warmup untimed steps; img/s = batch * steps / elapsed. --breakdown adds a per-layer
+// forward/backward table from events recorded between layers.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "core/backend.h"
+#include "core/log.h"
+#include "core/models.h"
+#include "core/optimizer.h"
+#include "core/philox.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/port.h"
+
+ABSL_FLAG(std::string, model, "alexnet", "model to train");
+ABSL_FLAG(std::string, batch_sizes, "128,256", "comma-separated batch sizes");
+ABSL_FLAG(int, warmup, 5, "untimed steps first");
+ABSL_FLAG(int, steps, 30, "timed steps");
+ABSL_FLAG(double, lr, 0.01, "learning rate");
+ABSL_FLAG(bool, breakdown, true, "also print per-layer forward/backward times");
+ABSL_FLAG(std::string, json, "", "append one JSON line per batch size here");
+
+namespace colonnade {
+namespace {
+
+cudaStream_t Stream() { return static_cast<cudaStream_t>(cuda::ComputeStream()); }
+
+float ElapsedMs(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  return ms;
+}
+
+RunContext Context(int64_t step, int64_t batch) {
+  RunContext ctx;
+  ctx.phase = Phase::kTrain;
+  ctx.seed = 1;
+  ctx.step = step;
+  ctx.global_batch = batch;
+  ctx.loss_scale = 1.0f / static_cast<float>(batch);
+  return ctx;
+}
+
+// Per-layer times: forward by running the layers one by one (what Net::Forward does),
+// backward through Net::Backward's per-layer callback.
+void Breakdown(Net& net, int64_t batch, SgdOptimizer& opt, float lr) {
+  Ops& ops = net.ops();
+  const int nl = static_cast<int>(net.layers().size());
+  const int reps = 5;
+  std::vector<double> fwd(nl, 0.0), bwd(nl, 0.0);
+  double sgd = 0.0;
+  std::vector<cudaEvent_t> f(nl + 1), b(nl + 1);
+  cudaEvent_t s0, s1;
+  for (auto& e : f) COLONNADE_CUDA_CHECK(cudaEventCreate(&e));
+  for (auto& e : b) COLONNADE_CUDA_CHECK(cudaEventCreate(&e));
+  COLONNADE_CUDA_CHECK(cudaEventCreate(&s0));
+  COLONNADE_CUDA_CHECK(cudaEventCreate(&s1));
+  for (int r = 0; r < reps; ++r) {
+    RunContext ctx = Context(1000 + r, batch);
+    COLONNADE_CUDA_CHECK(cudaEventRecord(f[0], Stream()));
+    std::vector<const Tensor*> x;
+    std::vector<Tensor*> y;
+    for (int i = 0; i < nl; ++i) {
+      LayerEntry& e = net.layers()[i];
+      x.clear();
+      y.clear();
+      for (const std::string& n : e.inputs) x.push_back(&net.blob(n));
+      for (const std::string& n : e.outputs) y.push_back(&net.blob(n));
+      e.layer->Forward(ops, ctx, x, y);
+      COLONNADE_CUDA_CHECK(cudaEventRecord(f[i + 1], Stream()));
+    }
+    // Backward visits layers nl-1 .. 0; event b[i] is recorded after layer i.
+    COLONNADE_CUDA_CHECK(cudaEventRecord(b[nl], Stream()));
+    net.Backward(ctx, [&](int i) { COLONNADE_CUDA_CHECK(cudaEventRecord(b[i], Stream())); });
+    COLONNADE_CUDA_CHECK(cudaEventRecord(s0, Stream()));
+    opt.Step(net, lr);
+    COLONNADE_CUDA_CHECK(cudaEventRecord(s1, Stream()));
+    COLONNADE_CUDA_CHECK(cudaEventSynchronize(s1));
+    for (int i = 0; i < nl; ++i) {
+      fwd[i] += ElapsedMs(f[i], f[i + 1]) / reps;
+      bwd[i] += ElapsedMs(b[i + 1], b[i]) / reps;
+    }
+    sgd += ElapsedMs(s0, s1) / reps;
+  }
+  double tf = 0, tb = 0;
+  std::printf("  %-10s %-14s %-20s %9s %9s\n", "layer", "type", "output", "fwd ms", "bwd ms");
+  for (int i = 0; i < nl; ++i) {
+    LayerEntry& e = net.layers()[i];
+    std::printf("  %-10s %-14s %-20s %9.3f %9.3f\n", e.layer->name().c_str(), e.layer->type(),
+                net.blob(e.outputs[0]).shape().ToString().c_str(), fwd[i], bwd[i]);
+    tf += fwd[i];
+    tb += bwd[i];
+  }
+  std::printf("  %-10s %-14s %-20s %9.3f %9.3f   sgd %.3f ms, total %.3f ms\n", "total", "", "",
+              tf, tb, sgd, tf + tb + sgd);
+  for (auto& e : f) cudaEventDestroy(e);
+  for (auto& e : b) cudaEventDestroy(e);
+  cudaEventDestroy(s0);
+  cudaEventDestroy(s1);
+}
+
+int Main() {
+  if (!cuda::Available()) {
+    std::fprintf(stderr, "bench_train: no CUDA device\n");
+    return 1;
+  }
+  absl::Status st = cuda::RegisterBackend(0);
+  CHECK(st.ok()) << st;
+  std::printf("device: %s\n", cuda::DeviceDescription().c_str());
+  const std::string model = absl::GetFlag(FLAGS_model);
+  const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
+  const int warmup = absl::GetFlag(FLAGS_warmup), steps = absl::GetFlag(FLAGS_steps);
+  std::vector<std::string> lines;
+  for (absl::string_view bs : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
+    const int64_t batch = std::stoll(std::string(bs));
+    ModelOptions mo;
+    auto built = BuildModel(model, mo);
+    CHECK(built.ok()) << built.status();
+    Net& net = **built;
+    st = net.Build(batch, Device::kCUDA);
+    CHECK(st.ok()) << st;
+    net.InitParams(1);
+    Tensor& data = net.blob("data");
+    Tensor& label = net.blob("label");
+    {
+      const int classes = static_cast<int>(net.blob("probs").c());
+      std::vector<float> img(data.size()), lab(label.size());
+      const uint64_t key = MixKey(1, static_cast<uint64_t>(RandomPurpose::kSynthetic));
+      for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 0, i);
+      for (size_t i = 0; i < lab.size(); ++i)
+        lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 1, i) * classes) % classes);
+      data.CopyFromHost(img);
+      label.CopyFromHost(lab);
+    }
+    SgdOptions so;
+    so.momentum = 0.9f;
+    so.weight_decay = 5e-4f;
+    SgdOptimizer opt(so);
+    auto step_fn = [&](int64_t step) {
+      RunContext ctx = Context(step, batch);
+      net.Forward(ctx);
+      net.Backward(ctx);
+      opt.Step(net, lr);
+    };
+    for (int i = 0; i < warmup; ++i) step_fn(i);
+    GetBackend(Device::kCUDA)->Synchronize();
+    const double first_loss = OpsFor(Device::kCUDA).Sum(net.blob("loss")) / batch;
+    cuda::ResetPeakMemoryStats();
+    const size_t mallocs_before = cuda::GetMemoryStats().device_allocations;
+    std::vector<cudaEvent_t> ev(steps + 1);
+    for (auto& e : ev) COLONNADE_CUDA_CHECK(cudaEventCreate(&e));
+    COLONNADE_CUDA_CHECK(cudaEventRecord(ev[0], Stream()));
+    for (int i = 0; i < steps; ++i) {
+      step_fn(warmup + i);
+      COLONNADE_CUDA_CHECK(cudaEventRecord(ev[i + 1], Stream()));
+    }
+    COLONNADE_CUDA_CHECK(cudaEventSynchronize(ev[steps]));
+    COLONNADE_CUDA_CHECK(cudaGetLastError());
+    std::vector<double> per(steps);
+    for (int i = 0; i < steps; ++i) per[i] = ElapsedMs(ev[i], ev[i + 1]);
+    const double total_ms = ElapsedMs(ev[0], ev[steps]);
+    for (auto& e : ev) cudaEventDestroy(e);
+    std::sort(per.begin(), per.end());
+    const double last_loss = OpsFor(Device::kCUDA).Sum(net.blob("loss")) / batch;
+    const cuda::MemoryStats mem = cuda::GetMemoryStats();
+    const double ips = batch * steps / (total_ms * 1e-3);
+    std::printf(
+        "%s batch %lld: %.0f img/s (%.2f ms/step mean, %.2f median) | peak device memory %.2f GiB "
+        "in use, %.2f GiB reserved | cudaMalloc calls during timed steps: %zu | loss %.4f -> %.4f\n",
+        model.c_str(), static_cast<long long>(batch), ips, total_ms / steps, per[steps / 2],
+        mem.peak_bytes_in_use / 1073741824.0, mem.peak_bytes_reserved / 1073741824.0,
+        mem.device_allocations - mallocs_before, first_loss, last_loss);
+    std::fflush(stdout);
+    lines.push_back(absl::StrFormat(
+        "{\"impl\": \"colonnade\", \"model\": \"%s\", \"batch\": %d, \"img_per_s\": %.1f, "
+        "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
+        "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
+        "\"loss_last\": %.5f, \"device\": \"%s\"}",
+        model, batch, ips, total_ms / steps, per[steps / 2], mem.peak_bytes_in_use,
+        mem.peak_bytes_reserved, mem.device_allocations - mallocs_before, first_loss, last_loss,
+        cuda::DeviceDescription()));
+    if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
+  }
+  const std::string json = absl::GetFlag(FLAGS_json);
+  if (!json.empty()) {
+    std::ofstream f(json, std::ios::app);
+    for (const std::string& l : lines) f << l << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace colonnade
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return colonnade::Main();
+}

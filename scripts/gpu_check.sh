@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# One command for the GPU machine: configure with CUDA, build the CUDA backend, its tests and
+# benchmarks, run the GPU tests (ctest -R cuda), bench_layers (ours vs cuDNN per AlexNet
+# conv layer), bench_train (AlexNet step, img/s) and the PyTorch peer, write the logs under
+# OUTDIR and print a short summary table last.
+#
+#   scripts/gpu_check.sh OUTDIR
+#
+# OUTDIR receives at most 8 files (build.log tests.log bench_layers.log layers.csv
+# bench_train.log pytorch.log results.jsonl summary.md). Environment knobs:
+#   BUILD_DIR        build directory (default build-gpu)
+#   SKIP_TESTS=1     skip ctest;  SKIP_LAYERS=1, SKIP_TRAIN=1, SKIP_PEER=1 skip the benchmarks
+#   PEER_MODES       PyTorch modes (default fp32,fp32_cl,tf32,bf16_compile)
+#   BATCHES          batch sizes (default 128,256)
+# Where /opt/absl/usr exists (Abseil unpacked from Debian packages on a machine without
+# it), it is passed to CMake and its libraries are put on LD_LIBRARY_PATH.
+set -uo pipefail
+OUT=${1:?usage: gpu_check.sh OUTDIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+BATCHES=${BATCHES:-128,256}
+PREFIX=()
+if [ -d /opt/absl/usr ]; then
+  PREFIX=(-DCMAKE_PREFIX_PATH=/opt/absl/usr)
+  export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+status() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.md" >&2; }
+: > "$OUT/summary.md"
+
+{
+  echo "## environment"; date -u; nvidia-smi || true; nvcc --version | tail -2
+  echo "commit ${COMMIT:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null)}"; git -C "$ROOT" status --short 2>/dev/null | head -20
+  echo "## configure"
+} > "$OUT/build.log" 2>&1
+t0=$(date +%s)
+if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+     -DCOLONNADE_CUDA=ON "${PREFIX[@]}" >> "$OUT/build.log" 2>&1; then
+  status "configure FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
+fi
+echo "## build" >> "$OUT/build.log"
+TARGETS=(colonnade_cuda cuda_tests bench_train bench_layers)
+if ! cmake --build "$BUILD" -j16 --target "${TARGETS[@]}" >> "$OUT/build.log" 2>&1; then
+  status "build FAILED (see build.log)"; grep -E "error" "$OUT/build.log" | head -30; exit 1
+fi
+status "build ok in $(( $(date +%s) - t0 )) s"
+
+if [ -z "${SKIP_TESTS:-}" ]; then
+  t0=$(date +%s)
+  (cd "$BUILD" && timeout 300 ctest -R cuda --output-on-failure -V) > "$OUT/tests.log" 2>&1
+  rc=$?
+  pass=$(grep -c "\[       OK \]" "$OUT/tests.log"); fail=$(grep -c "\[  FAILED  \] [A-Za-z]" "$OUT/tests.log")
+  skip=$(grep -c "\[  SKIPPED \] [A-Za-z].*(" "$OUT/tests.log")
+  status "tests rc=$rc: $pass passed, $fail failed, $skip skipped in $(( $(date +%s) - t0 )) s"
+  grep -E "\[  FAILED  \] [A-Za-z]|losses cpu/gpu" "$OUT/tests.log" | sort -u | head -20 >&2
+fi
+
+if [ -z "${SKIP_LAYERS:-}" ]; then
+  t0=$(date +%s)
+  NVIDIA_TF32_OVERRIDE=0 timeout 240 "$BUILD/bench_layers" --batch_sizes="$BATCHES" \
+    --csv="$OUT/layers.csv" > "$OUT/bench_layers.log" 2>&1
+  status "bench_layers rc=$? in $(( $(date +%s) - t0 )) s"
+fi
+
+: > "$OUT/results.jsonl"
+if [ -z "${SKIP_TRAIN:-}" ]; then
+  t0=$(date +%s)
+  timeout 120 "$BUILD/bench_train" --batch_sizes="$BATCHES" --json="$OUT/results.jsonl" \
+    > "$OUT/bench_train.log" 2>&1
+  status "bench_train rc=$? in $(( $(date +%s) - t0 )) s"
+fi
+
+if [ -z "${SKIP_PEER:-}" ]; then
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout 300 python3 "$ROOT/experiments/peer_pytorch/alexnet_step.py" \
+    --batch_sizes "$BATCHES" --modes "${PEER_MODES:-fp32,fp32_cl,tf32,bf16_compile}" \
+    --json "$OUT/results.jsonl" > "$OUT/pytorch.log" 2>&1
+  status "pytorch peer rc=$? in $(( $(date +%s) - t0 )) s"
+fi
+
+# ---- summary: the last thing printed ----
+{
+  echo
+  echo "## summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null), commit ${COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)})"
+  [ -f "$OUT/bench_layers.log" ] && grep -E "^ceilings|^cuDNN" "$OUT/bench_layers.log"
+  python3 - "$OUT/layers.csv" "$OUT/results.jsonl" <<'PY'
+import csv, json, math, os, sys
+if os.path.exists(sys.argv[1]):
+    print("| layer | batch | op | ours ms | ours TFLOP/s | cuDNN best ms | ours/cuDNN |")
+    print("|---|---|---|---|---|---|---|")
+    for r in csv.DictReader(open(sys.argv[1])):
+        c = [float(r[k]) for k in ("cudnn_nchw_ms", "cudnn_nhwc_ms") if r[k] not in ("nan", "")]
+        c = [v for v in c if not math.isnan(v)]
+        best = min(c) if c else float("nan")
+        ours = float(r["ours_ms"])
+        print(f"| {r['layer']} | {r['batch']} | {r['op']} | {ours:.3f} | {float(r['ours_tflops']):.1f} "
+              f"| {best:.3f} | {ours / best:.2f} |")
+print()
+print("| impl | mode | batch | img/s | peak mem GiB |")
+print("|---|---|---|---|---|")
+if os.path.exists(sys.argv[2]):
+    for line in open(sys.argv[2]):
+        try:
+            r = json.loads(line)
+        except Exception:
+            continue
+        if "error" in r:
+            print(f"| {r['impl']} | {r.get('mode', '')} | {r['batch']} | error | |")
+            continue
+        mem = r.get("peak_in_use_bytes", r.get("max_memory_allocated", 0)) / 2**30
+        print(f"| {r['impl']} | {r.get('mode', 'fp32')} | {r['batch']} | {r['img_per_s']:.0f} | {mem:.2f} |")
+PY
+} >> "$OUT/summary.md" 2>&1
+cat "$OUT/summary.md"
