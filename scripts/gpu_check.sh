@@ -9,6 +9,7 @@
 # OUTDIR receives at most 8 files (build.log tests.log bench_layers.log layers.csv
 # bench_train.log pytorch.log results.jsonl summary.md). Environment knobs:
 #   BUILD_DIR        build directory (default build-gpu)
+#   SANITIZE=1       also run a few small tests under compute-sanitizer memcheck
 #   SKIP_TESTS=1     skip ctest;  SKIP_LAYERS=1, SKIP_TRAIN=1, SKIP_PEER=1 skip the benchmarks
 #   PEER_MODES       PyTorch modes (default fp32,fp32_cl,tf32,bf16_compile)
 #   BATCHES          batch sizes (default 128,256)
@@ -55,6 +56,15 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   skip=$(grep -c "\[  SKIPPED \] [A-Za-z].*(" "$OUT/tests.log")
   status "tests rc=$rc: $pass passed, $fail failed, $skip skipped in $(( $(date +%s) - t0 )) s"
   grep -E "\[  FAILED  \] [A-Za-z]|losses cpu/gpu" "$OUT/tests.log" | sort -u | head -20 >&2
+  if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer > /dev/null; then
+    # Out-of-bounds accesses on a few small shapes of every kernel family (slow, so few).
+    t0=$(date +%s)
+    timeout 120 compute-sanitizer --tool memcheck --print-limit 10 "$BUILD/tests/cuda/cuda_tests" \
+      --gtest_filter="${SANITIZE_FILTER:-*n7_c5*:*n4_c6*:*n33_c3*:*n5_c3*:*Misaligned*:*Pooling*:*Lrn*:*Bias*:*Softmax*:*BatchNorm*}" \
+      > "$OUT/sanitizer.log" 2>&1
+    status "compute-sanitizer memcheck rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tail -1)"
+    cat "$OUT/sanitizer.log" >> "$OUT/tests.log"; rm -f "$OUT/sanitizer.log"
+  fi
 fi
 
 if [ -z "${SKIP_LAYERS:-}" ]; then
