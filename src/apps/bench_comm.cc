@@ -24,6 +24,10 @@
 //   bench_comm --predict --model=alexnet --compute_ms=30 --per_gpu_batch=256 --nodes=1,8,64
 #include <mpi.h>
 
+#ifdef COLONNADE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +44,7 @@
 #include "core/log.h"
 #include "core/models.h"
 #include "core/philox.h"
+#include "cuda/cuda_backend.h"
 #include "parallel/communicator.h"
 #include "parallel/cost_model.h"
 #include "parallel/gradient_sync.h"
@@ -240,7 +245,7 @@ int Predict() {
     nodes.push_back(n);
   }
   std::printf("cost model: %s %lldx%lld, %d column(s); t_c = %.2f ms for %lld images on one GPU "
-              "(backward %.0f%%); %d GPUs/node, NVLink %.0f GB/s, InfiniBand %.0f GB/s per GPU, "
+              "(backward %.0f%%); %d GPUs/node, NVLink %.1f GB/s, InfiniBand %.1f GB/s per GPU, "
               "latency %.0f us (node) + %.0f us/level; buckets %.3g MB\n",
               absl::GetFlag(FLAGS_model).c_str(), static_cast<long long>(in[1]),
               static_cast<long long>(in[2]), columns, cm.compute_ms,
@@ -292,10 +297,29 @@ int Main(int argc, char** argv) {
   } else if (dev != "cpu") {
     return fail(absl::InvalidArgumentError("--device must be cpu or cuda"), 2);
   }
-  if (device == Device::kCUDA && GetBackend(Device::kCUDA) == nullptr) {
-    return fail(absl::FailedPreconditionError(
-                    "--device=cuda: no CUDA backend in this build or no usable GPU"),
-                2);
+  int local_rank = 0, local = 1;
+  {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_rank);
+    MPI_Comm_size(node, &local);
+    MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Comm_free(&node);
+  }
+  if (device == Device::kCUDA) {
+    // One GPU per rank by local rank; more ranks than GPUs share them (then --comm=mpi).
+    int gpus = 0;
+#ifdef COLONNADE_WITH_CUDA
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+#endif
+    absl::Status s = gpus > 0 ? cuda::RegisterBackend(local_rank % gpus)
+                              : absl::FailedPreconditionError(
+                                    "--device=cuda: no CUDA backend in this build or no GPU");
+    if (!s.ok()) {
+      std::fprintf(stderr, "bench_comm: error on rank %d: %s\n", rank,
+                   std::string(s.message()).c_str());
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
   }
 
   // Layouts.
@@ -309,14 +333,6 @@ int Main(int argc, char** argv) {
   if (!probe.ok()) return fail(probe.status(), 2);
   const int columns = (*probe)->columns();
   probe->reset();
-  int local = 1;
-  {
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &local);
-    MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Comm_free(&node);
-  }
   std::vector<Layout> layouts;
   const std::string spec = absl::GetFlag(FLAGS_layouts);
   if (spec == "all") {

@@ -1,11 +1,12 @@
 // NCCL backend: GPU collectives on the communicator's own stream.
 //
-// Ordering with the compute stream: the Ops interface does not expose the CUDA backend's
-// streams, so an operation first waits for all work queued on the device
-// (Backend::Synchronize), then enqueues the NCCL kernel on its own non-blocking stream and
-// returns. Compute queued afterwards (the rest of backward) overlaps with the collective;
-// the handle's Wait synchronises the host with the collective's completion event, after
-// which later compute may read the result.
+// Ordering with the compute stream: an operation records an event on the CUDA backend's
+// compute stream (cuda::ComputeStream) and makes its own non-blocking stream wait for it,
+// so the collective starts after the kernels that produced its input without stalling the
+// host; compute queued afterwards (the rest of backward) overlaps with it. (Without a
+// compute stream to wait on, it synchronises the device first.) The handle's Wait blocks
+// the host until the collective's completion event, after which any later work, on any
+// stream, sees the result.
 #include "parallel/nccl_communicator.h"
 
 #ifdef COLONNADE_WITH_NCCL
@@ -20,6 +21,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/backend.h"
+#include "cuda/cuda_backend.h"
 #include "parallel/mesh.h"
 
 namespace colonnade {
@@ -99,10 +101,13 @@ class NcclRequest : public CommRequest {
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, cudaStream_t stream, int rank, int size)
-      : Communicator(rank, size), comm_(comm), stream_(stream) {}
+      : Communicator(rank, size), comm_(comm), stream_(stream) {
+    cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
+  }
   ~NcclCommunicator() override {
     cudaStreamSynchronize(stream_);
     ncclCommDestroy(comm_);
+    cudaEventDestroy(ready_);
     cudaStreamDestroy(stream_);
   }
   const char* backend() const override { return "nccl"; }
@@ -156,7 +161,16 @@ class NcclCommunicator : public Communicator {
     }
     return CheckCount(t.size(), what);
   }
-  void Before() { GetBackend(Device::kCUDA)->Synchronize(); }
+  // The collective's input is ready once the compute stream's queued work is done.
+  void Before() {
+    auto compute = static_cast<cudaStream_t>(cuda::ComputeStream());
+    if (compute != nullptr && cudaEventRecord(ready_, compute) == cudaSuccess &&
+        cudaStreamWaitEvent(stream_, ready_, 0) == cudaSuccess) {
+      return;
+    }
+    cudaGetLastError();
+    GetBackend(Device::kCUDA)->Synchronize();
+  }
   absl::StatusOr<CommHandle> After(ncclResult_t r, const char* what) {
     if (r != ncclSuccess) return NcclError(r, what);
     cudaEvent_t ev;
@@ -173,6 +187,7 @@ class NcclCommunicator : public Communicator {
 
   ncclComm_t comm_;
   cudaStream_t stream_;
+  cudaEvent_t ready_ = nullptr;
 };
 
 }  // namespace

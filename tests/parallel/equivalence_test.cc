@@ -109,7 +109,7 @@ void CheckAllLayouts(const std::function<std::unique_ptr<Net>()>& make, const Tr
     auto got = TrainOnLayout(make(), *mesh, mp_comm->get(), dp_comm->get(), spec);
     ASSERT_TRUE(got.ok()) << got.status();
     if (dp > 1) {
-      EXPECT_GT(got->buckets, 3) << "small buckets should make several";
+      EXPECT_GT(got->buckets, 1) << "the buckets should be several";
       EXPECT_GT(got->launched_in_backward, 0) << "no bucket started during backward";
     }
     if (rank == 0) {
