@@ -1,5 +1,6 @@
 #include "apps/train_session.h"
 
+#include <hdf5.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -14,6 +15,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "apps/exit_codes.h"
+#include "apps/train_checkpoint.h"
+#include "checkpoint/policy.h"
+#include "checkpoint/signals.h"
 #include "core/backend.h"
 #include "core/cpu_ops.h"
 #include "core/log.h"
@@ -194,6 +198,137 @@ absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::Pi
   return r;
 }
 
+// Writes predictions.h5: /logits float32 [N][classes] and /labels int32 [N], in dataset
+// order.
+absl::Status WritePredictions(const std::string& path, const std::vector<float>& logits,
+                              const std::vector<int32_t>& labels, int64_t classes) {
+  const std::string tmp = path + ".tmp";
+  hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file < 0) return absl::InvalidArgumentError("cannot create --predictions file " + path);
+  const hsize_t n = labels.size();
+  hsize_t dims[2] = {n, static_cast<hsize_t>(classes)};
+  bool ok = true;
+  hid_t space = H5Screate_simple(2, dims, nullptr);
+  hid_t ds = H5Dcreate2(file, "logits", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ok = ok && ds >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, logits.data()) >= 0;
+  H5Dclose(ds);
+  H5Sclose(space);
+  space = H5Screate_simple(1, dims, nullptr);
+  ds = H5Dcreate2(file, "labels", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ok = ok && ds >= 0 && H5Dwrite(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) >= 0;
+  H5Dclose(ds);
+  H5Sclose(space);
+  ok = H5Fclose(file) >= 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError("writing --predictions file " + path + " failed");
+  }
+  return absl::OkStatus();
+}
+
+// --mode=eval: top-1/top-5 error of a checkpoint on --val_data. --mode=predict: also the
+// logits of every image, gathered in dataset order on rank 0 and written to
+// --predictions.
+int RunEvalOrPredict(const TrainConfig& cfg, const Layout& l, Net& net, data::Dataset& val,
+                     MPI_Comm world, int64_t local_batch, float input_scale,
+                     const std::string& checkpoint_path) {
+  const bool lead = l.world_rank == 0;
+  data::PipelineOptions o;
+  o.global_batch = local_batch * l.dp_size;
+  o.dp_rank = l.dp_rank;
+  o.dp_size = l.dp_size;
+  o.seed = cfg.seed;
+  o.crop = net.input_shape("data")[1] == val.info().height ? 0 : net.input_shape("data")[1];
+  o.mean = cfg.mean;
+  o.scale = input_scale;
+  if (cfg.mode == "eval") {
+    absl::StatusOr<EvalResult> r = Evaluate(net, val, o, l, local_batch);
+    if (!r.ok()) RankError(l, r.status());
+    if (lead) {
+      std::printf("eval %s on %s: %lld images  loss %.4f  top1-err %.4f  top5-err %.4f\n",
+                  checkpoint_path.c_str(), val.info().path.c_str(),
+                  static_cast<long long>(r->images), r->loss, r->top1_error, r->top5_error);
+    }
+    return kExitOk;
+  }
+  if (cfg.predictions.empty()) {
+    return AgreedError(l, absl::InvalidArgumentError("--mode=predict needs --predictions=FILE.h5"),
+                       kExitUsage);
+  }
+  // The classifier's logits: the first input of the loss layer (replicated on every mp
+  // rank after the column split's gather).
+  std::string logits_blob;
+  for (const LayerEntry& e : net.layers())
+    if (std::string(e.layer->type()) == "softmax_loss") logits_blob = e.inputs[0];
+  o.train = false;
+  o.shuffle = false;
+  o.drop_last = false;
+  auto pipe = data::BatchPipeline::Create(&val, o);
+  if (!pipe.ok()) RankError(l, pipe.status());
+  std::vector<float> all_logits;
+  std::vector<int32_t> all_labels;
+  RunContext ctx;
+  ctx.phase = Phase::kEval;
+  MPI_Comm dp = l.dp_size > 1 ? l.dp_comm : MPI_COMM_SELF;
+  const bool writer = l.mp_rank == 0 && l.dp_rank == 0;
+  for (int64_t b = 0; b < (*pipe)->batches_per_epoch(); ++b) {
+    absl::StatusOr<data::Batch> batch = (*pipe)->Next();
+    if (!batch.ok()) RankError(l, batch.status());
+    const int64_t n = batch->images.n();
+    std::vector<float> logits_t;  // this rank's [n][K]
+    int64_t k = 0;
+    if (n > 0) {
+      if (n != net.batch()) {
+        if (auto s = net.Build(n, net.device()); !s.ok()) RankError(l, s);
+      }
+      net.blob("data").CopyFrom(batch->images);
+      net.blob("label").CopyFrom(batch->labels);
+      net.Forward(ctx);
+      std::vector<float> kn = net.blob(logits_blob).ToHost();  // K x n
+      k = net.blob(logits_blob).c();
+      logits_t.resize(kn.size());
+      for (int64_t c = 0; c < k; ++c)
+        for (int64_t j = 0; j < n; ++j) logits_t[j * k + c] = kn[c * n + j];
+    }
+    std::vector<float> labels_f = n > 0 ? batch->labels.ToHost() : std::vector<float>();
+    // Gather the replicas' slices in dp-rank order, which is dataset order.
+    int count = static_cast<int>(n);
+    std::vector<int> counts(l.dp_size), displs(l.dp_size);
+    MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, dp);
+    int total = 0;
+    for (int r = 0; r < l.dp_size; ++r) {
+      displs[r] = total;
+      total += counts[r];
+    }
+    int64_t classes = net.blob(logits_blob).c();
+    std::vector<float> lab(total);
+    MPI_Gatherv(labels_f.data(), count, MPI_FLOAT, lab.data(), counts.data(), displs.data(),
+                MPI_FLOAT, 0, dp);
+    for (int r = 0; r < l.dp_size; ++r) {
+      counts[r] *= classes;
+      displs[r] *= classes;
+    }
+    std::vector<float> lg(static_cast<size_t>(total) * classes);
+    MPI_Gatherv(logits_t.data(), count * static_cast<int>(classes), MPI_FLOAT, lg.data(),
+                counts.data(), displs.data(), MPI_FLOAT, 0, dp);
+    if (writer) {
+      all_logits.insert(all_logits.end(), lg.begin(), lg.end());
+      for (float v : lab) all_labels.push_back(static_cast<int32_t>(v));
+    }
+  }
+  absl::Status s;
+  if (writer) {
+    s = WritePredictions(cfg.predictions, all_logits, all_labels, net.blob(logits_blob).c());
+  }
+  int ok = s.ok() ? 1 : 0;
+  MPI_Bcast(&ok, 1, MPI_INT, 0, world);
+  if (!ok) return AgreedError(l, s, kExitError);
+  if (lead) {
+    std::printf("predict %s on %s: wrote logits of %zu images to %s\n", checkpoint_path.c_str(),
+                val.info().path.c_str(), all_labels.size(), cfg.predictions.c_str());
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunTrainer(const TrainConfig& cfg) {
@@ -202,6 +337,7 @@ int RunTrainer(const TrainConfig& cfg) {
   MPI_Comm_size(MPI_COMM_WORLD, &l.world_size);
   if (l.world_size > 1) SetLogRank(l.world_rank);
   const bool lead = l.world_rank == 0;
+  if (absl::Status s = checkpoint::InstallStopSignalHandlers(); !s.ok()) RankError(l, s);
 
   // ---- configuration that every rank checks identically --------------------------------
   absl::StatusOr<const ModelInfo*> info = FindModel(cfg.model);
@@ -246,7 +382,16 @@ int RunTrainer(const TrainConfig& cfg) {
   synth.mean_images = 1024;  // enough for a mean image; keeps start-up short at 224x224
   if (cfg.num_classes > 0) synth.num_classes = cfg.num_classes;
   synth.seed = cfg.seed;
-  absl::StatusOr<std::unique_ptr<data::Dataset>> train_data = data::OpenDataset(cfg.data, synth);
+  // In eval and predict modes the validation set is the only data; it also gives the
+  // model's input size and classes.
+  const bool training = cfg.mode == "train";
+  if (!training && cfg.val_data.empty()) {
+    return AgreedError(l, absl::InvalidArgumentError("--mode=" + cfg.mode + " needs --val_data"),
+                       kExitUsage);
+  }
+  if (!training) synth.held_out = true;
+  absl::StatusOr<std::unique_ptr<data::Dataset>> train_data =
+      data::OpenDataset(training ? cfg.data : cfg.val_data, synth);
   if (!train_data.ok()) return AgreedError(l, train_data.status(), kExitUsage);
   const data::DatasetInfo& dinfo = (*train_data)->info();
   std::unique_ptr<data::Dataset> val_data;
@@ -294,11 +439,45 @@ int RunTrainer(const TrainConfig& cfg) {
       GradientSync::Create(net, dp_comm.get(), cfg.bucket_mb);
   if (!sync.ok()) return AgreedError(l, sync.status(), kExitUsage);
 
+  // ---- resume ------------------------------------------------------------------------------
+  int64_t start_step = 0;
+  data::Cursor start_cursor;
+  std::string resumed_from;
+  {
+    absl::StatusOr<std::optional<checkpoint::Checkpoint>> ckpt =
+        LoadForResume(cfg.resume, cfg.checkpoint_dir, *mesh);
+    if (!ckpt.ok()) return AgreedError(l, ckpt.status(), kExitError);
+    if (ckpt->has_value()) {
+      const checkpoint::Checkpoint& c = **ckpt;
+      if (absl::Status s = checkpoint::LoadIntoNet(c, net); !s.ok()) {
+        return AgreedError(l, s, kExitError);
+      }
+      if (c.state.seed != cfg.seed) {
+        return AgreedError(l, absl::InvalidArgumentError(absl::StrFormat(
+            "%s was written with --seed=%d; resume with the same seed (or --resume=none to "
+            "start over)", c.path, c.state.seed)), kExitUsage);
+      }
+      start_step = c.state.step;
+      start_cursor.epoch = c.state.cursor_epoch;
+      start_cursor.position = c.state.cursor_position;
+      resumed_from = c.path;
+    } else if (cfg.mode != "train") {
+      return AgreedError(l, absl::InvalidArgumentError(
+          "--mode=" + cfg.mode + " needs a checkpoint: --resume=PATH, or --checkpoint_dir with "
+          "one in it"), kExitUsage);
+    }
+  }
+  const uint64_t seed = cfg.seed;
+  if (!training) {
+    return RunEvalOrPredict(cfg, l, net, *train_data->get(), mesh->world_comm(), local_batch,
+                            recipe.input_scale, resumed_from);
+  }
+
   data::PipelineOptions po;
   po.global_batch = global_batch;
   po.dp_rank = l.dp_rank;
   po.dp_size = l.dp_size;
-  po.seed = cfg.seed;
+  po.seed = seed;
   po.crop = mo.input_size == dinfo.height ? 0 : mo.input_size;
   po.mirror = cfg.mirror;
   po.mean = cfg.mean;
@@ -306,7 +485,7 @@ int RunTrainer(const TrainConfig& cfg) {
   po.scale = recipe.input_scale;
   po.threads = cfg.data_threads > 0 ? cfg.data_threads : std::max(1, std::min(4, hw / l.local_size));
   absl::StatusOr<std::unique_ptr<data::BatchPipeline>> pipeline =
-      data::BatchPipeline::Create(train_data->get(), po);
+      data::BatchPipeline::Create(train_data->get(), po, start_cursor);
   if (!pipeline.ok()) return AgreedError(l, pipeline.status(), kExitUsage);
   const int64_t per_epoch = (*pipeline)->batches_per_epoch();
   if (per_epoch < 1) {
@@ -356,18 +535,58 @@ int RunTrainer(const TrainConfig& cfg) {
     std::fflush(stdout);
   }
 
+  if (lead && !resumed_from.empty()) {
+    std::printf("  resumed    from %s at step %lld (epoch %lld, position %lld)\n",
+                resumed_from.c_str(), static_cast<long long>(start_step),
+                static_cast<long long>(start_cursor.epoch),
+                static_cast<long long>(start_cursor.position));
+    std::fflush(stdout);
+  }
+  if (lead && !cfg.checkpoint_dir.empty()) {
+    std::printf("  checkpoint %s every %s%s, keeping %d\n", cfg.checkpoint_dir.c_str(),
+                cfg.checkpoint_every > 0 ? absl::StrFormat("%d steps", cfg.checkpoint_every).c_str() : "-",
+                cfg.checkpoint_secs > 0 ? absl::StrFormat(" / %gs", cfg.checkpoint_secs).c_str() : "",
+                cfg.keep_checkpoints);
+    std::fflush(stdout);
+  }
+
   SgdOptimizer optimizer(sgd);
   const auto start = Clock::now();
+  checkpoint::CheckpointPolicy policy(cfg.checkpoint_every, cfg.checkpoint_secs, start_step, 0.0);
+  auto save = [&](int64_t done, const data::Cursor& next) -> absl::Status {
+    checkpoint::TrainState st;
+    st.step = done;
+    st.epoch = next.epoch;
+    st.cursor_epoch = next.epoch;
+    st.cursor_position = next.position;
+    st.seed = seed;
+    st.model = cfg.model;
+    st.columns = columns;
+    st.input_size = mo.input_size;
+    st.num_classes = mo.num_classes;
+    st.input_channels = mo.input_channels;
+    st.flags = cfg.flags_text;
+    std::string path;
+    const auto t0 = Clock::now();
+    absl::Status s = SaveCheckpoint(net, *mesh, mp_comm.get(), st, cfg.checkpoint_dir,
+                                    cfg.keep_checkpoints, &path);
+    if (s.ok() && lead) {
+      std::printf("checkpoint step %lld -> %s (%.1fs)\n", static_cast<long long>(done),
+                  path.c_str(), Seconds(t0, Clock::now()));
+      std::fflush(stdout);
+    }
+    return s;
+  };
   auto interval_start = start;
   double interval[5] = {0, 0, 0, 0, 0};  // loss sum, top1, top5, images, data wait
   double first_loss = NAN, last_loss = NAN;
   double interval_comm = 0;  // seconds blocked on gradient all-reduce after backward
-  for (int64_t step = 0; step < total_steps; ++step) {
+  for (int64_t step = start_step; step < total_steps; ++step) {
     absl::StatusOr<data::Batch> batch = (*pipeline)->Next();
     if (!batch.ok()) RankError(l, batch.status());
     net.blob("data").CopyFrom(batch->images);
     net.blob("label").CopyFrom(batch->labels);
-    RunContext ctx = mesh->MakeRunContext(Phase::kTrain, cfg.seed, step, global_batch);
+    RunContext ctx = mesh->MakeRunContext(Phase::kTrain, seed, step, global_batch);
     net.Forward(ctx);
     net.Backward(ctx, (*sync)->AfterLayerHook());
     if (absl::Status s = (*sync)->Finish(); !s.ok()) RankError(l, s);
@@ -392,7 +611,31 @@ int RunTrainer(const TrainConfig& cfg) {
       return kExitNonFinite;
     }
     optimizer.Step(net, lr);
-    if (step == 0) first_loss = loss;
+    const int64_t done = step + 1;
+    // Ranks agree on a stop signal and on rank 0's time-based checkpoint decision with
+    // one small all-reduce per step, so every rank checkpoints and stops after the same
+    // step.
+    int agree[2] = {checkpoint::StopRequested() ? 1 : 0,
+                    lead && policy.Due(done, Seconds(start, Clock::now())) ? 1 : 0};
+    if (l.world_size > 1) MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    const bool stop = agree[0] != 0;
+    if (!cfg.checkpoint_dir.empty() && (stop || agree[1] || done == total_steps)) {
+      if (absl::Status s = save(done, batch->next); !s.ok()) return AgreedError(l, s, kExitError);
+      policy.MarkWritten(done, Seconds(start, Clock::now()));
+    }
+    if (stop) {
+      if (lead) {
+        const int sig = checkpoint::SignalReceived();
+        std::printf("stopped by %s after step %lld%s; exit %d so the job can be requeued\n",
+                    sig ? checkpoint::SignalName(sig).c_str() : "a signal on another rank",
+                    static_cast<long long>(done),
+                    cfg.checkpoint_dir.empty() ? " (no --checkpoint_dir: nothing was saved)" : "",
+                    kExitPreempted);
+        std::fflush(stdout);
+      }
+      return kExitPreempted;
+    }
+    if (step == start_step) first_loss = loss;
     last_loss = loss;
     interval[0] += sums[0];
     interval[1] += sums[1];
@@ -406,7 +649,7 @@ int RunTrainer(const TrainConfig& cfg) {
       const double dt = Seconds(interval_start, now);
       const double img_s = interval[3] / std::max(1e-9, dt);
       const double elapsed = Seconds(start, now);
-      const double eta = elapsed / (step + 1) * (total_steps - step - 1);
+      const double eta = elapsed / (step + 1 - start_step) * (total_steps - step - 1);
       const double avg_loss = interval[0] / interval[3];
       const double top1 = 1.0 - interval[1] / interval[3];
       const double top5 = 1.0 - interval[2] / interval[3];

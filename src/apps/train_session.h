@@ -50,6 +50,8 @@ struct TrainConfig {
   double checkpoint_secs = 0;
   int keep_checkpoints = 3;
   std::string resume = "auto";  // auto | none | PATH
+  // The command line as "--flag=value" lines, stored in checkpoints.
+  std::string flags_text;
 };
 
 // Runs the job on every rank of MPI_COMM_WORLD (MPI must be initialised) and returns the

@@ -77,6 +77,24 @@ ABSL_FLAG(std::string, metrics_file, "",
           "Append JSON lines (train and eval records) to this file; plot with "
           "scripts/plot_metrics.py.");
 
+// ---- checkpoints and modes ---------------------------------------------------------------
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Directory of HDF5 checkpoints (ckpt-<step>.h5, docs/CHECKPOINTS.md). Written at the "
+          "end, every --checkpoint_every steps / --checkpoint_secs seconds, and on SIGTERM, "
+          "SIGUSR1 or SIGINT (then the trainer exits 75). Empty: no checkpoints.");
+ABSL_FLAG(int64_t, checkpoint_every, 0, "Checkpoint every N steps; 0: off.");
+ABSL_FLAG(double, checkpoint_secs, 0, "Checkpoint every T seconds of training; 0: off.");
+ABSL_FLAG(int, keep_checkpoints, 3, "Keep the newest K checkpoints; 0 keeps all.");
+ABSL_FLAG(std::string, resume, "auto",
+          "auto: continue from the newest valid checkpoint in --checkpoint_dir (skipping "
+          "partial or corrupt ones), or start fresh if there is none; none: start fresh; or the "
+          "path of a checkpoint. Resuming under another (dp, mp) layout works.");
+ABSL_FLAG(std::string, mode, "train",
+          "train; eval (top-1/top-5 error of a checkpoint on --val_data); predict (also write "
+          "the logits to --predictions).");
+ABSL_FLAG(std::string, predictions, "",
+          "With --mode=predict: HDF5 file to write, /logits [N][classes] and /labels [N].");
+
 int main(int argc, char** argv) {
   if (absl::Status s = colonnade::InitMpi(&argc, &argv); !s.ok()) {
     std::fprintf(stderr, "trainer: error: %s\n", std::string(s.message()).c_str());
@@ -139,7 +157,21 @@ int main(int argc, char** argv) {
   c.eval_every = absl::GetFlag(FLAGS_eval_every);
   c.metrics_file = absl::GetFlag(FLAGS_metrics_file);
 
+  c.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  c.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  c.checkpoint_secs = absl::GetFlag(FLAGS_checkpoint_secs);
+  c.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  c.resume = absl::GetFlag(FLAGS_resume);
+  c.mode = absl::GetFlag(FLAGS_mode);
+  c.predictions = absl::GetFlag(FLAGS_predictions);
+  for (int i = 1; i < argc; ++i) absl::StrAppend(&c.flags_text, argv[i], "\n");
+
   std::string bad;
+  if (c.mode != "train" && c.mode != "eval" && c.mode != "predict")
+    bad = "--mode must be train, eval or predict";
+  if (c.checkpoint_every < 0 || c.checkpoint_secs < 0 || c.keep_checkpoints < 0)
+    bad = "--checkpoint_every, --checkpoint_secs and --keep_checkpoints must not be negative";
+  if (c.resume.empty()) bad = "--resume must be auto, none or a checkpoint path";
   if (c.batch_size < 0) bad = "--batch_size must be positive";
   if (c.steps < 0) bad = "--steps must not be negative";
   if (c.epochs < 0) bad = "--epochs must not be negative";

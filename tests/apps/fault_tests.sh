@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Trainer-level checkpoint, resume and fault tests (CPU backend). One case per call:
+#   fault_tests.sh CASE BUILD_DIR
+# Cases: resume_bitwise, resume_bitwise_mpi, resume_other_layout, signal_stop,
+#        dead_rank, corrupt_checkpoint, mismatched_checkpoint, nan_loss, eval_predict
+set -uo pipefail
+case_name=$1; build=$2
+T="$build/trainer"; DIFF="$build/checkpoint_diff"
+MPIRUN=(mpirun --oversubscribe -x COLONNADE_CPU_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+work=$(mktemp -d); trap 'pkill -9 -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+CIFAR=(--model=cifar10-80sec --data=synthetic --device=cpu --batch_size=32 --synthetic_size=512
+       --log_every=1 --cpu_threads=2)
+# A small AlexNet keeps its two columns, so mp=2 is possible.
+ALEX=(--model=alexnet --data=synthetic --device=cpu --batch_size=8 --input_size=67
+      --num_classes=10 --synthetic_size=64 --log_every=1 --lr=0.001)
+last_ckpt() { ls "$1"/ckpt-*.h5 2>/dev/null | sort | tail -n 1; }
+
+case $case_name in
+resume_bitwise)
+  # N steps straight == k steps, stop, resume, N - k steps: bitwise on the CPU.
+  "$T" "${CIFAR[@]}" --steps=8 --checkpoint_dir="$work/a" >/dev/null || fail "straight run"
+  "$T" "${CIFAR[@]}" --steps=3 --checkpoint_dir="$work/b" >/dev/null || fail "first part"
+  "$T" "${CIFAR[@]}" --steps=8 --checkpoint_dir="$work/b" | grep resumed || fail "no resume"
+  "$DIFF" "$work/a/ckpt-000000008.h5" "$work/b/ckpt-000000008.h5" || fail "not bitwise"
+  ;;
+resume_bitwise_mpi)
+  # The same under (dp, mp) = (2, 2): four ranks.
+  "${MPIRUN[@]}" -np 4 "$T" "${ALEX[@]}" --mp=2 --steps=4 --checkpoint_dir="$work/a" \
+    >/dev/null || fail "straight run"
+  "${MPIRUN[@]}" -np 4 "$T" "${ALEX[@]}" --mp=2 --steps=2 --checkpoint_dir="$work/b" \
+    >/dev/null || fail "first part"
+  "${MPIRUN[@]}" -np 4 "$T" "${ALEX[@]}" --mp=2 --steps=4 --checkpoint_dir="$work/b" \
+    | grep -E "resumed|dp 2 x mp 2" || fail "no resume"
+  "$DIFF" "$work/a/ckpt-000000004.h5" "$work/b/ckpt-000000004.h5" || fail "not bitwise"
+  ;;
+resume_other_layout)
+  # Written by one rank, resumed as (dp, mp) = (2, 2): matches the one-rank run within
+  # floating-point reduction order.
+  "$T" "${ALEX[@]}" --steps=4 --checkpoint_dir="$work/a" >/dev/null || fail "straight run"
+  "$T" "${ALEX[@]}" --steps=2 --checkpoint_dir="$work/b" >/dev/null || fail "first part"
+  "${MPIRUN[@]}" -np 4 "$T" "${ALEX[@]}" --mp=2 --steps=4 --checkpoint_dir="$work/b" \
+    | grep resumed || fail "no resume"
+  "$DIFF" --rtol=1e-5 "$work/a/ckpt-000000004.h5" "$work/b/ckpt-000000004.h5" \
+    || fail "layouts disagree"
+  ;;
+signal_stop)
+  # SIGTERM mid-run: checkpoint of the agreed step, exit 75; the resumed run ends bitwise
+  # where an uninterrupted one does.
+  "$T" "${CIFAR[@]}" --steps=60 --checkpoint_dir="$work/a" >/dev/null || fail "straight run"
+  "${MPIRUN[@]}" -np 2 "$T" "${CIFAR[@]}" --steps=60 --checkpoint_dir="$work/b" \
+    >"$work/log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do grep -q "step      5/" "$work/log" && break; sleep 0.1; done
+  # Signal the ranks (as srun or Slurm's batch signal does), not mpirun itself.
+  ranks=$(pgrep -f -- "--checkpoint_dir=$work/b" | grep -vx "$pid")
+  [ -n "$ranks" ] || fail "no trainer to signal"
+  kill -TERM $ranks
+  wait $pid; code=$?
+  cat "$work/log" | tail -n 3
+  [ "$code" = 75 ] || fail "exit code $code after SIGTERM, expected 75"
+  grep -q "stopped by SIGTERM" "$work/log" || fail "no stop message"
+  [ -n "$(last_ckpt "$work/b")" ] || fail "no checkpoint written on SIGTERM"
+  "${MPIRUN[@]}" -np 2 "$T" "${CIFAR[@]}" --steps=60 --checkpoint_dir="$work/b" | grep resumed \
+    || fail "no resume"
+  # Two data-parallel ranks sum gradients in another order than one rank: compare the
+  # resumed run with an uninterrupted two-rank run, bitwise.
+  "${MPIRUN[@]}" -np 2 "$T" "${CIFAR[@]}" --steps=60 --checkpoint_dir="$work/c" >/dev/null \
+    || fail "straight two-rank run"
+  "$DIFF" "$work/c/ckpt-000000060.h5" "$work/b/ckpt-000000060.h5" || fail "not bitwise"
+  ;;
+dead_rank)
+  # A rank killed mid-run ends the whole job promptly; the job then resumes from the last
+  # checkpoint and completes.
+  "${MPIRUN[@]}" -np 2 "$T" "${CIFAR[@]}" --steps=400 --checkpoint_every=5 \
+    --checkpoint_dir="$work/a" >"$work/log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do [ -n "$(last_ckpt "$work/a")" ] && break; sleep 0.1; done
+  sleep 1
+  victim=$(pgrep -f -- "--checkpoint_dir=$work/a" | grep -v "^$pid\$" | tail -n 1)
+  [ -n "$victim" ] || fail "no rank found"
+  kill -9 "$victim"
+  start=$(date +%s)
+  wait $pid; code=$?
+  took=$(( $(date +%s) - start ))
+  echo "job ended with code $code ${took}s after a rank was killed"
+  [ "$code" != 0 ] || fail "job reported success after losing a rank"
+  [ "$took" -le 60 ] || fail "job took ${took}s to end after a rank died"
+  "${MPIRUN[@]}" -np 2 "$T" "${CIFAR[@]}" --steps=40 --checkpoint_dir="$work/a" --resume=auto \
+    | grep -E "resumed|done" || fail "no resume after the failure"
+  ;;
+corrupt_checkpoint)
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$work/a" >/dev/null || fail "run"
+  f=$(last_ckpt "$work/a")
+  head -c 20000 "$f" > "$work/truncated.h5"
+  out=$("$T" "${CIFAR[@]}" --steps=4 --resume="$work/truncated.h5" 2>&1); code=$?
+  echo "$out" | tail -n 2
+  [ "$code" != 0 ] || fail "a truncated checkpoint was accepted"
+  echo "$out" | grep -q "truncated.h5" || fail "the error does not name the file"
+  # A flipped byte in the middle of the tensor data is caught by the checksums.
+  cp "$f" "$work/flipped.h5"
+  size=$(stat -c %s "$f")
+  printf '\xff' | dd of="$work/flipped.h5" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+  out=$("$T" "${CIFAR[@]}" --steps=4 --resume="$work/flipped.h5" 2>&1); code=$?
+  echo "$out" | tail -n 2
+  [ "$code" != 0 ] || fail "a bit-flipped checkpoint was accepted"
+  echo "$out" | grep -q "flipped.h5" || fail "the error does not name the file"
+  # --resume=auto skips a corrupt newest checkpoint with a warning and takes the previous.
+  "$T" "${CIFAR[@]}" --steps=4 --checkpoint_dir="$work/a" >/dev/null || fail "run 2"
+  newest=$(last_ckpt "$work/a")
+  size=$(stat -c %s "$newest")
+  printf '\xff' | dd of="$newest" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+  out=$("$T" "${CIFAR[@]}" --steps=6 --checkpoint_dir="$work/a" 2>&1) || fail "auto resume failed"
+  echo "$out" | grep -E "warning|resumed"
+  echo "$out" | grep -q "warning.*ckpt-000000004.h5" || fail "no warning about the corrupt file"
+  echo "$out" | grep -q "resumed.*ckpt-000000002.h5" || fail "did not fall back to step 2"
+  ;;
+mismatched_checkpoint)
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$work/a" >/dev/null || fail "run"
+  out=$("$T" "${CIFAR[@]}" --num_classes=7 --steps=4 --checkpoint_dir="$work/a" 2>&1); code=$?
+  echo "$out" | tail -n 2
+  [ "$code" != 0 ] || fail "a checkpoint of another shape was accepted"
+  echo "$out" | grep -q "fc10/weight" || fail "the error does not name the tensor"
+  out=$("$T" "${CIFAR[@]}" --model=cifar10-18pct --steps=4 --checkpoint_dir="$work/a" 2>&1); code=$?
+  [ "$code" != 0 ] || fail "a checkpoint of another model was accepted"
+  echo "$out" | tail -n 1
+  ;;
+nan_loss)
+  # A learning rate that makes training diverge: the trainer stops with a message and
+  # every checkpoint left in the directory is valid and finite.
+  out=$("$T" "${CIFAR[@]}" --lr=1e12 --steps=50 --checkpoint_every=1 \
+        --checkpoint_dir="$work/a" 2>&1); code=$?
+  echo "$out" | tail -n 3
+  [ "$code" = 3 ] || [ "$code" = 1 ] || fail "exit code $code, expected 3 (NaN loss)"
+  echo "$out" | grep -Eiq "nan|inf|finite" || fail "no message about the non-finite values"
+  for f in "$work"/a/ckpt-*.h5; do
+    [ -e "$f" ] || continue
+    "$DIFF" "$f" "$f" >/dev/null || fail "$f is not a valid finite checkpoint"
+  done
+  ;;
+eval_predict)
+  "$T" "${CIFAR[@]}" --steps=20 --checkpoint_dir="$work/a" >/dev/null || fail "run"
+  "$T" "${CIFAR[@]}" --mode=eval --val_data=synthetic --checkpoint_dir="$work/a" \
+    | grep -E "eval .*top1-err" || fail "eval"
+  "${MPIRUN[@]}" -np 2 "$T" "${CIFAR[@]}" --mode=predict --val_data=synthetic \
+    --checkpoint_dir="$work/a" --predictions="$work/p.h5" | grep predict || fail "predict"
+  [ -s "$work/p.h5" ] || fail "no predictions file"
+  if /usr/bin/python3 -c "import h5py" 2>/dev/null; then
+    /usr/bin/python3 - "$work/p.h5" <<'PY' || fail "predictions content"
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+logits, labels = f["logits"][...], f["labels"][...]
+assert logits.shape == (512, 10), logits.shape
+assert labels.shape == (512,) and labels.min() >= 0 and labels.max() < 10
+assert np.isfinite(logits).all()
+print("predictions", logits.shape, "accuracy", float((logits.argmax(1) == labels).mean()))
+PY
+  fi
+  ;;
+*) fail "unknown case $case_name" ;;
+esac
+echo "ok: $case_name"
