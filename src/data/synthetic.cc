@@ -120,7 +120,7 @@ class SyntheticDataset : public Dataset {
                              static_cast<float>((word >> (shift + 8)) & 0xFF)) / 255.f - 1.f;
           float v = 128.f + (src[c] - 128.f) * contrast + brightness + o_.noise * tri;
           v = std::min(255.f, std::max(0.f, v));
-          out[e] = static_cast<uint8_t>(std::lround(v));
+          out[e] = static_cast<uint8_t>(static_cast<int>(v + 0.5f));  // v >= 0
         }
       }
     }

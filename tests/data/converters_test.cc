@@ -321,6 +321,19 @@ TEST(MakeShardsToolTest, FlagsExitCodesAndOverwrite) {
   EXPECT_NE(out.find("already holds a dataset"), std::string::npos) << out;
   EXPECT_NE(out.find("--force"), std::string::npos) << out;
   EXPECT_EQ(testing::RunCommand(cmd + " --force", &out), 0) << out;
+  // An undecodable image in a folder: skipped and counted, or fatal with --strict.
+  WriteTree(tmp / "tree");
+  const std::string folder = bin + " --source=folder --resize=16 --progress=false --input=" +
+                             tmp / "tree --output=";
+  ASSERT_EQ(testing::RunCommand(folder + tmp / "f1", &out), 0) << out;
+  EXPECT_NE(out.find("skipped " + std::to_string(HavePngSupport() ? 1 : 2) +
+                     " undecodable file(s)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(tmp / "tree/dog/bad.jpg: undecodable JPEG"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunCommand(folder + tmp / "f2 --strict", &out), 1) << out;
+  EXPECT_EQ(out.rfind("make_shards: " + tmp / "tree/", 0), 0u) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   // Conversion errors are one line and exit 1.
   EXPECT_EQ(testing::RunCommand(bin + " --source=cifar10 --input=" + tmp / "none --output=" +
                                     tmp / "c",
