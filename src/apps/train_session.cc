@@ -30,6 +30,8 @@
 #include "parallel/mesh.h"
 #include "parallel/model_split.h"
 #ifdef COLONNADE_WITH_CUDA
+#include <cuda_runtime_api.h>
+
 #include "cuda/cuda_backend.h"
 #endif
 
@@ -108,14 +110,16 @@ int AgreedError(const Layout& l, const absl::Status& s, int code) {
   std::exit(kExitError);
 }
 
-absl::StatusOr<Device> ResolveDevice(const std::string& name, const Layout& l) {
+absl::StatusOr<Device> ResolveDevice(const std::string& name, const Mesh& mesh) {
   if (name == "cpu") return Device::kCPU;
   if (name != "cuda" && name != "auto") {
     return absl::InvalidArgumentError("--device must be cpu, cuda or auto, got '" + name + "'");
   }
 #ifdef COLONNADE_WITH_CUDA
-  if (cuda::Available()) {
-    absl::Status s = cuda::RegisterBackend(l.local_rank);
+  int gpus = 0;
+  if (cuda::Available() && cudaGetDeviceCount(&gpus) == cudaSuccess && gpus > 0) {
+    // Local rank selects the GPU; more ranks than GPUs share them (--comm=mpi then).
+    absl::Status s = cuda::RegisterBackend(mesh.GpuIndex(gpus));
     if (!s.ok()) return s;
     return Device::kCUDA;
   }
@@ -368,7 +372,7 @@ int RunTrainer(const TrainConfig& cfg) {
 
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   SetCpuThreads(cfg.cpu_threads > 0 ? cfg.cpu_threads : std::max(1, hw / l.local_size));
-  absl::StatusOr<Device> device = ResolveDevice(cfg.device, l);
+  absl::StatusOr<Device> device = ResolveDevice(cfg.device, *mesh);
   if (!device.ok()) return AgreedError(l, device.status(), kExitUsage);
 
   // ---- data -------------------------------------------------------------------------------
