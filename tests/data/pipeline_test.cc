@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -320,8 +321,11 @@ TEST(PipelineTest, ChunkWriterIsBitwiseTheSingleImageWriter) {
     cfg.scale = 0.37f;
     for (int e = 0; e < 11 * 13 * 3; ++e) cfg.mean_image.push_back(0.31f * e);
     cfg.channel_mean = {10.1f, 20.2f, 30.3f};
-    const int count = 21;  // more than one internal block of 16
-    const int64_t N = 25, n0 = 3;
+    for (int shape = 0; shape < 2; ++shape) {
+    // 21 images at column 3 of 25 (unaligned, partial blocks); 16 at column 16 of 32 (the
+    // aligned whole-cache-line path).
+    const int count = shape == 0 ? 21 : 16;
+    const int64_t N = shape == 0 ? 25 : 32, n0 = shape == 0 ? 3 : 16;
     std::vector<std::vector<uint8_t>> images(count);
     std::vector<const uint8_t*> ptrs;
     std::vector<ImageAugment> augs;
@@ -330,10 +334,15 @@ TEST(PipelineTest, ChunkWriterIsBitwiseTheSingleImageWriter) {
       ptrs.push_back(images[j].data());
       augs.push_back(DrawAugment(cfg, 99, 2, j, true, true, 0.1f));
     }
-    std::vector<float> a(3 * 7 * 9 * N, -1.f), b(3 * 7 * 9 * N, -1.f);
-    WriteChunkCHWN(ptrs.data(), augs.data(), count, cfg, a.data(), N, n0);
-    for (int j = 0; j < count; ++j) WriteImageCHWN(ptrs[j], cfg, augs[j], b.data(), N, n0 + j);
-    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    // 64-byte aligned outputs, like Tensor storage.
+    const int64_t size = 3 * 7 * 9 * N;
+    Tensor ta(Shape{size}), tb(Shape{size});
+    std::fill(ta.data(), ta.data() + size, -1.f);
+    std::fill(tb.data(), tb.data() + size, -1.f);
+    WriteChunkCHWN(ptrs.data(), augs.data(), count, cfg, ta.data(), N, n0);
+    for (int j = 0; j < count; ++j) WriteImageCHWN(ptrs[j], cfg, augs[j], tb.data(), N, n0 + j);
+    ASSERT_EQ(std::memcmp(ta.data(), tb.data(), size * sizeof(float)), 0);
+    }
   }
 }
 
