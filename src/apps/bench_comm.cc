@@ -381,9 +381,12 @@ int Main(int argc, char** argv) {
                 "fwd ms", "bwd ms", "sync ms", "overlap ms", "hidden", "mp MB/step",
                 "dp MB/step", "grad MB", "buckets", "img/s");
     for (const Row& r : rows) {
-      std::printf("%-7s %-9s %9.2f %9.2f %9.2f %11.2f %6.0f%% %11.2f %11.2f %11.2f %7d %9.1f\n",
+      // With dp = 1 there is no all-reduce to hide.
+      const std::string hidden =
+          r.layout.dp > 1 ? absl::StrFormat("%.0f%%", r.hidden * 100) : std::string("-");
+      std::printf("%-7s %-9s %9.2f %9.2f %9.2f %11.2f %7s %11.2f %11.2f %11.2f %7d %9.1f\n",
                   absl::StrFormat("%dx%d", r.layout.dp, r.layout.mp).c_str(), r.comm.c_str(),
-                  r.fwd * 1e3, r.bwd * 1e3, r.sync * 1e3, r.overlap * 1e3, r.hidden * 100,
+                  r.fwd * 1e3, r.bwd * 1e3, r.sync * 1e3, r.overlap * 1e3, hidden.c_str(),
                   r.mp_mb, r.dp_mb, r.grad_mb, r.buckets, r.images_per_s);
     }
     const std::string csv = absl::GetFlag(FLAGS_csv);

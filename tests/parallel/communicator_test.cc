@@ -23,11 +23,9 @@ std::vector<MPI_Comm> Groups() {
   return {MPI_COMM_WORLD, parity, low};
 }
 
-std::vector<Device> Devices() {
-  std::vector<Device> d = {Device::kCPU};
-  if (HostAsDevice() != nullptr) d.push_back(Device::kCUDA);
-  return d;
-}
+// Host tensors with MPI, and device tensors: on the stand-in device with MPI (staging),
+// or with COLONNADE_TEST_CUDA=1 on the GPU with "auto" (NCCL where possible).
+std::vector<DeviceCase> Cases() { return {{Device::kCPU, "mpi"}, DeviceUnderTest()}; }
 
 Tensor FromHost(const std::vector<float>& v, Shape s, Device d) {
   Tensor t(std::move(s), d);
@@ -35,14 +33,20 @@ Tensor FromHost(const std::vector<float>& v, Shape s, Device d) {
   return t;
 }
 
-class CommTest : public ::testing::TestWithParam<Device> {};
+class CommTest : public ::testing::TestWithParam<DeviceCase> {
+ protected:
+  std::unique_ptr<Communicator> Make(MPI_Comm g) {
+    auto c = CreateCommunicator(GetParam().comm, g, GetParam().device);
+    CHECK(c.ok()) << c.status().message();
+    return std::move(*c);
+  }
+};
 
 TEST_P(CommTest, AllReduceSum) {
-  const Device dev = GetParam();
+  const Device dev = GetParam().device;
   for (MPI_Comm g : Groups()) {
-    auto c = CreateMpiCommunicator(g);
-    ASSERT_TRUE(c.ok()) << c.status();
-    Communicator& comm = **c;
+    auto c = Make(g);
+    Communicator& comm = *c;
     const int p = comm.size(), r = comm.rank();
     for (int64_t n : kSizes) {
       std::vector<float> v(n);
@@ -59,11 +63,10 @@ TEST_P(CommTest, AllReduceSum) {
 }
 
 TEST_P(CommTest, AllGatherConcatenatesChannelBlocks) {
-  const Device dev = GetParam();
+  const Device dev = GetParam().device;
   for (MPI_Comm g : Groups()) {
-    auto c = CreateMpiCommunicator(g);
-    ASSERT_TRUE(c.ok());
-    Communicator& comm = **c;
+    auto c = Make(g);
+    Communicator& comm = *c;
     const int p = comm.size(), r = comm.rank();
     for (int64_t n : kSizes) {
       std::vector<float> v(n);
@@ -101,11 +104,10 @@ TEST_P(CommTest, AllGatherConcatenatesChannelBlocks) {
 }
 
 TEST_P(CommTest, ReduceScatterSum) {
-  const Device dev = GetParam();
+  const Device dev = GetParam().device;
   for (MPI_Comm g : Groups()) {
-    auto c = CreateMpiCommunicator(g);
-    ASSERT_TRUE(c.ok());
-    Communicator& comm = **c;
+    auto c = Make(g);
+    Communicator& comm = *c;
     const int p = comm.size(), r = comm.rank();
     for (int64_t n : kSizes) {
       std::vector<float> v(n * p);
@@ -120,11 +122,10 @@ TEST_P(CommTest, ReduceScatterSum) {
 }
 
 TEST_P(CommTest, BroadcastFromEveryRoot) {
-  const Device dev = GetParam();
+  const Device dev = GetParam().device;
   for (MPI_Comm g : Groups()) {
-    auto c = CreateMpiCommunicator(g);
-    ASSERT_TRUE(c.ok());
-    Communicator& comm = **c;
+    auto c = Make(g);
+    Communicator& comm = *c;
     for (int root = comm.size() - 1; root >= 0; --root) {
       for (int64_t n : {int64_t{1}, int64_t{33}, int64_t{4097}}) {
         std::vector<float> v(n);
@@ -141,10 +142,9 @@ TEST_P(CommTest, BroadcastFromEveryRoot) {
 
 // Several operations in flight at once, completed by polling and out of order.
 TEST_P(CommTest, AsynchronousHandles) {
-  const Device dev = GetParam();
-  auto c = CreateMpiCommunicator(MPI_COMM_WORLD);
-  ASSERT_TRUE(c.ok());
-  Communicator& comm = **c;
+  const Device dev = GetParam().device;
+  auto c = Make(MPI_COMM_WORLD);
+  Communicator& comm = *c;
   const int p = comm.size(), r = comm.rank();
   const int64_t n = 12347;
   Tensor a = FromHost(std::vector<float>(n, r + 1.0f), Shape{n}, dev);
@@ -174,17 +174,16 @@ TEST_P(CommTest, AsynchronousHandles) {
 }
 
 TEST_P(CommTest, StatsCountRingBytes) {
-  auto c = CreateMpiCommunicator(MPI_COMM_WORLD);
-  ASSERT_TRUE(c.ok());
-  Communicator& comm = **c;
+  auto c = Make(MPI_COMM_WORLD);
+  Communicator& comm = *c;
   const int p = comm.size();
-  Tensor t(Shape{1000}, GetParam());
+  Tensor t(Shape{1000}, GetParam().device);
   t.Fill(1.0f);
   ASSERT_TRUE(comm.AllReduceSum(t).ok());
   EXPECT_EQ(comm.stats().calls, 1);
   EXPECT_EQ(comm.stats().payload_bytes, 4000);
   EXPECT_EQ(comm.stats().wire_bytes, 2 * (4000 * (p - 1) / p));
-  Tensor out(Shape{1000 * p}, GetParam());
+  Tensor out(Shape{1000 * p}, GetParam().device);
   ASSERT_TRUE(comm.AllGather(t, out).ok());
   EXPECT_EQ(comm.stats().wire_bytes, 2 * (4000 * (p - 1) / p) + int64_t{4000} * (p - 1));
   comm.ResetStats();
@@ -192,11 +191,10 @@ TEST_P(CommTest, StatsCountRingBytes) {
 }
 
 TEST_P(CommTest, BadShapesAreErrors) {
-  auto c = CreateMpiCommunicator(MPI_COMM_WORLD);
-  ASSERT_TRUE(c.ok());
-  Communicator& comm = **c;
+  auto c = Make(MPI_COMM_WORLD);
+  Communicator& comm = *c;
   const int p = comm.size();
-  Tensor in(Shape{4}, GetParam()), wrong(Shape{4 * p + 1}, GetParam());
+  Tensor in(Shape{4}, GetParam().device), wrong(Shape{4 * p + 1}, GetParam().device);
   EXPECT_EQ(comm.StartAllGather(in, wrong).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(comm.StartReduceScatterSum(wrong, in).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -204,9 +202,10 @@ TEST_P(CommTest, BadShapesAreErrors) {
   EXPECT_EQ(comm.StartBroadcast(in, -1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, CommTest, ::testing::ValuesIn(Devices()),
-                         [](const ::testing::TestParamInfo<Device>& i) {
-                           return std::string(i.param == Device::kCPU ? "Host" : "StagedDevice");
+INSTANTIATE_TEST_SUITE_P(Devices, CommTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<DeviceCase>& i) {
+                           return std::string(i.param.device == Device::kCPU ? "Host" : "Device") +
+                                  "_" + i.param.comm;
                          });
 
 TEST(CreateCommunicator, Kinds) {
@@ -222,6 +221,30 @@ TEST(CreateCommunicator, Kinds) {
   auto bad = CreateCommunicator("gloo", MPI_COMM_WORLD, Device::kCPU);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("auto, nccl or mpi"), absl::string_view::npos);
+}
+
+// With COLONNADE_TEST_CUDA=1: NCCL where every rank has its own GPU, else the error
+// that says to use --comm=mpi, and "auto" choosing accordingly.
+TEST(CreateCommunicator, NcclOnRealGpus) {
+  if (!RealCudaRequested() || !NcclCompiledIn()) GTEST_SKIP() << "needs COLONNADE_TEST_CUDA=1 and NCCL";
+  int gpus = 0;
+#ifdef COLONNADE_WITH_CUDA
+  cudaGetDeviceCount(&gpus);
+#endif
+  absl::StatusOr<Mesh> mesh = Mesh::Create(MPI_COMM_WORLD, 1);
+  ASSERT_TRUE(mesh.ok());
+  const bool shared = mesh->local_size() > gpus;
+  auto n = CreateCommunicator("nccl", MPI_COMM_WORLD, Device::kCUDA);
+  if (shared) {
+    ASSERT_FALSE(n.ok());
+    EXPECT_NE(n.status().message().find("use --comm=mpi"), absl::string_view::npos) << n.status();
+  } else {
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_STREQ((*n)->backend(), "nccl");
+  }
+  auto a = CreateCommunicator("auto", MPI_COMM_WORLD, Device::kCUDA);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_STREQ((*a)->backend(), shared ? "mpi" : "nccl");
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ Worst Compare(const TrainResult& got, const TrainResult& ref, const std::string&
 // during the run (AlexNet's N(0, 0.01) weights and unit biases move less in 5 steps; its
 // step-0 gradients, compared to 1e-4 of their own norm, guard it instead).
 void CheckAllLayouts(const std::function<std::unique_ptr<Net>()>& make, const TrainSpec& spec,
-                     const std::vector<int>& mps, const char* label, bool check_movement) {
+                     const std::vector<int>& mps, const char* label, bool check_movement,
+                     const std::string& comm_kind = "mpi") {
   const int rank = WorldRank(), world = WorldSize();
   TrainResult ref;
   if (rank == 0) {
@@ -103,9 +104,10 @@ void CheckAllLayouts(const std::function<std::unique_ptr<Net>()>& make, const Tr
     if (spec.global_batch % dp != 0) continue;
     absl::StatusOr<Mesh> mesh = Mesh::Create(MPI_COMM_WORLD, mp);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
-    auto mp_comm = CreateMpiCommunicator(mesh->mp_comm());
-    auto dp_comm = CreateMpiCommunicator(mesh->dp_comm());
-    ASSERT_TRUE(mp_comm.ok() && dp_comm.ok());
+    auto mp_comm = CreateCommunicator(comm_kind, mesh->mp_comm(), spec.device);
+    auto dp_comm = CreateCommunicator(comm_kind, mesh->dp_comm(), spec.device);
+    ASSERT_TRUE(mp_comm.ok()) << mp_comm.status();
+    ASSERT_TRUE(dp_comm.ok()) << dp_comm.status();
     auto got = TrainOnLayout(make(), *mesh, mp_comm->get(), dp_comm->get(), spec);
     ASSERT_TRUE(got.ok()) << got.status();
     if (dp > 1) {
@@ -113,8 +115,11 @@ void CheckAllLayouts(const std::function<std::unique_ptr<Net>()>& make, const Tr
       EXPECT_GT(got->launched_in_backward, 0) << "no bucket started during backward";
     }
     if (rank == 0) {
-      const std::string what = absl::StrFormat("%s (dp %d, mp %d) on %s", label, dp, mp,
-                                               DeviceName(spec.device));
+      const std::string what =
+          absl::StrFormat("%s (dp %d, mp %d) on %s, %s/%s", label, dp, mp,
+                          spec.device == Device::kCUDA && HostAsDevice() ? "stand-in device"
+                                                                         : DeviceName(spec.device),
+                          (*mp_comm)->backend(), (*dp_comm)->backend());
       Worst w = Compare(*got, ref, what);
       std::printf("[equivalence] %-44s max rel diff: loss %.2e, weights %.2e, step-0 grads %.2e\n",
                   what.c_str(), w.loss, w.weight, w.grad);
@@ -129,22 +134,29 @@ TEST(Equivalence, ColumnTestNetOnEveryLayout) {
                   true);
 }
 
-// The GPU path of the MPI communicator (staging through host buffers) on a stand-in
-// device that is host memory.
-TEST(Equivalence, ColumnTestNetStagedThroughHostBuffers) {
-  HostAsDeviceBackend* dev = HostAsDevice();
-  if (dev == nullptr) GTEST_SKIP() << "a real CUDA backend is registered";
+// Device tensors: the GPU path of the MPI communicator (staging through host buffers) on
+// a stand-in device that is host memory, or with COLONNADE_TEST_CUDA=1 the real GPU with
+// NCCL where possible (the reference then runs on the GPU too).
+TEST(Equivalence, ColumnTestNetOnDevice) {
+  const DeviceCase dc = DeviceUnderTest();
+  HostAsDeviceBackend* standin = HostAsDevice();
   TrainSpec spec;
-  spec.device = Device::kCUDA;
-  const int64_t copies_before = dev->to_host;
+  spec.device = dc.device;
+  const int64_t copies_before = standin ? standin->to_host : 0;
   CheckAllLayouts([] { return BuildColumnTestNet(); }, spec, {1, 2, 4}, "column-test net",
-                  true);
-  if (WorldSize() > 1) EXPECT_GT(dev->to_host, copies_before) << "nothing was staged";
+                  true, dc.comm);
+  if (standin && WorldSize() > 1) EXPECT_GT(standin->to_host, copies_before) << "nothing was staged";
 }
 
-// AlexNet itself (its real layer sequence, LRN groups, dropout), at 67x67 and 8 classes.
+// AlexNet itself (its real layer sequence, LRN groups, dropout), at 67x67 and 8 classes;
+// on the CPU, or with COLONNADE_TEST_CUDA=1 on the GPU.
 TEST(Equivalence, AlexNetSmall) {
   TrainSpec spec;
+  std::string comm = "mpi";
+  if (RealCudaRequested()) {
+    spec.device = Device::kCUDA;
+    comm = "auto";
+  }
   spec.lr = 0.02f;
   spec.bucket_mb = 4.0;
   spec.global_batch = 8;
@@ -161,7 +173,7 @@ TEST(Equivalence, AlexNetSmall) {
     };
     const std::string label = absl::StrFormat("alexnet-67 %d columns", columns);
     CheckAllLayouts(make, spec, columns == 2 ? std::vector<int>{1, 2} : std::vector<int>{4},
-                    label.c_str(), false);
+                    label.c_str(), false, comm);
   }
 }
 

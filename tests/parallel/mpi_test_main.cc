@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "parallel/mesh.h"
+#include "parallel_test_util.h"
 
 namespace {
 
@@ -37,6 +38,13 @@ int main(int argc, char** argv) {
     testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new FailurePrinter(rank));
+  }
+  if (colonnade::testing_parallel::RealCudaRequested()) {
+    if (auto s = colonnade::testing_parallel::RegisterRealCuda(); !s.ok()) {
+      std::fprintf(stderr, "[rank %d] %s\n", rank, std::string(s.message()).c_str());
+      colonnade::FinalizeMpi();
+      return 1;
+    }
   }
   int result = RUN_ALL_TESTS();
   int worst = 0;

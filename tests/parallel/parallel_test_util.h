@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#ifdef COLONNADE_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "core/backend.h"
 #include "core/cpu_ops.h"
 #include "core/log.h"
@@ -22,6 +26,7 @@
 #include "core/net.h"
 #include "core/optimizer.h"
 #include "core/philox.h"
+#include "cuda/cuda_backend.h"
 #include "absl/strings/str_format.h"
 #include "parallel/communicator.h"
 #include "parallel/gradient_sync.h"
@@ -61,6 +66,24 @@ class HostAsDeviceBackend : public Backend {
   HostAsDeviceOps ops_;
 };
 
+// With COLONNADE_TEST_CUDA=1 the suites run their device cases on the real GPU backend
+// (one GPU per rank by local rank; ranks beyond the GPU count share them) and with
+// CreateCommunicator("auto"), i.e. NCCL where every rank has its own GPU. Called by
+// mpi_test_main before the tests.
+inline bool RealCudaRequested() {
+  const char* e = std::getenv("COLONNADE_TEST_CUDA");
+  return e != nullptr && std::string(e) == "1";
+}
+inline absl::Status RegisterRealCuda() {
+  int gpus = 0;
+#ifdef COLONNADE_WITH_CUDA
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+#endif
+  if (gpus < 1) return absl::FailedPreconditionError("COLONNADE_TEST_CUDA=1 but no GPU is usable");
+  const int local = std::max(0, LocalRankFromEnvironment());
+  return cuda::RegisterBackend(local % gpus);
+}
+
 // Registers the stand-in once (when no real CUDA backend is registered) and returns it,
 // or null when a real one is present.
 inline HostAsDeviceBackend* HostAsDevice() {
@@ -72,6 +95,17 @@ inline HostAsDeviceBackend* HostAsDevice() {
     return raw;
   }();
   return b;
+}
+
+// The device for the suites' device cases and the communicator kind to use on it: the
+// real GPU with "auto" (NCCL when possible), or the stand-in with "mpi".
+struct DeviceCase {
+  Device device;
+  std::string comm;
+};
+inline DeviceCase DeviceUnderTest() {
+  if (HostAsDevice() != nullptr) return {Device::kCUDA, "mpi"};
+  return {Device::kCUDA, "auto"};
 }
 
 // ---- the test model ------------------------------------------------------------------------------
