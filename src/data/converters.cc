@@ -431,9 +431,15 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
       const bool same_size = img.height == height && img.width == width;
       if (same_size) {
         c.image = std::move(img);
+        // Pass the source stream through only if it decodes to exactly c.image: a JPEG at
+        // full resolution (DCT-domain downscaling may have produced this size from a
+        // larger source).
+        int src_h = 0, src_w = 0;
         if (o.encoding == "jpeg" && o.jpeg_passthrough &&
-            SniffFormat(data, bytes->size()) == ImageFormat::kJpeg) {
-          c.encoded = std::move(*bytes);  // decodes to exactly c.image
+            SniffFormat(data, bytes->size()) == ImageFormat::kJpeg &&
+            JpegSize(data, bytes->size(), &src_h, &src_w).ok() && src_h == height &&
+            src_w == width) {
+          c.encoded = std::move(*bytes);
         }
       } else if (o.resize > 0) {
         c.image = ResizeShorterAndCenterCrop(img, o.resize);

@@ -263,6 +263,29 @@ TEST(ConvertersTest, JpegPassthroughKeepsSourceBytes) {
   H5Dclose(d);
   H5Fclose(f);
   EXPECT_EQ(stored, testing::ReadFileBytes(root + "/a/x.jpg"));
+
+  // A 64x64 source resized to 32 is re-encoded at 32x32 even though libjpeg decodes it at
+  // 1/2 scale straight to 32x32: the stored stream must decode to the stored size.
+  testing::MakeDir(root + "/b");
+  WriteJpeg(root + "/b/big.jpg", Pattern(64, 64, 3, 4));
+  unlink((root + "/a/x.jpg").c_str());
+  o.resize = 32;
+  ASSERT_TRUE(ConvertImageFolder(root, tmp / "out2", o).ok());
+  auto ds = OpenDataset(tmp / "out2");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  f = H5Fopen((tmp / "out2/shard-00000.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  d = H5Dopen2(f, "/images", H5P_DEFAULT);
+  space = H5Dget_space(d);
+  H5Sget_simple_extent_dims(space, &n, nullptr);
+  stored.assign(n, '\0');
+  H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, stored.data());
+  H5Sclose(space);
+  H5Dclose(d);
+  H5Fclose(f);
+  int h = 0, w = 0;
+  ASSERT_TRUE(JpegSize(reinterpret_cast<const uint8_t*>(stored.data()), stored.size(), &h, &w).ok());
+  EXPECT_EQ(h, 32);
+  EXPECT_EQ(w, 32);
 }
 
 TEST(ConvertersTest, SyntheticShardsMatchTheInMemoryDataset) {
