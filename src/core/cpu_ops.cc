@@ -12,10 +12,12 @@
 // being one of them). The two are never nested: no pool task calls a GEMM, and a GEMM is
 // only called between pool phases, so the machine is never oversubscribed. Every
 // parallel loop writes disjoint outputs and each output element is computed by one fixed
-// formula (reductions over a fixed order), so results do not depend on the thread count.
+// formula (reductions over a fixed order), so outside the GEMMs results do not depend on
+// the thread count (bitwise; tests/core/cpu_ops_test.cc checks it).
 #include "core/cpu_ops.h"
 
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -134,6 +136,7 @@ thread_local bool ThreadPool::InPool::active = false;
 std::atomic<int> g_threads{0};         // 0: not decided yet
 std::mutex g_pool_mu;                  // held while a ParallelFor uses the pool
 std::unique_ptr<ThreadPool> g_pool;    // guarded by g_pool_mu
+pid_t g_pool_pid = 0;                  // process that started g_pool's threads
 std::atomic<size_t> g_conv_scratch_bytes{size_t{16} << 20};
 
 int DefaultThreads() {
@@ -168,7 +171,13 @@ void ParallelFor(int64_t n, int64_t cost, const std::function<void(int64_t, int6
     fn(0, n);
     return;
   }
-  if (!g_pool || g_pool->threads() != threads) g_pool = std::make_unique<ThreadPool>(threads);
+  // A forked child inherits the pool object but not its threads: abandon it (its
+  // destructor would wait for threads that do not exist in this process).
+  if (g_pool && g_pool_pid != getpid()) (void)g_pool.release();
+  if (!g_pool || g_pool->threads() != threads) {
+    g_pool = std::make_unique<ThreadPool>(threads);
+    g_pool_pid = getpid();
+  }
   g_pool->Run(static_cast<int>(chunks), [&](int i) {
     fn(n * i / chunks, n * (i + 1) / chunks);
   });
@@ -458,6 +467,7 @@ void SetCpuThreads(int n) {
   CpuThreads();  // run the one-time default first so it cannot overwrite n later
   std::lock_guard<std::mutex> lock(g_pool_mu);  // waits for a running ParallelFor
   g_threads = n;
+  if (g_pool && g_pool_pid != getpid()) (void)g_pool.release();  // see ParallelFor
   g_pool.reset();  // rebuilt with n threads on next use
   openblas_set_num_threads(n);
 }

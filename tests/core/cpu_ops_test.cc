@@ -7,6 +7,9 @@
 #include <random>
 #include <thread>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "core/backend.h"
 #include "core/cpu_ops.h"
 #include "layer_test_util.h"
@@ -260,6 +263,29 @@ TEST(CpuThreads, ConcurrentCallersGetCorrectResults) {
   t2.join();
   EXPECT_EQ(e1, 0.0);
   EXPECT_EQ(e2, 0.0);
+}
+
+// A child forked after the pool started (MPI launchers, data workers) has none of the
+// parent's worker threads; its CpuOps calls must still complete.
+TEST(CpuThreads, ForkedChildCanUseOps) {
+  ThreadCount restore;
+  SetCpuThreads(2);
+  const Shape s = Shape::CHWN(16, 32, 32, 8);
+  std::mt19937 rng(10);
+  Tensor x = RandomTensor(s, rng), y(s);
+  Cpu().ReluForward(x, y);  // big enough to run on the pool
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(30);  // a hang becomes a SIGALRM death instead of a stuck test
+    SetCpuThreads(3);  // replaces the inherited pool, whose threads are not here to join
+    Tensor z(s);
+    Cpu().ReluForward(x, z);
+    _exit(z.ToHost() == y.ToHost() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 
 }  // namespace
