@@ -33,9 +33,6 @@ void AllocParam(Param& p, Shape shape, Device d) {
   p.velocity.Fill(0.0f);
 }
 
-// Views a CHWN tensor as a (C*H*W) x N matrix.
-int64_t Features(const Tensor& t) { return t.size() / t.n(); }
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -195,7 +192,13 @@ absl::StatusOr<std::vector<Shape>> LrnCrossLayer::Setup(const std::vector<Shape>
   if (auto s = ExpectInputs(*this, in, 1); !s.ok()) return s;
   if (p_.groups < 1 || in[0].c() % p_.groups != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "lrn %s: %d channels do not divide into %d groups", name(), in[0].c(), p_.groups));
+        "lrn %s: %d channels do not divide into %d groups (columns)", name(), in[0].c(),
+        p_.groups));
+  }
+  if (p_.size < 1 || p_.size % 2 == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("lrn %s: size %d must be odd (a window centred on the channel)", name(),
+                        p_.size));
   }
   return std::vector<Shape>{in[0]};
 }

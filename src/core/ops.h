@@ -52,7 +52,7 @@ inline int64_t PoolOutSize(int64_t in, int size, int stride, int pad, bool ceil_
 
 // Local response normalisation across channels:
 //   b_c = a_c / (k + alpha' * sum_{c' in window(c)} a_c'^2)^beta
-// with window(c) = [c - size/2, c + size/2] clipped to the channel's group (groups > 1
+// with window(c) = [c - size/2, c + size/2] (size is odd) clipped to the channel's group (groups > 1
 // keeps AlexNet's two columns independent), and alpha' = alpha (Krizhevsky et al. 2012:
 // k = 2, alpha = 1e-4, beta = 0.75, size = 5) or alpha/size when alpha_over_size is set
 // (cuda-convnet and PyTorch's convention, usually with k = 1).
@@ -80,7 +80,7 @@ struct LrnWithinParams {
 // pure function of (seed, step, global element index) drawn with Philox, so it is the
 // same whatever (dp, mp) layout computes it. The global element index of local element
 // (c, h, w, n) is ((c + channel_offset) * H + h) * W + w) * global_batch + n + image_offset,
-// with channels counted in the full (unsplit) layer of `total_channels` channels.
+// with channels counted in the full (unsplit) layer.
 struct DropoutParams {
   float p = 0.5f;
   uint64_t seed = 0;  // already mixed with the layer's identity
@@ -109,7 +109,7 @@ class Ops {
   // ---- element-wise and memory ------------------------------------------------
   virtual void Fill(Tensor& y, float value) = 0;
   virtual void Copy(const Tensor& x, Tensor& y) = 0;  // same element count
-  // y = alpha * x + beta * y.
+  // y = alpha * x + beta * y; with beta == 0, y is not read (BLAS convention).
   virtual void Axpby(float alpha, const Tensor& x, float beta, Tensor& y) = 0;
   // y = a + b.
   virtual void Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;

@@ -79,12 +79,22 @@ INSTANTIATE_TEST_SUITE_P(
         LrnCase{7, 1, 5, 1e-3f, 0.75f, 1.0f, true, 30.0f},    // cuda-convnet/PyTorch alpha/size
         LrnCase{6, 2, 3, 1e-3f, 0.75f, 1.0f, true, 30.0f},    // alpha/size, two groups of 3
         LrnCase{9, 1, 3, 2e-3f, 0.6f, 1.5f, false, 20.0f},    // beta != 0.75 (generic power)
-        LrnCase{8, 2, 4, 1e-3f, 0.75f, 1.0f, true, 30.0f}),   // even size: [c-2, c+2]
+        LrnCase{14, 2, 7, 1e-3f, 0.75f, 1.0f, true, 30.0f}),  // window wider than half a group
     [](const ::testing::TestParamInfo<LrnCase>& info) {
       std::ostringstream os;
       os << info.param;
       return os.str();
     });
+
+// The window is centred on its channel, so an even size is refused by the layer.
+TEST(LrnCross, EvenSizeIsRefused) {
+  LrnCrossParams p;
+  p.size = 4;
+  LrnCrossLayer layer("lrn", p);
+  absl::StatusOr<std::vector<Shape>> out = layer.Setup({Shape::CHWN(8, 3, 3, 2)});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("odd"), std::string::npos) << out.status();
+}
 
 // Two groups must be independent: changing group 0's inputs leaves group 1's outputs.
 TEST(LrnCross, GroupsDoNotInteract) {

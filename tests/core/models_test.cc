@@ -71,9 +71,10 @@ TEST(Models, ShapesFollowInputSizeAndClasses) {
   auto net = BuildModel("alexnet", o);
   ASSERT_TRUE(net.ok());
   ASSERT_TRUE((*net)->Build(1, Device::kCPU).ok());
-  // 67 -> conv1 (67+4-11)/4+1 = 16 -> pool 7 -> 7 -> pool 3 -> 3 -> pool 1.
+  // 67 -> conv1 (67+4-11)/4+1 = 16 -> pool (ceil mode) 8 -> 8 -> pool 4 -> 4 -> pool 2.
   EXPECT_EQ((*net)->blob("conv1").shape(), Shape::CHWN(96, 16, 16, 1));
-  EXPECT_EQ((*net)->blob("pool5").shape(), Shape::CHWN(256, 1, 1, 1));
+  EXPECT_EQ((*net)->blob("pool1").shape(), Shape::CHWN(96, 8, 8, 1));
+  EXPECT_EQ((*net)->blob("pool5").shape(), Shape::CHWN(256, 2, 2, 1));
   EXPECT_EQ((*net)->blob("fc8").shape(), Shape::CHWN(7, 1, 1, 1));
 }
 
@@ -92,13 +93,15 @@ TEST(Models, ColumnsResplitTheFilters) {
       EXPECT_EQ(conv->weight().value.shape(), Shape({256, 24, 5, 5}));
     }
   }
-  // Columns that do not divide the filters are refused with the layer's name.
+  // Columns that do not divide the channels are refused, naming the layer (norm1 is the
+  // first split layer whose 96 channels do not divide into 5 groups).
   o.columns = 5;
   auto bad = BuildModel("alexnet", o);
   ASSERT_TRUE(bad.ok());
   absl::Status s = (*bad)->Build(1, Device::kCPU);
   EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("conv"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("norm1"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("divide"), std::string::npos) << s;
 }
 
 TEST(Models, UnsplittableModelsRefuseColumns) {
