@@ -98,13 +98,18 @@ class Splitter {
   // gather's backward takes the rank's block.
   std::string Replicated(const std::string& b) {
     if (!Info(b).split) return b;
-    const std::string full = b + "@full";
-    if (!info_.count(full)) {
-      net_->Add(std::make_unique<AllGatherChannelsLayer>(b + "/gather", comm_,
-                                                         AllGatherChannelsLayer::kSlice),
-                {b}, {full});
-      info_[full] = {false, false, Info(b).channels};
+    auto it = gathered_.find(b);
+    if (it != gathered_.end()) return it->second;
+    // "<b>@full", or "<b>@full2", ... when b was gathered before an in-place write.
+    std::string full = b + "@full", layer = b + "/gather";
+    for (int n = 2; info_.count(full); ++n) {
+      full = absl::StrFormat("%s@full%d", b, n);
+      layer = absl::StrFormat("%s/gather%d", b, n);
     }
+    net_->Add(std::make_unique<AllGatherChannelsLayer>(layer, comm_, AllGatherChannelsLayer::kSlice),
+              {b}, {full});
+    info_[full] = {false, false, Info(b).channels};
+    gathered_[b] = full;
     return full;
   }
 
@@ -173,6 +178,7 @@ class Splitter {
       }
       outputs.push_back(name);
       info_[name] = {split_out, false, shapes_.at(o)[0]};
+      gathered_.erase(name);  // written (in place): an earlier gathered copy is stale
     }
     net_->Add(std::move(layer), std::move(inputs), std::move(outputs));
   }
@@ -186,6 +192,7 @@ class Splitter {
   std::map<std::string, Shape> shapes_;  // full model, batch 1
   std::map<std::string, BlobInfo> info_;  // by shard blob name
   std::map<std::string, std::string> rename_;
+  std::map<std::string, std::string> gathered_;  // split blob -> its current gathered copy
   std::vector<std::string> plan_;
 };
 

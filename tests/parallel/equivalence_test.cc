@@ -177,6 +177,41 @@ TEST(Equivalence, AlexNetSmall) {
   }
 }
 
+// A split blob gathered for a replicated reader, then changed in place (ReLU), then read
+// by another replicated reader: the second reader must see a fresh gather. (The first
+// reader is a concat, whose backward does not read its input: a reader that did would get
+// the in-place-modified values in Net::Backward, in the full model too.)
+TEST(Equivalence, InPlaceWriteAfterGather) {
+  auto make = [] {
+    const int k = 2;
+    ConvParams p3;
+    p3.kernel_h = p3.kernel_w = 3;
+    p3.pad = 1;
+    auto net = std::make_unique<Net>("inplace-test");
+    net->set_columns(k);
+    net->AddInput("data", Shape{3, 7, 7});
+    net->AddInput("label", Shape{1, 1, 1});
+    net->Emplace<ConvLayer>({"data"}, {"conv1"}, "conv1", 4, p3, true,
+                            ColumnInfo{ColumnInfo::kCross, k}, -0.2f);
+    net->Emplace<ConcatLayer>({"conv1"}, {"a"}, "a");
+    net->Emplace<ReluLayer>({"conv1"}, {"conv1"}, "conv1_relu");
+    net->Emplace<ConvLayer>({"conv1"}, {"b"}, "b", 4, p3, true, ColumnInfo{}, 0.0f);
+    net->Emplace<AddLayer>({"a", "b"}, {"ab"}, "ab");
+    net->Emplace<FullyConnectedLayer>({"ab"}, {"fc"}, "fc", 4, ColumnInfo{ColumnInfo::kCross, k});
+    net->Emplace<SoftmaxLossLayer>({"fc", "label"}, {"loss", "probs"}, "loss");
+    for (const NamedParam& np : net->params()) {
+      if (np.param->name == "weight") {
+        np.param->init.kind = InitSpec::kGaussian;
+        np.param->init.value = 0.3f;
+      }
+    }
+    return net;
+  };
+  TrainSpec spec;
+  spec.bucket_mb = 0.0001;
+  CheckAllLayouts(make, spec, {1, 2}, "in-place-after-gather net", true);
+}
+
 // Shards are initialised as the rows of the full model's Net::InitParams, bit for bit.
 TEST(Equivalence, ShardInitIsTheFullModelsInit) {
   const int world = WorldSize();
