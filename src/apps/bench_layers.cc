@@ -33,6 +33,7 @@
 #include "core/ops.h"
 #include "core/philox.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
 #include "cuda/port.h"
 
 ABSL_FLAG(std::string, model, "alexnet", "model whose convolution layers are timed");
@@ -240,6 +241,7 @@ struct Row {
   int batch;
   double flops, bytes;
   double ours_ms, nchw_ms, nhwc_ms;
+  double v1_ms = NAN, v2_ms = NAN, v3_ms = NAN;  // fwd / bwd data: each kernel version forced
   std::string nchw_algo, nhwc_algo;
 };
 
@@ -307,10 +309,18 @@ int Main() {
         r.flops = flops;
         const double xb = xs.elements() * 4.0, yb = ys.elements() * 4.0, wb = w.size() * 4.0;
         r.bytes = op == 0 ? xb + wb + yb : op == 1 ? yb + wb + xb : xb + yb + wb;
-        if (op == 0) {
-          r.ours_ms = TimeMs([&] { ops.ConvForward(x, w, y, p); }, warmup, iters);
-        } else if (op == 1) {
-          r.ours_ms = TimeMs([&] { ops.ConvBackwardData(dy, w, dx, p); }, warmup, iters);
+        if (op == 0 || op == 1) {
+          auto run = [&] {
+            if (op == 0) ops.ConvForward(x, w, y, p); else ops.ConvBackwardData(dy, w, dx, p);
+          };
+          cuda::SetConvGemmVersion(1);
+          r.v1_ms = TimeMs(run, warmup, iters);
+          cuda::SetConvGemmVersion(2);
+          r.v2_ms = TimeMs(run, warmup, iters);
+          cuda::SetConvGemmVersion(3);
+          r.v3_ms = TimeMs(run, warmup, iters);
+          cuda::SetConvGemmVersion(0);  // what training uses: the faster, chosen per shape
+          r.ours_ms = TimeMs(run, warmup, iters);
         } else {
           r.ours_ms = TimeMs([&] { ops.ConvBackwardFilter(x, dy, dw, p); }, warmup, iters);
         }
@@ -321,10 +331,10 @@ int Main() {
         }
         const double best = std::fmin(r.nchw_ms, r.nhwc_ms);
         std::printf("%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s | cuDNN NCHW %8.3f ms "
-                    "(%s) NHWC %8.3f ms (%s) | ours/best %.2f\n",
+                    "(%s) NHWC %8.3f ms (%s) | ours/best %.2f | v1 %.3f v2 %.3f v3 %.3f\n",
                     r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
                     flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
-                    r.nhwc_algo.c_str(), r.ours_ms / best);
+                    r.nhwc_algo.c_str(), r.ours_ms / best, r.v1_ms, r.v2_ms, r.v3_ms);
         std::fflush(stdout);
         rows.push_back(r);
       }
@@ -346,12 +356,13 @@ int Main() {
   if (!csv.empty()) {
     std::ofstream f(csv);
     f << "layer,batch,op,shape,gflop,min_mbytes,ours_ms,ours_tflops,cudnn_nchw_ms,cudnn_nchw_algo,"
-         "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops\n";
+         "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v1_ms,ours_v2_ms,ours_v3_ms\n";
     for (const Row& r : rows)
-      f << absl::StrFormat("%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f\n", r.layer,
-                           r.batch, r.op, r.shape, r.flops / 1e9, r.bytes / 1e6, r.ours_ms,
-                           r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo, r.nhwc_ms,
-                           r.nhwc_algo, ceil.copy_tbs, ceil.sgemm_tflops);
+      f << absl::StrFormat("%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f,%.4f\n",
+                           r.layer, r.batch, r.op, r.shape, r.flops / 1e9, r.bytes / 1e6,
+                           r.ours_ms, r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo,
+                           r.nhwc_ms, r.nhwc_algo, ceil.copy_tbs, ceil.sgemm_tflops, r.v1_ms,
+                           r.v2_ms, r.v3_ms);
   }
   return 0;
 }

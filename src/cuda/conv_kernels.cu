@@ -9,19 +9,25 @@
 //
 // All three convolutions are one matrix product in disguise (per group g):
 //   forward          y[f][(oy,ox,n)]   = sum_{(c,ky,kx)} w[f][c][ky][kx] * x[c][oy*s-p+ky][ox*s-p+kx][n]
-//   backward data    dx[c][(iy,ix,n)]  = sum_{(f,ky',kx')} w[f][c][KH-1-ky'][KW-1-kx'] * dy~[f][iy-p'+ky'][ix-p'+kx'][n]
-//                    with p' = K-1-p and dy~ the output gradient dilated by the stride
+//   backward data    dx[c][(iy,ix,n)]  = sum_{(f,ky',kx')} w[f][c][KH-1-ky'][KW-1-kx'] * dy[f][iy-p'+ky'][ix-p'+kx'][n]
+//                    with p' = K-1-p at stride 1; at stride s, one such product per stride
+//                    phase of dx (see ConvBackwardDataGpu)
 //   backward filter  dw[f][(c,ky,kx)]  = sum_{(oy,ox,n)} dy[f][oy][ox][n] * x[c][oy*s-p+ky][ox*s-p+kx][n]
-// Forward and backward data share one kernel (ConvGemmKernel: the filter operand is
-// pre-arranged k-major and zero-padded by ArrangeWeightsKernel, the image operand is a
-// gather). Backward filter (ConvWgradKernel) reduces over pixels x images, which is long
+// Forward and backward data share one kernel (ConvGemmKernel, and ConvGemmKernelV2 with a
+// cp.async pipeline: the filter operand is pre-arranged k-major and zero-padded by
+// ArrangeWeightsKernel, the image operand is a gather). Backward filter (ConvWgradKernel) reduces over pixels x images, which is long
 // (55*55*256 for AlexNet's conv1), so it splits that sum over blocks (split-K) into a
 // workspace that ReduceSplitsKernel adds up in a fixed order: deterministic results.
 //
 // Index arithmetic is 32-bit: every tensor must have fewer than 2^31 elements (checked).
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "core/log.h"
 #include "cuda/kernels.h"
@@ -44,12 +50,12 @@ __device__ __forceinline__ int TileRow(int ty, int i) {
 
 // One BK-deep step of the register-blocked product: acc[TM][8] += As[kk][rows] x Bs[kk][cols].
 // Columns of thread tx: [tx*4, tx*4+4) and [64+tx*4, 64+tx*4+4).
-template <int BM, int AS, int BS>
+template <int BM, int AS, int BS, int BK = kBK>
 __device__ __forceinline__ void MultiplyTile(const float* as, const float* bs, int ty, int tx,
                                              float (&acc)[BM / 16][8]) {
   constexpr int TM = BM / 16;
 #pragma unroll
-  for (int kk = 0; kk < kBK; ++kk) {
+  for (int kk = 0; kk < BK; ++kk) {
     float a[TM], b[8];
     const float4 a0 = *reinterpret_cast<const float4*>(as + kk * AS + ty * 4);
     a[0] = a0.x; a[1] = a0.y; a[2] = a0.z; a[3] = a0.w;
@@ -77,22 +83,116 @@ __device__ __forceinline__ void MultiplyTile(const float* as, const float* bs, i
 struct ConvGemmParams {
   const float* in;  // gathered operand: (groups*cg) x h x w x n, CHWN (x, or dy for bwd data)
   const float* at;  // [groups][kp][mp] filter operand, k-major, zero-padded
-  float* out;       // [groups*m][j] output rows: (groups*m) x oh x ow x n, CHWN
+  float* out;       // [groups*m] rows of out_h x out_w x n (CHWN)
   int n, h, w;      // gathered tensor's batch and spatial size
-  int oh, ow;       // output grid; GEMM column j = (oy*ow + ox)*n + img
-  int kh, kw;
-  int stride;       // sy = oy*stride - pad_h + ky
+  int oh, ow;       // GEMM output grid; column j = (oy*ow + ox)*n + img
+  int kh, kw;       // taps; GEMM row k = (c*kh + ky)*kw + kx
+  int stride;       // source pixel of tap (ky, kx): (oy*stride - pad_h + ky, ox*stride - pad_w + kx)
   int pad_h, pad_w;
-  int dil;          // > 1: `in` is read as if dilated by dil (zeros between rows/cols)
-  int cg;           // gathered channels per group; GEMM row k = (c*kh + ky)*kw + kx
+  int cg;           // gathered channels per group
   int m, k, kp, mp, j;
+  // Column (oy, ox, img) is written to pixel (out_oy + out_s*oy, out_ox + out_s*ox) of an
+  // out_h x out_w output; plain = 1 when that is simply column j (out_s 1, no offset).
+  int out_h, out_w, out_s, out_oy, out_ox, plain;
   FastDiv div_n, div_ow, div_kw, div_khkw;
 };
 
-// Kernel ConvGemmKernel<BM, kVec, kDil>
+// The gathered operand's column j: the source pixel of tap (0, 0) and the offset of that
+// (possibly padded, so possibly negative) pixel.
+struct GatherColumn {
+  int base, sy, sx;
+  bool ok;
+};
+__device__ __forceinline__ GatherColumn MakeColumn(const ConvGemmParams& p, int jj) {
+  GatherColumn col;
+  col.ok = jj < p.j;
+  const int jc = col.ok ? jj : 0;
+  const int pix = Div(jc, p.div_n);
+  const int img = jc - pix * p.n;
+  const int oy = Div(pix, p.div_ow);
+  const int ox = pix - oy * p.ow;
+  col.sy = oy * p.stride - p.pad_h;
+  col.sx = ox * p.stride - p.pad_w;
+  col.base = (col.sy * p.w + col.sx) * p.n + img;
+  return col;
+}
+struct GatherTap {
+  int c, ky, kx;
+  bool ok;
+};
+__device__ __forceinline__ GatherTap MakeTap(const ConvGemmParams& p, int k) {
+  GatherTap t;
+  t.ok = k < p.k;
+  const int kc = t.ok ? k : 0;
+  t.c = Div(kc, p.div_khkw);
+  const int r = kc - t.c * (p.kh * p.kw);
+  t.ky = Div(r, p.div_kw);
+  t.kx = r - t.ky * p.kw;
+  return t;
+}
+// Offset into the group's gathered tensor of (tap, column); *ok false for padding.
+__device__ __forceinline__ int GatherOffset(const ConvGemmParams& p, int hwn, const GatherTap& t,
+                                            const GatherColumn& col, bool* ok) {
+  const int sy = col.sy + t.ky, sx = col.sx + t.kx;
+  *ok = t.ok && col.ok && static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
+        static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
+  return t.c * hwn + col.base + (t.ky * p.w + t.kx) * p.n;
+}
+// Where output column jj goes, relative to the start of its output row.
+__device__ __forceinline__ int64_t OutColumn(const ConvGemmParams& p, int jj) {
+  if (p.plain) return jj;
+  const int pix = Div(jj, p.div_n);
+  const int img = jj - pix * p.n;
+  const int oy = Div(pix, p.div_ow);
+  const int ox = pix - oy * p.ow;
+  return (static_cast<int64_t>(p.out_oy + p.out_s * oy) * p.out_w + p.out_ox + p.out_s * ox) * p.n +
+         img;
+}
+
+// Epilogue shared by both versions: rows are filters (or input channels), columns are
+// (pixel, image); thread (ty, tx) writes its BM/16 rows x two runs of 4 columns.
+template <int BM, bool kVec>
+__device__ __forceinline__ void StoreTile(const ConvGemmParams& p, int g, int m0, int j0, int ty,
+                                          int tx, const float (&acc)[BM / 16][8]) {
+  constexpr int TM = BM / 16;
+  const int64_t row_stride = static_cast<int64_t>(p.out_h) * p.out_w * p.n;
+  float* out = p.out + static_cast<int64_t>(g) * p.m * row_stride;
+  int64_t dst[2][4];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int jj = j0 + half * 64 + tx * 4;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      dst[half][e] = -1;
+      if (kVec && e > 0) continue;  // a run of 4 images of one pixel
+      if (jj + e < p.j) dst[half][e] = OutColumn(p, jj + e);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int row = m0 + TileRow<BM>(ty, i);
+    if (row >= p.m) continue;
+    float* orow = out + static_cast<int64_t>(row) * row_stride;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if constexpr (kVec) {
+        if (dst[half][0] >= 0)
+          *reinterpret_cast<float4*>(orow + dst[half][0]) =
+              make_float4(acc[i][half * 4], acc[i][half * 4 + 1], acc[i][half * 4 + 2],
+                          acc[i][half * 4 + 3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (dst[half][e] >= 0) orow[dst[half][e]] = acc[i][half * 4 + e];
+      }
+    }
+  }
+}
+
+// Kernel ConvGemmKernel<BM, kVec> (version 1: register-staged double buffering)
 //   in : (G*cg) x h x w x n          (CHWN; x for forward, dy for backward data)
 //   at : G x kp x mp                 (k-major filters, zero rows/cols beyond k/m)
-//   out: (G*m) x oh x ow x n         (CHWN)
+//   out: (G*m) x out_h x out_w x n   (CHWN; column (oy, ox, img) -> see OutColumn)
 // Grid: x = ceil(oh*ow*n / 128) column tiles, y = mp / BM row tiles, z = group.
 // Block: 256 threads = 16 x 16; thread (ty = tid/16, tx = tid%16) accumulates BM/16 output
 // rows (filters) x 8 output columns (pixel, image pairs; with n % 4 == 0 these are runs of 4
@@ -101,8 +201,8 @@ struct ConvGemmParams {
 //   kVec: thread t loads row t/32, columns 4*(t%32)..+3 as one float4 (4 images, 1 pixel);
 //   else: thread t loads row t/32, columns t%32 + 32*i (i < 4) as scalars.
 // Two shared-memory stages: the next slice's global loads are in flight in registers
-// while the current slice is multiplied. kDil: backward data with stride > 1.
-template <int BM, bool kVec, bool kDil>
+// while the current slice is multiplied.
+template <int BM, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernel(const ConvGemmParams p) {
   constexpr int TM = BM / 16;
   constexpr int kBCols = kVec ? 1 : 4;  // column groups per thread in the B loader
@@ -118,24 +218,11 @@ __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernel(const ConvGemmPara
   const float* in = p.in + static_cast<int64_t>(g) * p.cg * hwn;
   const float* at = p.at + static_cast<int64_t>(g) * p.kp * p.mp;
 
-  // ---- per-thread column decomposition, fixed for the whole reduction ----
   const int brow = tid / 32;  // row of the B tile this thread loads
-  int col_base[kBCols], col_sy[kBCols], col_sx[kBCols], col_img[kBCols];
-  bool col_ok[kBCols];
+  GatherColumn cols[kBCols];
 #pragma unroll
-  for (int i = 0; i < kBCols; ++i) {
-    const int jj = kVec ? j0 + 4 * (tid % 32) : j0 + (tid % 32) + 32 * i;
-    col_ok[i] = jj < p.j;
-    const int jc = col_ok[i] ? jj : 0;
-    const int pix = Div(jc, p.div_n);
-    const int img = jc - pix * p.n;
-    const int oy = Div(pix, p.div_ow);
-    const int ox = pix - oy * p.ow;
-    col_sy[i] = oy * p.stride - p.pad_h;
-    col_sx[i] = ox * p.stride - p.pad_w;
-    col_img[i] = img;
-    col_base[i] = (col_sy[i] * p.w + col_sx[i]) * p.n + img;
-  }
+  for (int i = 0; i < kBCols; ++i)
+    cols[i] = MakeColumn(p, kVec ? j0 + 4 * (tid % 32) : j0 + (tid % 32) + 32 * i);
 
   float4 ra = make_float4(0.f, 0.f, 0.f, 0.f);
   float rb[4];
@@ -146,29 +233,11 @@ __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernel(const ConvGemmPara
     if (a_loader) {
       ra = __ldg(reinterpret_cast<const float4*>(at + (k0 + a_row) * p.mp + m0 + a_col));
     }
-    const int k = k0 + brow;
-    const bool k_ok = k < p.k;
-    const int kc = k_ok ? k : 0;
-    const int c = Div(kc, p.div_khkw);
-    const int r = kc - c * (p.kh * p.kw);
-    const int ky = Div(r, p.div_kw);
-    const int kx = r - ky * p.kw;
+    const GatherTap tap = MakeTap(p, k0 + brow);
 #pragma unroll
     for (int i = 0; i < kBCols; ++i) {
-      int sy = col_sy[i] + ky, sx = col_sx[i] + kx;
-      bool ok = k_ok && col_ok[i];
-      int offset;
-      if constexpr (kDil) {
-        ok = ok && sy >= 0 && sx >= 0 && sy % p.dil == 0 && sx % p.dil == 0;
-        sy /= p.dil;
-        sx /= p.dil;
-        ok = ok && sy < p.h && sx < p.w;
-        offset = ((c * p.h + sy) * p.w + sx) * p.n + col_img[i];
-      } else {
-        ok = ok && static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
-             static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
-        offset = c * hwn + col_base[i] + (ky * p.w + kx) * p.n;
-      }
+      bool ok;
+      const int offset = GatherOffset(p, hwn, tap, cols[i], &ok);
       if constexpr (kVec) {
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (ok) v = __ldg(reinterpret_cast<const float4*>(in + offset));
@@ -206,49 +275,101 @@ __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernel(const ConvGemmPara
     if (t + 1 < ktiles) store(cur ^ 1);
     __syncthreads();
   }
+  StoreTile<BM, kVec>(p, g, m0, j0, ty, tx, acc);
+}
 
-  // ---- epilogue: rows are filters (or input channels), columns (pixel, image) ----
-  float* out = p.out + static_cast<int64_t>(g) * p.m * p.j;
+// Kernel ConvGemmKernelV2<BM, BK> (version 2 with BK = 8, version 3 with BK = 16:
+// three-stage cp.async pipeline, n % 4 == 0)
+//   Same operands, grid, block and thread tile as ConvGemmKernel<BM, true>, and the same
+//   accumulation order, so the results are bit-identical. Tiles go straight from global to
+//   shared memory (cp.async, 16 bytes per copy, zero-filled for padding) two slices ahead of
+//   the multiply instead of one slice ahead through registers: more load latency hidden and
+//   no staging registers. Per BK-deep slice: wait for slice t, one barrier (which also
+//   retires slice t-1's buffer), issue slice t+2, multiply slice t. Thread t copies B rows
+//   t/32 + 8*r (r < BK/8), columns 4*(t%32)..+3, and float4s t + 256*r of the A slice.
+template <int BM, int BK>
+__global__ void __launch_bounds__(kThreads, 2) ConvGemmKernelV2(const ConvGemmParams p) {
+  constexpr int TM = BM / 16;
+  constexpr int kStages = 3;
+  constexpr int kAVec = BK * BM / 4;                        // float4s per A slice
+  constexpr int kACopies = (kAVec + kThreads - 1) / kThreads;
+  constexpr int kBRows = BK / 8;
+  alignas(16) __shared__ float As[kStages][BK][BM];
+  alignas(16) __shared__ float Bs[kStages][BK][kBN];
+
+  const int tid = threadIdx.x;
+  const int tx = tid % 16, ty = tid / 16;
+  const int g = blockIdx.z;
+  const int j0 = blockIdx.x * kBN;
+  const int m0 = blockIdx.y * BM;
+  const int hwn = p.h * p.w * p.n;
+  const float* in = p.in + static_cast<int64_t>(g) * p.cg * hwn;
+  const float* at = p.at + static_cast<int64_t>(g) * p.kp * p.mp;
+  const int brow = tid / 32;
+  const GatherColumn col = MakeColumn(p, j0 + 4 * (tid % 32));
+
+  auto issue = [&](int k0, int st) {
 #pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    const int row = m0 + TileRow<BM>(ty, i);
-    if (row >= p.m) continue;
-    float* orow = out + static_cast<int64_t>(row) * p.j;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int jj = j0 + half * 64 + tx * 4;
-      if constexpr (kVec) {
-        if (jj < p.j)
-          *reinterpret_cast<float4*>(orow + jj) =
-              make_float4(acc[i][half * 4], acc[i][half * 4 + 1], acc[i][half * 4 + 2],
-                          acc[i][half * 4 + 3]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (jj + e < p.j) orow[jj + e] = acc[i][half * 4 + e];
+    for (int r = 0; r < kACopies; ++r) {
+      const int f = tid + kThreads * r;
+      if (f < kAVec) {
+        const int a_row = f / (BM / 4), a_col = (f % (BM / 4)) * 4;
+        CpAsync16(&As[st][a_row][a_col], at + (k0 + a_row) * p.mp + m0 + a_col, true);
       }
     }
+#pragma unroll
+    for (int r = 0; r < kBRows; ++r) {
+      const GatherTap tap = MakeTap(p, k0 + brow + 8 * r);
+      bool ok;
+      const int offset = GatherOffset(p, hwn, tap, col, &ok);
+      CpAsync16(&Bs[st][brow + 8 * r][4 * (tid % 32)], ok ? in + offset : in, ok);
+    }
+  };
+
+  float acc[TM][8];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+
+  const int ktiles = p.kp / BK;
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < ktiles) issue(st * BK, st);
+    CpAsyncCommit();
   }
+  for (int t = 0; t < ktiles; ++t) {
+    CpAsyncWait<kStages - 2>();  // this thread's copies of slice t have landed
+    __syncthreads();             // everyone's have; everyone is done with slice t-1
+    const int tn = t + kStages - 1;
+    if (tn < ktiles) issue(tn * BK, tn % kStages);
+    CpAsyncCommit();
+    const int cur = t % kStages;
+    MultiplyTile<BM, BM, kBN, BK>(&As[cur][0][0], &Bs[cur][0][0], ty, tx, acc);
+  }
+  StoreTile<BM, true>(p, g, m0, j0, ty, tx, acc);
 }
 
 // Kernel ArrangeWeightsKernel: builds the k-major, zero-padded filter operand
 //   at : G x kp x mp,  at[g][k][m] = (k < K && m < M) ? W(g, m, k) : 0
 // from the canonical weights w: F x (C/G) x KH x KW. Forward: W(g, m=f, k=(c,ky,kx)) =
 // w[g*M+f][c][ky][kx]. Backward data (transposed = 1): rows are input channels and
-// k = (f, ky', kx') over the group's filters with the kernel flipped:
-// W(g, m=c, k) = w[g*Fg+f][c][KH-1-ky'][KW-1-kx'].
+// k = (f, ty, tx) runs over the group's filters and the tkh x tkw taps that reach one
+// stride phase, flipped: W(g, m=c, k) = w[g*Fg+f][c][ky0 + step*(tkh-1-ty)][kx0 + step*(tkw-1-tx)]
+// (stride 1: ky0 = kx0 = 0, step 1, tkh x tkw = KH x KW, the plain flipped kernel).
 // Grid-stride loop, one thread per element of at (writes coalesce along m).
 struct ArrangeParams {
   const float* w;
   float* at;
-  int groups, fg, cg, kh, kw;  // fg filters and cg input channels per group
+  int groups, fg, cg, kh, kw;  // fg filters and cg input channels per group; kernel size
+  int tkh, tkw, ky0, kx0, step;
   int m, k, kp, mp;
   int transposed;
 };
 
 __global__ void ArrangeWeightsKernel(const ArrangeParams p) {
   const int64_t total = static_cast<int64_t>(p.groups) * p.kp * p.mp;
-  const int khkw = p.kh * p.kw;
+  const int khkw = p.kh * p.kw, taps = p.tkh * p.tkw;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int mm = static_cast<int>(i % p.mp);
@@ -259,10 +380,10 @@ __global__ void ArrangeWeightsKernel(const ArrangeParams p) {
       if (!p.transposed) {
         v = p.w[(static_cast<int64_t>(g) * p.fg + mm) * p.k + kk];
       } else {
-        const int f = kk / khkw, r = kk % khkw;
-        const int ky = r / p.kw, kx = r % p.kw;
-        v = p.w[((static_cast<int64_t>(g) * p.fg + f) * p.cg + mm) * khkw +
-                (p.kh - 1 - ky) * p.kw + (p.kw - 1 - kx)];
+        const int f = kk / taps, r = kk % taps;
+        const int ky = p.ky0 + p.step * (p.tkh - 1 - r / p.tkw);
+        const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);
+        v = p.w[((static_cast<int64_t>(g) * p.fg + f) * p.cg + mm) * khkw + ky * p.kw + kx];
       }
     }
     p.at[i] = v;
@@ -482,17 +603,98 @@ void CheckSizes(const ConvDims& d) {
       << "convolution tensors must have fewer than 2^31 elements";
 }
 
-// Shared by forward and backward data: runs ConvGemmKernel on an arranged filter operand.
-// The general paths (batch not a multiple of 4, or strided backward data) use BM = 64.
-ConvLaunchInfo RunConvGemm(const DeviceContext& ctx, ConvGemmParams q, int groups, int fg,
-                           int cg_w, const float* w, bool transposed, bool vec_ok) {
+// ---- forward / backward data: version choice ----------------------------------------------
+// 0: time the versions on the first call of each shape and keep the fastest (the results
+// are bit-identical); 1, 2 or 3: always that version. COLONNADE_CONV_GEMM=v1|v2|v3 sets it.
+std::mutex g_variant_mu;
+int g_variant = -1;
+std::map<std::vector<int>, int> g_tuned;
+
+int VariantSetting() {
+  std::lock_guard<std::mutex> lock(g_variant_mu);
+  if (g_variant < 0) {
+    const char* e = std::getenv("COLONNADE_CONV_GEMM");
+    const std::string v = e == nullptr ? "" : e;
+    g_variant = v == "v1" ? 1 : v == "v2" ? 2 : v == "v3" ? 3 : 0;
+  }
+  return g_variant;
+}
+
+void (*GemmKernel(int version, int bm, bool vec))(ConvGemmParams) {
+  if (!vec) return ConvGemmKernel<64, false>;
+  if (version == 2) {
+    return bm == 128 ? ConvGemmKernelV2<128, 8> : bm == 96 ? ConvGemmKernelV2<96, 8>
+                                                           : ConvGemmKernelV2<64, 8>;
+  }
+  if (version == 3) {
+    return bm == 128 ? ConvGemmKernelV2<128, 16> : bm == 96 ? ConvGemmKernelV2<96, 16>
+                                                            : ConvGemmKernelV2<64, 16>;
+  }
+  return bm == 128 ? ConvGemmKernel<128, true> : bm == 96 ? ConvGemmKernel<96, true>
+                                                           : ConvGemmKernel<64, true>;
+}
+
+// Which version to run for this problem (times both once per shape when tuning).
+int ChooseVersion(const DeviceContext& ctx, const ConvGemmParams& q, dim3 grid, int bm) {
+  const int setting = VariantSetting();
+  if (setting != 0) return setting;
+#if defined(COLONNADE_CUDA_EMULATE)
+  return 2;
+#else
+  const std::vector<int> key = {q.n, q.h, q.w, q.oh, q.ow, q.kh, q.kw, q.stride, q.pad_h, q.pad_w,
+                                q.cg, q.m, q.k, q.j, q.out_h, q.out_w, q.out_s, bm,
+                                static_cast<int>(grid.z)};
+  {
+    std::lock_guard<std::mutex> lock(g_variant_mu);
+    auto it = g_tuned.find(key);
+    if (it != g_tuned.end()) return it->second;
+  }
+  constexpr int kVersions = 3;
+  cudaEvent_t e[kVersions + 1];
+  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventCreate(&x));
+  for (int v = 1; v <= kVersions; ++v)  // first launches load the modules
+    Launch(GemmKernel(v, bm, true), grid, dim3(kThreads), ctx.stream, q);
+  COLONNADE_CUDA_CHECK(cudaEventRecord(e[0], ctx.stream));
+  for (int v = 1; v <= kVersions; ++v) {
+    for (int i = 0; i < 3; ++i) Launch(GemmKernel(v, bm, true), grid, dim3(kThreads), ctx.stream, q);
+    COLONNADE_CUDA_CHECK(cudaEventRecord(e[v], ctx.stream));
+  }
+  COLONNADE_CUDA_CHECK(cudaEventSynchronize(e[kVersions]));
+  int best = 1;
+  float best_ms = 1e30f;
+  for (int v = 1; v <= kVersions; ++v) {
+    float ms = 0;
+    COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&ms, e[v - 1], e[v]));
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = v;
+    }
+  }
+  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventDestroy(x));
+  std::lock_guard<std::mutex> lock(g_variant_mu);
+  g_tuned[key] = best;
+  return best;
+#endif
+}
+
+// Runs one implicit GEMM (forward, or one phase of backward data): arranges the filter
+// operand described by `ap` (m, k, kp, mp and at are filled in here) and launches.
+// The general path (batch not a multiple of 4, or misaligned tensors) uses BM = 64.
+ConvLaunchInfo RunConvGemm(const DeviceContext& ctx, ConvGemmParams q, int groups,
+                           ArrangeParams ap, bool vec_ok) {
   ConvLaunchInfo info;
   info.vec = vec_ok && q.n % 4 == 0;
-  info.bm = (info.vec && q.dil == 1) ? PickBM(q.m) : 64;
-  q.kp = static_cast<int>(CeilDiv(q.k, kBK) * kBK);
+  info.bm = info.vec ? PickBM(q.m) : 64;
+  q.kp = static_cast<int>(CeilDiv(q.k, 16) * 16);  // a multiple of every version's slice
   q.mp = static_cast<int>(CeilDiv(q.m, info.bm) * info.bm);
+  q.plain = (q.out_s == 1 && q.out_oy == 0 && q.out_ox == 0 && q.out_h == q.oh && q.out_w == q.ow)
+                ? 1 : 0;
   Scratch at(ctx.alloc, sizeof(float) * size_t(groups) * q.kp * q.mp);
-  ArrangeParams ap{w, at.f(), groups, fg, cg_w, q.kh, q.kw, q.m, q.k, q.kp, q.mp, transposed ? 1 : 0};
+  ap.at = at.f();
+  ap.m = q.m;
+  ap.k = q.k;
+  ap.kp = q.kp;
+  ap.mp = q.mp;
   Launch(ArrangeWeightsKernel, ElementwiseGrid(ctx, int64_t(groups) * q.kp * q.mp), dim3(256),
          ctx.stream, ap);
   q.at = at.f();
@@ -502,23 +704,17 @@ ConvLaunchInfo RunConvGemm(const DeviceContext& ctx, ConvGemmParams q, int group
   q.div_khkw = FastDiv(q.kh * q.kw);
   dim3 grid(static_cast<unsigned>(CeilDiv(q.j, kBN)), static_cast<unsigned>(q.mp / info.bm),
             static_cast<unsigned>(groups));
-  void (*kernel)(ConvGemmParams) = nullptr;
-  if (q.dil > 1) {
-    kernel = info.vec ? ConvGemmKernel<64, true, true> : ConvGemmKernel<64, false, true>;
-  } else if (!info.vec) {
-    kernel = ConvGemmKernel<64, false, false>;
-  } else if (info.bm == 128) {
-    kernel = ConvGemmKernel<128, true, false>;
-  } else if (info.bm == 96) {
-    kernel = ConvGemmKernel<96, true, false>;
-  } else {
-    kernel = ConvGemmKernel<64, true, false>;
-  }
-  Launch(kernel, grid, dim3(kThreads), ctx.stream, q);
+  info.version = info.vec ? ChooseVersion(ctx, q, grid, info.bm) : 1;
+  Launch(GemmKernel(info.version, info.bm, info.vec), grid, dim3(kThreads), ctx.stream, q);
   return info;
 }
 
 }  // namespace
+
+void SetConvGemmVersion(int version) {
+  std::lock_guard<std::mutex> lock(g_variant_mu);
+  g_variant = version;
+}
 
 ConvLaunchInfo ConvForwardGpu(const DeviceContext& ctx, const ConvDims& d, const ConvParams& p,
                               const float* x, const float* w, float* y) {
@@ -537,41 +733,93 @@ ConvLaunchInfo ConvForwardGpu(const DeviceContext& ctx, const ConvDims& d, const
   q.stride = p.stride;
   q.pad_h = p.pad;
   q.pad_w = p.pad;
-  q.dil = 1;
   q.cg = d.c / groups;
   q.m = d.f / groups;
   q.k = q.cg * q.kh * q.kw;
   q.j = d.oh * d.ow * d.n;
-  const bool vec_ok = Aligned16(x) && Aligned16(y);
-  return RunConvGemm(ctx, q, groups, q.m, q.cg, w, /*transposed=*/false, vec_ok);
+  q.out_h = d.oh;
+  q.out_w = d.ow;
+  q.out_s = 1;
+  ArrangeParams ap{};
+  ap.w = w;
+  ap.groups = groups;
+  ap.fg = q.m;
+  ap.cg = q.cg;
+  ap.kh = ap.tkh = q.kh;
+  ap.kw = ap.tkw = q.kw;
+  ap.step = 1;
+  ap.transposed = 0;
+  return RunConvGemm(ctx, q, groups, ap, Aligned16(x) && Aligned16(y));
 }
 
+// Backward data is a convolution of dy with the transposed, flipped filters. With stride s
+// it splits into s*s phases: the input pixels (ry + s*qy, rx + s*qx) of phase (ry, rx)
+// receive only the taps ky = ky0 + s*t with ky0 = (ry + pad) mod s, and from those a
+// stride-1 convolution of dy: oy = qy + cy - t with cy = (ry + pad - ky0) / s. Each phase is
+// one implicit GEMM over its own pixels and taps, writing its pixels in place; phases that
+// no tap reaches are zeros. (Version 1 gathered a virtually dilated dy, 15 of 16 taps zero
+// at stride 4: 240x cuDNN's time on AlexNet's conv1.)
 ConvLaunchInfo ConvBackwardDataGpu(const DeviceContext& ctx, const ConvDims& d,
                                    const ConvParams& p, const float* dy, const float* w,
                                    float* dx) {
   CheckSizes(d);
-  const int groups = p.groups;
+  const int groups = p.groups, s = p.stride;
   const int fg = d.f / groups, cg = d.c / groups;
-  ConvGemmParams q{};
-  q.in = dy;
-  q.out = dx;
-  q.n = d.n;
-  q.h = d.oh;  // the gathered tensor is dy
-  q.w = d.ow;
-  q.oh = d.h;  // the output grid is dx's
-  q.ow = d.w;
-  q.kh = p.kernel_h;
-  q.kw = p.kernel_w;
-  q.stride = 1;
-  q.pad_h = p.kernel_h - 1 - p.pad;
-  q.pad_w = p.kernel_w - 1 - p.pad;
-  q.dil = p.stride;
-  q.cg = fg;
-  q.m = cg;
-  q.k = fg * q.kh * q.kw;
-  q.j = d.h * d.w * d.n;
   const bool vec_ok = Aligned16(dy) && Aligned16(dx);
-  return RunConvGemm(ctx, q, groups, fg, cg, w, /*transposed=*/true, vec_ok);
+  ConvLaunchInfo info;
+  bool zero_first = false;
+  for (int ry = 0; ry < s && ry < d.h; ++ry)
+    for (int rx = 0; rx < s && rx < d.w; ++rx)
+      if ((ry + p.pad) % s >= p.kernel_h || (rx + p.pad) % s >= p.kernel_w) zero_first = true;
+  if (zero_first) {
+    COLONNADE_CUDA_CHECK(cudaMemsetAsync(dx, 0, sizeof(float) * size_t(d.c) * d.h * d.w * d.n,
+                                         ctx.stream));
+  }
+  for (int ry = 0; ry < s && ry < d.h; ++ry) {
+    for (int rx = 0; rx < s && rx < d.w; ++rx) {
+      const int ky0 = (ry + p.pad) % s, kx0 = (rx + p.pad) % s;
+      if (ky0 >= p.kernel_h || kx0 >= p.kernel_w) continue;
+      const int tkh = (p.kernel_h - ky0 + s - 1) / s, tkw = (p.kernel_w - kx0 + s - 1) / s;
+      const int cy = (ry + p.pad - ky0) / s, cx = (rx + p.pad - kx0) / s;
+      ConvGemmParams q{};
+      q.in = dy;
+      q.out = dx;
+      q.n = d.n;
+      q.h = d.oh;  // the gathered tensor is dy
+      q.w = d.ow;
+      q.oh = (d.h - ry + s - 1) / s;  // this phase's pixels of dx
+      q.ow = (d.w - rx + s - 1) / s;
+      q.kh = tkh;
+      q.kw = tkw;
+      q.stride = 1;
+      q.pad_h = tkh - 1 - cy;
+      q.pad_w = tkw - 1 - cx;
+      q.cg = fg;
+      q.m = cg;
+      q.k = fg * tkh * tkw;
+      q.j = q.oh * q.ow * d.n;
+      q.out_h = d.h;
+      q.out_w = d.w;
+      q.out_s = s;
+      q.out_oy = ry;
+      q.out_ox = rx;
+      ArrangeParams ap{};
+      ap.w = w;
+      ap.groups = groups;
+      ap.fg = fg;
+      ap.cg = cg;
+      ap.kh = p.kernel_h;
+      ap.kw = p.kernel_w;
+      ap.tkh = tkh;
+      ap.tkw = tkw;
+      ap.ky0 = ky0;
+      ap.kx0 = kx0;
+      ap.step = s;
+      ap.transposed = 1;
+      info = RunConvGemm(ctx, q, groups, ap, vec_ok);
+    }
+  }
+  return info;
 }
 
 ConvLaunchInfo ConvBackwardFilterGpu(const DeviceContext& ctx, const ConvDims& d,

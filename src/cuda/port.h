@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #if defined(COLONNADE_CUDA_EMULATE)
 #include "cuda/emu/emu_runtime.h"
@@ -73,6 +74,38 @@ __device__ __forceinline__ int Div(int n, const FastDiv& f) {
 }
 __device__ __forceinline__ int IMin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int IMax(int a, int b) { return a > b ? a : b; }
+#endif
+
+// Asynchronous global -> shared copies (sm_80+ cp.async): 16 or 4 bytes, zero-filled when
+// `ok` is false (the source is then not read). Commit closes a group of copies; Wait<N>
+// blocks until at most N of this thread's groups are still in flight. The emulator copies
+// at once, so it checks the barriers around the copies but not the waits.
+#if defined(COLONNADE_CUDA_EMULATE)
+inline void CpAsync16(void* smem, const void* gmem, bool ok) {
+  if (ok) std::memcpy(smem, gmem, 16); else std::memset(smem, 0, 16);
+}
+inline void CpAsync4(void* smem, const void* gmem, bool ok) {
+  if (ok) std::memcpy(smem, gmem, 4); else std::memset(smem, 0, 4);
+}
+inline void CpAsyncCommit() {}
+template <int N>
+inline void CpAsyncWait() {}
+#elif defined(__CUDACC__)
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool ok) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem, bool ok) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 #endif
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

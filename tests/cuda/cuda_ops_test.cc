@@ -18,6 +18,7 @@
 #include "core/philox.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/kernels.h"
 #include "gtest/gtest.h"
 
 namespace colonnade {
@@ -141,14 +142,26 @@ class ConvTest : public CudaTest, public ::testing::WithParamInterface<ConvCase>
   }
 };
 
+// Forward and backward data run each kernel version (1: register-staged, 2 and 3: cp.async
+// pipeline with 8- and 16-deep slices); each must match the CPU, and all of them each other
+// bit for bit.
 TEST_P(ConvTest, Forward) {
   const ConvParams p = Params();
   Tensor x = RandomCpu(XShape(), 1), w = RandomCpu(WShape(), 2);
   Tensor ref(YShape(), Device::kCPU);
   Cpu().ConvForward(x, w, ref, p);
-  Tensor gx = OnGpu(x), gw = OnGpu(w), gy = Poisoned(YShape(), Device::kCUDA);
-  Gpu().ConvForward(gx, gw, gy, p);
-  EXPECT_CLOSE(gy, ref) << CaseName(GetParam());
+  Tensor gx = OnGpu(x), gw = OnGpu(w);
+  std::vector<std::vector<float>> outs;
+  for (int version : {1, 2, 3}) {
+    cuda::SetConvGemmVersion(version);
+    Tensor gy = Poisoned(YShape(), Device::kCUDA);
+    Gpu().ConvForward(gx, gw, gy, p);
+    EXPECT_CLOSE(gy, ref) << CaseName(GetParam()) << " version " << version;
+    outs.push_back(gy.ToHost());
+  }
+  cuda::SetConvGemmVersion(0);
+  EXPECT_EQ(outs[0], outs[1]) << "versions 1 and 2 differ";
+  EXPECT_EQ(outs[0], outs[2]) << "versions 1 and 3 differ";
 }
 
 TEST_P(ConvTest, BackwardData) {
@@ -156,9 +169,18 @@ TEST_P(ConvTest, BackwardData) {
   Tensor dy = RandomCpu(YShape(), 3), w = RandomCpu(WShape(), 4);
   Tensor ref(XShape(), Device::kCPU);
   Cpu().ConvBackwardData(dy, w, ref, p);
-  Tensor gdy = OnGpu(dy), gw = OnGpu(w), gdx = Poisoned(XShape(), Device::kCUDA);
-  Gpu().ConvBackwardData(gdy, gw, gdx, p);
-  EXPECT_CLOSE(gdx, ref) << CaseName(GetParam());
+  Tensor gdy = OnGpu(dy), gw = OnGpu(w);
+  std::vector<std::vector<float>> outs;
+  for (int version : {1, 2, 3}) {
+    cuda::SetConvGemmVersion(version);
+    Tensor gdx = Poisoned(XShape(), Device::kCUDA);
+    Gpu().ConvBackwardData(gdy, gw, gdx, p);
+    EXPECT_CLOSE(gdx, ref) << CaseName(GetParam()) << " version " << version;
+    outs.push_back(gdx.ToHost());
+  }
+  cuda::SetConvGemmVersion(0);
+  EXPECT_EQ(outs[0], outs[1]) << "versions 1 and 2 differ";
+  EXPECT_EQ(outs[0], outs[2]) << "versions 1 and 3 differ";
 }
 
 TEST_P(ConvTest, BackwardFilter) {
