@@ -12,8 +12,8 @@
 #   zoo       bench_train for the model zoo next to torchvision (strict FP32 and TF32)
 #   resnet    resnet18-cifar on CIFAR-10 with random 28x28 crops and mirrors
 # Everything lands in OUTDIR/results/ and is packed into OUTDIR/results.tgz (the device
-# tool brings back few files). Knobs: CIFAR_EPOCHS, CIFAR_SCHEDULE, RESNET_EPOCHS,
-# ZOO_MODELS, ZOO_BATCH.
+# tool brings back few files). Knobs: CIFAR_EPOCHS, CIFAR_SCHEDULE, CIFAR_TIMEOUT,
+# RESNET_EPOCHS, RESNET_TIMEOUT, ZOO_MODELS, ZOO_BATCH.
 set -uo pipefail
 OUT=${1:?usage: gpu_experiments.sh OUTDIR [PART...]}
 shift
@@ -46,7 +46,8 @@ for part in $PARTS; do
     ;;
   cifar)
     EPOCHS=${CIFAR_EPOCHS:-80}
-    "$BUILD/trainer" --model=cifar10-18pct --device=cuda --data="$ROOT/.gpu_data/cifar10/train" \
+    # On the time limit the trainer gets SIGTERM: it checkpoints and exits 75.
+    timeout -s TERM "${CIFAR_TIMEOUT:-400}" "$BUILD/trainer" --model=cifar10-18pct --device=cuda --data="$ROOT/.gpu_data/cifar10/train" \
       --val_data="$ROOT/.gpu_data/cifar10/test" --epochs="$EPOCHS" --mirror \
       --lr_schedule="${CIFAR_SCHEDULE:-multistep:60,70}" --eval_every=1950 --log_every=390 \
       --data_threads=12 --metrics_file="$R/cifar10_18pct.jsonl" --checkpoint_dir="$R/ckpt18" \
@@ -75,7 +76,7 @@ for part in $PARTS; do
     say "zoo torchvision rc=$?"; cat "$R/zoo_torchvision.jsonl" >> "$R/summary.txt" 2>/dev/null
     ;;
   resnet)
-    "$BUILD/trainer" --model=resnet18-cifar --device=cuda --data="$ROOT/.gpu_data/cifar10/train" \
+    timeout -s TERM "${RESNET_TIMEOUT:-300}" "$BUILD/trainer" --model=resnet18-cifar --device=cuda --data="$ROOT/.gpu_data/cifar10/train" \
       --val_data="$ROOT/.gpu_data/cifar10/test" --epochs="${RESNET_EPOCHS:-30}" --mirror \
       --crop=28 --eval_every=1950 --log_every=390 --data_threads=12 \
       --metrics_file="$R/resnet18_cifar.jsonl" > "$R/resnet18_cifar.log" 2>&1
