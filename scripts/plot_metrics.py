@@ -4,10 +4,11 @@
   scripts/plot_metrics.py run/metrics.jsonl                  # -> run/metrics.png
   scripts/plot_metrics.py a.jsonl b.jsonl --labels a,b -o cmp.png --x epoch
 
-One PNG with four panels: loss, top-1 error (top-5 dashed), training throughput (img/s)
+One PNG with four panels: loss, top-1 error (top-5 dotted), training throughput (img/s)
 and learning rate, against the step (or epoch). Training records are drawn as lines,
-evaluation records as markers. Several files are overlaid, one colour each (a learning-rate
-sweep: checkpoints/<sweep>/lr-*/metrics.jsonl).
+evaluation records as markers; a dotted vertical line marks where a requeued job resumed
+(the run's elapsed_sec starts again). Several files are overlaid, one colour each (a
+learning-rate sweep: checkpoints/<sweep>/lr-*/metrics.jsonl).
 
 A metrics file is appended to by every run of a job, so after a preemption the steps
 between the last checkpoint and the stop may appear twice; the newest record of each step
@@ -62,6 +63,21 @@ def series(records, x, y):
     return xs, ys
 
 
+def restarts(train_records):
+    """Steps after which a new run of the job took over: elapsed_sec (seconds since the
+    run started) goes down between consecutive records."""
+    out = []
+    prev = None
+    for r in train_records:
+        e = r.get("elapsed_sec")
+        if not isinstance(e, (int, float)):
+            continue
+        if prev is not None and e < prev[1]:
+            out.append(prev[0])
+        prev = (r, e)
+    return out
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="plot_metrics.py",
@@ -78,8 +94,7 @@ def parse_args(argv):
     p.add_argument("--labels", help="comma-separated legend labels, one per file "
                    "[the file's directory name, or its name]")
     p.add_argument("--title", help="figure title [the file names]")
-    p.add_argument("--linear_loss", action="store_true",
-                   help="linear loss axis (default: logarithmic when all losses are > 0)")
+    p.add_argument("--log_loss", action="store_true", help="logarithmic loss axis")
     p.add_argument("--no_top5", action="store_true", help="leave out the top-5 error curves")
     p.add_argument("--dpi", type=int, default=120, help="resolution [120]")
     return p.parse_args(argv)
@@ -136,8 +151,8 @@ def main(argv):
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
     ax_loss, ax_err, ax_speed, ax_lr = axes[0][0], axes[0][1], axes[1][0], axes[1][1]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    all_positive = True
     many = len(runs) > 1
+    lrs = []
     for i, (label, data) in enumerate(runs):
         c = colors[i % len(colors)]
         name = (label + " ") if many else ""
@@ -145,11 +160,9 @@ def main(argv):
         xs, ys = series(tr, args.x, "loss")
         if xs:
             ax_loss.plot(xs, ys, color=c, label=name + "train")
-            all_positive &= min(ys) > 0
         xs, ys = series(ev, args.x, "loss")
         if xs:
             ax_loss.plot(xs, ys, "o--", color=c, markersize=5, label=name + "eval")
-            all_positive &= min(ys) > 0
         for key, style, what in (("top1_error", "-", "top-1"), ("top5_error", ":", "top-5")):
             if key == "top5_error" and args.no_top5:
                 continue
@@ -166,9 +179,21 @@ def main(argv):
         xs, ys = series(tr, args.x, "lr")
         if xs:
             ax_lr.plot(xs, ys, color=c, label=label if many else None)
+            lrs += ys
+        # Where the job was stopped and a later run resumed it (a requeue).
+        for k, r in enumerate(restarts(tr)):
+            if isinstance(r.get(args.x), (int, float)):
+                for ax in (ax_loss, ax_err, ax_speed, ax_lr):
+                    ax.axvline(r[args.x], color=c, linestyle=":", linewidth=1, alpha=0.7,
+                               label=("%sresumed" % name) if k == 0 and ax is ax_loss else None)
 
-    if all_positive and not args.linear_loss:
+    if args.log_loss:
         ax_loss.set_yscale("log")
+    if lrs and min(lrs) > 0 and max(lrs) / min(lrs) > 20:
+        ax_lr.set_yscale("log")  # a step schedule over decades
+    else:
+        ax_lr.set_ylim(bottom=0, top=max(lrs + [0]) * 1.15 or None)
+        ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useOffset=False)
     ax_loss.set_title("loss")
     ax_err.set_title("error rate" + ("" if args.no_top5 else " (top-1 solid, top-5 dotted)"))
     ax_err.set_ylim(bottom=0)
@@ -189,7 +214,9 @@ def main(argv):
         print("plot_metrics.py: error: cannot write %s: %s" % (out, e.strerror), file=sys.stderr)
         return 1
     n = sum(len(d["train"]) + len(d["eval"]) for _, d in runs)
-    print("plot_metrics.py: wrote %s (%d records from %d file(s))" % (out, n, len(runs)))
+    resumes = sum(len(restarts(d["train"])) for _, d in runs)
+    print("plot_metrics.py: wrote %s (%d records from %d file(s), %d resume(s) marked)"
+          % (out, n, len(runs), resumes))
     return 0
 
 

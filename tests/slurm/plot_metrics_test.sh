@@ -19,13 +19,15 @@ for s in 10 20 30; do  # first run, stopped after step 30 ...
   echo "{\"kind\":\"train\",\"step\":$s,\"epoch\":0.$s,\"loss\":2.$s,\"top1_error\":0.8,\"top5_error\":0.3,\"lr\":0.01,\"images_per_sec\":100.0,\"data_wait_sec\":0.1,\"comm_wait_sec\":0.2,\"elapsed_sec\":$s}"
 done
 echo "not json"
-for s in 30 40; do  # ... requeued, resumed from step 20: step 30 again
-  echo "{\"kind\":\"train\",\"step\":$s,\"epoch\":0.$s,\"loss\":1.$s,\"top1_error\":0.5,\"top5_error\":0.1,\"lr\":0.001,\"images_per_sec\":90.0,\"data_wait_sec\":0.1,\"comm_wait_sec\":0.2,\"elapsed_sec\":$s}"
+for s in 30 40; do  # ... requeued, resumed from step 20: step 30 again, the clock restarts
+  echo "{\"kind\":\"train\",\"step\":$s,\"epoch\":0.$s,\"loss\":1.$s,\"top1_error\":0.5,\"top5_error\":0.1,\"lr\":0.001,\"images_per_sec\":90.0,\"data_wait_sec\":0.1,\"comm_wait_sec\":0.2,\"elapsed_sec\":$((s - 25))}"
 done
 echo '{"kind":"eval","step":40,"epoch":0.4,"loss":1.5,"top1_error":0.55,"top5_error":0.12,"images":1000}'
 } >"$m"
 out=$("$PY" "$P" "$m" 2>&1) || fail "plot: $out"
-grep -q "wrote $work/run/metrics.png (5 records" <<<"$out" || fail "unexpected: $out"
+# 4 train steps (step 30 counted once) + 1 eval; the resume between steps 20 and 30 found.
+grep -q "wrote $work/run/metrics.png (5 records from 1 file(s), 1 resume(s) marked)" <<<"$out" ||
+  fail "unexpected: $out"
 grep -q "skipped 1 line" <<<"$out" || fail "the stray line was not reported: $out"
 is_png "$work/run/metrics.png" || fail "not a PNG"
 # Two runs overlaid against the epoch.

@@ -96,7 +96,7 @@ say "srun --mpi=list: $(srun --mpi=list 2>&1 | tr -s '\n\t ' ' ')"
 # script's own defaults for the log (%x-%j.out) and CHECKPOINT_DIR (checkpoints/NAME).
 submit() {
   local name=$1; shift
-  sbatch --parsable -J "$name" --nodes=1 --ntasks-per-node=2 --gpus-per-node=0 --time=15 \
+  sbatch --parsable -J "$name" --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --gpus-per-node=0 --time=15 \
     "$@" "$SBATCH_SCRIPT" "${FLAGS[@]}" | cut -d';' -f1
 }
 field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"; }
@@ -135,6 +135,7 @@ state=$(wait_done "$ref" 300)
 log=$work/submit/reference-$ref.out
 [ "$state" = COMPLETED ] || { cat "$log"; fail "reference job ended $state"; }
 grep -q "done: $STEPS steps" "$log" || { cat "$log"; fail "reference job did not finish training"; }
+grep -q -- "--cpu_threads=1 .*--resume=auto" "$log" || fail "--cpus-per-task=1 did not become --cpu_threads=1"
 ref_ckpt=$work/submit/checkpoints/reference/ckpt-$(printf %09d $STEPS).h5
 [ -f "$ref_ckpt" ] || fail "no final checkpoint $ref_ckpt"
 [ "$(field "$ref" Restarts)" = 0 ] || fail "the reference job was restarted"
