@@ -557,20 +557,33 @@ TEST_F(CudaTest, AllocatorCachesBlocks) {
 }
 
 // ---- a whole network, GPU against CPU ----------------------------------------------------------------------
-// Trains `model` for `steps` SGD steps from one seed on both devices (same synthetic
-// images and labels, same dropout masks) and returns the per-step mean losses.
-std::vector<double> TrainLosses(Device device, const std::string& model, int input, int classes,
-                                int batch, int steps, uint64_t seed, float lr) {
+// Trains `model` for `steps` SGD steps from one seed on one device (synthetic images and
+// labels, the same on both devices, as are the dropout masks). Returns the per-step mean
+// losses and every learnable parameter before and after.
+struct TrainResult {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> init, final;
+  std::vector<std::string> names;
+};
+
+TrainResult Train(Device device, const std::string& model, int input, int classes, int batch,
+                  int steps, uint64_t seed, float lr) {
+  TrainResult r;
   ModelOptions o;
   o.input_size = input;
   o.num_classes = classes;
   absl::StatusOr<std::unique_ptr<Net>> built = BuildModel(model, o);
   EXPECT_TRUE(built.ok()) << built.status();
-  if (!built.ok()) return {};
+  if (!built.ok()) return r;
   Net& net = **built;
   absl::Status s = net.Build(batch, device);
   EXPECT_TRUE(s.ok()) << s;
   net.InitParams(seed);
+  for (const NamedParam& np : net.params()) {
+    if (!np.param->learnable) continue;
+    r.names.push_back(np.name);
+    r.init.push_back(np.param->value.ToHost());
+  }
   SgdOptions so;
   so.momentum = 0.9f;
   so.weight_decay = 5e-4f;
@@ -578,7 +591,6 @@ std::vector<double> TrainLosses(Device device, const std::string& model, int inp
   Tensor& data = net.blob("data");
   Tensor& label = net.blob("label");
   const uint64_t key = MixKey(seed, static_cast<uint64_t>(RandomPurpose::kSynthetic));
-  std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
     std::vector<float> img(data.size()), lab(label.size());
     for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 2 * step, i);
@@ -596,36 +608,67 @@ std::vector<double> TrainLosses(Device device, const std::string& model, int inp
     std::vector<float> l = net.blob("loss").ToHost();
     double sum = 0;
     for (float v : l) sum += v;
-    losses.push_back(sum / batch);
+    r.losses.push_back(sum / batch);
     net.Backward(ctx);
     opt.Step(net, lr);
   }
-  return losses;
+  for (const NamedParam& np : net.params())
+    if (np.param->learnable) r.final.push_back(np.param->value.ToHost());
+  return r;
 }
 
-void ExpectSameLosses(const std::string& model, int input, int classes, int batch, int steps,
-                      float lr) {
-  const std::vector<double> cpu = TrainLosses(Device::kCPU, model, input, classes, batch, steps, 7, lr);
-  const std::vector<double> gpu = TrainLosses(Device::kCUDA, model, input, classes, batch, steps, 7, lr);
-  ASSERT_EQ(cpu.size(), static_cast<size_t>(steps));
-  ASSERT_EQ(gpu.size(), static_cast<size_t>(steps));
-  for (int i = 0; i < steps; ++i) {
-    EXPECT_TRUE(std::isfinite(gpu[i])) << "step " << i;
-    EXPECT_LT(std::abs(gpu[i] - cpu[i]), 1e-4 * std::abs(cpu[i]))
-        << model << " step " << i << ": gpu " << gpu[i] << " cpu " << cpu[i];
-  }
+// Losses within 1e-4 relative at every step, and the weights' total change over the run
+// (final - initial, all learnable parameters) the same within `update_tol` relative.
+void ExpectSameTraining(const std::string& model, int input, int classes, int batch, int steps,
+                        float lr, double update_tol) {
+  const TrainResult cpu = Train(Device::kCPU, model, input, classes, batch, steps, 7, lr);
+  const TrainResult gpu = Train(Device::kCUDA, model, input, classes, batch, steps, 7, lr);
+  ASSERT_EQ(cpu.losses.size(), static_cast<size_t>(steps));
+  ASSERT_EQ(gpu.losses.size(), static_cast<size_t>(steps));
   std::string trace;
-  for (int i = 0; i < steps; ++i) trace += absl::StrFormat(" %.7f/%.7f", cpu[i], gpu[i]);
-  std::printf("%s losses cpu/gpu:%s\n", model.c_str(), trace.c_str());
+  for (int i = 0; i < steps; ++i) {
+    EXPECT_TRUE(std::isfinite(gpu.losses[i])) << "step " << i;
+    EXPECT_LT(std::abs(gpu.losses[i] - cpu.losses[i]), 1e-4 * std::abs(cpu.losses[i]))
+        << model << " step " << i << ": gpu " << gpu.losses[i] << " cpu " << cpu.losses[i];
+    trace += absl::StrFormat(" %.7f/%.7f", cpu.losses[i], gpu.losses[i]);
+  }
+  std::printf("%s lr %g losses cpu/gpu:%s\n", model.c_str(), lr, trace.c_str());
+  ASSERT_EQ(cpu.final.size(), gpu.final.size());
+  double diff = 0, change = 0;
+  std::string per_param;
+  for (size_t p = 0; p < cpu.final.size(); ++p) {
+    double d = 0, c = 0;
+    for (size_t i = 0; i < cpu.final[p].size(); ++i) {
+      const double e = static_cast<double>(gpu.final[p][i]) - cpu.final[p][i];
+      const double u = static_cast<double>(cpu.final[p][i]) - cpu.init[p][i];
+      d += e * e;
+      c += u * u;
+    }
+    diff += d;
+    change += c;
+    per_param += absl::StrFormat(" %s %.1e", cpu.names[p], c > 0 ? std::sqrt(d / c) : std::sqrt(d));
+  }
+  const double rel = std::sqrt(diff / change);
+  std::printf("%s weight update gpu vs cpu: %.2e relative (per parameter:%s)\n", model.c_str(), rel,
+              per_param.c_str());
+  EXPECT_GT(change, 0.0);
+  EXPECT_LT(rel, update_tol) << "accumulated weight updates differ";
 }
 
 TEST_F(CudaTest, Cifar18TrainsLikeCpu) {
-  ExpectSameLosses("cifar10-18pct", 32, 10, kEmulated ? 4 : 33, kEmulated ? 3 : 10, 0.01f);
+  ExpectSameTraining("cifar10-18pct", 32, 10, kEmulated ? 4 : 33, kEmulated ? 3 : 10, 0.01f, 1e-3);
 }
 
+// The spec: 20 steps of AlexNet at batch 32 from one seed, losses within 1e-4 relative.
+// At the paper's lr 0.01 (or 0.001) no two FP32 implementations can meet that: the dynamics
+// amplify rounding. On the CPU alone, moving every initial weight by one ulp changes the
+// loss by up to 3e-3 (lr 0.01) or 3e-4 (lr 0.001) relative within 20 steps, but by at most
+// 9e-6 at lr 1e-4 (experiments/gpu_bench/e2e_sensitivity). So the comparison runs at 1e-4,
+// where the losses barely depend on the updates; the accumulated weight updates, compared
+// relative to their size, are what would expose a wrong gradient.
 TEST_F(CudaTest, AlexNetTwentyStepsLikeCpu) {
   if (kEmulated) GTEST_SKIP() << "AlexNet is too large for the emulator";
-  ExpectSameLosses("alexnet", 224, 1000, 32, 20, 0.01f);
+  ExpectSameTraining("alexnet", 224, 1000, 32, 20, 1e-4f, 1e-3);
 }
 
 }  // namespace
