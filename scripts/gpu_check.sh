@@ -60,9 +60,14 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     # Out-of-bounds accesses on a few small shapes of every kernel family (slow, so few).
     t0=$(date +%s)
     timeout 120 compute-sanitizer --tool memcheck --print-limit 10 "$BUILD/tests/cuda/cuda_tests" \
-      --gtest_filter="${SANITIZE_FILTER:-*n7_c5*:*n4_c6*:*n33_c3*:*n5_c3*:*Misaligned*:*Pooling*:*Lrn*:*Bias*:*Softmax*:*BatchNorm*}" \
+      --gtest_filter="${SANITIZE_FILTER:-*n7_c5*:*n4_c6*:*n33_c3*:*n5_c3*:*n32_c3*:*Misaligned*:*Pooling*:*Lrn*:*Bias*:*Softmax*:*BatchNorm*}" \
       > "$OUT/sanitizer.log" 2>&1
     status "compute-sanitizer memcheck rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tail -1)"
+    # Shared-memory races (the cp.async pipelines) on a small convolution, every version.
+    t0=$(date +%s)
+    timeout 120 compute-sanitizer --tool racecheck --print-limit 10 "$BUILD/tests/cuda/cuda_tests" \
+      --gtest_filter="*ConvTest.*n4_c6*:*ConvTest.*n1_c3*" >> "$OUT/sanitizer.log" 2>&1
+    status "compute-sanitizer racecheck rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/sanitizer.log" | tail -1)"
     cat "$OUT/sanitizer.log" >> "$OUT/tests.log"; rm -f "$OUT/sanitizer.log"
   fi
 fi
