@@ -206,7 +206,7 @@ run_case() {
     [ "$(grep -c 'Colonnade trainer' "$log")" = 2 ] || fail "$case: expected exactly two runs"
   fi
   if [ $how = usr1 ]; then
-    grep -q "received SIGUSR1: asking the ranks" "$log" || fail "$case: the script did not forward"
+    grep -qE "received SIGUSR1 \(time left: [0-9:]+\): asking the ranks" "$log" || fail "$case: the script did not forward"
     grep -q "requeued job $job" "$log" || fail "$case: the script did not requeue the job"
   fi
   [ "$state" = COMPLETED ] || { cat "$log"; fail "$case: job ended $state"; }
