@@ -89,10 +89,12 @@ cmd_start() {
   # ---- munge: own key, own socket ---------------------------------------------------
   dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
   chmod 400 "$dir/munge/munge.key"
-  munged --force --socket="$sock" --key-file="$dir/munge/munge.key" \
+  # In the foreground (in our background), like the Slurm daemons below: the pid we record
+  # is the daemon's.
+  setsid munged --foreground --force --socket="$sock" --key-file="$dir/munge/munge.key" \
     --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" \
-    --seed-file="$dir/munge/munged.seed" >>"$dir/log/munged.log" 2>&1 ||
-    { start_failed munged "$dir/log/munged.log"; return 4; }
+    --seed-file="$dir/munge/munged.seed" >>"$dir/log/munged.out" 2>&1 </dev/null &
+  echo $! >"$dir/munged.daemon.pid"
   local ok=0
   for _ in $(seq 1 50); do
     if munge -n --socket="$sock" 2>/dev/null | unmunge --socket="$sock" >/dev/null 2>&1; then
@@ -100,7 +102,11 @@ cmd_start() {
     fi
     sleep 0.1
   done
-  [ $ok = 1 ] || { start_failed "munged (credential round trip)" "$dir/log/munged.log"; return 4; }
+  if [ $ok != 1 ]; then
+    cat "$dir/log/munged.out" >>"$dir/log/munged.log" 2>/dev/null
+    start_failed "munged (credential round trip)" "$dir/log/munged.log"
+    return 4
+  fi
 
   # ---- slurm.conf --------------------------------------------------------------------
   cat >"$conf" <<EOF
@@ -205,12 +211,12 @@ cmd_stop() {
     done
   fi
   local f pid
-  for f in slurmd.daemon.pid slurmctld.daemon.pid munge/munged.pid; do
+  for f in slurmd.daemon.pid slurmctld.daemon.pid munged.daemon.pid; do
     [ -f "$dir/$f" ] || continue
     pid=$(cat "$dir/$f")
     kill -TERM "$pid" 2>/dev/null
   done
-  for f in slurmd.daemon.pid slurmctld.daemon.pid munge/munged.pid; do
+  for f in slurmd.daemon.pid slurmctld.daemon.pid munged.daemon.pid; do
     [ -f "$dir/$f" ] || continue
     pid=$(cat "$dir/$f")
     for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done

@@ -39,6 +39,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 SBATCH_SCRIPT=$ROOT/scripts/slurm/train.sbatch
 CLUSTER=$HERE/minicluster.sh
 t0=$SECONDS
+# Give up (and clean up) before ctest's TIMEOUT (900 s) would kill us without the trap.
+deadline=$((t0 + ${COLONNADE_SLURM_TEST_DEADLINE:-840}))
 
 say() { printf '[%4ds] %s\n' $((SECONDS - t0)) "$*"; }
 skip() {
@@ -104,6 +106,7 @@ field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//
 wait_done() {
   local state=""
   for _ in $(seq 1 $((2 * $2))); do
+    [ $SECONDS -lt $deadline ] || { echo "${state:-UNKNOWN}(test deadline)"; return 0; }
     state=$(field "$1" JobState)
     case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE)
       echo "$state"; return 0 ;; esac
@@ -114,6 +117,7 @@ wait_done() {
 # wait_log FILE REGEX SECONDS
 wait_log() {
   for _ in $(seq 1 $((5 * $3))); do
+    [ $SECONDS -lt $deadline ] || return 1
     grep -qE "$2" "$1" 2>/dev/null && return 0
     sleep 0.2
   done
