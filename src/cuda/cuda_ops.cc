@@ -127,8 +127,8 @@ void CudaOps::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 
 void CudaOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
   CHECK(y.c() == x.c() && y.n() == x.n() &&
-        y.h() == PoolOutSize(x.h(), p.size, p.stride, p.pad) &&
-        y.w() == PoolOutSize(x.w(), p.size, p.stride, p.pad))
+        y.h() == PoolOutSize(x.h(), p.size, p.stride, p.pad, p.ceil_mode) &&
+        y.w() == PoolOutSize(x.w(), p.size, p.stride, p.pad, p.ceil_mode))
       << "pool " << x.shape().ToString() << " -> " << y.shape().ToString();
   PoolForwardGpu(ctx_, x.data(), y.data(), I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"),
                  I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), p);
