@@ -2,11 +2,13 @@
 
 #include <hdf5.h>
 #include <mpi.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <thread>
@@ -370,8 +372,18 @@ int RunTrainer(const TrainConfig& cfg) {
   sgd.momentum = cfg.momentum >= 0 ? cfg.momentum : recipe.momentum;
   sgd.weight_decay = cfg.weight_decay >= 0 ? cfg.weight_decay : recipe.weight_decay;
 
-  const int hw = std::max(1u, std::thread::hardware_concurrency());
-  SetCpuThreads(cfg.cpu_threads > 0 ? cfg.cpu_threads : std::max(1, hw / l.local_size));
+  // Cores this process may use (a Slurm allocation or taskset may give fewer than the
+  // machine has), shared by the ranks of the node. COLONNADE_CPU_THREADS, when set, is
+  // left to CpuOps unless --cpu_threads overrides it.
+  cpu_set_t allowed;
+  const int hw = sched_getaffinity(0, sizeof(allowed), &allowed) == 0
+                     ? std::max(1, CPU_COUNT(&allowed))
+                     : std::max(1u, std::thread::hardware_concurrency());
+  if (cfg.cpu_threads > 0) {
+    SetCpuThreads(cfg.cpu_threads);
+  } else if (std::getenv("COLONNADE_CPU_THREADS") == nullptr) {
+    SetCpuThreads(std::max(1, hw / l.local_size));
+  }
   absl::StatusOr<Device> device = ResolveDevice(cfg.device, *mesh);
   if (!device.ok()) return AgreedError(l, device.status(), kExitUsage);
 
@@ -692,6 +704,7 @@ int RunTrainer(const TrainConfig& cfg) {
             "\"top5_error\":%.5f,\"images\":%d}",
             step + 1, (step + 1.0) / per_epoch, r->loss, r->top1_error, r->top5_error, r->images));
       }
+      interval_start = Clock::now();  // keep evaluation time out of the next img/s
     }
   }
   if (lead) {
