@@ -692,6 +692,7 @@ int RunTrainer(const TrainConfig& cfg) {
     const bool eval_now = val_data && ((cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0) ||
                                        step + 1 == total_steps);
     if (eval_now) {
+      const auto eval_start = Clock::now();
       absl::StatusOr<EvalResult> r = Evaluate(net, *val_data, po, l, local_batch);
       if (!r.ok()) RankError(l, r.status());
       if (lead) {
@@ -704,7 +705,7 @@ int RunTrainer(const TrainConfig& cfg) {
             "\"top5_error\":%.5f,\"images\":%d}",
             step + 1, (step + 1.0) / per_epoch, r->loss, r->top1_error, r->top5_error, r->images));
       }
-      interval_start = Clock::now();  // keep evaluation time out of the next img/s
+      interval_start += Clock::now() - eval_start;  // keep evaluation time out of img/s
     }
   }
   if (lead) {
