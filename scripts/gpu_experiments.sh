@@ -66,12 +66,13 @@ for part in $PARTS; do
     ;;
   zoo)
     for m in ${ZOO_MODELS:-zfnet vgg16 googlenet resnet18 resnet50 resnet152}; do
-      timeout 120 "$BUILD/bench_train" --model="$m" --batch_sizes="${ZOO_BATCH:-64}" --steps=10 \
+      timeout "${ZOO_TIMEOUT:-120}" "$BUILD/bench_train" --model="$m" --batch_sizes="${ZOO_BATCH:-64}" --steps=10 \
         --warmup=3 --breakdown=false --json="$R/zoo_ours.jsonl" > "$R/zoo_$m.log" 2>&1
       say "zoo $m rc=$? $(tail -n 1 "$R/zoo_ours.jsonl" 2>/dev/null)"
     done
-    timeout 300 python3 "$ROOT/experiments/zoo/torchvision_step.py" --batch "${ZOO_BATCH:-64}" \
-      --models vgg16,googlenet,resnet18,resnet50,resnet152 --json "$R/zoo_torchvision.jsonl" \
+    timeout "${ZOO_PEER_TIMEOUT:-300}" python3 "$ROOT/experiments/zoo/torchvision_step.py" \
+      --batch "${ZOO_BATCH:-64}" --models "${ZOO_PEER_MODELS:-vgg16,googlenet,resnet18,resnet50,resnet152}" \
+      --json "$R/zoo_torchvision.jsonl" \
       > "$R/zoo_torchvision.log" 2>&1
     say "zoo torchvision rc=$?"; cat "$R/zoo_torchvision.jsonl" >> "$R/summary.txt" 2>/dev/null
     ;;
