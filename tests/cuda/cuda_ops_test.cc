@@ -665,10 +665,12 @@ TEST_F(CudaTest, Cifar18TrainsLikeCpu) {
 // loss by up to 3e-3 (lr 0.01) or 3e-4 (lr 0.001) relative within 20 steps, but by at most
 // 9e-6 at lr 1e-4 (experiments/gpu_bench/e2e_sensitivity). So the comparison runs at 1e-4,
 // where the losses barely depend on the updates; the accumulated weight updates, compared
-// relative to their size, are what would expose a wrong gradient.
+// relative to their size, are what would expose a wrong gradient (errors of order 1). Their
+// tolerance comes from the same experiment: the one-ulp perturbation alone moves them by
+// 3.8e-3 overall (up to 5e-2 for single parameters); GPU vs CPU measured 3.5e-3 on the H200.
 TEST_F(CudaTest, AlexNetTwentyStepsLikeCpu) {
   if (kEmulated) GTEST_SKIP() << "AlexNet is too large for the emulator";
-  ExpectSameTraining("alexnet", 224, 1000, 32, 20, 1e-4f, 1e-3);
+  ExpectSameTraining("alexnet", 224, 1000, 32, 20, 1e-4f, 1e-2);
 }
 
 }  // namespace

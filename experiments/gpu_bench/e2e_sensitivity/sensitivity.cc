@@ -1,10 +1,11 @@
 // How much do 20 AlexNet training steps (batch 32, synthetic data, CPU backend) amplify a
 // rounding-level difference? Trains twice from one seed, the second time with every initial
-// weight moved by one ulp (up or down at random), and prints both losses per step.
+// weight moved by one ulp (up or down at random), and prints both losses per step and the
+// relative difference of the accumulated weight updates (final - initial) per parameter.
 // Results: results.txt. Build against a CPU build of colonnade_core, e.g.
 //   g++ -O2 -std=c++17 -I src sensitivity.cc -o sensitivity build/src/core/libcolonnade_core.a \
-//       $(pkg-config --libs openblas) -labsl_... -lpthread
-//   COLONNADE_CPU_THREADS=1 ./sensitivity LR [STEPS] [fixed]
+//       -labsl_... -lopenblas -lpthread
+//   COLONNADE_CPU_THREADS=1 ./sensitivity LR [STEPS] [fixed]   ("fixed": one batch every step)
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,7 +16,9 @@
 #include "core/philox.h"
 using namespace colonnade;
 bool g_fixed = false;
+std::vector<std::vector<float>> g_init, g_final;
 std::vector<double> Run(bool perturb, float lr, int steps) {
+  g_init.clear(); g_final.clear();
   ModelOptions o; o.input_size = 224; o.num_classes = 1000;
   auto net = std::move(*BuildModel("alexnet", o));
   (void)net->Build(32, Device::kCPU);
@@ -27,6 +30,7 @@ std::vector<double> Run(bool perturb, float lr, int steps) {
         w[i] = std::nextafter(w[i], PhiloxUniform(99, 0, i) < 0.5f ? -1.0f : 1.0f);
     }
   }
+  for (auto& np : net->params()) if (np.param->learnable) g_init.push_back(np.param->value.ToHost());
   SgdOptions so; SgdOptimizer opt(so);
   Tensor& data = net->blob("data"); Tensor& label = net->blob("label");
   const uint64_t key = MixKey(7, (uint64_t)RandomPurpose::kSynthetic);
@@ -41,10 +45,21 @@ std::vector<double> Run(bool perturb, float lr, int steps) {
     auto l = net->blob("loss").ToHost(); double s = 0; for (float v : l) s += v; losses.push_back(s / 32);
     net->Backward(ctx); opt.Step(*net, lr);
   }
+  for (auto& np : net->params()) if (np.param->learnable) g_final.push_back(np.param->value.ToHost());
   return losses;
 }
 int main(int argc, char** argv) {
   float lr = argc > 1 ? atof(argv[1]) : 0.01f; int steps = argc > 2 ? atoi(argv[2]) : 20; g_fixed = argc > 3;
-  auto a = Run(false, lr, steps), b = Run(true, lr, steps);
+  auto a = Run(false, lr, steps);
+  auto ia = g_init, fa = g_final;
+  auto b = Run(true, lr, steps);
+  auto fb = g_final;
+  double d = 0, c = 0;
+  for (size_t p = 0; p < fa.size(); ++p) {
+    double dp = 0, cp = 0;
+    for (size_t i = 0; i < fa[p].size(); ++i) { double e = (double)fb[p][i] - fa[p][i], u = (double)fa[p][i] - ia[p][i]; dp += e*e; cp += u*u; }
+    printf("param %zu update rel diff %.2e\n", p, std::sqrt(dp / cp)); d += dp; c += cp;
+  }
+  printf("all params: weight update rel diff %.2e\n", std::sqrt(d / c));
   for (int i = 0; i < steps; ++i) printf("lr %g step %2d  %.7f %.7f  rel %.2e\n", lr, i, a[i], b[i], std::fabs(a[i]-b[i])/std::fabs(a[i]));
 }
