@@ -566,6 +566,17 @@ int RunTrainer(const TrainConfig& cfg) {
     std::fflush(stdout);
   }
 
+  // --rank_log_dir: one progress file per rank.
+  std::unique_ptr<FILE, int (*)(FILE*)> rank_log(nullptr, &std::fclose);
+  if (!cfg.rank_log_dir.empty()) {
+    const std::string path = absl::StrFormat("%s/rank-%05d.log", cfg.rank_log_dir, l.world_rank);
+    rank_log.reset(std::fopen(path.c_str(), "a"));
+    if (!rank_log) {
+      RankError(l, absl::InvalidArgumentError("cannot open " + path +
+                                              " (does --rank_log_dir exist and is it writable?)"));
+    }
+  }
+
   SgdOptimizer optimizer(sgd);
   const auto start = Clock::now();
   checkpoint::CheckpointPolicy policy(cfg.checkpoint_every, cfg.checkpoint_secs, start_step, 0.0);
@@ -663,6 +674,17 @@ int RunTrainer(const TrainConfig& cfg) {
     if (log_now) {
       auto now = Clock::now();
       const double dt = Seconds(interval_start, now);
+      if (rank_log) {
+        // This rank's own view, to find a slow rank: its data and communication waits.
+        std::fprintf(rank_log.get(),
+                     "step %lld  rank %d (dp %d, mp %d)  %.1f img/s local  data-wait %.1f%%  "
+                     "comm-wait %.1f%%\n",
+                     static_cast<long long>(step + 1), l.world_rank, l.dp_rank, l.mp_rank,
+                     interval[3] / l.dp_size / std::max(1e-9, dt),
+                     100.0 * interval[4] / std::max(1e-9, dt),
+                     100.0 * interval_comm / std::max(1e-9, dt));
+        std::fflush(rank_log.get());
+      }
       const double img_s = interval[3] / std::max(1e-9, dt);
       const double elapsed = Seconds(start, now);
       const double eta = elapsed / (step + 1 - start_step) * (total_steps - step - 1);

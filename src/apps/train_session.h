@@ -41,6 +41,7 @@ struct TrainConfig {
   int log_every = 10;
   int64_t eval_every = 0;  // steps; 0: only at the end
   std::string metrics_file;
+  std::string rank_log_dir;  // each rank appends its own progress to rank-NNNNN.log here
   // Mode.
   std::string mode = "train";  // train | eval | predict
   std::string predictions;

@@ -77,6 +77,9 @@ ABSL_FLAG(std::string, metrics_file, "",
           "Append JSON lines (train and eval records) to this file; plot with "
           "scripts/plot_metrics.py.");
 
+ABSL_FLAG(std::string, rank_log_dir, "",
+          "Directory (must exist) where every rank appends its own progress lines to "
+          "rank-NNNNN.log: local img/s, data-wait and comm-wait, to find a slow rank.");
 // ---- checkpoints and modes ---------------------------------------------------------------
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Directory of HDF5 checkpoints (ckpt-<step>.h5, docs/CHECKPOINTS.md). Written at the "
@@ -156,6 +159,7 @@ int main(int argc, char** argv) {
   c.log_every = absl::GetFlag(FLAGS_log_every);
   c.eval_every = absl::GetFlag(FLAGS_eval_every);
   c.metrics_file = absl::GetFlag(FLAGS_metrics_file);
+  c.rank_log_dir = absl::GetFlag(FLAGS_rank_log_dir);
 
   c.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   c.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);

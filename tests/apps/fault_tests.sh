@@ -2,7 +2,8 @@
 # Trainer-level checkpoint, resume and fault tests (CPU backend). One case per call:
 #   fault_tests.sh CASE BUILD_DIR
 # Cases: resume_bitwise, resume_bitwise_mpi, resume_other_layout, signal_stop,
-#        dead_rank, corrupt_checkpoint, mismatched_checkpoint, nan_loss, eval_predict
+#        dead_rank, corrupt_checkpoint, mismatched_checkpoint, nan_loss, eval_predict,
+#        rank_logs
 set -uo pipefail
 case_name=$1; build=$2
 T="$build/trainer"; DIFF="$build/checkpoint_diff"
@@ -158,6 +159,16 @@ assert np.isfinite(logits).all()
 print("predictions", logits.shape, "accuracy", float((logits.argmax(1) == labels).mean()))
 PY
   fi
+  ;;
+rank_logs)
+  # --rank_log_dir: every rank writes its own progress file.
+  mkdir -p "$work/logs"
+  "${MPIRUN[@]}" -np 2 "$T" "${CIFAR[@]}" --steps=4 --log_every=2 --rank_log_dir="$work/logs" \
+    >/dev/null || fail "run"
+  for r in 00000 00001; do
+    grep -q "step 4  rank $((10#$r))" "$work/logs/rank-$r.log" || fail "no progress in rank-$r.log"
+  done
+  cat "$work"/logs/*.log
   ;;
 *) fail "unknown case $case_name" ;;
 esac
