@@ -396,7 +396,8 @@ int RunTrainer(const TrainConfig& cfg) {
                                             : (*info)->default_input_size;
   synth.height = synth.width = synth_side;
   synth.mean_images = 1024;  // enough for a mean image; keeps start-up short at 224x224
-  if (cfg.num_classes > 0) synth.num_classes = cfg.num_classes;
+  // ... and with the model's classes (AlexNet: 1000) unless --num_classes says otherwise.
+  synth.num_classes = cfg.num_classes > 0 ? cfg.num_classes : (*info)->default_classes;
   synth.seed = cfg.seed;
   // In eval and predict modes the validation set is the only data; it also gives the
   // model's input size and classes.
