@@ -52,8 +52,11 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   t0=$(date +%s)
   (cd "$BUILD" && timeout 300 ctest -R cuda --output-on-failure -V) > "$OUT/tests.log" 2>&1
   rc=$?
-  pass=$(grep -c "\[       OK \]" "$OUT/tests.log"); fail=$(grep -c "\[  FAILED  \] [A-Za-z]" "$OUT/tests.log")
-  skip=$(grep -c "\[  SKIPPED \] [A-Za-z].*(" "$OUT/tests.log")
+  # gtest's own totals (ctest -V and --output-on-failure may print the output twice).
+  pass=$(grep -oE "\[  PASSED  \] [0-9]+" "$OUT/tests.log" | head -1 | grep -oE "[0-9]+$")
+  fail=$(grep -oE "\[  FAILED  \] [0-9]+ test" "$OUT/tests.log" | head -1 | grep -oE "[0-9]+")
+  skip=$(grep -oE "\[  SKIPPED \] [0-9]+ test" "$OUT/tests.log" | head -1 | grep -oE "[0-9]+")
+  pass=${pass:-0}; fail=${fail:-0}; skip=${skip:-0}
   status "tests rc=$rc: $pass passed, $fail failed, $skip skipped in $(( $(date +%s) - t0 )) s"
   grep -E "\[  FAILED  \] [A-Za-z]|losses cpu/gpu" "$OUT/tests.log" | sort -u | head -20 >&2
   if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer > /dev/null; then
