@@ -207,3 +207,61 @@ TEST(Optimizer, Schedules) {
 
 }  // namespace
 }  // namespace colonnade
+
+namespace colonnade {
+namespace {
+
+// Every model of the zoo trains a few steps on the CPU at a tiny batch and input size:
+// the loss stays finite and every learnable parameter moves.
+class ZooTrainsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ZooTrainsTest, FewStepsOnTheCpu) {
+  ModelOptions o;
+  o.num_classes = 5;
+  o.input_size = GetParam().rfind("cifar", 0) == 0 || GetParam() == "resnet18-cifar" ? 32 : 64;
+  if (GetParam() == "alexnet" || GetParam() == "zfnet") o.input_size = 67;
+  auto built = BuildModel(GetParam(), o);
+  ASSERT_TRUE(built.ok()) << built.status();
+  Net& net = **built;
+  const int n = 2;
+  ASSERT_TRUE(net.Build(n, Device::kCPU).ok());
+  net.InitParams(11);
+  std::vector<std::vector<float>> before;
+  for (const NamedParam& p : net.params()) before.push_back(p.param->value.ToHost());
+  SgdOptimizer opt({0.9f, 1e-4f});
+  std::vector<float> x(net.blob("data").size());
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.01f * i + step);
+    net.blob("data").CopyFromHost(x);
+    net.blob("label").CopyFromHost(std::vector<float>{static_cast<float>(step % 5), 3.0f});
+    RunContext ctx;
+    ctx.step = step;
+    ctx.global_batch = n;
+    ctx.loss_scale = 1.0f / n;
+    net.Forward(ctx);
+    const double loss = net.ops().Sum(net.blob("loss")) / n;
+    ASSERT_TRUE(std::isfinite(loss)) << GetParam() << " step " << step;
+    net.Backward(ctx);
+    opt.Step(net, 1e-3f);
+  }
+  size_t i = 0;
+  for (const NamedParam& p : net.params()) {
+    std::vector<float> after = p.param->value.ToHost();
+    if (p.param->learnable) EXPECT_NE(after, before[i]) << GetParam() << " " << p.name << " did not move";
+    ++i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, ZooTrainsTest,
+                         ::testing::Values("alexnet", "cifar10-18pct", "cifar10-80sec", "zfnet",
+                                           "vgg16", "vgg19", "googlenet", "resnet18",
+                                           "resnet18-cifar", "resnet34", "resnet50", "resnet152"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace colonnade
