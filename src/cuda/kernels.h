@@ -58,6 +58,8 @@ void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t row
 
 void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int h, int w,
                     int n, int oh, int ow, const PoolParams& p);
+// Max-pool backward version: 0 picks per shape by timing (default), 2 or 3 forces one.
+void SetPoolBackwardVersion(int version);
 void PoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* y, const float* dy,
                      float* dx, int c, int h, int w, int n, int oh, int ow, const PoolParams& p);
 void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,

@@ -10,6 +10,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/log.h"
@@ -353,6 +358,72 @@ __global__ void PoolBackwardKernel(const PoolKernelParams p) {
         }
       }
     }
+    p.out[static_cast<int64_t>(row) * p.w * p.n + q] = g;
+  }
+}
+
+// Max-pool backward, version 3: two passes, each with independent loads.
+//   PoolArgmaxKernel: per output element (grid as PoolForwardKernel), the index iy*W + ix of
+//   the first pixel of its window, in row-major order, equal to the window's output (the
+//   window's first pixel if none is, as in CpuOps).
+//   PoolMaxGatherKernel: per input element (grid as PoolBackwardKernel), the sum of dy over
+//   the windows, in (oy, ox) order, whose argmax it is.
+// Version 2 (PoolBackwardKernel) decides "first maximum" with a chain of dependent loads per
+// thread and measured 11x its memory floor on AlexNet's pool1. Both add the same terms in
+// the same order: bit-identical; the faster is chosen per shape on first use.
+struct PoolArgParams {
+  const float* x;
+  const float* y;
+  const float* dy;
+  int* arg;
+  float* out;
+  int c, h, w, n, oh, ow;
+  int size, stride, pad;
+};
+__global__ void PoolArgmaxKernel(const PoolArgParams p) {
+  const int q = blockIdx.x * kBlock + threadIdx.x;
+  if (q >= p.ow * p.n) return;
+  const int ox = q / p.n, img = q - ox * p.n;
+  const int x0 = IMax(ox * p.stride - p.pad, 0), x1 = IMin(ox * p.stride - p.pad + p.size, p.w);
+  for (int row = blockIdx.y; row < p.c * p.oh; row += gridDim.y) {
+    const int c = row / p.oh, oy = row - c * p.oh;
+    const int y0 = IMax(oy * p.stride - p.pad, 0), y1 = IMin(oy * p.stride - p.pad + p.size, p.h);
+    const float* xc = p.x + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
+    const int64_t o = static_cast<int64_t>(row) * p.ow * p.n + q;
+    const float m = p.y[o];
+    int first = y0 * p.w + x0;
+    bool found = false;
+    for (int yy = y0; yy < y1; ++yy)
+      for (int xx = x0; xx < x1; ++xx) {
+        const float v = xc[(yy * p.w + xx) * p.n];  // loaded unconditionally: no chain
+        const bool hit = !found && v == m;
+        first = hit ? yy * p.w + xx : first;
+        found = found || hit;
+      }
+    p.arg[o] = first;
+  }
+}
+__global__ void PoolMaxGatherKernel(const PoolArgParams p) {
+  const int q = blockIdx.x * kBlock + threadIdx.x;
+  if (q >= p.w * p.n) return;
+  const int ix = q / p.n, img = q - ix * p.n;
+  const int lx = ix + p.pad - p.size + 1;
+  const int ox0 = lx <= 0 ? 0 : (lx + p.stride - 1) / p.stride;
+  const int ox1 = IMin((ix + p.pad) / p.stride, p.ow - 1);
+  for (int row = blockIdx.y; row < p.c * p.h; row += gridDim.y) {
+    const int c = row / p.h, iy = row - c * p.h;
+    const int ly = iy + p.pad - p.size + 1;
+    const int oy0 = ly <= 0 ? 0 : (ly + p.stride - 1) / p.stride;
+    const int oy1 = IMin((iy + p.pad) / p.stride, p.oh - 1);
+    const int64_t plane = static_cast<int64_t>(c) * p.oh * p.ow * p.n + img;
+    const int me = iy * p.w + ix;
+    float g = 0.0f;
+    for (int oy = oy0; oy <= oy1; ++oy)
+      for (int ox = ox0; ox <= ox1; ++ox) {
+        const int64_t o = plane + (oy * p.ow + ox) * p.n;
+        const float d = p.dy[o];
+        if (p.arg[o] == me) g += d;
+      }
     p.out[static_cast<int64_t>(row) * p.w * p.n + q] = g;
   }
 }
@@ -780,6 +851,60 @@ __global__ void SgdKernel(const SgdKernelParams p) {
 
 // ================================ launchers ========================================================
 
+// Max-pool backward version: 0 (default) times versions 2 and 3 on the first call of each
+// shape and keeps the faster (bit-identical results); 2 or 3 forces one (also
+// COLONNADE_POOL_BWD=v2|v3).
+namespace {
+std::mutex g_pool_mu;
+int g_pool_version = -1;
+std::map<std::vector<int>, int> g_pool_tuned;
+
+template <typename Run>
+int ChoosePoolVersion(const DeviceContext& ctx, const std::vector<int>& key, const Run& run) {
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mu);
+    if (g_pool_version < 0) {
+      const char* e = std::getenv("COLONNADE_POOL_BWD");
+      const std::string v = e == nullptr ? "" : e;
+      g_pool_version = v == "v2" ? 2 : v == "v3" ? 3 : 0;
+    }
+    if (g_pool_version != 0) return g_pool_version;
+    auto it = g_pool_tuned.find(key);
+    if (it != g_pool_tuned.end()) return it->second;
+  }
+#if defined(COLONNADE_CUDA_EMULATE)
+  (void)ctx;
+  (void)run;
+  return 3;
+#else
+  run(2);  // first launches load the modules
+  run(3);
+  cudaEvent_t e[3];
+  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventCreate(&x));
+  COLONNADE_CUDA_CHECK(cudaEventRecord(e[0], ctx.stream));
+  for (int i = 0; i < 3; ++i) run(2);
+  COLONNADE_CUDA_CHECK(cudaEventRecord(e[1], ctx.stream));
+  for (int i = 0; i < 3; ++i) run(3);
+  COLONNADE_CUDA_CHECK(cudaEventRecord(e[2], ctx.stream));
+  COLONNADE_CUDA_CHECK(cudaEventSynchronize(e[2]));
+  float t2 = 0, t3 = 0;
+  COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&t2, e[0], e[1]));
+  COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&t3, e[1], e[2]));
+  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventDestroy(x));
+  const int best = t3 < t2 ? 3 : 2;
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  g_pool_tuned[key] = best;
+  return best;
+#endif
+}
+}  // namespace
+
+void SetPoolBackwardVersion(int version) {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  g_pool_version = version;
+}
+
+
 void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v) {
   Launch(FillKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, FillParams{y, n, v});
 }
@@ -850,7 +975,24 @@ void PoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* y, c
   PoolKernelParams p{x, y, dy, dx, c, h, w, n, oh, ow, pp.size, pp.stride, pp.pad,
                      static_cast<int>(pp.kind)};
   CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31) << "pooling supports tensors below 2^31 elements";
-  Launch(PoolBackwardKernel, RowGrid(int64_t(w) * n, int64_t(c) * h), dim3(kBlock), ctx.stream, p);
+  const dim3 in_grid = RowGrid(int64_t(w) * n, int64_t(c) * h);
+  if (pp.kind != PoolParams::kMax) {
+    Launch(PoolBackwardKernel, in_grid, dim3(kBlock), ctx.stream, p);
+    return;
+  }
+  Scratch arg(ctx.alloc, sizeof(int) * size_t(c) * oh * ow * n);
+  PoolArgParams a{x, y, dy, static_cast<int*>(static_cast<void*>(arg.f())), dx, c, h, w, n, oh, ow,
+                  pp.size, pp.stride, pp.pad};
+  const dim3 out_grid = RowGrid(int64_t(ow) * n, int64_t(c) * oh);
+  auto run = [&](int version) {
+    if (version == 2) {
+      Launch(PoolBackwardKernel, in_grid, dim3(kBlock), ctx.stream, p);
+    } else {
+      Launch(PoolArgmaxKernel, out_grid, dim3(kBlock), ctx.stream, a);
+      Launch(PoolMaxGatherKernel, in_grid, dim3(kBlock), ctx.stream, a);
+    }
+  };
+  run(ChoosePoolVersion(ctx, {c, h, w, n, pp.size, pp.stride, pp.pad}, run));
 }
 
 void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,

@@ -349,9 +349,17 @@ TEST_F(CudaTest, Pooling) {
       }
       Tensor dy = RandomCpu(ys, 62), dx(xs, Device::kCPU);
       Cpu().PoolBackward(x, y, dy, dx, p);
-      Tensor gdx = Poisoned(xs, Device::kCUDA);
-      Gpu().PoolBackward(gx, OnGpu(y), OnGpu(dy), gdx, p);
-      EXPECT_CLOSE(gdx, dx) << name << (ties ? " (ties)" : "");
+      Tensor gyc = OnGpu(y), gdy = OnGpu(dy);
+      std::vector<std::vector<float>> outs;
+      for (int version : {2, 3}) {  // max pooling backward: both versions, bit-identical
+        cuda::SetPoolBackwardVersion(version);
+        Tensor gdx = Poisoned(xs, Device::kCUDA);
+        Gpu().PoolBackward(gx, gyc, gdy, gdx, p);
+        EXPECT_CLOSE(gdx, dx) << name << (ties ? " (ties)" : "") << " version " << version;
+        outs.push_back(gdx.ToHost());
+      }
+      cuda::SetPoolBackwardVersion(0);
+      EXPECT_EQ(outs[0], outs[1]) << name << ": pool backward versions differ";
     }
   }
 }
