@@ -110,7 +110,11 @@ int main(int argc, char** argv) {
   usage.contains_help_flags = [](absl::string_view file) {
     return absl::StrContains(file, "apps/trainer.cc");
   };
-  usage.normalize_filename = [](absl::string_view f) { return std::string(f); };
+  // Show "src/apps/trainer.cc", not the build machine's absolute path.
+  usage.normalize_filename = [](absl::string_view f) {
+    size_t at = f.rfind("src/apps/");
+    return std::string(at == absl::string_view::npos ? f : f.substr(at));
+  };
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(absl::StrCat(
       "trains a convolutional network.\n\n"
