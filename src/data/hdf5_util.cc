@@ -11,24 +11,12 @@
 namespace colonnade::data::h5 {
 namespace {
 
-std::mutex& GlobalMutex() {
-  static std::mutex* mu = new std::mutex();  // leaked: used from static destructors too
-  return *mu;
-}
-
 bool FileExists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace
-
-Lock::Lock() : lock_(GlobalMutex()) {
-  H5Eget_auto2(H5E_DEFAULT, &old_func_, &old_data_);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-}
-
-Lock::~Lock() { H5Eset_auto2(H5E_DEFAULT, old_func_, old_data_); }
 
 absl::StatusOr<Handle> OpenFileReadOnly(const std::string& path) {
   if (!FileExists(path)) return absl::NotFoundError(absl::StrCat(path, ": file not found"));

@@ -12,57 +12,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "hdf5/hdf5.h"
 
 namespace colonnade::data::h5 {
 
-// Serialises the data module's HDF5 calls. Debian's serial HDF5 happens to be built
-// thread-safe (it then takes its own global lock anyway), but other builds are not, so
-// every HDF5 call in src/data/ runs under this lock. It also turns off HDF5's automatic
-// error-stack printing for the duration (errors become absl::Status instead) and restores
-// the previous handler afterwards, so other modules keep their own setting.
-class Lock {
- public:
-  Lock();
-  ~Lock();
-  Lock(const Lock&) = delete;
-  Lock& operator=(const Lock&) = delete;
-
- private:
-  std::unique_lock<std::mutex> lock_;
-  H5E_auto2_t old_func_ = nullptr;
-  void* old_data_ = nullptr;
-};
-
-// Owns one hid_t and closes it with the matching H5?close.
-class Handle {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Handle() = default;
-  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
-  ~Handle() { Reset(); }
-  Handle(Handle&& o) noexcept : id_(o.id_), closer_(o.closer_) { o.id_ = -1; }
-  Handle& operator=(Handle&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      id_ = o.id_;
-      closer_ = o.closer_;
-      o.id_ = -1;
-    }
-    return *this;
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-  void Reset() {
-    if (id_ >= 0 && closer_) closer_(id_);
-    id_ = -1;
-  }
-
- private:
-  hid_t id_ = -1;
-  Closer closer_ = nullptr;
-};
+// The project-wide HDF5 scope (one lock for all modules, HDF5 error printing off) and
+// handle, from src/hdf5.
+using Lock = ::colonnade::hdf5::Scope;
+using Handle = ::colonnade::hdf5::Handle;
 
 inline Handle FileHandle(hid_t id) { return Handle(id, H5Fclose); }
 inline Handle DatasetHandle(hid_t id) { return Handle(id, H5Dclose); }

@@ -1,6 +1,6 @@
-#include "checkpoint/h5.h"
+#include "hdf5/hdf5.h"
 
-namespace colonnade::checkpoint::internal {
+namespace colonnade::hdf5 {
 namespace {
 
 std::recursive_mutex& Mutex() {
@@ -17,12 +17,12 @@ herr_t InnermostCallback(unsigned n, const H5E_error2_t* err, void* data) {
 
 }  // namespace
 
-H5Scope::H5Scope() : lock_(Mutex()) {
+Scope::Scope() : lock_(Mutex()) {
   H5Eget_auto2(H5E_DEFAULT, &old_func_, &old_data_);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
-H5Scope::~H5Scope() { H5Eset_auto2(H5E_DEFAULT, old_func_, old_data_); }
+Scope::~Scope() { H5Eset_auto2(H5E_DEFAULT, old_func_, old_data_); }
 
 std::string LastError() {
   std::string s;
@@ -30,4 +30,4 @@ std::string LastError() {
   return s;
 }
 
-}  // namespace colonnade::checkpoint::internal
+}  // namespace colonnade::hdf5

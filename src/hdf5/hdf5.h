@@ -1,0 +1,72 @@
+// The HDF5 plumbing shared by the modules that read and write HDF5 files (src/data shards,
+// src/checkpoint checkpoints): an RAII handle for hid_t and the one scope every HDF5 call
+// of the project runs in. One scope for all modules matters: with an HDF5 build that is
+// not thread-safe, a checkpoint written on the main thread while reader threads read
+// shards must be serialised by a single lock, not one lock per module.
+#pragma once
+
+#include <hdf5.h>
+
+#include <mutex>
+#include <string>
+
+namespace colonnade::hdf5 {
+
+// Held around every code path that calls HDF5: takes the project-wide (recursive) HDF5
+// lock, turns off HDF5's automatic error-stack printing (errors become absl::Status with
+// messages of our own) and restores the previous printing handler on exit.
+class Scope {
+ public:
+  Scope();
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  std::unique_lock<std::recursive_mutex> lock_;
+  H5E_auto2_t old_func_ = nullptr;
+  void* old_data_ = nullptr;
+};
+
+// Owns one hid_t and closes it with the matching H5?close. Close() reports the result,
+// which matters for files opened for writing (a failed close = lost data).
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Handle() { Close(); }
+  Handle(Handle&& o) noexcept : id_(o.id_), closer_(o.closer_) { o.id_ = -1; }
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      Close();
+      id_ = o.id_;
+      closer_ = o.closer_;
+      o.id_ = -1;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  // Closes the handle (if open); false when the close failed.
+  bool Close() {
+    bool ok = true;
+    if (id_ >= 0 && closer_) ok = closer_(id_) >= 0;
+    id_ = -1;
+    return ok;
+  }
+  void Reset() { Close(); }
+
+ private:
+  hid_t id_ = -1;
+  Closer closer_ = nullptr;
+};
+
+// The description of the innermost error on this thread's HDF5 error stack (e.g. "data
+// error detected by Fletcher32 checksum"), or "" when it is empty. Call right after the
+// failing HDF5 call: the next API call clears the stack.
+std::string LastError();
+
+}  // namespace colonnade::hdf5
