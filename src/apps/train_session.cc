@@ -496,6 +496,7 @@ int RunTrainer(const TrainConfig& cfg) {
   po.dp_size = l.dp_size;
   po.seed = seed;
   po.crop = mo.input_size == dinfo.height ? 0 : mo.input_size;
+  po.pad = cfg.pad;  // training pipeline only; Evaluate's pipelines are never padded
   po.mirror = cfg.mirror;
   po.mean = cfg.mean;
   po.lighting = cfg.lighting;

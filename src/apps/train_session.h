@@ -24,6 +24,7 @@ struct TrainConfig {
   std::string val_data;          // empty: no evaluation
   int64_t synthetic_size = 8192;
   int crop = 0;
+  int pad = 0;                   // training only: data::PipelineOptions::pad
   bool mirror = false;
   std::string mean = "image";
   float lighting = 0.0f;

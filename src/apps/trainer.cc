@@ -50,6 +50,9 @@ ABSL_FLAG(int64_t, synthetic_size, 8192, "Images in the synthetic training set."
 ABSL_FLAG(int, crop, 0,
           "Random crop side for training (centre crop for evaluation); 0: the whole image. "
           "AlexNet: 224 from 256.");
+ABSL_FLAG(int, pad, 0,
+          "Training: pad every side by P mean-valued pixels before the random crop (CIFAR: "
+          "--pad=4 with 32x32 crops); evaluation is not padded.");
 ABSL_FLAG(bool, mirror, false, "Random horizontal mirroring in training.");
 ABSL_FLAG(std::string, mean, "image",
           "Mean subtraction: image (the dataset's mean image), channel (per-channel mean), none.");
@@ -148,6 +151,7 @@ int main(int argc, char** argv) {
   c.val_data = absl::GetFlag(FLAGS_val_data);
   c.synthetic_size = absl::GetFlag(FLAGS_synthetic_size);
   c.crop = absl::GetFlag(FLAGS_crop);
+  c.pad = absl::GetFlag(FLAGS_pad);
   c.mirror = absl::GetFlag(FLAGS_mirror);
   c.mean = absl::GetFlag(FLAGS_mean);
   c.lighting = static_cast<float>(absl::GetFlag(FLAGS_lighting));
@@ -185,8 +189,8 @@ int main(int argc, char** argv) {
   if (c.epochs < 0) bad = "--epochs must not be negative";
   if (c.mp < 1) bad = "--mp must be at least 1";
   if (c.log_every < 1) bad = "--log_every must be at least 1";
-  if (c.input_size < 0 || c.num_classes < 0 || c.columns < 0 || c.crop < 0)
-    bad = "--input_size, --num_classes, --columns and --crop must not be negative";
+  if (c.input_size < 0 || c.num_classes < 0 || c.columns < 0 || c.crop < 0 || c.pad < 0)
+    bad = "--input_size, --num_classes, --columns, --crop and --pad must not be negative";
   if (c.bucket_mb <= 0) bad = "--bucket_mb must be positive";
   if (c.synthetic_size < 1) bad = "--synthetic_size must be positive";
   if (c.mean != "image" && c.mean != "channel" && c.mean != "none")

@@ -46,17 +46,22 @@ uint64_t PurposeKey(uint64_t seed, RandomPurpose p) {
 ImageAugment DrawAugment(const AugmentConfig& cfg, uint64_t seed, int64_t epoch,
                          int64_t position, bool train, bool mirror, float lighting_sigma) {
   ImageAugment a;
-  const int span_y = cfg.height - cfg.crop_h + 1, span_x = cfg.width - cfg.crop_w + 1;
   const uint64_t e = static_cast<uint64_t>(epoch), p = static_cast<uint64_t>(position);
   if (!train) {
     a.y0 = (cfg.height - cfg.crop_h) / 2;
     a.x0 = (cfg.width - cfg.crop_w) / 2;
     return a;
   }
+  // Number of crop positions in the padded image. With pad 0 these are the unpadded spans,
+  // so the draws (and checkpoint resume of older runs) stay bit-identical; span 1 means a
+  // single position, and then nothing is drawn, as before.
+  const int pad = cfg.pad;
+  const int span_y = cfg.height - cfg.crop_h + 1 + 2 * pad;
+  const int span_x = cfg.width - cfg.crop_w + 1 + 2 * pad;
   if (span_y > 1 || span_x > 1) {
     Philox4 r = Philox4x32(PurposeKey(seed, RandomPurpose::kCrop), e, p);
-    a.y0 = UniformInt(r.v[0], span_y);
-    a.x0 = UniformInt(r.v[1], span_x);
+    a.y0 = UniformInt(r.v[0], span_y) - pad;
+    a.x0 = UniformInt(r.v[1], span_x) - pad;
   }
   if (mirror) {
     a.mirror = PhiloxUniform(PurposeKey(seed, RandomPurpose::kMirror), e, p) < 0.5f;
@@ -72,7 +77,7 @@ ImageAugment DrawAugment(const AugmentConfig& cfg, uint64_t seed, int64_t epoch,
 
 void WriteImageCHWN(const uint8_t* hwc, const AugmentConfig& cfg, const ImageAugment& aug,
                     float* out, int64_t N, int64_t n) {
-  const int W = cfg.width, C = cfg.channels, ch = cfg.crop_h, cw = cfg.crop_w;
+  const int H = cfg.height, W = cfg.width, C = cfg.channels, ch = cfg.crop_h, cw = cfg.crop_w;
   const float scale = cfg.scale;
   for (int c = 0; c < C; ++c) {
     // Per-channel constant part: (light - channel mean), then per pixel - mean image.
@@ -80,13 +85,21 @@ void WriteImageCHWN(const uint8_t* hwc, const AugmentConfig& cfg, const ImageAug
     if (cfg.mean == MeanMode::kChannel) offset -= cfg.channel_mean[c];
     for (int y = 0; y < ch; ++y) {
       const int sy = aug.y0 + y;
+      float* dst = out + (static_cast<int64_t>(c) * ch + y) * cw * N + n;
+      if (sy < 0 || sy >= H) {  // a padding row
+        for (int x = 0; x < cw; ++x) dst[x * N] = 0.0f;
+        continue;
+      }
       const uint8_t* row = hwc + static_cast<int64_t>(sy) * W * C + c;
       const float* mrow = cfg.mean == MeanMode::kImage
                               ? cfg.mean_image.data() + static_cast<int64_t>(sy) * W * C + c
                               : nullptr;
-      float* dst = out + (static_cast<int64_t>(c) * ch + y) * cw * N + n;
       for (int x = 0; x < cw; ++x) {
         const int sx = aug.mirror ? aug.x0 + cw - 1 - x : aug.x0 + x;
+        if (sx < 0 || sx >= W) {  // a padding column
+          dst[x * N] = 0.0f;
+          continue;
+        }
         float v = static_cast<float>(row[sx * C]);
         if (mrow) v -= mrow[sx * C];
         dst[x * N] = (v + offset) * scale;
@@ -104,7 +117,7 @@ void WriteChunkCHWN(const uint8_t* const* hwc, const ImageAugment* augs, int cou
     }
     return;
   }
-  const int W = cfg.width, C = cfg.channels, ch = cfg.crop_h, cw = cfg.crop_w;
+  const int H = cfg.height, W = cfg.width, C = cfg.channels, ch = cfg.crop_h, cw = cfg.crop_w;
   const float scale = cfg.scale;
   // Two steps per output row y: (1) each image's crop row, all channels, from one pass over
   // its interleaved source row into tmp[c][x][j] (image j innermost); (2) for each (c, x),
@@ -124,23 +137,45 @@ void WriteChunkCHWN(const uint8_t* const* hwc, const ImageAugment* augs, int cou
   for (int y = 0; y < ch; ++y) {
     for (int j = 0; j < count; ++j) {
       const ImageAugment& a = augs[j];
-      const int64_t start = (static_cast<int64_t>(a.y0 + y) * W + a.x0) * C;
+      const int sy = a.y0 + y;
+      // Padding: the crop columns [xa, xb) come from the image, the rest (and whole rows
+      // outside it) are 0. Without padding xa = 0, xb = cw and the loops below are the
+      // unpadded ones.
+      int xa = 0, xb = 0;
+      if (sy >= 0 && sy < H) {
+        // sx(x) = x0 + x, or x0 + cw - 1 - x when mirrored, must lie in [0, W).
+        const int lo = a.mirror ? a.x0 + cw - W : -a.x0;
+        const int hi = a.mirror ? a.x0 + cw : W - a.x0;
+        xa = std::max(0, lo);
+        xb = std::max(xa, std::min(cw, hi));
+      }
+      if (xa > 0 || xb < cw) {
+        for (int c = 0; c < C; ++c) {
+          float* t = tmp.data() + static_cast<size_t>(c) * cw * kMax + j;
+          for (int x = 0; x < xa; ++x) t[x * kMax] = 0.0f;
+          for (int x = xb; x < cw; ++x) t[x * kMax] = 0.0f;
+        }
+        if (xa == xb) continue;
+      }
+      // Offsets relative to the start of source row sy; e0 is the element of crop column xa.
+      const int64_t start = static_cast<int64_t>(sy) * W * C;
       const uint8_t* src = hwc[j] + start;
       const float* mean = cfg.mean == MeanMode::kImage ? cfg.mean_image.data() + start : nullptr;
-      const int first = a.mirror ? cw - 1 : 0, step = a.mirror ? -1 : 1;
+      const int step = a.mirror ? -1 : 1;
+      const int e0 = (a.mirror ? a.x0 + cw - 1 - xa : a.x0 + xa) * C;
       if (C == 3) {  // RGB: one pass over the interleaved row for all three channels
         float* t0 = tmp.data() + j;
         float* t1 = t0 + static_cast<size_t>(cw) * kMax;
         float* t2 = t1 + static_cast<size_t>(cw) * kMax;
         const float o0 = offset[j][0], o1 = offset[j][1], o2 = offset[j][2];
         if (mean) {
-          for (int x = 0, e = first * 3; x < cw; ++x, e += 3 * step) {
+          for (int x = xa, e = e0; x < xb; ++x, e += 3 * step) {
             t0[x * kMax] = (static_cast<float>(src[e]) - mean[e] + o0) * scale;
             t1[x * kMax] = (static_cast<float>(src[e + 1]) - mean[e + 1] + o1) * scale;
             t2[x * kMax] = (static_cast<float>(src[e + 2]) - mean[e + 2] + o2) * scale;
           }
         } else {
-          for (int x = 0, e = first * 3; x < cw; ++x, e += 3 * step) {
+          for (int x = xa, e = e0; x < xb; ++x, e += 3 * step) {
             t0[x * kMax] = (static_cast<float>(src[e]) + o0) * scale;
             t1[x * kMax] = (static_cast<float>(src[e + 1]) + o1) * scale;
             t2[x * kMax] = (static_cast<float>(src[e + 2]) + o2) * scale;
@@ -151,7 +186,7 @@ void WriteChunkCHWN(const uint8_t* const* hwc, const ImageAugment* augs, int cou
       for (int c = 0; c < C; ++c) {
         float* t = tmp.data() + static_cast<size_t>(c) * cw * kMax + j;
         const float off = offset[j][c];
-        for (int x = 0, e = first * C + c; x < cw; ++x, e += C * step) {
+        for (int x = xa, e = e0 + c; x < xb; ++x, e += C * step) {
           float v = static_cast<float>(src[e]);
           if (mean) v -= mean[e];
           t[x * kMax] = (v + off) * scale;

@@ -44,6 +44,14 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
     return bad(absl::StrFormat("crop %d does not fit the %dx%d images of %s", o.crop,
                                info.height, info.width, info.path));
   }
+  // pad < crop side keeps at least one image row and column in every crop (and 2*pad far
+  // from overflowing the span). Checked for eval pipelines too, where pad is unused.
+  const int crop_side = o.crop > 0 ? o.crop : std::min(info.height, info.width);
+  if (o.pad < 0 || (o.pad > 0 && o.pad >= crop_side)) {
+    return bad(absl::StrFormat("pad %d must be >= 0 and smaller than the crop side %d of the "
+                               "%dx%d images of %s", o.pad, crop_side, info.height,
+                               info.width, info.path));
+  }
   absl::StatusOr<MeanMode> mean = ParseMeanMode(o.mean);
   if (!mean.ok()) return bad(std::string(mean.status().message()));
   if (!(o.lighting >= 0.f)) return bad("lighting sigma must be >= 0");
@@ -94,6 +102,7 @@ BatchPipeline::BatchPipeline(Dataset* ds, const PipelineOptions& o, Cursor start
   cfg_.channels = info.channels;
   cfg_.crop_h = o.crop > 0 ? o.crop : info.height;
   cfg_.crop_w = o.crop > 0 ? o.crop : info.width;
+  cfg_.pad = o.train ? o.pad : 0;  // eval crops are never padded
   cfg_.scale = o.scale;
   cfg_.mean = ParseMeanMode(o.mean).value_or(MeanMode::kNone);
   if (cfg_.mean != MeanMode::kNone) {

@@ -38,13 +38,17 @@ struct PipelineOptions {
   int dp_rank = 0, dp_size = 1;
   uint64_t seed = 0;
   // train=false is evaluation: the dataset in order (shuffle off), the last partial batch
-  // kept (drop_last off), centre crops, no mirror, no lighting; `shuffle`, `drop_last`,
-  // `mirror` and `lighting` then have no effect.
+  // kept (drop_last off), centre crops, no padding, no mirror, no lighting; `shuffle`,
+  // `drop_last`, `pad`, `mirror` and `lighting` then have no effect.
   bool train = true;
   bool shuffle = true;
   bool drop_last = true;
   int crop = 0;           // output height = width (0 = the full image); train: random crop,
                           // eval: centre crop
+  int pad = 0;            // train: pad every side by `pad` pixels whose output is 0 (mean-
+                          // valued; no lighting) before the random crop, so crop offsets
+                          // range over [-pad, H-crop+pad]. CIFAR: pad 4 with 32x32 crops of
+                          // 32x32 images. Must be in [0, crop side). Eval: ignored.
   bool mirror = false;    // train: horizontal flip with probability 1/2
   std::string mean = "image";  // "image": subtract the mean image; "channel": its per-channel
                                // average; "none"

@@ -1,5 +1,6 @@
 // Batch pipeline: layout independence (dp slices, thread counts), exact resume, eval
-// order, augmentation semantics, ten crops, error propagation, synthetic learnability.
+// order, augmentation semantics (including padding), ten crops, error propagation,
+// synthetic learnability.
 #include "data/pipeline.h"
 
 #include <atomic>
@@ -7,6 +8,8 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -515,6 +518,307 @@ TEST(PipelineTest, PinnedAllocatorHookAndRecycling) {
   }
   EXPECT_GT(calls, 0);
   EXPECT_LE(calls, 2 * (o.queue_depth + 3));  // images + labels, bounded by the queue
+}
+
+// ---- Padding (PipelineOptions::pad, AugmentConfig::pad) ----------------------------------
+
+// The naive padding reference: builds the (H+2P) x (W+2P) x C image of OUTPUT values
+// explicitly (image pixels normalised as (pixel - mean + light) * scale, padding 0), then
+// takes the crop at (y0+P, x0+P) of the padded image and mirrors it. Returns the
+// C x crop_h x crop_w output column; `padding` counts the values that came from padding.
+std::vector<float> PaddedReference(const uint8_t* hwc, const AugmentConfig& cfg,
+                                   const ImageAugment& a, int P, int* padding = nullptr) {
+  const int H = cfg.height, W = cfg.width, C = cfg.channels, ch = cfg.crop_h, cw = cfg.crop_w;
+  const int PW = W + 2 * P;
+  std::vector<float> padded(static_cast<size_t>(H + 2 * P) * PW * C, 0.0f);
+  std::vector<bool> inside(padded.size(), false);
+  for (int y = 0; y < H; ++y)
+    for (int x = 0; x < W; ++x)
+      for (int c = 0; c < C; ++c) {
+        const int e = (y * W + x) * C + c;
+        float offset = a.light[c];
+        if (cfg.mean == MeanMode::kChannel) offset -= cfg.channel_mean[c];
+        float v = static_cast<float>(hwc[e]);
+        if (cfg.mean == MeanMode::kImage) v -= cfg.mean_image[e];
+        const size_t pe = (static_cast<size_t>(y + P) * PW + x + P) * C + c;
+        padded[pe] = (v + offset) * cfg.scale;
+        inside[pe] = true;
+      }
+  std::vector<float> out(static_cast<size_t>(C) * ch * cw);
+  for (int c = 0; c < C; ++c)
+    for (int y = 0; y < ch; ++y)
+      for (int x = 0; x < cw; ++x) {
+        const int py = a.y0 + P + y, px = (a.mirror ? a.x0 + cw - 1 - x : a.x0 + x) + P;
+        EXPECT_TRUE(py >= 0 && py < H + 2 * P && px >= 0 && px < PW)
+            << "offset (" << a.y0 << ", " << a.x0 << ") is outside the padded image";
+        const size_t pe = (static_cast<size_t>(py) * PW + px) * C + c;
+        out[(static_cast<size_t>(c) * ch + y) * cw + x] = padded.at(pe);
+        if (padding && !inside.at(pe)) ++*padding;
+      }
+  return out;
+}
+
+// Column n of a CHWN buffer equals `want` bitwise (0.0f and -0.0f differ).
+::testing::AssertionResult ColumnIs(const float* data, int64_t N, int64_t n,
+                                    const std::vector<float>& want) {
+  for (size_t r = 0; r < want.size(); ++r) {
+    const float got = data[static_cast<int64_t>(r) * N + n];
+    if (std::memcmp(&got, &want[r], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << "column " << n << " value " << r << ": " << got << " != " << want[r];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(PadTest, WritersEqualAnExplicitlyPaddedImage) {
+  struct Geo {
+    int H, W, ch, cw, P;
+  };
+  // Crop inside the image; crop = the full image (the CIFAR case); pad = crop - 1 (crops
+  // with a single image row or column); no padding.
+  const Geo geos[] = {{11, 13, 7, 9, 3}, {11, 13, 11, 13, 4}, {11, 13, 7, 9, 6}, {11, 13, 7, 9, 0}};
+  std::mt19937 rng(42);
+  int64_t padding_values = 0;
+  for (const Geo& g : geos) {
+    for (int C : {3, 1}) {
+      for (MeanMode mode : {MeanMode::kImage, MeanMode::kChannel, MeanMode::kNone}) {
+        AugmentConfig cfg;
+        cfg.height = g.H;
+        cfg.width = g.W;
+        cfg.channels = C;
+        cfg.crop_h = g.ch;
+        cfg.crop_w = g.cw;
+        cfg.pad = g.P;
+        cfg.mean = mode;
+        cfg.scale = 0.37f;
+        const int values = g.H * g.W * C;
+        for (int e = 0; e < values; ++e) cfg.mean_image.push_back(3.0f + 0.31f * e);
+        cfg.channel_mean = {10.1f, 20.2f, 30.3f};
+        cfg.channel_mean.resize(C);
+        const int ylo = -g.P, yhi = g.H - g.ch + g.P, xlo = -g.P, xhi = g.W - g.cw + g.P;
+        // Counts 1..16 at column 1 (unaligned, scalar stores); then 16 at column 16 of 32
+        // (64-byte aligned, N % 4 == 0: the streaming-store path).
+        for (int round = 1; round <= 17; ++round) {
+          const int count = std::min(round, 16);
+          const int64_t n0 = round == 17 ? 16 : 1, N = round == 17 ? 32 : n0 + count + 2;
+          std::vector<std::vector<uint8_t>> images(count);
+          std::vector<const uint8_t*> ptrs;
+          std::vector<ImageAugment> augs(count);
+          for (int j = 0; j < count; ++j) {
+            for (int e = 0; e < values; ++e) images[j].push_back(static_cast<uint8_t>(rng()));
+            ptrs.push_back(images[j].data());
+            ImageAugment& a = augs[j];
+            if (j < 8) {  // the four extreme corners, unmirrored then mirrored
+              a.y0 = (j & 1) ? yhi : ylo;
+              a.x0 = (j & 2) ? xhi : xlo;
+              a.mirror = j >= 4;
+            } else {
+              a.y0 = ylo + static_cast<int>(rng() % (yhi - ylo + 1));
+              a.x0 = xlo + static_cast<int>(rng() % (xhi - xlo + 1));
+              a.mirror = rng() & 1;
+            }
+            for (int c = 0; c < 3; ++c) a.light[c] = static_cast<float>(rng() % 4001) / 100.f - 20.f;
+          }
+          const int64_t size = static_cast<int64_t>(C) * g.ch * g.cw * N;
+          Tensor ta(Shape{size}), tb(Shape{size});
+          std::fill(ta.data(), ta.data() + size, -1.f);
+          std::fill(tb.data(), tb.data() + size, -1.f);
+          WriteChunkCHWN(ptrs.data(), augs.data(), count, cfg, ta.data(), N, n0);
+          for (int j = 0; j < count; ++j) WriteImageCHWN(ptrs[j], cfg, augs[j], tb.data(), N, n0 + j);
+          const std::vector<float> untouched(static_cast<size_t>(C) * g.ch * g.cw, -1.f);
+          for (int64_t n = 0; n < N; ++n) {
+            const bool in = n >= n0 && n < n0 + count;
+            int padding = 0;
+            const std::vector<float> want =
+                in ? PaddedReference(images[n - n0].data(), cfg, augs[n - n0], g.P, &padding)
+                   : untouched;
+            padding_values += padding;
+            ASSERT_TRUE(ColumnIs(ta.data(), N, n, want))
+                << "WriteChunkCHWN, pad " << g.P << " C " << C << " mean " << static_cast<int>(mode)
+                << " count " << count << " offset (" << (in ? augs[n - n0].y0 : 0) << ", "
+                << (in ? augs[n - n0].x0 : 0) << ") mirror " << (in && augs[n - n0].mirror);
+            ASSERT_TRUE(ColumnIs(tb.data(), N, n, want))
+                << "WriteImageCHWN, pad " << g.P << " C " << C << " mean " << static_cast<int>(mode)
+                << " count " << count;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(padding_values, 10000);  // the padding really was exercised
+}
+
+TEST(PadTest, DrawnOffsetsCoverExactlyThePaddedRange) {
+  struct Geo {
+    int H, W, ch, cw, P;
+  };
+  for (const Geo& g : {Geo{16, 16, 12, 12, 4}, Geo{32, 32, 32, 32, 4}, Geo{11, 13, 7, 9, 6},
+                       Geo{16, 16, 12, 12, 0}}) {
+    AugmentConfig cfg;
+    cfg.height = g.H;
+    cfg.width = g.W;
+    cfg.channels = 3;
+    cfg.crop_h = g.ch;
+    cfg.crop_w = g.cw;
+    cfg.pad = g.P;
+    std::map<int, int> ys, xs;
+    const int draws = 40000;
+    for (int64_t p = 0; p < draws; ++p) {
+      const ImageAugment a = DrawAugment(cfg, 7, p % 3, p, true, true, 0.f);
+      ++ys[a.y0];
+      ++xs[a.x0];
+    }
+    const int ylo = -g.P, yhi = g.H - g.ch + g.P, xlo = -g.P, xhi = g.W - g.cw + g.P;
+    EXPECT_EQ(ys.begin()->first, ylo) << "pad " << g.P;
+    EXPECT_EQ(ys.rbegin()->first, yhi) << "pad " << g.P;
+    EXPECT_EQ(xs.begin()->first, xlo) << "pad " << g.P;
+    EXPECT_EQ(xs.rbegin()->first, xhi) << "pad " << g.P;
+    // Every offset in between, roughly uniformly.
+    EXPECT_EQ(static_cast<int>(ys.size()), yhi - ylo + 1);
+    EXPECT_EQ(static_cast<int>(xs.size()), xhi - xlo + 1);
+    for (const auto& [v, n] : ys) EXPECT_GT(n, draws / (yhi - ylo + 1) / 2) << "y0 " << v;
+    for (const auto& [v, n] : xs) EXPECT_GT(n, draws / (xhi - xlo + 1) / 2) << "x0 " << v;
+  }
+  // Without padding, a crop of the full image has one position and draws nothing.
+  AugmentConfig full;
+  full.height = full.width = full.crop_h = full.crop_w = 8;
+  full.channels = 3;
+  const ImageAugment a = DrawAugment(full, 7, 0, 3, true, false, 0.f);
+  EXPECT_EQ(a.y0, 0);
+  EXPECT_EQ(a.x0, 0);
+}
+
+// pad = 0 is the pipeline as it was: the same batches as default options, and offsets from
+// the pre-padding formula (uniform in [0, H - crop] from the kCrop Philox words).
+TEST(PadTest, PadZeroIsThePipelineWithoutPadding) {
+  auto ds = MakeSyntheticDataset(SmallSynth());
+  Dataset* d = ds->get();
+  PipelineOptions def = TrainOptions(32);  // crop 12 of 16, mirror, lighting, mean image
+  PipelineOptions zero = def;
+  zero.pad = 0;
+  zero.threads = 3;
+  std::vector<Batch> a = Take(d, def, 5), b = Take(d, zero, 5);
+  ASSERT_EQ(a.size(), 5u);
+  ASSERT_EQ(b.size(), 5u);
+  for (int i = 0; i < 5; ++i) ExpectBatchesEqual(a[i], b[i]);
+
+  absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(d, zero);
+  ASSERT_TRUE(p.ok());
+  const AugmentConfig& cfg = (*p)->augment_config();
+  EXPECT_EQ(cfg.pad, 0);
+  const uint64_t key = MixKey(zero.seed, static_cast<uint64_t>(RandomPurpose::kCrop));
+  for (const Batch& batch : b) {
+    for (int64_t n = 0; n < batch.images.n(); ++n) {
+      const int64_t position = batch.cursor.position + n;
+      ImageAugment aug = DrawAugment(cfg, zero.seed, batch.epoch, position, true, true, 0.1f);
+      const Philox4 r = Philox4x32(key, static_cast<uint64_t>(batch.epoch),
+                                   static_cast<uint64_t>(position));
+      ASSERT_EQ(aug.y0, static_cast<int>((static_cast<uint64_t>(r.v[0]) * 5) >> 32));
+      ASSERT_EQ(aug.x0, static_cast<int>((static_cast<uint64_t>(r.v[1]) * 5) >> 32));
+      std::vector<uint8_t> px;
+      ASSERT_TRUE(d->Read(batch.indices[n], &px).ok());
+      ASSERT_TRUE(ColumnIs(batch.images.data(), batch.images.n(), n,
+                           PaddedReference(px.data(), cfg, aug, 0)));
+    }
+  }
+}
+
+// A training pipeline with pad 4 and crop = the full image (the CIFAR recipe): every image
+// is the reference crop of its padded image at the drawn offset, and padding shows up.
+TEST(PadTest, TrainingPipelineCropsThePaddedImage) {
+  auto ds = MakeSyntheticDataset(SmallSynth());
+  Dataset* d = ds->get();
+  PipelineOptions o = TrainOptions(32);
+  o.crop = 0;
+  o.pad = 4;
+  o.threads = 3;
+  std::vector<Batch> batches = Take(d, o, 4);
+  ASSERT_EQ(batches.size(), 4u);
+  absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(d, o);
+  ASSERT_TRUE(p.ok());
+  const AugmentConfig& cfg = (*p)->augment_config();
+  ASSERT_EQ(cfg.pad, 4);
+  ASSERT_EQ(cfg.crop_h, 16);
+  int64_t padding = 0, shifted = 0;
+  for (const Batch& batch : batches) {
+    EXPECT_EQ(batch.images.shape(), Shape::CHWN(3, 16, 16, 32));
+    for (int64_t n = 0; n < batch.images.n(); ++n) {
+      const ImageAugment aug = DrawAugment(cfg, o.seed, batch.epoch,
+                                           batch.cursor.position + n, true, true, 0.1f);
+      shifted += aug.y0 != 0 || aug.x0 != 0;
+      std::vector<uint8_t> px;
+      ASSERT_TRUE(d->Read(batch.indices[n], &px).ok());
+      int pad_values = 0;
+      ASSERT_TRUE(ColumnIs(batch.images.data(), 32, n,
+                           PaddedReference(px.data(), cfg, aug, 4, &pad_values)));
+      padding += pad_values;
+    }
+  }
+  EXPECT_GT(shifted, 100);
+  EXPECT_GT(padding, 0);
+}
+
+// Evaluation is never padded: eval pipelines with pad > 0 give exactly the pad 0 batches.
+TEST(PadTest, EvalPipelinesIgnorePad) {
+  auto ds = MakeSyntheticDataset(SmallSynth());
+  for (int crop : {12, 0}) {
+    PipelineOptions o;
+    o.global_batch = 32;
+    o.train = false;
+    o.crop = crop;
+    o.epochs = 1;
+    PipelineOptions padded = o;
+    padded.pad = 4;
+    padded.threads = 3;
+    std::vector<Batch> a = Take(ds->get(), o, 4), b = Take(ds->get(), padded, 4);
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(b.size(), 4u);
+    for (int i = 0; i < 4; ++i) ExpectBatchesEqual(a[i], b[i]);
+    absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(ds->get(), padded);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ((*p)->augment_config().pad, 0);
+  }
+  // DrawAugment's eval path is the centre crop whatever the pad.
+  AugmentConfig cfg;
+  cfg.height = cfg.width = 16;
+  cfg.crop_h = cfg.crop_w = 11;
+  cfg.channels = 3;
+  cfg.pad = 4;
+  for (int64_t p = 0; p < 50; ++p) {
+    const ImageAugment a = DrawAugment(cfg, 7, 0, p, false, true, 0.1f);
+    EXPECT_EQ(a.y0, 2);
+    EXPECT_EQ(a.x0, 2);
+    EXPECT_FALSE(a.mirror);
+  }
+}
+
+TEST(PadTest, PipelineRejectsBadPad) {
+  auto ds = MakeSyntheticDataset(SmallSynth());
+  auto err = [&](PipelineOptions o) {
+    absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(ds->get(), o);
+    EXPECT_FALSE(p.ok()) << "pad " << o.pad << " crop " << o.crop;
+    return p.ok() ? std::string() : std::string(p.status().message());
+  };
+  PipelineOptions o = TrainOptions(32);  // crop 12 of 16x16
+  o.pad = -1;
+  EXPECT_NE(err(o).find("pad -1 must be >= 0"), std::string::npos) << err(o);
+  EXPECT_NE(err(o).find("synthetic:train"), std::string::npos) << err(o);
+  o.train = false;  // rejected in eval too, although unused there
+  EXPECT_NE(err(o).find("pad -1"), std::string::npos);
+  o = TrainOptions(32);
+  o.pad = 12;  // not smaller than the crop
+  EXPECT_NE(err(o).find("pad 12 must be >= 0 and smaller than the crop side 12"),
+            std::string::npos) << err(o);
+  o.crop = 0;
+  o.pad = 16;  // crop 0: the crop side is the image side
+  EXPECT_NE(err(o).find("crop side 16"), std::string::npos) << err(o);
+  // The largest accepted pads.
+  o.pad = 15;
+  EXPECT_TRUE(BatchPipeline::Create(ds->get(), o).ok());
+  o.crop = 12;
+  o.pad = 11;
+  EXPECT_TRUE(BatchPipeline::Create(ds->get(), o).ok());
 }
 
 // Learnability proxy: a nearest-class-mean classifier on raw pixels, trained on the
