@@ -424,6 +424,7 @@ int RunTrainer(const TrainConfig& cfg) {
   mo.input_size = cfg.crop > 0 ? cfg.crop : (cfg.input_size > 0 ? cfg.input_size : dinfo.height);
   mo.num_classes = cfg.num_classes > 0 ? cfg.num_classes : dinfo.num_classes;
   mo.columns = cfg.columns;
+  mo.paper_init = cfg.paper_init;
   mo.input_channels = dinfo.channels;
   if (dinfo.height != dinfo.width) {
     return AgreedError(l, absl::InvalidArgumentError("images must be square: " + dinfo.path), kExitUsage);

@@ -13,6 +13,7 @@ struct TrainConfig {
   int input_size = 0;  // 0: from the data (crop or image size) or the model's default
   int num_classes = 0; // 0: from the data
   int columns = 0;     // 0: the model's own
+  bool paper_init = false;  // AlexNet: the paper's biases of 1 (ModelOptions::paper_init)
   // Where.
   std::string device = "auto";  // cpu | cuda | auto
   int cpu_threads = 0;           // 0: cores / ranks on this node

@@ -26,6 +26,10 @@ ABSL_FLAG(int, num_classes, 0, "Number of classes; 0: from the dataset.");
 ABSL_FLAG(int, columns, 0,
           "Number of columns the split layers are divided into (AlexNet: 2). A different K is a "
           "different model; 0 keeps the model's own.");
+ABSL_FLAG(bool, paper_init, false,
+          "AlexNet only: the paper's initialisation (biases 1 in conv2/4/5 and fc6/7, fc6/7 "
+          "weights N(0, 0.01)). Default: Caffe's replication (biases 0.1, fc6/7 N(0, 0.005)); "
+          "at lr 0.01 the paper's blows up and then stays at chance (docs/MODELS.md).");
 // ---- placement --------------------------------------------------------------------------
 ABSL_FLAG(std::string, device, "auto",
           "cpu, cuda, or auto (the GPU of this rank's local index when one is visible).");
@@ -142,6 +146,7 @@ int main(int argc, char** argv) {
   c.input_size = absl::GetFlag(FLAGS_input_size);
   c.num_classes = absl::GetFlag(FLAGS_num_classes);
   c.columns = absl::GetFlag(FLAGS_columns);
+  c.paper_init = absl::GetFlag(FLAGS_paper_init);
   c.device = absl::GetFlag(FLAGS_device);
   c.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   c.mp = absl::GetFlag(FLAGS_mp);

@@ -35,8 +35,10 @@ void AddInputsAndLoss(Net& net, const ModelOptions& o, const std::string& logits
 // Krizhevsky, Sutskever & Hinton (2012), the table of section 3.5 / figure 2: five conv
 // layers and three fully connected ones, split in K columns (the paper's two GPUs).
 // conv1, conv2, conv4, conv5 read their own column only; conv3 and fc6-fc8 read all
-// columns. Initialisation as in section 5: N(0, 0.01) weights, biases 1 in conv2, conv4,
-// conv5 and the hidden fc layers, 0 elsewhere.
+// columns. Initialisation: N(0, 0.01) weights, and the biases of conv2, conv4, conv5 and
+// the hidden fc layers at 0.1 with fc6/fc7 weights N(0, 0.005), as in Caffe's replication
+// (bvlc_alexnet); with o.paper_init those biases are 1 and fc6/fc7 N(0, 0.01), as in
+// section 5 of the paper (see ModelOptions::paper_init for why that is not the default).
 std::unique_ptr<Net> BuildAlexNet(const ModelOptions& o) {
   auto net = std::make_unique<Net>("alexnet");
   const int k = o.columns;
@@ -51,28 +53,31 @@ std::unique_ptr<Net> BuildAlexNet(const ModelOptions& o) {
     l->set_weight_std(0.01f);
     net->Emplace<ReluLayer>({name}, {name}, name + "_relu");
   };
-  auto fc = [&](const std::string& name, const std::string& in, int outputs, float bias) {
+  const float one = o.paper_init ? 1.0f : 0.1f;        // the non-zero biases
+  const float hidden_std = o.paper_init ? 0.01f : 0.005f;  // fc6, fc7 weights
+  auto fc = [&](const std::string& name, const std::string& in, int outputs, float bias,
+                float std) {
     auto* l = net->Emplace<FullyConnectedLayer>({in}, {name}, name, outputs, Cross(k), bias);
-    l->set_weight_std(0.01f);
+    l->set_weight_std(std);
   };
   // conv1 sees the whole image in every column; its 96 filters are split over columns.
   conv("conv1", "data", 96, Conv(11, 4, 2), Cross(k), 0.0f);
   net->Emplace<LrnCrossLayer>({"conv1"}, {"norm1"}, "norm1", lrn);
   net->Emplace<PoolLayer>({"norm1"}, {"pool1"}, "pool1", Pool(PoolParams::kMax, 3, 2));
-  conv("conv2", "pool1", 256, Conv(5, 1, 2, k), Isolated(k), 1.0f);
+  conv("conv2", "pool1", 256, Conv(5, 1, 2, k), Isolated(k), one);
   net->Emplace<LrnCrossLayer>({"conv2"}, {"norm2"}, "norm2", lrn);
   net->Emplace<PoolLayer>({"norm2"}, {"pool2"}, "pool2", Pool(PoolParams::kMax, 3, 2));
   conv("conv3", "pool2", 384, Conv(3, 1, 1), Cross(k), 0.0f);
-  conv("conv4", "conv3", 384, Conv(3, 1, 1, k), Isolated(k), 1.0f);
-  conv("conv5", "conv4", 256, Conv(3, 1, 1, k), Isolated(k), 1.0f);
+  conv("conv4", "conv3", 384, Conv(3, 1, 1, k), Isolated(k), one);
+  conv("conv5", "conv4", 256, Conv(3, 1, 1, k), Isolated(k), one);
   net->Emplace<PoolLayer>({"conv5"}, {"pool5"}, "pool5", Pool(PoolParams::kMax, 3, 2));
-  fc("fc6", "pool5", 4096, 1.0f);
+  fc("fc6", "pool5", 4096, one, hidden_std);
   net->Emplace<ReluLayer>({"fc6"}, {"fc6"}, "fc6_relu");
   net->Emplace<DropoutLayer>({"fc6"}, {"drop6"}, "drop6", 0.5f);
-  fc("fc7", "drop6", 4096, 1.0f);
+  fc("fc7", "drop6", 4096, one, hidden_std);
   net->Emplace<ReluLayer>({"fc7"}, {"fc7"}, "fc7_relu");
   net->Emplace<DropoutLayer>({"fc7"}, {"drop7"}, "drop7", 0.5f);
-  fc("fc8", "drop7", o.num_classes, 0.0f);
+  fc("fc8", "drop7", o.num_classes, 0.0f, 0.01f);
   AddInputsAndLoss(*net, o, "fc8");
   return net;
 }
@@ -250,6 +255,10 @@ absl::StatusOr<std::unique_ptr<Net>> BuildModel(const std::string& name, ModelOp
         "model %s cannot be split into columns (docs/MODELS.md says why); --columns must be 1 "
         "(got %d)",
         name, o.columns));
+  }
+  if (o.paper_init && name != "alexnet") {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--paper_init applies to alexnet only; model %s has one initialisation", name));
   }
   return m.build(o);
 }

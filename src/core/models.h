@@ -16,6 +16,11 @@ struct ModelOptions {
   int num_classes = 0;  // 0: the model's default (1000 or 10)
   int columns = 0;      // 0: the model's default (AlexNet 2); others re-split the filters
   int input_channels = 3;
+  // AlexNet only. false: Caffe's bvlc_alexnet replication init (non-zero biases 0.1,
+  // fc6/fc7 weights N(0, 0.005)), which trains at the paper's lr 0.01. true: the paper's
+  // section 5 (biases 1, every weight N(0, 0.01)); outside cuda-convnet that loss blows
+  // up and then stays flat at chance (Caffe's finding, and ours: experiments/alexnet_init).
+  bool paper_init = false;
 };
 
 // The training recipe a model was published with; the trainer's flags default to it.

@@ -52,6 +52,51 @@ TEST(Models, AlexNetShapesFollowThePaper) {
   EXPECT_EQ((*net)->columns(), 2);
 }
 
+// AlexNet's initialisation, measured on the initialised values: by default Caffe's
+// replication (non-zero biases 0.1, fc6/fc7 weights N(0, 0.005)); with paper_init the
+// paper's section 5 (biases 1, every weight N(0, 0.01)). Other models refuse paper_init.
+TEST(Models, AlexNetInitialisation) {
+  for (bool paper : {false, true}) {
+    ModelOptions o;
+    o.input_size = 67;
+    o.paper_init = paper;
+    auto net = BuildModel("alexnet", o);
+    ASSERT_TRUE(net.ok()) << net.status();
+    ASSERT_TRUE((*net)->Build(1, Device::kCPU).ok());
+    (*net)->InitParams(7);
+    const float one = paper ? 1.0f : 0.1f, hidden_std = paper ? 0.01f : 0.005f;
+    int seen = 0;
+    for (const NamedParam& p : (*net)->params()) {
+      const Tensor& v = p.param->value;
+      const float* d = v.data();
+      const std::string& layer = p.layer;
+      if (p.param->name == "bias") {
+        const bool nonzero = layer == "conv2" || layer == "conv4" || layer == "conv5" ||
+                             layer == "fc6" || layer == "fc7";
+        for (int64_t i = 0; i < v.size(); ++i) {
+          ASSERT_EQ(d[i], nonzero ? one : 0.0f) << layer << " bias " << i << " paper " << paper;
+        }
+      } else {
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < v.size(); ++i) sum += d[i], sq += double(d[i]) * d[i];
+        const double n = static_cast<double>(v.size());
+        const double std = std::sqrt(sq / n - (sum / n) * (sum / n));
+        const double want = (layer == "fc6" || layer == "fc7") ? hidden_std : 0.01;
+        // Every weight tensor has >= 34,848 values: the sample std is within 2% of sigma.
+        EXPECT_NEAR(std, want, 0.02 * want) << layer << " paper " << paper;
+        EXPECT_NEAR(sum / n, 0.0, 0.05 * want) << layer;
+      }
+      ++seen;
+    }
+    EXPECT_EQ(seen, 16);  // 8 layers x (weight, bias)
+  }
+  ModelOptions o;
+  o.paper_init = true;
+  auto vgg = BuildModel("vgg16", o);
+  ASSERT_FALSE(vgg.ok());
+  EXPECT_NE(vgg.status().message().find("alexnet only"), std::string::npos) << vgg.status();
+}
+
 TEST(Models, CifarNetsPoolCoverTheBorder) {
   for (const char* name : {"cifar10-18pct", "cifar10-80sec"}) {
     auto net = BuildModel(name, {});

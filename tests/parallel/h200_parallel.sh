@@ -14,7 +14,8 @@
 #      ranks on one GPU (bytes per step, hidden all-reduce fraction) for AlexNet at 224.
 #   4. The cost model with the measured t_c (docs/PARALLELISM.md).
 #   5. With 2+ GPUs: NCCL (bench_comm --comm=nccl on every GPU, the suites with NCCL).
-# Everything is written under OUT_DIR; the last line says PASS or FAIL.
+# PARTS="2 3" runs only those parts (default: all). Everything is written under OUT_DIR;
+# the last line says PASS or FAIL.
 set -uo pipefail
 BUILD=${1:-build}
 OUT=${2:-out/h200_parallel}
@@ -26,11 +27,13 @@ STEPS=${STEPS:-10}
 BATCH=${BATCH:-128}
 fail=0
 note() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+want() { [[ " ${PARTS:-1 2 3 4 5} " == *" $1 "* ]]; }
 
 nvidia-smi -L > "$OUT/gpus.txt" 2>&1
 git -C "$(dirname "$0")/../.." rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null
 
 # ---- 1. library-level equivalence and communicators on the GPU ----------------------------
+if want 1; then
 note "1. equivalence_test and communicator suite on the GPU (2 ranks, ${GPUS} GPU(s))"
 if COLONNADE_TEST_CUDA=1 "${MPIRUN[@]}" -x COLONNADE_TEST_CUDA -np 2 \
      "$BUILD/tests/parallel/parallel_equivalence_test" > "$OUT/equivalence_gpu_np2.txt" 2>&1; then
@@ -45,8 +48,10 @@ if COLONNADE_TEST_CUDA=1 "${MPIRUN[@]}" -x COLONNADE_TEST_CUDA -np 2 \
 else
   note "   communicators/mesh/gradient sync on GPU tensors: FAIL (see mpi_tests_gpu_np2.txt)"; fail=1
 fi
+fi
 
 # ---- 2. trainer: 1 rank vs (1,2) and (2,1) on one GPU with --comm=mpi ----------------------
+if want 2; then
 note "2. trainer AlexNet, ${STEPS} steps, global batch ${BATCH}: 1 rank vs 2 ranks on one GPU"
 # lr 0.001: at the recipe's 0.01 the synthetic-data loss first explodes (2.8 -> 20 in three
 # steps, seen on the H200 2026-12-02), which amplifies rounding-order differences between
@@ -87,8 +92,10 @@ for name in ("1x2", "2x1"):
 sys.exit(0 if ok else 1)
 EOF
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail=1
+fi
 
 # ---- 3. bench_comm on one GPU ----------------------------------------------------------------
+if want 3; then
 note "3. bench_comm AlexNet 224, global batch 256"
 BENCH=(--model=alexnet --batch_size=256 --device=cuda --steps=10 --warmup=3)
 CUDA_VISIBLE_DEVICES=0 "${MPIRUN[@]}" -np 1 "$BUILD/bench_comm" "${BENCH[@]}" \
@@ -96,8 +103,10 @@ CUDA_VISIBLE_DEVICES=0 "${MPIRUN[@]}" -np 1 "$BUILD/bench_comm" "${BENCH[@]}" \
 CUDA_VISIBLE_DEVICES=0 "${MPIRUN[@]}" -np 2 "$BUILD/bench_comm" "${BENCH[@]}" --comm=mpi \
   --csv="$OUT/bench_comm_1gpu_2ranks.csv" > "$OUT/bench_comm_1gpu_2ranks.txt" 2>&1 || { note "   2 ranks: FAIL"; fail=1; }
 grep -v '^I ' "$OUT/bench_comm_1rank.txt" "$OUT/bench_comm_1gpu_2ranks.txt" | tee -a "$OUT/summary.txt"
+fi
 
 # ---- 4. the cost model with the measured single-GPU step ------------------------------------
+if want 4; then
 TC=$(awk -F, 'NR == 2 { printf "%.3f", $4 + $5 }' "$OUT/bench_comm_1rank.csv" 2>/dev/null)
 if [ -n "$TC" ]; then
   note "4. cost model with t_c = ${TC} ms (forward + backward of 256 images on one H200)"
@@ -108,8 +117,10 @@ if [ -n "$TC" ]; then
 else
   note "4. cost model: no single-GPU measurement"; fail=1
 fi
+fi
 
 # ---- 5. NCCL with several GPUs -----------------------------------------------------------------
+if want 5; then
 if [ "$GPUS" -ge 2 ]; then
   note "5. NCCL on ${GPUS} GPUs"
   "${MPIRUN[@]}" -np "$GPUS" "$BUILD/bench_comm" "${BENCH[@]}" --batch_size=$((256 * GPUS)) \
@@ -124,6 +135,7 @@ if [ "$GPUS" -ge 2 ]; then
   grep '\[equivalence\]' "$OUT/parallel_equivalence_test_nccl_np${GPUS}.txt" | tee -a "$OUT/summary.txt"
 else
   note "5. NCCL: skipped (one GPU; NCCL refuses two ranks on one GPU)"
+fi
 fi
 
 if [ "$fail" -eq 0 ]; then note "PASS"; else note "FAIL"; fi
