@@ -12,9 +12,11 @@
 #   zoo       bench_train for the model zoo next to torchvision (strict FP32 and TF32)
 #   resnet    resnet18-cifar on CIFAR-10, pad 4 + random 32x32 crops + mirrors
 #             (RESNET_AUG=--crop=28 for the 28x28-crop variant)
+#   alexnet   AlexNet on an Imagenette subset in .gpu_data/inet/{train,val} (350 + 120
+#             images per class, JPEG shards), default init vs --paper_init at lr 0.01
 # Everything lands in OUTDIR/results/ and is packed into OUTDIR/results.tgz (the device
 # tool brings back few files). Knobs: CIFAR_EPOCHS, CIFAR_SCHEDULE, CIFAR_TIMEOUT,
-# RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
+# RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, ALEXNET_EPOCHS, ALEXNET_TIMEOUT, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
 # ZOO_TIMEOUT, ZOO_PEER_TIMEOUT.
 set -uo pipefail
 OUT=${1:?usage: gpu_experiments.sh OUTDIR [PART...]}
@@ -86,6 +88,17 @@ for part in $PARTS; do
       ${RESNET_AUG:---pad=4} --eval_every=390 --log_every=390 --data_threads=14 \
       --metrics_file="$R/resnet18_cifar.jsonl" > "$R/resnet18_cifar.log" 2>&1
     say "resnet18-cifar rc=$? $(grep '^eval' "$R/resnet18_cifar.log" | tail -n 1)"
+    ;;
+  alexnet)
+    for v in default paper; do
+      extra=(); [ "$v" = paper ] && extra=(--paper_init)
+      timeout -s TERM "${ALEXNET_TIMEOUT:-150}" "$BUILD/trainer" --model=alexnet --device=cuda \
+        --data="$ROOT/.gpu_data/inet/train" --val_data="$ROOT/.gpu_data/inet/val" \
+        --epochs="${ALEXNET_EPOCHS:-90}" --mirror --pad=16 --eval_every=135 --log_every=27 \
+        --data_threads=14 "${extra[@]}" --metrics_file="$R/alexnet_init_$v.jsonl" \
+        > "$R/alexnet_init_$v.log" 2>&1
+      say "alexnet init=$v rc=$? $(grep '^eval' "$R/alexnet_init_$v.log" | tail -n 1)"
+    done
     ;;
   *) say "unknown part $part" ;;
   esac
