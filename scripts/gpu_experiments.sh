@@ -21,7 +21,7 @@
 set -uo pipefail
 OUT=${1:?usage: gpu_experiments.sh OUTDIR [PART...]}
 shift
-PARTS=${*:-build cifar parallel data zoo resnet}
+PARTS=${*:-build cifar parallel data zoo resnet alexnet}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 R=$OUT/results
