@@ -167,6 +167,10 @@ absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::Pi
   o.train = false;
   o.shuffle = false;
   o.drop_last = false;
+  // A pipeline lives for one evaluation only: pinning its few buffers would cost more than
+  // the faster copies save.
+  o.pinned = false;
+  o.pinned_allocator = nullptr;
   absl::StatusOr<std::unique_ptr<data::BatchPipeline>> pipe = data::BatchPipeline::Create(&val, o);
   if (!pipe.ok()) return pipe.status();
   double sums[4] = {0, 0, 0, 0};  // loss, top1, top5, images
@@ -189,6 +193,7 @@ absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::Pi
     std::vector<float> labels = batch->labels.ToHost();
     CountCorrect(probs, labels, net.blob("probs").c(), n, &sums[1], &sums[2]);
     sums[3] += n;
+    (*pipe)->Recycle(std::move(*batch));
   }
   if (net.batch() != local_batch) {
     if (auto s = net.Build(local_batch, net.device()); !s.ok()) return s;
@@ -503,6 +508,14 @@ int RunTrainer(const TrainConfig& cfg) {
   po.lighting = cfg.lighting;
   po.scale = recipe.input_scale;
   po.threads = cfg.data_threads > 0 ? cfg.data_threads : std::max(1, std::min(4, hw / l.local_size));
+  if (*device != Device::kCPU) {
+    // Training batches in page-locked memory, recycled every step: the copy to the GPU
+    // runs at link speed instead of through the driver's pageable staging (AlexNet at
+    // batch 128 moves 77 MB per step), and is only enqueued ahead of the step's work.
+    po.pinned = true;
+    const Device dev = *device;
+    po.pinned_allocator = [dev](const Shape& s) { return Tensor::PinnedHost(s, dev); };
+  }
   absl::StatusOr<std::unique_ptr<data::BatchPipeline>> pipeline =
       data::BatchPipeline::Create(train_data->get(), po, start_cursor);
   if (!pipeline.ok()) return AgreedError(l, pipeline.status(), kExitUsage);
@@ -614,8 +627,10 @@ int RunTrainer(const TrainConfig& cfg) {
   for (int64_t step = start_step; step < total_steps; ++step) {
     absl::StatusOr<data::Batch> batch = (*pipeline)->Next();
     if (!batch.ok()) RankError(l, batch.status());
-    net.blob("data").CopyFrom(batch->images);
-    net.blob("label").CopyFrom(batch->labels);
+    // Enqueued only: the batch must stay alive until the step's results are read back
+    // below (those reads wait for the device); it is recycled at the end of the step.
+    net.blob("data").CopyFromAsync(batch->images);
+    net.blob("label").CopyFromAsync(batch->labels);
     RunContext ctx = mesh->MakeRunContext(Phase::kTrain, seed, step, global_batch);
     net.Forward(ctx);
     net.Backward(ctx, (*sync)->AfterLayerHook());
@@ -732,6 +747,7 @@ int RunTrainer(const TrainConfig& cfg) {
       }
       interval_start += Clock::now() - eval_start;  // keep evaluation time out of img/s
     }
+    (*pipeline)->Recycle(std::move(*batch));
   }
   if (lead) {
     std::printf("done: %lld steps in %s, loss %.4f -> %.4f\n", static_cast<long long>(total_steps),

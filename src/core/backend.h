@@ -21,6 +21,18 @@ class Backend {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyFromHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyDeviceToDevice(void* dst, const void* src, size_t bytes) = 0;
+  // Enqueues a host -> device copy behind the work already queued on this device and
+  // returns at once: `src` must stay allocated and unchanged until that work has run
+  // (a Synchronize, or any copy to the host, waits for it). From page-locked memory
+  // (AllocateHostPinned) the copy runs at full link speed without host staging. Default:
+  // the synchronous copy.
+  virtual void CopyFromHostAsync(void* dst, const void* src, size_t bytes) {
+    CopyFromHost(dst, src, bytes);
+  }
+  // Page-locked host memory for fast host -> device copies; nullptr when this device has
+  // none to give (the CPU) or pinning failed, and the caller then uses ordinary memory.
+  virtual void* AllocateHostPinned(size_t /*bytes*/) { return nullptr; }
+  virtual void FreeHostPinned(void* /*ptr*/) {}
   // Waits for all queued work on this device.
   virtual void Synchronize() = 0;
   virtual Ops& ops() = 0;

@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -29,6 +30,18 @@ Tensor::Tensor(Shape shape, Device device) : shape_(std::move(shape)), device_(d
   void* p = backend->Allocate(n == 0 ? sizeof(float) : n);
   buffer_ = std::shared_ptr<void>(p, [backend](void* q) { backend->Free(q); });
   data_ = static_cast<float*>(p);
+}
+
+Tensor Tensor::PinnedHost(Shape shape, Device for_device) {
+  Backend* backend = GetBackend(for_device);
+  Tensor t;
+  t.shape_ = std::move(shape);
+  const size_t n = std::max<size_t>(t.bytes(), sizeof(float));
+  void* p = backend != nullptr ? backend->AllocateHostPinned(n) : nullptr;
+  if (p == nullptr) return Tensor(std::move(t.shape_), Device::kCPU);
+  t.buffer_ = std::shared_ptr<void>(p, [backend](void* q) { backend->FreeHostPinned(q); });
+  t.data_ = static_cast<float*>(p);
+  return t;
 }
 
 Tensor Tensor::Reshaped(Shape shape) const {
@@ -90,6 +103,16 @@ void Tensor::CopyFrom(const Tensor& src) {
   } else {
     std::vector<float> tmp = src.ToHost();
     CopyFromHost(tmp);
+  }
+}
+
+void Tensor::CopyFromAsync(const Tensor& src) {
+  CHECK_EQ(src.size(), size()) << src.shape().ToString() << " -> " << shape_.ToString();
+  if (size() == 0) return;
+  if (src.device_ == Device::kCPU && device_ != Device::kCPU) {
+    GetBackend(device_)->CopyFromHostAsync(data_, src.data_, bytes());
+  } else {
+    CopyFrom(src);
   }
 }
 

@@ -49,6 +49,9 @@ class Tensor {
   // Allocates (uninitialised) storage for `shape` on `device` through that device's
   // backend allocator (the CUDA backend caches blocks, so this is cheap in steady state).
   explicit Tensor(Shape shape, Device device = Device::kCPU);
+  // A host tensor in page-locked memory of `for_device`'s backend, for batches that are
+  // copied to that device every step; ordinary host memory when it has none to give.
+  static Tensor PinnedHost(Shape shape, Device for_device);
 
   const Shape& shape() const { return shape_; }
   int64_t size() const { return shape_.elements(); }
@@ -77,6 +80,9 @@ class Tensor {
   Tensor To(Device device) const;
   // Copies the contents of `src` (same element count, any device) into this tensor.
   void CopyFrom(const Tensor& src);
+  // The same, but a host -> device copy is only enqueued (Backend::CopyFromHostAsync):
+  // `src` must outlive the device's queued work. Other directions copy synchronously.
+  void CopyFromAsync(const Tensor& src);
   void Fill(float value);
 
  private:

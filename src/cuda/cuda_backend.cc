@@ -52,6 +52,22 @@ class CudaBackend : public Backend {
     COLONNADE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
     COLONNADE_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  void CopyFromHostAsync(void* dst, const void* src, size_t n) override {
+    COLONNADE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
+  }
+  // Called from data-pipeline threads: select our GPU first, or the runtime would create
+  // a context on GPU 0 for that thread (memory on another rank's GPU).
+  void* AllocateHostPinned(size_t n) override {
+    COLONNADE_CUDA_CHECK(cudaSetDevice(ordinal_));
+    void* p = nullptr;
+    if (cudaMallocHost(&p, n) == cudaSuccess) return p;
+    (void)cudaGetLastError();  // pinning refused (e.g. a locked-memory limit): caller falls back
+    return nullptr;
+  }
+  void FreeHostPinned(void* p) override {
+    COLONNADE_CUDA_CHECK(cudaSetDevice(ordinal_));
+    COLONNADE_CUDA_CHECK(cudaFreeHost(p));
+  }
   void CopyDeviceToDevice(void* dst, const void* src, size_t n) override {
     COLONNADE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream_));
   }

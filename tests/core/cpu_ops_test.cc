@@ -80,6 +80,23 @@ TEST(CpuOpsElementwise, AxpbyAndAddAllowAliasing) {
   EXPECT_LT(RelativeError(a.ToHost(), ref), kForwardTolerance);
 }
 
+// Without a device that gives page-locked memory (the CPU, or a build without CUDA),
+// PinnedHost is an ordinary host tensor and CopyFromAsync a plain copy.
+TEST(TensorHost, PinnedHostFallsBackToOrdinaryMemory) {
+  const Shape s = Shape::CHWN(3, 4, 5, 6);
+  for (Device d : {Device::kCPU, Device::kCUDA}) {
+    if (d == Device::kCUDA && GetBackend(d) != nullptr) continue;  // tests/cuda covers it
+    Tensor h = Tensor::PinnedHost(s, d);
+    ASSERT_FALSE(h.empty());
+    EXPECT_EQ(h.device(), Device::kCPU);
+    EXPECT_EQ(h.shape(), s);
+    Tensor x(s, Device::kCPU);
+    for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = 0.25f * static_cast<float>(i);
+    h.CopyFromAsync(x);
+    for (int64_t i = 0; i < x.size(); ++i) ASSERT_EQ(h.data()[i], x.data()[i]) << i;
+  }
+}
+
 TEST(CpuOpsElementwise, FillAndCopy) {
   const Shape s = Shape::CHWN(4, 30, 30, 9);
   Tensor a(s), b = PoisonedTensor(s);

@@ -5,6 +5,7 @@
 // CPU emulator of the CUDA backend (cuda_emu_tests), with smaller problem sizes.
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -19,6 +20,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels.h"
+#include "cuda/port.h"
 #include "gtest/gtest.h"
 
 namespace colonnade {
@@ -253,6 +255,29 @@ TEST_F(CudaTest, FillCopyAxpbyAdd) {
   Tensor galias = OnGpu(x);  // in place: y = y + b
   Gpu().Add(galias, OnGpu(y), galias);
   EXPECT_BITWISE(galias, sum_ref);
+}
+
+// Training batches: page-locked host tensors whose copy to the device is only enqueued;
+// the copy must land after the work queued before it and before the work queued after.
+TEST_F(CudaTest, PinnedHostTensorAndAsyncCopy) {
+  const Shape s{3, 5, 5, 36};
+  Tensor h = Tensor::PinnedHost(s, Device::kCUDA);
+  ASSERT_EQ(h.device(), Device::kCPU);
+  ASSERT_EQ(h.shape(), s);
+#if !defined(COLONNADE_CUDA_EMULATE)
+  cudaPointerAttributes attr;
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, h.data()), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost) << "PinnedHost did not return page-locked memory";
+#endif
+  Tensor x = RandomCpu(s, 31);
+  std::memcpy(h.data(), x.data(), x.bytes());
+  Tensor g = Poisoned(s, Device::kCUDA);
+  Gpu().Fill(g, 3.0f);  // queued before the copy
+  g.CopyFromAsync(h);
+  Tensor y = Poisoned(s, Device::kCUDA);
+  Gpu().Copy(g, y);  // queued after it
+  EXPECT_BITWISE(y, x);
+  EXPECT_BITWISE(g, x);
 }
 
 TEST_F(CudaTest, CopyChannelsAndSum) {
