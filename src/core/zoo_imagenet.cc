@@ -38,10 +38,12 @@ void AddLoss(Net& net, const std::string& logits) {
   net.Emplace<SoftmaxLossLayer>({logits, "label"}, {"loss", "probs"}, "loss");
 }
 
-// conv (+ bias) + ReLU in place; returns the output blob.
+// conv (+ bias) + ReLU in place; returns the output blob. Weights He-normal, or
+// N(0, weight_std^2) when weight_std > 0.
 std::string ConvRelu(Net& net, const std::string& name, const std::string& in, int filters,
-                     ConvParams p, ColumnInfo cols) {
-  net.Emplace<ConvLayer>({in}, {name}, name, filters, p, true, cols);
+                     ConvParams p, ColumnInfo cols, float weight_std = 0.0f) {
+  auto* l = net.Emplace<ConvLayer>({in}, {name}, name, filters, p, true, cols);
+  if (weight_std > 0.0f) l->set_weight_std(weight_std);
   net.Emplace<ReluLayer>({name}, {name}, name + "_relu");
   return name;
 }
@@ -59,16 +61,21 @@ std::string ConvBn(Net& net, const std::string& name, const std::string& in, int
 }
 
 // Two hidden fc layers of `width` with ReLU and dropout 0.5, then the classifier; all
-// cross-column. Returns the logits blob.
-std::string Classifier(Net& net, const std::string& in, int width, int classes, int columns) {
+// cross-column. Returns the logits blob. Weights as in ConvRelu.
+std::string Classifier(Net& net, const std::string& in, int width, int classes, int columns,
+                       float weight_std = 0.0f) {
   ColumnInfo cross{ColumnInfo::kCross, columns};
-  net.Emplace<FullyConnectedLayer>({in}, {"fc6"}, "fc6", width, cross);
+  auto fc = [&](const std::string& name, const std::string& input, int outputs) {
+    auto* l = net.Emplace<FullyConnectedLayer>({input}, {name}, name, outputs, cross);
+    if (weight_std > 0.0f) l->set_weight_std(weight_std);
+  };
+  fc("fc6", in, width);
   net.Emplace<ReluLayer>({"fc6"}, {"fc6"}, "fc6_relu");
   net.Emplace<DropoutLayer>({"fc6"}, {"drop6"}, "drop6", 0.5f);
-  net.Emplace<FullyConnectedLayer>({"drop6"}, {"fc7"}, "fc7", width, cross);
+  fc("fc7", "drop6", width);
   net.Emplace<ReluLayer>({"fc7"}, {"fc7"}, "fc7_relu");
   net.Emplace<DropoutLayer>({"fc7"}, {"drop7"}, "drop7", 0.5f);
-  net.Emplace<FullyConnectedLayer>({"drop7"}, {"fc8"}, "fc8", classes, cross);
+  fc("fc8", "drop7", classes);
   return "fc8";
 }
 
@@ -83,20 +90,25 @@ std::unique_ptr<Net> BuildZfNet(const ModelOptions& o) {
   auto net = NewNet("zfnet", o);
   const int k = o.columns;
   net->set_columns(k);
+  // The paper's N(0, 0.01) weights and zero biases. He-normal weights would be wrong
+  // here: the recipe feeds raw 0..255 pixels minus the mean (as AlexNet), and at that
+  // scale they start with logits in the hundreds (the loss was 9.5e4, then NaN, at step
+  // 3 on Imagenette).
+  constexpr float kStd = 0.01f;
   ColumnInfo cross{ColumnInfo::kCross, k}, iso{ColumnInfo::kIsolated, k};
   LrnCrossParams lrn;
   lrn.groups = k;
-  ConvRelu(*net, "conv1", "data", 96, Conv(7, 2, 1), cross);
+  ConvRelu(*net, "conv1", "data", 96, Conv(7, 2, 1), cross, kStd);
   net->Emplace<PoolLayer>({"conv1"}, {"pool1"}, "pool1", Pool(PoolParams::kMax, 3, 2));
   net->Emplace<LrnCrossLayer>({"pool1"}, {"norm1"}, "norm1", lrn);
-  ConvRelu(*net, "conv2", "norm1", 256, Conv(5, 2, 0, k), iso);
+  ConvRelu(*net, "conv2", "norm1", 256, Conv(5, 2, 0, k), iso, kStd);
   net->Emplace<PoolLayer>({"conv2"}, {"pool2"}, "pool2", Pool(PoolParams::kMax, 3, 2));
   net->Emplace<LrnCrossLayer>({"pool2"}, {"norm2"}, "norm2", lrn);
-  ConvRelu(*net, "conv3", "norm2", 384, Conv(3, 1, 1), cross);
-  ConvRelu(*net, "conv4", "conv3", 384, Conv(3, 1, 1, k), iso);
-  ConvRelu(*net, "conv5", "conv4", 256, Conv(3, 1, 1, k), iso);
+  ConvRelu(*net, "conv3", "norm2", 384, Conv(3, 1, 1), cross, kStd);
+  ConvRelu(*net, "conv4", "conv3", 384, Conv(3, 1, 1, k), iso, kStd);
+  ConvRelu(*net, "conv5", "conv4", 256, Conv(3, 1, 1, k), iso, kStd);
   net->Emplace<PoolLayer>({"conv5"}, {"pool5"}, "pool5", Pool(PoolParams::kMax, 3, 2));
-  AddLoss(*net, Classifier(*net, "pool5", 4096, o.num_classes, k));
+  AddLoss(*net, Classifier(*net, "pool5", 4096, o.num_classes, k, kStd));
   return net;
 }
 

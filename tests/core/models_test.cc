@@ -1,6 +1,7 @@
 // Model zoo: published parameter counts, derived shapes, column variants, and a forward /
 // backward pass of AlexNet at a small batch.
 #include <cmath>
+#include <random>
 
 #include "core/layers.h"
 #include "core/models.h"
@@ -295,6 +296,38 @@ TEST_P(ZooTrainsTest, FewStepsOnTheCpu) {
     if (p.param->learnable) EXPECT_NE(after, before[i]) << GetParam() << " " << p.name << " did not move";
     ++i;
   }
+}
+
+// A freshly initialised model, fed images at its recipe's input scale, starts near
+// chance: loss within ln(K) + 1.5. Pixels minus the mean are drawn N(0, 64^2) in 0..255
+// units (natural images' spread) and multiplied by the recipe's scale. A model whose
+// initialisation does not fit its input scale fails here; ZFNet with He-normal weights on
+// raw pixels started at a loss of 9.5e4 and reached NaN at its third step.
+TEST_P(ZooTrainsTest, StartsNearChanceAtTheRecipesInputScale) {
+  absl::StatusOr<const ModelInfo*> info = FindModel(GetParam());
+  ASSERT_TRUE(info.ok());
+  ModelOptions o;
+  o.num_classes = 10;
+  o.input_size = GetParam().rfind("cifar", 0) == 0 || GetParam() == "resnet18-cifar" ? 32 : 99;
+  auto built = BuildModel(GetParam(), o);
+  ASSERT_TRUE(built.ok()) << built.status();
+  Net& net = **built;
+  const int n = 8;
+  ASSERT_TRUE(net.Build(n, Device::kCPU).ok());
+  net.InitParams(5);
+  std::vector<float> x(net.blob("data").size()), labels(n);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> pixel(0.0f, 64.0f);
+  for (float& v : x) v = pixel(rng) * (*info)->recipe.input_scale;
+  for (int i = 0; i < n; ++i) labels[i] = static_cast<float>(i % 10);
+  net.blob("data").CopyFromHost(x);
+  net.blob("label").CopyFromHost(labels);
+  RunContext ctx;
+  ctx.global_batch = n;
+  ctx.loss_scale = 1.0f / n;
+  net.Forward(ctx);
+  const double loss = net.ops().Sum(net.blob("loss")) / n;
+  EXPECT_LT(loss, std::log(10.0) + 1.5) << GetParam() << " starts at loss " << loss;
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ZooTrainsTest,
