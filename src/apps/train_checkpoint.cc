@@ -3,9 +3,14 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <map>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "parallel/param_shards.h"
 
 namespace colonnade {
@@ -112,6 +117,50 @@ absl::StatusOr<std::optional<checkpoint::Checkpoint>> LoadForResume(const std::s
     return absl::DataLossError(absl::StrFormat("%s could not be read on every rank", path));
   }
   return std::optional<checkpoint::Checkpoint>(std::move(*ckpt));
+}
+
+namespace {
+
+// argv tokens ("--name=value", "--name value", or a bare boolean "--name") -> name -> value.
+std::map<std::string, std::string> ParseFlagTokens(const std::string& text) {
+  std::vector<std::string> tokens = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  std::map<std::string, std::string> flags;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    absl::string_view t = tokens[i];
+    if (!absl::ConsumePrefix(&t, "-")) continue;  // not a flag
+    absl::ConsumePrefix(&t, "-");
+    const size_t eq = t.find('=');
+    if (eq != absl::string_view::npos) {
+      flags[std::string(t.substr(0, eq))] = std::string(t.substr(eq + 1));
+    } else if (i + 1 < tokens.size() && tokens[i + 1].rfind("-", 0) != 0) {
+      flags[std::string(t)] = tokens[++i];
+    } else {
+      flags[std::string(t)] = "true";
+    }
+  }
+  return flags;
+}
+
+}  // namespace
+
+std::vector<std::string> ChangedFlags(const std::string& saved, const std::string& now) {
+  static const auto* kIgnored = new absl::flat_hash_set<std::string>{
+      "resume", "checkpoint_dir", "checkpoint_every", "checkpoint_secs", "keep_checkpoints",
+      "log_every", "metrics_file", "rank_log_dir", "eval_every", "val_data", "mode",
+      "predictions", "data_threads", "cpu_threads", "device", "comm", "bucket_mb", "mp"};
+  const std::map<std::string, std::string> before = ParseFlagTokens(saved);
+  const std::map<std::string, std::string> after = ParseFlagTokens(now);
+  std::map<std::string, std::pair<std::string, std::string>> changed;  // sorted by name
+  for (const auto& [name, value] : before) changed[name].first = value;
+  for (const auto& [name, value] : after) changed[name].second = value;
+  std::vector<std::string> out;
+  for (const auto& [name, values] : changed) {
+    if (values.first == values.second || kIgnored->contains(name)) continue;
+    out.push_back(absl::StrFormat("--%s: %s -> %s", name,
+                                  values.first.empty() ? "(default)" : values.first,
+                                  values.second.empty() ? "(default)" : values.second));
+  }
+  return out;
 }
 
 }  // namespace colonnade

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/checkpoint.h"
@@ -29,5 +30,13 @@ absl::Status SaveCheckpoint(Net& net, const Mesh& mesh, Communicator* mp_comm,
 absl::StatusOr<std::optional<checkpoint::Checkpoint>> LoadForResume(const std::string& resume,
                                                                     const std::string& dir,
                                                                     const Mesh& mesh);
+
+// The flags whose values differ between the run that wrote a checkpoint (its `flags`
+// text, one argv token per line) and this run, as "--name: old -> new" ("(default)" when
+// a flag was not given). Flags that cannot change the trained weights are left out: where
+// files go, logging, evaluation, threads, the device and the rank layout (resuming on
+// another layout or device is supported). Printed on resume so that an accidental change
+// in a requeued job's command line shows.
+std::vector<std::string> ChangedFlags(const std::string& saved, const std::string& now);
 
 }  // namespace colonnade

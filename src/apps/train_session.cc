@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "apps/exit_codes.h"
 #include "apps/train_checkpoint.h"
 #include "checkpoint/policy.h"
@@ -466,6 +467,7 @@ int RunTrainer(const TrainConfig& cfg) {
   int64_t start_step = 0;
   data::Cursor start_cursor;
   std::string resumed_from;
+  std::vector<std::string> changed_flags;  // since the checkpoint, printed with the banner
   {
     absl::StatusOr<std::optional<checkpoint::Checkpoint>> ckpt =
         LoadForResume(cfg.resume, cfg.checkpoint_dir, *mesh);
@@ -484,6 +486,7 @@ int RunTrainer(const TrainConfig& cfg) {
       start_cursor.epoch = c.state.cursor_epoch;
       start_cursor.position = c.state.cursor_position;
       resumed_from = c.path;
+      changed_flags = ChangedFlags(c.state.flags, cfg.flags_text);
     } else if (cfg.mode != "train") {
       return AgreedError(l, absl::InvalidArgumentError(
           "--mode=" + cfg.mode + " needs a checkpoint: --resume=PATH, or --checkpoint_dir with "
@@ -572,6 +575,10 @@ int RunTrainer(const TrainConfig& cfg) {
                 resumed_from.c_str(), static_cast<long long>(start_step),
                 static_cast<long long>(start_cursor.epoch),
                 static_cast<long long>(start_cursor.position));
+    if (!changed_flags.empty()) {
+      std::printf("  changed    since the checkpoint: %s\n",
+                  absl::StrJoin(changed_flags, ", ").c_str());
+    }
     std::fflush(stdout);
   }
   if (lead && !cfg.checkpoint_dir.empty()) {

@@ -3,7 +3,7 @@
 #   fault_tests.sh CASE BUILD_DIR
 # Cases: resume_bitwise, resume_bitwise_mpi, resume_other_layout, signal_stop,
 #        dead_rank, corrupt_checkpoint, mismatched_checkpoint, nan_loss, eval_predict,
-#        rank_logs
+#        rank_logs, changed_flags
 set -uo pipefail
 case_name=$1; build=$2
 T="$build/trainer"; DIFF="$build/checkpoint_diff"
@@ -169,6 +169,26 @@ rank_logs)
     grep -q "step 4  rank $((10#$r))" "$work/logs/rank-$r.log" || fail "no progress in rank-$r.log"
   done
   cat "$work"/logs/*.log
+  ;;
+changed_flags)
+  # Resuming with another command line: the banner names every flag that changes the
+  # training (here --pad dropped, --mirror and --lr added, --steps extended, given as
+  # "--lr 0.002" without "="), and none that only changes logging or files.
+  "$T" "${CIFAR[@]}" --steps=2 --pad=4 --checkpoint_dir="$work/c" >/dev/null || fail "first part"
+  out=$("$T" "${CIFAR[@]}" --steps=4 --mirror --lr 0.002 --log_every=2 \
+        --checkpoint_dir="$work/c") || fail "resume"
+  echo "$out" | grep "changed"
+  line=$(echo "$out" | grep "^  changed    since the checkpoint: ") || fail "no changed-flags line"
+  for want in "--lr: (default) -> 0.002" "--mirror: (default) -> true" "--pad: 4 -> (default)" \
+              "--steps: 2 -> 4"; do
+    [[ "$line" == *"$want"* ]] || fail "'$want' missing from: $line"
+  done
+  [[ "$line" != *log_every* && "$line" != *checkpoint_dir* ]] || fail "reports a harmless flag: $line"
+  # The second run's command line again (only --log_every differs): no such line.
+  "$T" "${CIFAR[@]}" --steps=4 --mirror --lr=0.002 --checkpoint_dir="$work/c" > "$work/again.txt" \
+    || fail "second resume"
+  grep -q "resumed" "$work/again.txt" || fail "did not resume"
+  if grep "^  changed" "$work/again.txt"; then fail "a changed-flags line without changes"; fi
   ;;
 *) fail "unknown case $case_name" ;;
 esac
