@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command for the GPU machine: configure with CUDA, build the CUDA backend, its tests and
 # benchmarks, run the GPU tests (ctest -R cuda), bench_layers (ours vs cuDNN per AlexNet
-# conv layer), bench_train (AlexNet step, img/s) and the PyTorch peer, write the logs under
+# conv layer), bench_train (AlexNet step, img/s), the trainer itself on the same step and
+# the PyTorch peer, write the logs under
 # OUTDIR and print a short summary table last.
 #
 #   scripts/gpu_check.sh OUTDIR
@@ -10,7 +11,8 @@
 # bench_train.log pytorch.log results.jsonl summary.md). Environment knobs:
 #   BUILD_DIR        build directory (default build-gpu)
 #   SANITIZE=1       also run a few small tests under compute-sanitizer memcheck
-#   SKIP_TESTS=1     skip ctest;  SKIP_LAYERS=1, SKIP_TRAIN=1, SKIP_PEER=1 skip the benchmarks
+#   SKIP_TESTS=1     skip ctest;  SKIP_LAYERS=1, SKIP_TRAIN=1, SKIP_TRAINER=1, SKIP_PEER=1 skip
+#                    the benchmarks (TRAINER: the whole trainer's img/s on AlexNet, batch 128)
 #   PEER_MODES       PyTorch modes (default fp32,fp32_cl,tf32,bf16_compile)
 #   BATCHES          batch sizes (default 128,256)
 # Where /opt/absl/usr exists (Abseil unpacked from Debian packages on a machine without
@@ -42,7 +44,7 @@ if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHIT
   status "configure FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
 fi
 echo "## build" >> "$OUT/build.log"
-TARGETS=(colonnade_cuda cuda_tests bench_train bench_layers)
+TARGETS=(colonnade_cuda cuda_tests bench_train bench_layers trainer)
 if ! cmake --build "$BUILD" -j16 --target "${TARGETS[@]}" >> "$OUT/build.log" 2>&1; then
   status "build FAILED (see build.log)"; grep -E "error" "$OUT/build.log" | head -30; exit 1
 fi
@@ -88,6 +90,22 @@ if [ -z "${SKIP_TRAIN:-}" ]; then
   timeout 120 "$BUILD/bench_train" --batch_sizes="$BATCHES" --json="$OUT/results.jsonl" \
     > "$OUT/bench_train.log" 2>&1
   status "bench_train rc=$? in $(( $(date +%s) - t0 )) s"
+fi
+
+if [ -z "${SKIP_TRAINER:-}" ]; then
+  # The whole trainer (data pipeline, pinned batch copies, metrics) on the same AlexNet
+  # step: the gap to bench_train's img/s is the trainer's overhead. Synthetic data.
+  t0=$(date +%s)
+  timeout 120 "$BUILD/trainer" --model=alexnet --device=cuda --data=synthetic \
+    --synthetic_size=4096 --batch_size=128 --steps=90 --log_every=30 --resume=none \
+    > "$OUT/trainer.log" 2>&1
+  rc=$?
+  last=$(grep -E "^step" "$OUT/trainer.log" | tail -n 1)
+  ips=$(echo "$last" | grep -oE "[0-9.]+ img/s" | grep -oE "^[0-9.]+")
+  status "trainer rc=$rc in $(( $(date +%s) - t0 )) s: ${ips:-?} img/s, $(echo "$last" | grep -oE "data-wait [0-9]+%")"
+  [ -n "$ips" ] && echo "{\"impl\": \"colonnade trainer\", \"batch\": 128, \"img_per_s\": $ips}" \
+    >> "$OUT/results.jsonl"
+  cat "$OUT/trainer.log" >> "$OUT/bench_train.log"; rm -f "$OUT/trainer.log"
 fi
 
 if [ -z "${SKIP_PEER:-}" ]; then
