@@ -121,7 +121,8 @@ absl::StatusOr<std::optional<checkpoint::Checkpoint>> LoadForResume(const std::s
 
 namespace {
 
-// argv tokens ("--name=value", "--name value", or a bare boolean "--name") -> name -> value.
+// argv tokens ("--name=value", "--name value", a bare boolean "--name", or Abseil's
+// "--noname" for false) -> name -> value. No trainer flag itself starts with "no".
 std::map<std::string, std::string> ParseFlagTokens(const std::string& text) {
   std::vector<std::string> tokens = absl::StrSplit(text, '\n', absl::SkipEmpty());
   std::map<std::string, std::string> flags;
@@ -134,6 +135,8 @@ std::map<std::string, std::string> ParseFlagTokens(const std::string& text) {
       flags[std::string(t.substr(0, eq))] = std::string(t.substr(eq + 1));
     } else if (i + 1 < tokens.size() && tokens[i + 1].rfind("-", 0) != 0) {
       flags[std::string(t)] = tokens[++i];
+    } else if (absl::ConsumePrefix(&t, "no")) {
+      flags[std::string(t)] = "false";
     } else {
       flags[std::string(t)] = "true";
     }

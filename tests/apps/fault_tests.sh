@@ -189,6 +189,11 @@ changed_flags)
     || fail "second resume"
   grep -q "resumed" "$work/again.txt" || fail "did not resume"
   if grep "^  changed" "$work/again.txt"; then fail "a changed-flags line without changes"; fi
+  # Abseil's negated boolean form.
+  out=$("$T" "${CIFAR[@]}" --steps=4 --nomirror --lr=0.002 --checkpoint_dir="$work/c") \
+    || fail "third resume"
+  echo "$out" | grep -q "^  changed    since the checkpoint: --mirror: true -> false$" \
+    || fail "--nomirror not reported: $(echo "$out" | grep changed)"
   ;;
 *) fail "unknown case $case_name" ;;
 esac
