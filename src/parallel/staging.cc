@@ -2,36 +2,30 @@
 
 #include <cstdlib>
 
+#include "core/backend.h"
 #include "core/log.h"
-
-#ifdef COLONNADE_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace colonnade {
 namespace {
 
-void* AllocHost(size_t bytes) {
-#ifdef COLONNADE_WITH_CUDA
-  void* p = nullptr;
-  if (cudaMallocHost(&p, bytes) == cudaSuccess) return p;
-  cudaGetLastError();  // clear; fall back to pageable memory (no GPU, or pinning refused)
-#endif
+// Page-locked memory from the CUDA backend (Backend::AllocateHostPinned) when one is
+// registered, which is the case whenever GPU tensors are staged; plain aligned memory
+// otherwise (no GPU, or pinning refused).
+StagingPool::Buffer AllocHost(size_t bytes) {
+  if (Backend* cuda = GetBackend(Device::kCUDA)) {
+    if (void* p = cuda->AllocateHostPinned(bytes)) return {p, bytes, true};
+  }
   void* q = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   CHECK(q != nullptr) << "out of host memory allocating a " << bytes << "-byte staging buffer";
-  return q;
+  return {q, bytes, false};
 }
 
-void FreeHost(void* p) {
-#ifdef COLONNADE_WITH_CUDA
-  cudaPointerAttributes attr;
-  if (cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
-    cudaFreeHost(p);
-    return;
+void FreeHost(const StagingPool::Buffer& b) {
+  if (b.pinned) {
+    GetBackend(Device::kCUDA)->FreeHostPinned(b.ptr);
+  } else {
+    std::free(b.ptr);
   }
-  cudaGetLastError();
-#endif
-  std::free(p);
 }
 
 }  // namespace
@@ -41,49 +35,36 @@ StagingPool::StagingPool() : state_(std::make_shared<State>()) {}
 StagingPool::~StagingPool() {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->alive = false;
-  for (auto& [p, cap] : state_->free) FreeHost(p);
+  for (const Buffer& b : state_->free) FreeHost(b);
   state_->free.clear();
-}
-
-bool StagingPool::Pinned() {
-#ifdef COLONNADE_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
 }
 
 std::shared_ptr<float> StagingPool::Get(size_t bytes) {
   if (bytes == 0) bytes = sizeof(float);
-  void* ptr = nullptr;
-  size_t cap = 0;
+  Buffer buf;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     // Smallest cached buffer that fits.
     size_t best = state_->free.size();
     for (size_t i = 0; i < state_->free.size(); ++i) {
-      if (state_->free[i].second >= bytes &&
-          (best == state_->free.size() || state_->free[i].second < state_->free[best].second)) {
+      if (state_->free[i].capacity >= bytes &&
+          (best == state_->free.size() || state_->free[i].capacity < state_->free[best].capacity)) {
         best = i;
       }
     }
     if (best < state_->free.size()) {
-      ptr = state_->free[best].first;
-      cap = state_->free[best].second;
+      buf = state_->free[best];
       state_->free.erase(state_->free.begin() + best);
     }
   }
-  if (ptr == nullptr) {
-    cap = bytes;
-    ptr = AllocHost(cap);
-  }
+  if (buf.ptr == nullptr) buf = AllocHost(bytes);
   std::shared_ptr<State> state = state_;
-  return std::shared_ptr<float>(static_cast<float*>(ptr), [state, cap](float* p) {
+  return std::shared_ptr<float>(static_cast<float*>(buf.ptr), [state, buf](float*) {
     std::lock_guard<std::mutex> lock(state->mu);
     if (state->alive) {
-      state->free.emplace_back(p, cap);
+      state->free.push_back(buf);
     } else {
-      FreeHost(p);
+      FreeHost(buf);
     }
   });
 }

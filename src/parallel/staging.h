@@ -1,6 +1,7 @@
-// Host staging buffers for moving GPU tensors through MPI: page-locked (cudaMallocHost)
-// when built with CUDA, so the device copies run at full PCIe/NVLink-C2C speed, plain
-// aligned memory otherwise. Buffers are cached and reused: pinning is slow.
+// Host staging buffers for moving GPU tensors through MPI: page-locked (the CUDA backend's
+// Backend::AllocateHostPinned) when a CUDA backend is registered, so the device copies
+// run at full PCIe/NVLink-C2C speed, plain aligned memory otherwise. Buffers are cached
+// and reused: pinning is slow.
 #pragma once
 
 #include <cstddef>
@@ -17,14 +18,18 @@ class StagingPool {
   // A buffer of at least `bytes`, returned to the pool when the last copy of the
   // pointer is dropped (the pool may be destroyed first; the buffer is then freed).
   std::shared_ptr<float> Get(size_t bytes);
-  // Whether buffers are page-locked.
-  static bool Pinned();
+
+  struct Buffer {
+    void* ptr = nullptr;
+    size_t capacity = 0;
+    bool pinned = false;  // from the CUDA backend (freed there)
+  };
 
  private:
   struct State {
     std::mutex mu;
     bool alive = true;
-    std::vector<std::pair<void*, size_t>> free;  // (ptr, capacity)
+    std::vector<Buffer> free;
   };
   std::shared_ptr<State> state_;
 };
