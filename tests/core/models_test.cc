@@ -259,19 +259,34 @@ namespace {
 
 // Every model of the zoo trains a few steps on the CPU at a tiny batch and input size:
 // the loss stays finite and every learnable parameter moves.
-class ZooTrainsTest : public ::testing::TestWithParam<std::string> {};
+class ZooTrainsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  bool IsCifarNet() const {
+    return GetParam().rfind("cifar", 0) == 0 || GetParam() == "resnet18-cifar";
+  }
+  // The parameter's model for `classes` classes at `input_size`, built for `batch` images
+  // on the CPU and initialised from `seed`; check HasFatalFailure() after the call.
+  std::unique_ptr<Net> BuildSmall(int classes, int input_size, int batch, uint64_t seed) {
+    ModelOptions o;
+    o.num_classes = classes;
+    o.input_size = input_size;
+    auto built = BuildModel(GetParam(), o);
+    EXPECT_TRUE(built.ok()) << built.status();
+    if (!built.ok()) return nullptr;
+    absl::Status s = (*built)->Build(batch, Device::kCPU);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return nullptr;
+    (*built)->InitParams(seed);
+    return std::move(*built);
+  }
+};
 
 TEST_P(ZooTrainsTest, FewStepsOnTheCpu) {
-  ModelOptions o;
-  o.num_classes = 5;
-  o.input_size = GetParam().rfind("cifar", 0) == 0 || GetParam() == "resnet18-cifar" ? 32 : 64;
-  if (GetParam() == "alexnet" || GetParam() == "zfnet") o.input_size = 67;
-  auto built = BuildModel(GetParam(), o);
-  ASSERT_TRUE(built.ok()) << built.status();
-  Net& net = **built;
   const int n = 2;
-  ASSERT_TRUE(net.Build(n, Device::kCPU).ok());
-  net.InitParams(11);
+  const bool alexnet_like = GetParam() == "alexnet" || GetParam() == "zfnet";
+  std::unique_ptr<Net> built = BuildSmall(5, IsCifarNet() ? 32 : alexnet_like ? 67 : 64, n, 11);
+  ASSERT_NE(built, nullptr);
+  Net& net = *built;
   std::vector<std::vector<float>> before;
   for (const NamedParam& p : net.params()) before.push_back(p.param->value.ToHost());
   SgdOptimizer opt({0.9f, 1e-4f});
@@ -306,15 +321,10 @@ TEST_P(ZooTrainsTest, FewStepsOnTheCpu) {
 TEST_P(ZooTrainsTest, StartsNearChanceAtTheRecipesInputScale) {
   absl::StatusOr<const ModelInfo*> info = FindModel(GetParam());
   ASSERT_TRUE(info.ok());
-  ModelOptions o;
-  o.num_classes = 10;
-  o.input_size = GetParam().rfind("cifar", 0) == 0 || GetParam() == "resnet18-cifar" ? 32 : 99;
-  auto built = BuildModel(GetParam(), o);
-  ASSERT_TRUE(built.ok()) << built.status();
-  Net& net = **built;
   const int n = 8;
-  ASSERT_TRUE(net.Build(n, Device::kCPU).ok());
-  net.InitParams(5);
+  std::unique_ptr<Net> built = BuildSmall(10, IsCifarNet() ? 32 : 99, n, 5);
+  ASSERT_NE(built, nullptr);
+  Net& net = *built;
   std::vector<float> x(net.blob("data").size()), labels(n);
   std::mt19937 rng(3);
   std::normal_distribution<float> pixel(0.0f, 64.0f);
