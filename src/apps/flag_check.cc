@@ -1,5 +1,6 @@
 #include "apps/flag_check.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <iostream>
@@ -14,9 +15,10 @@
 
 namespace colonnade {
 
-absl::Status CheckFlags(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
+absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>& args) {
+  std::vector<FlagArg> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
     if (arg == "--") break;
     if (!absl::StartsWith(arg, "-")) {
       return absl::InvalidArgumentError(
@@ -53,23 +55,37 @@ absl::Status CheckFlags(int argc, char** argv) {
       if (!is_bool || has_value) {
         return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
       }
+      out.push_back({std::string(flag->Name()), "false", flag});
       continue;
     }
     if (!has_value) {
-      if (is_bool) continue;
-      if (i + 1 >= argc) {
+      if (is_bool) {
+        out.push_back({std::string(flag->Name()), "true", flag});
+        continue;
+      }
+      if (i + 1 >= args.size()) {
         return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
       }
-      value = argv[++i];
+      value = args[++i];
     }
+    out.push_back({std::string(flag->Name()), value, flag});
+  }
+  return out;
+}
+
+absl::Status CheckFlags(int argc, char** argv) {
+  absl::StatusOr<std::vector<FlagArg>> flags =
+      ResolveFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc));
+  if (!flags.ok()) return flags.status();
+  for (const FlagArg& f : *flags) {
     // Parse into a scratch copy of the value so the check changes nothing.
     std::string error;
-    std::string saved = flag->CurrentValue();
-    if (!flag->ParseFrom(value, &error)) {
+    std::string saved = f.flag->CurrentValue();
+    if (!f.flag->ParseFrom(f.value, &error)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("bad value '", value, "' for --", name, ": ", error));
+          absl::StrCat("bad value '", f.value, "' for --", f.name, ": ", error));
     }
-    flag->ParseFrom(saved, &error);
+    f.flag->ParseFrom(saved, &error);
   }
   return absl::OkStatus();
 }

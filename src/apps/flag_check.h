@@ -6,10 +6,26 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace colonnade {
+
+// One command-line flag, resolved against the registered flags as Abseil reads it:
+// "--name=v" and "--name v" give v; a bare boolean "--name" gives "true", "--noname"
+// "false". Abseil's own flags (--help, --flagfile, ...) are left out.
+struct FlagArg {
+  std::string name;
+  std::string value;
+  absl::CommandLineFlag* flag;
+};
+
+// The flags of `args` (argv without the program name), or an error naming the first
+// unknown flag, negated non-boolean or missing value. Values are not parsed.
+absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>& args);
 
 // Returns an error naming the first unknown flag or unparsable value in argv.
 absl::Status CheckFlags(int argc, char** argv);

@@ -10,7 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "apps/flag_check.h"
 #include "parallel/param_shards.h"
 
 namespace colonnade {
@@ -121,27 +122,14 @@ absl::StatusOr<std::optional<checkpoint::Checkpoint>> LoadForResume(const std::s
 
 namespace {
 
-// argv tokens ("--name=value", "--name value", a bare boolean "--name", or Abseil's
-// "--noname" for false) -> name -> value. No trainer flag itself starts with "no".
-std::map<std::string, std::string> ParseFlagTokens(const std::string& text) {
-  std::vector<std::string> tokens = absl::StrSplit(text, '\n', absl::SkipEmpty());
-  std::map<std::string, std::string> flags;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    absl::string_view t = tokens[i];
-    if (!absl::ConsumePrefix(&t, "-")) continue;  // not a flag
-    absl::ConsumePrefix(&t, "-");
-    const size_t eq = t.find('=');
-    if (eq != absl::string_view::npos) {
-      flags[std::string(t.substr(0, eq))] = std::string(t.substr(eq + 1));
-    } else if (i + 1 < tokens.size() && tokens[i + 1].rfind("-", 0) != 0) {
-      flags[std::string(t)] = tokens[++i];
-    } else if (absl::ConsumePrefix(&t, "no")) {
-      flags[std::string(t)] = "false";
-    } else {
-      flags[std::string(t)] = "true";
-    }
-  }
-  return flags;
+// name -> value of a flags text (one argv token per line), as the trainer read them.
+absl::StatusOr<std::map<std::string, std::string>> FlagValues(const std::string& text) {
+  const std::vector<std::string> tokens = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  absl::StatusOr<std::vector<FlagArg>> args = ResolveFlags(tokens);
+  if (!args.ok()) return args.status();
+  std::map<std::string, std::string> values;
+  for (const FlagArg& a : *args) values[a.name] = a.value;
+  return values;
 }
 
 }  // namespace
@@ -151,11 +139,16 @@ std::vector<std::string> ChangedFlags(const std::string& saved, const std::strin
       "resume", "checkpoint_dir", "checkpoint_every", "checkpoint_secs", "keep_checkpoints",
       "log_every", "metrics_file", "rank_log_dir", "eval_every", "val_data", "mode",
       "predictions", "data_threads", "cpu_threads", "device", "comm", "bucket_mb", "mp"};
-  const std::map<std::string, std::string> before = ParseFlagTokens(saved);
-  const std::map<std::string, std::string> after = ParseFlagTokens(now);
+  absl::StatusOr<std::map<std::string, std::string>> before = FlagValues(saved);
+  absl::StatusOr<std::map<std::string, std::string>> after = FlagValues(now);
+  // A checkpoint from a build with other flags: say so rather than guess.
+  if (!before.ok()) {
+    return {absl::StrCat("(the checkpoint's flags: ", before.status().message(), ")")};
+  }
+  if (!after.ok()) return {};  // cannot happen: this run's flags were checked at start-up
   std::map<std::string, std::pair<std::string, std::string>> changed;  // sorted by name
-  for (const auto& [name, value] : before) changed[name].first = value;
-  for (const auto& [name, value] : after) changed[name].second = value;
+  for (const auto& [name, value] : *before) changed[name].first = value;
+  for (const auto& [name, value] : *after) changed[name].second = value;
   std::vector<std::string> out;
   for (const auto& [name, values] : changed) {
     if (values.first == values.second || kIgnored->contains(name)) continue;

@@ -36,7 +36,9 @@ absl::StatusOr<std::optional<checkpoint::Checkpoint>> LoadForResume(const std::s
 // a flag was not given). Flags that cannot change the trained weights are left out: where
 // files go, logging, evaluation, threads, the device and the rank layout (resuming on
 // another layout or device is supported). Printed on resume so that an accidental change
-// in a requeued job's command line shows.
+// in a requeued job's command line shows. Both texts are read as the trainer reads its
+// command line (ResolveFlags); a saved text this build cannot read gives one entry saying
+// why.
 std::vector<std::string> ChangedFlags(const std::string& saved, const std::string& now);
 
 }  // namespace colonnade
