@@ -64,9 +64,52 @@ double RelativeError(const std::vector<float>& out, const std::vector<double>& r
   return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+double MeasureLossRoundingNoise(const std::function<double()>& loss,
+                                std::vector<GradTarget>& targets, int elements_per_target,
+                                uint32_t seed) {
+  std::mt19937 rng(seed);
+  double noise = 0.0;
+  for (GradTarget& t : targets) {
+    if (t.size == 0 || static_cast<int64_t>(t.analytic.size()) != t.size) continue;
+    std::uniform_int_distribution<int64_t> pick(0, t.size - 1);
+    for (int e = 0; e < elements_per_target; ++e) {
+      const int64_t i = pick(rng);
+      const float orig = t.value[i];
+      // About 8 ulps of the value: far below any step, so L moves by a * du plus rounding.
+      const float u = std::max(std::fabs(orig), 1e-3f) * 0x1p-20f;
+      const double base = loss();
+      for (int k : {-2, -1, 1, 2}) {
+        const float v = orig + static_cast<float>(k) * u;
+        t.value[i] = v;
+        const double predicted =
+            base + static_cast<double>(t.analytic[i]) * (static_cast<double>(v) - orig);
+        noise = std::max(noise, std::fabs(loss() - predicted));
+      }
+      t.value[i] = orig;
+    }
+  }
+  return noise;
+}
+
 ::testing::AssertionResult CompareWithFiniteDifferences(const std::function<double()>& loss,
                                                         std::vector<GradTarget>& targets,
                                                         const GradientCheckOptions& o) {
+  // A central difference carries the loss's rounding noise divided by the step. If that
+  // term is a sizeable part of abs_tol, the check passes or fails by the summation order
+  // of the BLAS kernel the machine happens to pick (it did: OpenBLAS's SkylakeX and
+  // Sandybridge kernels failed a check that Haswell passed). Measure the noise here and
+  // refuse such a check on every machine, instead of letting it fail on some.
+  // The measured figure is itself a difference of two noisy values of L, as the central
+  // difference's numerator is; that numerator is divided by 2 * step.
+  const double noise = MeasureLossRoundingNoise(loss, targets, o.noise_samples, o.seed);
+  const double noise_in_derivative = noise / (2.0 * o.step);
+  if (!(noise_in_derivative <= o.max_noise_fraction * o.abs_tol)) {
+    return ::testing::AssertionFailure()
+           << "the loss's float rounding noise (" << noise << ") divided by 2 * step ("
+           << 2.0 * o.step << ") is " << noise_in_derivative << ", more than "
+           << o.max_noise_fraction << " of abs_tol " << o.abs_tol
+           << ": the result would depend on the machine's BLAS kernel; use a larger step";
+  }
   std::mt19937 rng(o.seed ^ 0x9e3779b9u);
   struct Failure {
     std::string target;

@@ -2,6 +2,7 @@
 // and with the kinds of mistakes it exists to catch (a slightly wrong factor, a gradient
 // sent to a neighbouring element, an element left unwritten, a wrong parameter gradient).
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "core/backend.h"
@@ -96,9 +97,40 @@ TEST(GradientCheck, SamplesAtLeastTwoHundredElementsOfBigTensors) {
   int64_t evaluations = 0;
   std::vector<GradTarget> targets = {{"big", v.data(), 5000, std::vector<float>(5000, 0.0f)}};
   GradientCheckOptions o;
+  o.noise_samples = 0;  // count only the central differences
   EXPECT_TRUE(CompareWithFiniteDifferences([&] { ++evaluations; return 0.0; }, targets, o));
   EXPECT_GE(evaluations, 2 * 200);
   EXPECT_EQ(evaluations, 2 * o.samples);
+}
+
+// L = sum v_i^2 plus a rounding-like error that jumps with the last bits of v: the same
+// correct gradient is accepted when the noise is small for the step, and refused (with
+// the reason) when the step would turn the noise into a machine-dependent result.
+double NoisyLoss(const std::vector<float>& v, double noise) {
+  double l = 0.0;
+  for (float x : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    const double jitter = ((bits * 2654435761u) >> 16 & 0xff) / 255.0 - 0.5;
+    l += static_cast<double>(x) * x + noise * jitter;
+  }
+  return l;
+}
+
+TEST(GradientCheck, RefusesAStepThatTheLossNoiseWouldSwamp) {
+  std::mt19937 rng(5);
+  std::vector<float> v = RandomUniform(50, rng);
+  std::vector<float> grad(v.size());
+  for (size_t i = 0; i < v.size(); ++i) grad[i] = 2.0f * v[i];
+  std::vector<GradTarget> targets = {{"v", v.data(), 50, grad}};
+  GradientCheckOptions o;
+  o.step = 1e-2f;
+  EXPECT_TRUE(CompareWithFiniteDifferences([&] { return NoisyLoss(v, 1e-7); }, targets, o));
+  const ::testing::AssertionResult noisy =
+      CompareWithFiniteDifferences([&] { return NoisyLoss(v, 1e-5); }, targets, o);
+  EXPECT_FALSE(noisy);
+  EXPECT_NE(std::string(noisy.message()).find("use a larger step"), std::string::npos)
+      << noisy.message();
 }
 
 }  // namespace
