@@ -7,10 +7,9 @@ set -euo pipefail
 build=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${COLONNADE_SHARED_DATA:-$root/../shared/data}
-if [ ! -f "$shared/cifar10-jpeg.tar.gz" ]; then
-  echo "SKIP: $shared/cifar10-jpeg.tar.gz not found"
-  exit 77
-fi
+# shellcheck source=tests/skip_policy.sh
+. "$root/tests/skip_policy.sh"
+[ -f "$shared/cifar10-jpeg.tar.gz" ] || skip_or_fail "$shared/cifar10-jpeg.tar.gz not found"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 MAKE_SHARDS="$build/make_shards" COLONNADE_SHARED_DATA="$shared" \
   "$root/scripts/prepare_cifar10.sh" "$work/cifar10"

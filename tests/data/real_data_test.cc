@@ -30,8 +30,8 @@ double RunTimed(const std::string& cmd, std::string* out, int* rc) {
 TEST(RealDataTest, Cifar10JpegTreeConvertsUnderTwoMinutesAndReadsBack) {
   const std::string archive = ArchiveOrSkipMessage("cifar10-jpeg.tar.gz");
   if (archive.empty()) {
-    GTEST_SKIP() << "real data not found: " << testing::SharedDataDir()
-                 << "/cifar10-jpeg.tar.gz (set COLONNADE_SHARED_DATA to its folder)";
+    SKIP_OR_FAIL_WITHOUT("real data: " << testing::SharedDataDir()
+                         << "/cifar10-jpeg.tar.gz (set COLONNADE_SHARED_DATA to its folder)");
   }
   TempDir tmp;
   std::string out;
@@ -116,8 +116,8 @@ TEST(RealDataTest, Cifar10JpegTreeConvertsUnderTwoMinutesAndReadsBack) {
 TEST(RealDataTest, ImagenetteValWithGrayscaleImages) {
   const std::string archive = ArchiveOrSkipMessage("imagenette-224.tar.gz");
   if (archive.empty()) {
-    GTEST_SKIP() << "real data not found: " << testing::SharedDataDir()
-                 << "/imagenette-224.tar.gz (set COLONNADE_SHARED_DATA to its folder)";
+    SKIP_OR_FAIL_WITHOUT("real data: " << testing::SharedDataDir()
+                         << "/imagenette-224.tar.gz (set COLONNADE_SHARED_DATA to its folder)");
   }
   TempDir tmp;
   std::string out;

@@ -12,7 +12,9 @@ if ! command -v shellcheck >/dev/null; then
       { apt-get update -qq >/dev/null 2>&1 &&
         apt-get install -y -qq --no-install-recommends shellcheck >/dev/null 2>&1; }
   fi
-  command -v shellcheck >/dev/null || { echo "SKIP: shellcheck is not installed and cannot be"; exit 77; }
+  # shellcheck source=tests/skip_policy.sh
+  command -v shellcheck >/dev/null || { . "$(dirname "$0")/../skip_policy.sh";
+    skip_or_fail "shellcheck is not installed and cannot be"; }
 fi
 status=0
 for f in "$@"; do

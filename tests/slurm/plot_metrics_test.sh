@@ -6,7 +6,9 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${1:-/usr/bin/python3}
 P=$ROOT/scripts/plot_metrics.py
-"$PY" -c 'import matplotlib' 2>/dev/null || { echo "SKIP: no matplotlib for $PY (python3-matplotlib)"; exit 77; }
+# shellcheck source=tests/skip_policy.sh
+. "$(dirname "$0")/../skip_policy.sh"
+"$PY" -c 'import matplotlib' 2>/dev/null || skip_or_fail "no matplotlib for $PY (python3-matplotlib)"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 is_png() { [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]; }

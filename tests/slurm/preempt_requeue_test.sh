@@ -43,12 +43,9 @@ t0=$SECONDS
 deadline=$((t0 + ${COLONNADE_SLURM_TEST_DEADLINE:-840}))
 
 say() { printf '[%4ds] %s\n' $((SECONDS - t0)) "$*"; }
-skip() {
-  if [ "${COLONNADE_REQUIRE_SLURM:-0}" = 1 ]; then
-    echo "FAIL (COLONNADE_REQUIRE_SLURM=1): $*" >&2; exit 1
-  fi
-  echo "SKIP: $*"; exit 77
-}
+# shellcheck source=tests/skip_policy.sh
+. "$HERE/../skip_policy.sh"
+skip() { skip_or_fail "$@"; }
 
 for f in "$TRAINER" "$DIFF"; do [ -x "$f" ] || { echo "FAIL: $f is not executable" >&2; exit 1; }; done
 
