@@ -115,7 +115,7 @@ run_colonnade() {
   t=$(now)
   timeout -s TERM -k 15 "$limit" "$BUILD/trainer" --model=resnet18 --device="$DEVICE" \
     --data="$DATA/train" --val_data="$DATA/val" --crop="$CROP" --mirror --mean=image \
-    --batch_size=$BATCH --lr=0.1 --lr_schedule=cosine+warmup:1 --momentum=0.9 \
+    --batch_size="$BATCH" --lr=0.1 --lr_schedule=cosine+warmup:1 --momentum=0.9 \
     --weight_decay=5e-4 "${WD_FLAG[@]}" --epochs="$EPOCHS" --seed="$s" \
     --eval_every=$PER_EPOCH --log_every=$PER_EPOCH --data_threads="$threads" \
     --metrics_file="$raw" > "$R/colonnade_seed$s.log" 2>&1
@@ -134,7 +134,7 @@ run_torchvision() {
   t=$(now)
   timeout -s TERM -k 15 "$limit" "$PYTHON" "$HERE/torchvision_resnet18.py" \
     --train "$DATA/train" --val "$DATA/val" --epochs "$EPOCHS" --crop "$CROP" \
-    --batch $BATCH --lr 0.1 --lr_schedule cosine+warmup:1 --momentum 0.9 --weight_decay 5e-4 \
+    --batch "$BATCH" --lr 0.1 --lr_schedule cosine+warmup:1 --momentum 0.9 --weight_decay 5e-4 \
     --weight_decay_on "$WD_ON" --init "$INIT" --precision "$PRECISION" --mean image \
     --seed "$s" --workers "$workers" --eval_workers 4 --device "$DEVICE" --commit "$COMMIT" \
     --metrics "$R/torchvision_seed$s.jsonl" > "$R/torchvision_seed$s.log" 2>&1
