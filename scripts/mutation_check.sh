@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Proves that the test suite bites: breaks, one at a time, a few representative places of
+# the code (a convolution's backward index on the CPU and in a CUDA kernel run by the
+# emulator, the momentum sign on both backends, the resume cursor, the gradient-bucket
+# order, the sampler's rank slice) and runs the tests that guard each. Every mutation must
+# turn its tests red; the unmutated tree must pass the same tests first.
+#
+#   scripts/mutation_check.sh [WORKDIR]      (default /tmp/colonnade-mutation)
+#
+# The working tree (with uncommitted changes) is copied to WORKDIR/src and built there
+# (CPU backend and the CUDA emulator; WORKDIR/build is kept for incremental runs), so the
+# checkout is never modified. Prints a table; exits 1 if any mutation survived, 2 if a
+# mutation site is no longer in the code (update the MUTATIONS table below).
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${1:-/tmp/colonnade-mutation}
+SRC=$WORK/src BUILD=$WORK/build
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$WORK"
+rsync -a --delete --exclude '/build*' --exclude '/.git' --exclude '/.deps' --exclude '/.gpu_data' \
+  "$ROOT"/ "$SRC"/ || { echo "rsync failed" >&2; exit 2; }
+
+# name | file | exact text (must occur once) | replacement | build targets | ctest regex
+MUTATIONS=(
+  "conv backward index (CPU col2im, kernel tap flipped)|src/core/cpu_ops.cc|float* d = dxrow + (ox * g.stride - g.pad + kx) * N;|float* d = dxrow + (ox * g.stride - g.pad + (g.KW - 1 - kx)) * N;|core_tests|^core\\.Shapes/ConvTest\\."
+  "conv backward index (CUDA kernel on the emulator, tap not flipped)|src/cuda/conv_kernels.cu|const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);|const int kx = p.kx0 + p.step * (r % p.tkw);|cuda_emu_tests|^cuda_emu\\.Shapes/ConvTest\\."
+  "momentum sign (CPU SGD)|src/core/cpu_ops.cc|const float vi = p.momentum * v[i] - p.lr|const float vi = -p.momentum * v[i] - p.lr|core_tests|^core\\.(CpuOpsSgd|Optimizer)\\."
+  "momentum sign (CUDA SGD kernel on the emulator)|src/cuda/ops_kernels.cu|__fsub_rn(__fmul_rn(p.momentum, p.v[i])|__fsub_rn(__fmul_rn(-p.momentum, p.v[i])|cuda_emu_tests|^cuda_emu\\.CudaTest\\.SgdUpdate$"
+  "resume cursor (data position dropped)|src/apps/train_session.cc|start_cursor.position = c.state.cursor_position;|start_cursor.position = 0;|trainer checkpoint_diff|^trainer\\.checkpoint\\.resume_bitwise$"
+  "gradient bucket order (bucket launched one layer early)|src/parallel/gradient_sync.cc|current.ready_layer = i;|current.ready_layer = i + 1;|parallel_mpi_tests parallel_equivalence_test|^parallel_mpi_np[2-4]$|^parallel_equivalence_np2$"
+  "sampler rank slice (neighbouring ranks overlap by one image)|src/data/sampler.cc|*begin = count * rank / size;|*begin = rank > 0 ? count * rank / size - 1 : 0;|data_tests parallel_equivalence_test trainer|^data\\.Sampler|^parallel_equivalence_np2$|^trainer\\.checkpoint\\.resume_bitwise_mpi$"
+)
+
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLONNADE_CUDA=OFF \
+  -DCOLONNADE_CUDA_EMULATION=ON -DCMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache || true)" \
+  > "$WORK/configure.log" 2>&1 || { tail -20 "$WORK/configure.log"; exit 2; }
+
+field() { local IFS='|'; read -r -a f <<< "$1"; echo "${f[$2]}"; }
+# The ctest regex is the rest of the line after field 5 (it may contain '|').
+regex_of() { echo "$1" | cut -d'|' -f6-; }
+
+# replace FILE OLD NEW: exactly one occurrence, or exit 2.
+replace() {
+  /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
+import sys
+path, old, new = sys.argv[1:4]
+s = open(path).read()
+n = s.count(old)
+if n != 1:
+    sys.exit(f"mutation site found {n} times in {path} (expected once): {old!r}")
+open(path, "w").write(s.replace(old, new))
+PY
+}
+
+build() { cmake --build "$BUILD" -j "$(nproc)" --target $1 > "$WORK/build.log" 2>&1; }
+run_tests() {
+  ctest --test-dir "$BUILD" -R "$1" -j "$(nproc)" --timeout 900 > "$WORK/ctest.log" 2>&1
+  local rc=$?
+  ntests=$(grep -oE '[0-9]+ tests failed out of [0-9]+|100% tests passed, 0 tests failed out of [0-9]+' "$WORK/ctest.log" | tail -n 1)
+  return $rc
+}
+
+status=0
+printf '%-70s %-9s %s\n' "mutation" "result" "tests"
+for m in "${MUTATIONS[@]}"; do
+  name=$(field "$m" 0) file=$(field "$m" 1) old=$(field "$m" 2) new=$(field "$m" 3)
+  targets=$(field "$m" 4) regex=$(regex_of "$m")
+  # The unmutated tree passes the same tests (otherwise a red run proves nothing).
+  if ! build "$targets"; then echo "baseline build failed (see $WORK/build.log)"; exit 2; fi
+  if ! run_tests "$regex"; then
+    printf '%-70s %-9s %s\n' "$name" "BASELINE" "fails unmutated: $ntests"; status=1; continue
+  fi
+  cp "$SRC/$file" "$WORK/saved"
+  replace "$SRC/$file" "$old" "$new" || exit 2
+  if ! build "$targets"; then
+    result="killed" ntests="(does not compile)"
+  elif run_tests "$regex"; then
+    result="SURVIVED"; status=1
+  else
+    result="killed"
+  fi
+  cp "$WORK/saved" "$SRC/$file"
+  printf '%-70s %-9s %s\n' "$name" "$result" "$ntests ($regex)"
+done
+build "$(for m in "${MUTATIONS[@]}"; do field "$m" 4; done | tr '\n' ' ')" >/dev/null 2>&1
+exit $status
