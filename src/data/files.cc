@@ -28,7 +28,9 @@ absl::Status NotRegular(const std::string& path, mode_t mode) {
 }
 
 absl::Status StatError(const std::string& path, int e) {
-  if (e == ENOENT || e == ENOTDIR) return absl::NotFoundError(absl::StrCat(path, ": file not found"));
+  if (e == ENOENT || e == ENOTDIR) {
+    return absl::NotFoundError(absl::StrCat(path, ": file not found"));
+  }
   return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open: ", std::strerror(e)));
 }
 

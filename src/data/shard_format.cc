@@ -277,7 +277,9 @@ absl::Status DatasetWriter::Commit() {
 
 absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
                                     const std::string& mean_source) {
-  if (finished_) return absl::FailedPreconditionError("DatasetWriter: Prepare (or Finish) called twice");
+  if (finished_) {
+    return absl::FailedPreconditionError("DatasetWriter: Prepare (or Finish) called twice");
+  }
   finished_ = true;
   h5::Lock lock;
   if (file_.valid()) {

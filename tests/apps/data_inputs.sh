@@ -38,7 +38,7 @@ bad_flags)
     "$MS" "${F[@]}" --resize=20000
   expect_usage_error '^make_shards: --resize_exact=65536x65536: 65536x65536 is larger' \
     "$MS" "${F[@]}" --resize_exact=65536x65536
-  expect_usage_error '^make_shards: --resize_exact=12000x12000: .*more than the limit of 134217728 pixels' \
+  expect_usage_error '^make_shards: --resize_exact=12000x12000: .*limit of 134217728 pixels' \
     "$MS" "${F[@]}" --resize_exact=12000x12000
   expect_usage_error '^make_shards: --threads must be in 0..1024' "$MS" "${F[@]}" --threads=100000
   expect_usage_error '^make_shards: --threads must be in 0..1024' "$MS" "${F[@]}" --threads=-3

@@ -345,8 +345,12 @@ void WriteTreeWith(const std::string& root, const std::string& bad_name,
   testing::MakeDir(root);
   testing::MakeDir(root + "/cat");
   testing::MakeDir(root + "/dog");
-  for (int i = 0; i < 4; ++i) WriteJpeg(root + "/cat/" + std::to_string(i) + ".jpg", Pattern(20, 20, 3, i));
-  for (int i = 0; i < 3; ++i) WriteJpeg(root + "/dog/" + std::to_string(i) + ".jpg", Pattern(20, 20, 3, 9 + i));
+  for (int i = 0; i < 4; ++i) {
+    WriteJpeg(root + "/cat/" + std::to_string(i) + ".jpg", Pattern(20, 20, 3, i));
+  }
+  for (int i = 0; i < 3; ++i) {
+    WriteJpeg(root + "/dog/" + std::to_string(i) + ".jpg", Pattern(20, 20, 3, 9 + i));
+  }
   if (!bad_name.empty()) testing::WriteFileBytes(root + "/dog/" + bad_name, bad_bytes);
 }
 
