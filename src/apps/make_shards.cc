@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "data/converters.h"
 #include "data/image.h"
+#include "data/limits.h"
 #include "data/tool_flags.h"
 
 ABSL_FLAG(std::string, source, "",
@@ -42,7 +43,7 @@ ABSL_FLAG(std::string, resize_exact, "",
           "ignoring the aspect ratio; empty = off");
 ABSL_FLAG(int32_t, channels, 3, "folder: stored channels, 3 (RGB; grayscale is replicated) or 1");
 ABSL_FLAG(int64_t, shard_size, 10000, "Images per shard file");
-ABSL_FLAG(int32_t, threads, 0, "Decode/encode threads; 0 = all cores");
+ABSL_FLAG(int32_t, threads, 0, "Decode/encode threads, at most 1024; 0 = all cores");
 ABSL_FLAG(bool, strict, false,
           "folder: stop at the first undecodable image instead of skipping and counting it");
 ABSL_FLAG(bool, force, false,
@@ -121,6 +122,10 @@ int main(int argc, char** argv) {
       "  make_shards --source=folder --input=ROOT --output=OUT [--resize=256] [--encoding=jpeg]\n"
       "  make_shards --source=synthetic --output=OUT [--size=N --test_size=N]\n"
       "Output is deterministic. Existing datasets are not overwritten without --force.\n"
+      "A failed conversion leaves no dataset behind. Images larger than 16384 pixels per side\n"
+      "or 2^27 pixels are refused (skipped and counted); COLONNADE_MAX_IMAGE_SIDE and\n"
+      "COLONNADE_MAX_IMAGE_PIXELS raise the limits (docs/LIMITS.md).\n"
+      "Exit codes: 0 done, 1 conversion failed (unreadable input, disk), 2 bad flags.\n"
       "PNG input is supported when built with libpng (this build: " +
           std::string(colonnade::data::HavePngSupport() ? "yes" : "no, 'png unsupported'") +
           ").",
@@ -135,6 +140,16 @@ int main(int argc, char** argv) {
   if (source != "synthetic" && input.empty()) FlagError("--input is required for --source=" + source);
 
   colonnade::data::ConvertOptions o;
+  absl::StatusOr<colonnade::data::ImageLimits> limits =
+      colonnade::data::ImageLimitsFromEnvironment();
+  if (!limits.ok()) FlagError(std::string(limits.status().message()));
+  o.limits = *limits;
+  // Every size flag is checked against the limits (docs/LIMITS.md) here, so an absurd value
+  // is one line and exit 2, never an allocation failure or a dataset the reader refuses.
+  auto check_size = [&](const std::string& flag, int64_t h, int64_t w) {
+    std::string why = colonnade::data::ImageSizeProblem(h, w, o.limits);
+    if (!why.empty()) FlagError(flag + ": " + why);
+  };
   o.encoding = absl::GetFlag(FLAGS_encoding);
   if (o.encoding != "raw" && o.encoding != "jpeg") FlagError("--encoding must be raw or jpeg");
   o.jpeg_quality = absl::GetFlag(FLAGS_jpeg_quality);
@@ -142,6 +157,7 @@ int main(int argc, char** argv) {
   o.jpeg_passthrough = absl::GetFlag(FLAGS_jpeg_passthrough);
   o.resize = absl::GetFlag(FLAGS_resize);
   if (o.resize < 0) FlagError("--resize must be >= 0");
+  if (o.resize > 0) check_size("--resize=" + std::to_string(o.resize), o.resize, o.resize);
   const std::string exact = absl::GetFlag(FLAGS_resize_exact);
   if (!exact.empty()) {
     std::vector<std::string> parts = absl::StrSplit(exact, 'x');
@@ -155,16 +171,25 @@ int main(int argc, char** argv) {
     }
     if (!ok) FlagError("--resize_exact must be HxW or N with positive integers");
     if (o.resize > 0) FlagError("--resize and --resize_exact are mutually exclusive");
+    check_size("--resize_exact=" + exact, h, w);
     o.resize_height = h;
     o.resize_width = w;
   }
   o.channels = absl::GetFlag(FLAGS_channels);
   if (o.channels != 1 && o.channels != 3) FlagError("--channels must be 1 or 3");
   o.shard_size = absl::GetFlag(FLAGS_shard_size);
-  if (o.shard_size <= 0) FlagError("--shard_size must be > 0");
+  if (o.shard_size <= 0 || o.shard_size > colonnade::data::kMaxDatasetImages) {
+    FlagError("--shard_size must be in 1.." + std::to_string(colonnade::data::kMaxDatasetImages));
+  }
   o.threads = absl::GetFlag(FLAGS_threads);
-  if (o.threads < 0) FlagError("--threads must be >= 0");
-  if (o.threads == 0) o.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (o.threads < 0 || o.threads > colonnade::data::kMaxConvertThreads) {
+    FlagError("--threads must be in 0.." + std::to_string(colonnade::data::kMaxConvertThreads) +
+              " (0 = all cores)");
+  }
+  if (o.threads == 0) {
+    o.threads = static_cast<int>(std::min<unsigned>(
+        colonnade::data::kMaxConvertThreads, std::max(1u, std::thread::hardware_concurrency())));
+  }
   o.strict = absl::GetFlag(FLAGS_strict);
   o.force = absl::GetFlag(FLAGS_force);
   o.seed = absl::GetFlag(FLAGS_seed);
@@ -193,10 +218,25 @@ int main(int argc, char** argv) {
     so.noise = static_cast<float>(absl::GetFlag(FLAGS_noise));
     so.seed = o.seed;
     so.channels = 3;
-    if (so.size <= 0) FlagError("--size must be > 0");
-    if (absl::GetFlag(FLAGS_test_size) < 0) FlagError("--test_size must be >= 0");
+    const int64_t max_images = colonnade::data::kMaxDatasetImages;
+    const double noise = absl::GetFlag(FLAGS_noise);
+    if (so.size <= 0 || so.size > max_images) {
+      FlagError("--size must be in 1.." + std::to_string(max_images));
+    }
+    const int64_t test_size = absl::GetFlag(FLAGS_test_size);
+    if (test_size < 0 || test_size > max_images) {
+      FlagError("--test_size must be in 0.." + std::to_string(max_images));
+    }
     if (so.height <= 0 || so.width <= 0) FlagError("--height and --width must be > 0");
-    if (so.num_classes <= 0) FlagError("--classes must be > 0");
+    check_size("--height x --width", so.height, so.width);
+    if (so.num_classes <= 0 || so.num_classes > colonnade::data::kMaxClasses) {
+      FlagError("--classes must be in 1.." + std::to_string(colonnade::data::kMaxClasses));
+    }
+    // Checked as a double: a cast of NaN or 1e300 to float proves nothing.
+    if (!(noise >= 0 && noise <= 255)) FlagError("--noise must be in 0..255 (pixel units)");
+    if (absl::Status s = colonnade::data::CheckSyntheticOptions(so); !s.ok()) {
+      FlagError(std::string(s.message()));
+    }
     report = colonnade::data::WriteSyntheticShards(so, absl::GetFlag(FLAGS_test_size), output, o);
   }
   if (!report.ok()) Fail(report.status());

@@ -413,16 +413,23 @@ int RunTrainer(const TrainConfig& cfg) {
                        kExitUsage);
   }
   if (!training) synth.held_out = true;
+  // docs/OPERATIONS.md: a dataset whose files are unreadable or invalid (DataLoss) is a
+  // runtime failure, exit 1; a wrong path or spec is a usage error, exit 2.
+  auto data_exit_code = [](const absl::Status& s) {
+    return absl::IsDataLoss(s) ? kExitError : kExitUsage;
+  };
   absl::StatusOr<std::unique_ptr<data::Dataset>> train_data =
       data::OpenDataset(training ? cfg.data : cfg.val_data, synth);
-  if (!train_data.ok()) return AgreedError(l, train_data.status(), kExitUsage);
+  if (!train_data.ok()) {
+    return AgreedError(l, train_data.status(), data_exit_code(train_data.status()));
+  }
   const data::DatasetInfo& dinfo = (*train_data)->info();
   std::unique_ptr<data::Dataset> val_data;
   if (!cfg.val_data.empty()) {
     data::SyntheticOptions vsynth = synth;
     vsynth.held_out = true;
     auto v = data::OpenDataset(cfg.val_data, vsynth);
-    if (!v.ok()) return AgreedError(l, v.status(), kExitUsage);
+    if (!v.ok()) return AgreedError(l, v.status(), data_exit_code(v.status()));
     val_data = std::move(*v);
   }
 

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <sstream>
 #include <thread>
 
@@ -19,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/philox.h"
+#include "data/files.h"
 #include "data/image.h"
 #include "data/sampler.h"
 #include "data/shard_format.h"
@@ -29,33 +32,51 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Runs produce(i) for i in [0, n) on `threads` threads and consume(i, result) on the
-// calling thread in index order, with at most `window` results in flight. The first
+// calling thread in index order, with at most `window` results in flight (raised to
+// `threads`): the window bounds the memory of results waiting for their turn. The first
 // non-OK status from consume stops everything and is returned.
 template <typename Result>
-absl::Status RunOrdered(int64_t n, int threads, const std::function<Result(int64_t)>& produce,
+absl::Status RunOrdered(int64_t n, int threads, int64_t window,
+                        const std::function<Result(int64_t)>& produce,
                         const std::function<absl::Status(int64_t, Result&)>& consume) {
   threads = std::max(1, threads);
-  const int64_t window = std::max<int64_t>(64, 8 * threads);
+  window = std::max<int64_t>(window, threads);
   std::vector<std::optional<Result>> slots(window);
   std::mutex mu;
   std::condition_variable produced_cv, consumed_cv;
   int64_t next = 0, consumed = 0;
   bool stop = false;
+  auto worker = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      consumed_cv.wait(lock, [&] { return stop || next >= n || next < consumed + window; });
+      if (stop || next >= n) return;
+      const int64_t i = next++;
+      lock.unlock();
+      Result r = produce(i);
+      lock.lock();
+      slots[i % window] = std::move(r);
+      produced_cv.notify_all();
+    }
+  };
   std::vector<std::thread> pool;
+  auto stop_all = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    consumed_cv.notify_all();
+    for (std::thread& t : pool) t.join();
+  };
   for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      std::unique_lock<std::mutex> lock(mu);
-      while (true) {
-        consumed_cv.wait(lock, [&] { return stop || next >= n || next < consumed + window; });
-        if (stop || next >= n) return;
-        const int64_t i = next++;
-        lock.unlock();
-        Result r = produce(i);
-        lock.lock();
-        slots[i % window] = std::move(r);
-        produced_cv.notify_all();
-      }
-    });
+    // The system may refuse a thread (process limits): an error, not std::terminate.
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error& e) {
+      stop_all();
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "cannot start %d decode threads (%s); use fewer --threads", threads, e.what()));
+    }
   }
   absl::Status status;
   for (int64_t i = 0; i < n && status.ok(); ++i) {
@@ -70,12 +91,7 @@ absl::Status RunOrdered(int64_t n, int threads, const std::function<Result(int64
     consumed_cv.notify_all();
     status = consume(i, *r);
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    stop = true;
-  }
-  consumed_cv.notify_all();
-  for (std::thread& t : pool) t.join();
+  stop_all();
   return status;
 }
 
@@ -84,17 +100,14 @@ bool IsDir(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open file"));
-  std::string data;
-  char buf[1 << 16];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) data.append(buf, got);
-  bool err = std::ferror(f);
-  std::fclose(f);
-  if (err) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return data;
+// The largest image file read: any PNG or JPEG within the pixel limit is smaller (PNG at
+// 16-bit RGBA stored uncompressed is 8 bytes per pixel), plus room for metadata.
+int64_t MaxImageFileBytes(const ImageLimits& limits) {
+  int64_t bytes = 0;
+  if (!CheckedMul(limits.max_pixels, 8, &bytes) || !CheckedAdd(bytes, 64 << 20, &bytes)) {
+    return INT64_MAX;
+  }
+  return bytes;
 }
 
 absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) {
@@ -162,16 +175,29 @@ absl::Status CheckOptions(const ConvertOptions& o) {
   if ((o.resize_height > 0) != (o.resize_width > 0)) {
     return absl::InvalidArgumentError("resize_exact needs both a height and a width");
   }
+  if (o.resize > 0) {
+    if (std::string why = ImageSizeProblem(o.resize, o.resize, o.limits); !why.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("resize ", o.resize, ": ", why));
+    }
+  }
+  if (o.resize_height > 0) {
+    std::string why = ImageSizeProblem(o.resize_height, o.resize_width, o.limits);
+    if (!why.empty()) return absl::InvalidArgumentError(absl::StrCat("resize_exact ", why));
+  }
+  if (o.threads < 1 || o.threads > kMaxConvertThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("threads %d is outside 1..%d", o.threads, kMaxConvertThreads));
+  }
   return absl::OkStatus();
 }
 
-// Writes `n` produced images into one dataset directory.
-absl::Status WriteSplit(const std::string& split, const std::string& dir, const ConvertOptions& o,
-                        int height, int width, const std::vector<std::string>& class_names,
-                        int64_t n, const std::function<Converted(int64_t)>& produce,
-                        const std::function<int(int64_t)>& label_of,
-                        const std::vector<float>* mean, const std::string& mean_source,
-                        ConvertReport* report, std::vector<float>* mean_out) {
+// Writes `n` produced images into one dataset directory and prepares its index; the
+// caller commits it (CommitSplits) once every split of the conversion has succeeded.
+absl::StatusOr<std::unique_ptr<DatasetWriter>> WriteSplit(
+    const std::string& dir, const ConvertOptions& o, int height, int width,
+    const std::vector<std::string>& class_names, int64_t n,
+    const std::function<Converted(int64_t)>& produce, const std::function<int(int64_t)>& label_of,
+    const std::vector<float>* mean, const std::string& mean_source, ConvertReport* report) {
   DatasetWriterOptions wo;
   wo.dir = dir;
   wo.encoding = o.encoding;
@@ -182,6 +208,7 @@ absl::Status WriteSplit(const std::string& split, const std::string& dir, const 
   wo.class_names = class_names;
   wo.shard_size = o.shard_size;
   wo.force = o.force;
+  wo.limits = o.limits;
   absl::StatusOr<std::unique_ptr<DatasetWriter>> writer = DatasetWriter::Create(wo);
   if (!writer.ok()) return writer.status();
   int64_t last_progress = -1;
@@ -205,30 +232,47 @@ absl::Status WriteSplit(const std::string& split, const std::string& dir, const 
     }
     return absl::OkStatus();
   };
-  absl::Status s = RunOrdered<Converted>(n, o.threads, produce, consume);
+  // Results in flight: the usual 8 per thread, fewer for big images (about 1 GiB of stored
+  // images at most; the writer holds each until it is written in order).
+  const int64_t image_bytes = static_cast<int64_t>(height) * width * o.channels;
+  const int64_t window = std::min<int64_t>(std::max(64, 8 * o.threads),
+                                           std::max<int64_t>(1, (int64_t{1} << 30) / image_bytes));
+  absl::Status s = RunOrdered<Converted>(n, o.threads, window, produce, consume);
   if (!s.ok()) return s;
-  s = (*writer)->Finish(mean, mean_source);
+  s = (*writer)->Prepare(mean, mean_source);
   if (!s.ok()) return s;
-  report->output_dirs.push_back(dir);
-  report->written.push_back((*writer)->count());
-  if (mean_out != nullptr) {
-    absl::StatusOr<std::vector<float>> m = ReadMeanImage(dir, height, width, o.channels);
-    if (!m.ok()) return m.status();
-    *mean_out = std::move(*m);
+  return std::move(*writer);
+}
+
+// Commits the prepared splits, in order, and records them in the report. If one cannot be
+// committed, every split is discarded (committed ones included): the conversion leaves no
+// dataset behind, as when it fails earlier.
+absl::Status CommitSplits(std::vector<std::unique_ptr<DatasetWriter>>* splits,
+                          ConvertReport* report) {
+  for (auto& w : *splits) {
+    absl::Status s = w->Commit();
+    if (!s.ok()) {
+      for (auto& d : *splits) d->Discard();
+      return s;
+    }
+  }
+  for (auto& w : *splits) {
+    report->output_dirs.push_back(w->options().dir);
+    report->written.push_back(w->count());
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<float>> MeanFromOption(const ConvertOptions& o, int h, int w) {
   if (o.mean_from.empty()) return std::vector<float>();
-  return ReadMeanImage(o.mean_from, h, w, o.channels);
+  return ReadMeanImage(o.mean_from, h, w, o.channels, o.limits);
 }
 
 }  // namespace
 
 absl::StatusOr<std::vector<float>> ReadMeanImage(const std::string& dir, int height, int width,
-                                                 int channels) {
-  absl::StatusOr<DatasetIndex> idx = ReadDatasetIndex(dir);
+                                                 int channels, const ImageLimits& limits) {
+  absl::StatusOr<DatasetIndex> idx = ReadDatasetIndex(dir, limits);
   if (!idx.ok()) return idx.status();
   if (idx->info.height != height || idx->info.width != width ||
       idx->info.channels != channels) {
@@ -254,7 +298,9 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
   std::vector<std::string> class_names = {"airplane", "automobile", "bird", "cat", "deer",
                                           "dog", "frog", "horse", "ship", "truck"};
   const std::string meta = JoinPath(input_dir, "batches.meta.txt");
-  if (absl::StatusOr<std::string> m = ReadFile(meta); m.ok()) {
+  absl::StatusOr<std::string> m = ReadRegularFile(meta, 1 << 20);
+  if (!m.ok() && !absl::IsNotFound(m.status())) return m.status();
+  if (m.ok()) {
     std::vector<std::string> names;
     for (absl::string_view line : absl::StrSplit(*m, '\n')) {
       std::string t(absl::StripAsciiWhitespace(line));
@@ -267,7 +313,7 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
     class_names = names;
   }
   ConvertReport report;
-  std::vector<float> train_mean;
+  std::vector<std::unique_ptr<DatasetWriter>> written;
   struct Split {
     const char* name;
     std::vector<std::string> files;
@@ -279,8 +325,8 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
     std::string records;
     for (const std::string& f : split.files) {
       const std::string path = JoinPath(input_dir, f);
-      absl::StatusOr<std::string> data = ReadFile(path);
-      if (!data.ok()) return absl::NotFoundError(absl::StrCat(path, ": file not found"));
+      absl::StatusOr<std::string> data = ReadRegularFile(path, INT64_MAX);
+      if (!data.ok()) return data.status();
       if (data->empty() || data->size() % kRecord != 0) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: size %d bytes is not a positive multiple of the %d-byte record (truncated?)",
@@ -323,13 +369,17 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
       mean = &*given;
       mean_source = o.mean_from;
     } else if (is_test) {
-      mean = &train_mean;
+      mean = &written.front()->mean_image();
       mean_source = "train";
     }
-    s = WriteSplit(split.name, JoinPath(output_dir, split.name), o, 32, 32, class_names, n,
-                   produce, label_of, mean, mean_source, &report, is_test ? nullptr : &train_mean);
-    if (!s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<DatasetWriter>> w =
+        WriteSplit(JoinPath(output_dir, split.name), o, 32, 32, class_names, n, produce,
+                   label_of, mean, mean_source, &report);
+    if (!w.ok()) return w.status();
+    written.push_back(std::move(*w));
   }
+  s = CommitSplits(&written, &report);
+  if (!s.ok()) return s;
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }
@@ -394,11 +444,11 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
   if (height == 0) {
     // Every image must have the size of the first decodable one.
     for (const Item& it : items) {
-      absl::StatusOr<std::string> bytes = ReadFile(it.path);
+      absl::StatusOr<std::string> bytes = ReadRegularFile(it.path, MaxImageFileBytes(o.limits));
       if (!bytes.ok()) continue;
       Image img;
       if (DecodeImage(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
-                      o.channels, &img).ok()) {
+                      o.channels, &img, 0, 0, o.limits).ok()) {
         height = img.height;
         width = img.width;
         size_source = it.path;
@@ -415,7 +465,9 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
     return std::function<Converted(int64_t)>([&, list](int64_t i) {
       Converted c;
       const std::string& path = (*list)[i].path;
-      absl::StatusOr<std::string> bytes = ReadFile(path);
+      // Not a regular file (a FIFO named *.jpg), too big, unreadable: skipped and counted
+      // like an undecodable image (fatal with --strict).
+      absl::StatusOr<std::string> bytes = ReadRegularFile(path, MaxImageFileBytes(o.limits));
       if (!bytes.ok()) {
         c.status = bytes.status();
         return c;
@@ -423,7 +475,7 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
       const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes->data());
       Image img;
       absl::Status d = DecodeImage(data, bytes->size(), o.channels, &img,
-                                   resizing ? height : 0, resizing ? width : 0);
+                                   resizing ? height : 0, resizing ? width : 0, o.limits);
       if (!d.ok()) {
         c.status = absl::Status(d.code(), absl::StrCat(path, ": ", d.message()));
         return c;
@@ -482,23 +534,27 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
   absl::StatusOr<std::vector<float>> given = MeanFromOption(o, height, width);
   if (!given.ok()) return given.status();
   const std::vector<float>* mean = given->empty() ? nullptr : &*given;
-  std::vector<float> train_mean;
-  auto write = [&](const std::string& split, const std::string& dir, const std::vector<Item>& list,
-                   const std::vector<float>* m, const std::string& msrc,
-                   std::vector<float>* mean_out) -> absl::Status {
+  std::vector<std::unique_ptr<DatasetWriter>> written;
+  auto write = [&](const std::string& dir, const std::vector<Item>& list,
+                   const std::vector<float>* m, const std::string& msrc) -> absl::Status {
     std::function<int(int64_t)> label_of = [&list](int64_t i) { return list[i].label; };
-    return WriteSplit(split, dir, o, height, width, classes, static_cast<int64_t>(list.size()),
-                      make_produce(&list), label_of, m, msrc, &report, mean_out);
+    absl::StatusOr<std::unique_ptr<DatasetWriter>> w =
+        WriteSplit(dir, o, height, width, classes, static_cast<int64_t>(list.size()),
+                   make_produce(&list), label_of, m, msrc, &report);
+    if (!w.ok()) return w.status();
+    written.push_back(std::move(*w));
+    return absl::OkStatus();
   };
   if (o.val_fraction > 0) {
-    s = write("train", JoinPath(output_dir, "train"), train, mean, o.mean_from,
-              mean ? nullptr : &train_mean);
+    s = write(JoinPath(output_dir, "train"), train, mean, o.mean_from);
     if (!s.ok()) return s;
-    s = write("val", JoinPath(output_dir, "val"), val, mean ? mean : &train_mean,
-              mean ? o.mean_from : "train", nullptr);
+    s = write(JoinPath(output_dir, "val"), val, mean ? mean : &written.front()->mean_image(),
+              mean ? o.mean_from : "train");
   } else {
-    s = write("all", output_dir, train, mean, o.mean_from, nullptr);
+    s = write(output_dir, train, mean, o.mean_from);
   }
+  if (!s.ok()) return s;
+  s = CommitSplits(&written, &report);
   if (!s.ok()) return s;
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
@@ -516,7 +572,7 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
   if (!s.ok()) return s;
   const auto t0 = Clock::now();
   ConvertReport report;
-  std::vector<float> train_mean;
+  std::vector<std::unique_ptr<DatasetWriter>> written;
   for (int split = 0; split < 2; ++split) {
     SyntheticOptions so = synth;
     so.held_out = split == 1;
@@ -540,12 +596,15 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
     };
     std::function<int(int64_t)> label_of = [d](int64_t i) { return d->Label(i); };
     const char* name = split == 0 ? "train" : "test";
-    s = WriteSplit(name, JoinPath(output_dir, name), o, info.height, info.width,
-                   info.class_names, info.size, produce, label_of,
-                   split == 1 ? &train_mean : nullptr, split == 1 ? "train" : "",
-                   &report, split == 0 ? &train_mean : nullptr);
-    if (!s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<DatasetWriter>> w = WriteSplit(
+        JoinPath(output_dir, name), o, info.height, info.width, info.class_names, info.size,
+        produce, label_of, split == 1 ? &written.front()->mean_image() : nullptr,
+        split == 1 ? "train" : "", &report);
+    if (!w.ok()) return w.status();
+    written.push_back(std::move(*w));
   }
+  s = CommitSplits(&written, &report);
+  if (!s.ok()) return s;
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }

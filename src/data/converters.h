@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
+#include "data/limits.h"
 
 namespace colonnade::data {
 
@@ -24,18 +25,29 @@ struct ConvertOptions {
   int resize_height = 0, resize_width = 0;  // folder: exact resize (ignores aspect ratio)
   int channels = 3;              // stored channels (grayscale sources are replicated)
   int64_t shard_size = 10000;    // images per shard file
-  int threads = 2;               // decode/encode threads
+  int threads = 2;               // decode/encode threads, 1..kMaxConvertThreads
   bool strict = false;           // folder: an undecodable file is fatal (default: skip + count)
   bool force = false;            // overwrite existing dataset files in the output dirs
   uint64_t seed = 1;             // storage shuffle, validation split, synthetic data
   bool shuffle = true;           // store images in a seeded random order (not class-sorted)
   double val_fraction = 0.0;     // folder/synthetic: hold out this fraction as OUT/val
   std::string mean_from;         // store this dataset dir's mean image instead of computing
+  // Largest image decoded or written (source images beyond it are skipped and counted, or
+  // fatal with strict; resize targets beyond it are refused).
+  ImageLimits limits;
   // Called from the writing thread with (output directory, images done, images total);
   // first with done = 0 when a split starts.
   std::function<void(const std::string&, int64_t, int64_t)> progress;
 };
 
+// More decode threads than any machine's hardware threads gain nothing; each also holds
+// a decoded image (docs/LIMITS.md).
+inline constexpr int kMaxConvertThreads = 1024;
+
+// Every converter writes all its splits before it commits any index: a conversion that
+// fails (a bad input, a full disk, --strict) leaves no dataset.h5 and no shard files of its
+// own behind. Input files are read only when they are regular files (a FIFO is skipped
+// and counted like an undecodable image).
 struct ConvertReport {
   std::vector<std::string> output_dirs;  // one per split written
   std::vector<int64_t> written;          // images per split
@@ -70,6 +82,7 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
 
 // The mean image stored in a dataset directory (for --mean_from).
 absl::StatusOr<std::vector<float>> ReadMeanImage(const std::string& dir, int height, int width,
-                                                 int channels);
+                                                 int channels,
+                                                 const ImageLimits& limits = ImageLimits());
 
 }  // namespace colonnade::data

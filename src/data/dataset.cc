@@ -16,24 +16,36 @@ Dataset::~Dataset() = default;
 
 namespace {
 
+absl::Status AsDataLoss(const absl::Status& s) {
+  return s.ok() || absl::IsDataLoss(s) ? s : absl::DataLossError(s.message());
+}
+
 // A validated shard directory. Labels (and JPEG offsets) of every shard are held in
 // memory after validation, so Read touches HDF5 once per image (under the lock) and
 // decodes outside it.
 class ShardDataset : public Dataset {
  public:
-  static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& dir) {
-    absl::StatusOr<DatasetIndex> index = ReadDatasetIndex(dir);
-    if (!index.ok()) return index.status();
+  // Errors: NotFound when the directory or its dataset.h5 does not exist (a wrong path:
+  // a usage error); DataLoss, with the message of the check that failed, for a dataset
+  // whose files are unreadable or invalid (docs/OPERATIONS.md: unreadable data).
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& dir,
+                                                       const ImageLimits& limits) {
+    absl::StatusOr<DatasetIndex> index = ReadDatasetIndex(dir, limits);
+    if (!index.ok()) {
+      return absl::IsNotFound(index.status()) ? index.status() : AsDataLoss(index.status());
+    }
     std::unique_ptr<ShardDataset> ds(new ShardDataset());
     ds->index_ = std::move(*index);
+    ds->limits_ = limits;
     const DatasetIndex& idx = ds->index_;
     const int S = static_cast<int>(idx.shard_files.size());
-    ds->labels_.reserve(idx.info.size);
+    // No reserve for the claimed size: labels are appended as the shards prove they hold
+    // them, so memory follows the bytes present, never a crafted 'size' attribute.
     ds->shard_start_.push_back(0);
     std::vector<int64_t> counts(idx.info.num_classes, 0);
     for (int s = 0; s < S; ++s) {
       absl::StatusOr<ShardContents> c = ValidateShard(idx, s);
-      if (!c.ok()) return c.status();
+      if (!c.ok()) return AsDataLoss(c.status());
       for (int32_t l : c->labels) ++counts[l];
       ds->labels_.insert(ds->labels_.end(), c->labels.begin(), c->labels.end());
       ds->offsets_.push_back(std::move(c->offsets));
@@ -41,7 +53,7 @@ class ShardDataset : public Dataset {
     }
     for (int k = 0; k < idx.info.num_classes; ++k) {
       if (counts[k] != idx.info.class_counts[k]) {
-        return absl::InvalidArgumentError(absl::StrFormat(
+        return absl::DataLossError(absl::StrFormat(
             "%s: /class_counts: class %d has count %d, but the shards hold %d labels %d",
             JoinPath(idx.info.path, kIndexFileName), k, idx.info.class_counts[k], counts[k], k));
       }
@@ -77,15 +89,28 @@ class ShardDataset : public Dataset {
     const std::vector<int64_t>& off = offsets_[shard];
     absl::Status s = cache_->ReadBytes(shard, off[local], off[local + 1], &encoded);
     if (!s.ok()) return s;
-    s = DecodeJpeg(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size(),
-                   info.channels, &decoded);
-    if (!s.ok()) {
+    auto image_error = [&](const std::string& what) {
       return absl::DataLossError(absl::StrFormat(
           "%s: /images: image %d: %s", JoinPath(info.path, index_.shard_files[shard]), local,
-          s.message()));
+          what));
+    };
+    const uint8_t* data = reinterpret_cast<const uint8_t*>(encoded.data());
+    // The header must declare the dataset's size before anything is decoded: a stream of
+    // another size is an error (never silently resized), and a header claiming a huge
+    // image costs no memory.
+    int h = 0, w = 0;
+    s = JpegSize(data, encoded.size(), &h, &w);
+    if (!s.ok()) return image_error(std::string(s.message()));
+    if (h != info.height || w != info.width) {
+      return image_error(absl::StrFormat("JPEG is %dx%d, but the dataset's images are %dx%d "
+                                         "(height x width)", h, w, info.height, info.width));
     }
-    if (decoded.height != info.height || decoded.width != info.width) {
-      decoded = Resize(decoded, info.height, info.width);
+    s = DecodeJpeg(data, encoded.size(), info.channels, &decoded, 0, 0, limits_);
+    if (!s.ok()) return image_error(std::string(s.message()));
+    if (decoded.height != info.height || decoded.width != info.width ||
+        decoded.pixels.size() != bytes) {
+      return image_error(absl::StrFormat("decoded to %dx%d, expected %dx%d", decoded.height,
+                                         decoded.width, info.height, info.width));
     }
     pixels->assign(decoded.pixels.begin(), decoded.pixels.end());
     return labels_[index];
@@ -94,6 +119,7 @@ class ShardDataset : public Dataset {
  private:
   ShardDataset() = default;
   DatasetIndex index_;
+  ImageLimits limits_;
   std::vector<int32_t> labels_;
   std::vector<std::vector<int64_t>> offsets_;
   std::vector<int64_t> shard_start_;
@@ -120,7 +146,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec,
   } else if (dir == kIndexFileName) {
     dir = ".";
   }
-  return ShardDataset::Open(dir);
+  absl::StatusOr<ImageLimits> limits = ImageLimitsFromEnvironment();
+  if (!limits.ok()) return limits.status();
+  return ShardDataset::Open(dir, *limits);
 }
 
 }  // namespace colonnade::data

@@ -58,11 +58,18 @@ struct SyntheticOptions {
 // spec: "synthetic" (options from `synth`), "synthetic:train" / "synthetic:test" (same,
 // with held_out forced false / true), or a shard directory written by make_shards (or the
 // path of its dataset.h5). Shard directories are validated completely on open: every
-// attribute and dataset of every shard, and every label.
+// attribute and dataset of every shard, and every label; sizes within docs/LIMITS.md
+// (image limits from ImageLimitsFromEnvironment). Errors: NotFound when the directory or
+// its dataset.h5 does not exist, InvalidArgument for a bad spec or limit variable,
+// DataLoss for a dataset whose files are unreadable or invalid (each message names the
+// file and the field).
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec,
                                                      const SyntheticOptions& synth = {});
 
 // The synthetic dataset directly.
 absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const SyntheticOptions& o);
+// The checks MakeSyntheticDataset applies (InvalidArgument naming the option): sizes,
+// classes, noise finite in 0..255. For tools that validate their flags up front.
+absl::Status CheckSyntheticOptions(const SyntheticOptions& o);
 
 }  // namespace colonnade::data

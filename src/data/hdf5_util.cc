@@ -1,25 +1,17 @@
 #include "data/hdf5_util.h"
 
-#include <sys/stat.h>
-
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "data/files.h"
 
 namespace colonnade::data::h5 {
-namespace {
-
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-}  // namespace
 
 absl::StatusOr<Handle> OpenFileReadOnly(const std::string& path) {
-  if (!FileExists(path)) return absl::NotFoundError(absl::StrCat(path, ": file not found"));
+  // Before HDF5 opens it: a FIFO would block in open() forever.
+  if (absl::Status s = CheckRegularFile(path); !s.ok()) return s;
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 <= 0) {
     return absl::DataLossError(
@@ -225,6 +217,10 @@ absl::StatusOr<Handle> OpenChecked(hid_t file, const std::string& where, const c
   if (H5Lexists(file, name, H5P_DEFAULT) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", name, ": dataset is missing"));
   }
+  // A link to another file (or a soft link) is never followed: HDF5 would open any path.
+  if (std::string why = hdf5::NonHardLinkReason(file, name); !why.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", name, ": ", why));
+  }
   hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
   if (d < 0) {
     return absl::DataLossError(absl::StrCat(where, ": ", name, ": dataset cannot be opened"));
@@ -249,6 +245,11 @@ absl::StatusOr<Handle> OpenChecked(hid_t file, const std::string& where, const c
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", name, ": shape is ",
                                                    DescribeShape(got), ", expected ",
                                                    DescribeShape(expected_dims)));
+  }
+  // Every element the shape claims must have stored bytes before a caller allocates for it:
+  // a crafted file can declare any shape at no cost (storage is allocated on write).
+  if (std::string why = hdf5::MissingStorageReason(d); !why.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", name, ": ", why));
   }
   if (dims) *dims = got;
   return dset;

@@ -28,8 +28,9 @@ inline Handle TypeHandle(hid_t id) { return Handle(id, H5Tclose); }
 inline Handle PlistHandle(hid_t id) { return Handle(id, H5Pclose); }
 inline Handle AttrHandle(hid_t id) { return Handle(id, H5Aclose); }
 
-// Opens an existing file read-only. Errors: NotFound for a missing file, DataLoss for a
-// file that HDF5 cannot open (truncated, corrupt, not HDF5).
+// Opens an existing regular file read-only. Errors: NotFound for a missing file,
+// FailedPrecondition for a FIFO, device or directory (never opened), DataLoss for a file
+// that HDF5 cannot open (truncated, corrupt, not HDF5).
 absl::StatusOr<Handle> OpenFileReadOnly(const std::string& path);
 // Creates (truncates) a file with object time tracking off, so output is deterministic.
 absl::StatusOr<Handle> CreateFile(const std::string& path);
@@ -49,7 +50,10 @@ enum class Dtype { kUint8, kInt32, kInt64, kFloat32, kString };
 const char* DtypeName(Dtype t);
 
 // Opens dataset `name` ("/labels") and checks its element type and shape. In
-// `expected_dims`, -1 accepts any extent. The actual dims are returned in `dims`.
+// `expected_dims`, -1 accepts any extent. The actual dims are returned in `dims`. Refuses
+// soft and external links, virtual datasets and external raw storage, and a dataset whose
+// stored bytes do not cover its shape (never-written storage reads back as zeros), so a
+// caller may allocate for the returned dims: the bytes are in the file.
 absl::StatusOr<Handle> OpenChecked(hid_t file, const std::string& where, const char* name,
                                    Dtype dtype, const std::vector<int64_t>& expected_dims,
                                    std::vector<int64_t>* dims);

@@ -41,7 +41,6 @@ struct JpegError {
   jpeg_error_mgr mgr;
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
-  bool premature_end;
 };
 
 void JpegErrorExit(j_common_ptr cinfo) {
@@ -51,11 +50,24 @@ void JpegErrorExit(j_common_ptr cinfo) {
 }
 
 void JpegEmitMessage(j_common_ptr cinfo, int level) {
-  // level -1: warning. A premature end of data is a truncated file: treat it as an
-  // error. Other warnings (e.g. extraneous bytes before a marker) are common in real
-  // photo collections and harmless.
-  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
-    reinterpret_cast<JpegError*>(cinfo->err)->premature_end = true;
+  // level -1: warning. The warnings below mean image data is missing, which libjpeg fills
+  // with gray (or zero coefficients) and carries on: an error for us, so a broken file is
+  // never stored or trained on as a flat gray image. Other warnings (e.g. extraneous bytes
+  // before a marker) are common in real photo collections and harmless.
+  if (level >= 0) return;
+  JpegError* err = reinterpret_cast<JpegError*>(cinfo->err);
+  switch (cinfo->err->msg_code) {
+    case JWRN_JPEG_EOF:
+      std::snprintf(err->message, sizeof(err->message), "premature end of data (truncated)");
+      std::longjmp(err->jump, 1);
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+    case JWRN_ARITH_BAD_CODE:
+    case JWRN_MUST_RESYNC:
+      (*cinfo->err->format_message)(cinfo, err->message);
+      std::longjmp(err->jump, 1);
+    default:
+      break;
   }
 }
 
@@ -64,7 +76,6 @@ void SetupErrors(JpegError* err, j_common_ptr cinfo) {
   err->mgr.error_exit = JpegErrorExit;
   err->mgr.emit_message = JpegEmitMessage;
   err->message[0] = '\0';
-  err->premature_end = false;
 }
 
 }  // namespace
@@ -87,7 +98,7 @@ absl::Status JpegSize(const uint8_t* data, size_t size, int* height, int* width)
 }
 
 absl::Status DecodeJpeg(const uint8_t* data, size_t size, int channels, Image* out,
-                        int min_height, int min_width) {
+                        int min_height, int min_width, const ImageLimits& limits) {
   if (channels != 1 && channels != 3) {
     return absl::InvalidArgumentError(absl::StrCat("unsupported channel count ", channels));
   }
@@ -104,6 +115,13 @@ absl::Status DecodeJpeg(const uint8_t* data, size_t size, int channels, Image* o
   }
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
+  // Before jpeg_start_decompress, which allocates in proportion to the image (the whole
+  // coefficient image for a progressive JPEG), and before our pixel buffer.
+  if (std::string why = ImageSizeProblem(cinfo.image_height, cinfo.image_width, limits);
+      !why.empty()) {
+    jpeg_destroy_decompress(&cinfo);
+    return absl::InvalidArgumentError(absl::StrCat("JPEG too large: ", why));
+  }
   bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   if (cmyk) {
     cinfo.out_color_space = JCS_CMYK;  // converted by hand below
@@ -155,13 +173,11 @@ absl::Status DecodeJpeg(const uint8_t* data, size_t size, int channels, Image* o
   }
   jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
-  if (err.premature_end) {
-    return absl::InvalidArgumentError("undecodable JPEG: premature end of data (truncated)");
-  }
   return absl::OkStatus();
 }
 
-absl::Status DecodePng(const uint8_t* data, size_t size, int channels, Image* out) {
+absl::Status DecodePng(const uint8_t* data, size_t size, int channels, Image* out,
+                       const ImageLimits& limits) {
 #if defined(COLONNADE_HAVE_PNG)
   png_image img;
   std::memset(&img, 0, sizeof(img));
@@ -170,6 +186,10 @@ absl::Status DecodePng(const uint8_t* data, size_t size, int channels, Image* ou
     std::string msg = img.message;
     png_image_free(&img);
     return absl::InvalidArgumentError(absl::StrCat("undecodable PNG: ", msg));
+  }
+  if (std::string why = ImageSizeProblem(img.height, img.width, limits); !why.empty()) {
+    png_image_free(&img);
+    return absl::InvalidArgumentError(absl::StrCat("PNG too large: ", why));
   }
   img.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
   out->height = static_cast<int>(img.height);
@@ -188,17 +208,18 @@ absl::Status DecodePng(const uint8_t* data, size_t size, int channels, Image* ou
   (void)size;
   (void)channels;
   (void)out;
+  (void)limits;
   return absl::UnimplementedError("png unsupported in this build (libpng not found)");
 #endif
 }
 
 absl::Status DecodeImage(const uint8_t* data, size_t size, int channels, Image* out,
-                         int min_height, int min_width) {
+                         int min_height, int min_width, const ImageLimits& limits) {
   switch (SniffFormat(data, size)) {
     case ImageFormat::kJpeg:
-      return DecodeJpeg(data, size, channels, out, min_height, min_width);
+      return DecodeJpeg(data, size, channels, out, min_height, min_width, limits);
     case ImageFormat::kPng:
-      return DecodePng(data, size, channels, out);
+      return DecodePng(data, size, channels, out, limits);
     case ImageFormat::kUnknown:
       break;
   }

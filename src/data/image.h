@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "data/limits.h"
 
 namespace colonnade::data {
 
@@ -30,17 +31,23 @@ bool HavePngSupport();
 // Decodes a JPEG into `channels` (1 or 3) channels. `min_height`/`min_width` > 0 allow
 // libjpeg's DCT-domain downscaling by 1/2, 1/4 or 1/8 as long as the decoded image stays
 // at least that large (a large speed-up for big photos that are resized anyway).
-// Errors (InvalidArgument) carry libjpeg's message; a premature end of the data is an
-// error, not a gray-filled image.
+// Errors (InvalidArgument) carry libjpeg's message. Missing image data is an error, not a
+// gray-filled image: a premature end of the file or of a data segment, a bad Huffman or
+// arithmetic code, a lost restart marker. An image whose header size does not fit `limits`
+// is refused before any pixel memory is allocated.
 absl::Status DecodeJpeg(const uint8_t* data, size_t size, int channels, Image* out,
-                        int min_height = 0, int min_width = 0);
+                        int min_height = 0, int min_width = 0,
+                        const ImageLimits& limits = ImageLimits());
 // Reads only the header: the full-resolution size.
 absl::Status JpegSize(const uint8_t* data, size_t size, int* height, int* width);
-absl::Status DecodePng(const uint8_t* data, size_t size, int channels, Image* out);
+// PNG: the header size is checked against `limits` before decoding.
+absl::Status DecodePng(const uint8_t* data, size_t size, int channels, Image* out,
+                       const ImageLimits& limits = ImageLimits());
 // Sniffs the format and decodes. Unknown formats and PNG without libpng are errors
 // ("png unsupported in this build").
 absl::Status DecodeImage(const uint8_t* data, size_t size, int channels, Image* out,
-                         int min_height = 0, int min_width = 0);
+                         int min_height = 0, int min_width = 0,
+                         const ImageLimits& limits = ImageLimits());
 
 // Baseline JPEG, 4:2:0 chroma subsampling for 3 channels, `quality` 1..100.
 absl::StatusOr<std::string> EncodeJpeg(const Image& image, int quality);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/log.h"
+#include "data/limits.h"
 
 namespace colonnade::data {
 
@@ -65,6 +66,20 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
   if (o.pinned && !o.pinned_allocator) {
     return bad("pinned=true needs PipelineOptions::pinned_allocator (this module does not "
                "link CUDA)");
+  }
+  // The batch tensor of this rank (queue_depth + 2 of them live at once): its size is
+  // checked before anything is allocated, with overflow-checked products.
+  {
+    const int64_t side_h = o.crop > 0 ? o.crop : info.height;
+    const int64_t side_w = o.crop > 0 ? o.crop : info.width;
+    int64_t values = 0;
+    if (!CheckedMul(side_h * side_w, info.channels, &values) ||
+        !CheckedMul(values, o.global_batch / o.dp_size, &values) || values > kMaxBatchValues) {
+      return bad(absl::StrFormat(
+          "a batch of %d images of %dx%dx%d per rank is more than the limit of %d values "
+          "(docs/LIMITS.md)", o.global_batch / o.dp_size, info.channels, side_h, side_w,
+          kMaxBatchValues));
+    }
   }
   const size_t image_values = static_cast<size_t>(info.height) * info.width * info.channels;
   if (!o.mean_image.empty() && o.mean_image.size() != image_values) {

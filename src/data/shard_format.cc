@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "data/files.h"
 
 namespace colonnade::data {
 
@@ -57,6 +58,27 @@ DatasetWriter::~DatasetWriter() {
   h5::Lock lock;
   images_.Reset();
   file_.Reset();
+  if (!committed_ && !discarded_) Discard();
+}
+
+void DatasetWriter::Discard() {
+  h5::Lock lock;
+  images_.Reset();
+  file_.Reset();
+  // Only files this writer created: Create refused (or, with force, deleted) every dataset
+  // file that was in the directory before. The index goes first, so an interrupted
+  // discard never leaves an index without its shards.
+  std::vector<std::string> paths;
+  if (committed_) paths.push_back(JoinPath(o_.dir, kIndexFileName));
+  paths.push_back(TempIndexPath());
+  for (const std::string& name : shard_files_) paths.push_back(JoinPath(o_.dir, name));
+  for (const std::string& p : paths) ::unlink(p.c_str());
+  committed_ = false;
+  discarded_ = true;
+}
+
+std::string DatasetWriter::TempIndexPath() const {
+  return JoinPath(o_.dir, kIndexFileName) + ".tmp";
 }
 
 absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
@@ -70,11 +92,20 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
         "image size %dx%dx%d is invalid (channels must be 1 or 3)", o.height, o.width,
         o.channels));
   }
-  if (o.num_classes <= 0 || static_cast<int>(o.class_names.size()) != o.num_classes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "num_classes %d with %d class names", o.num_classes, o.class_names.size()));
+  // The reader's limits: never write a dataset that OpenDataset would refuse.
+  if (std::string why = ImageSizeProblem(o.height, o.width, o.limits); !why.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(o.dir, ": image size ", why));
   }
-  if (o.shard_size <= 0) return absl::InvalidArgumentError("shard_size must be > 0");
+  if (o.num_classes <= 0 || o.num_classes > kMaxClasses ||
+      static_cast<int>(o.class_names.size()) != o.num_classes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "num_classes %d with %d class names (at most %d classes)", o.num_classes,
+        o.class_names.size(), kMaxClasses));
+  }
+  if (o.shard_size <= 0 || o.shard_size > kMaxDatasetImages) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard_size %d is outside 1..%d", o.shard_size, kMaxDatasetImages));
+  }
   absl::Status s = MakeDirs(o.dir);
   if (!s.ok()) return s;
   // Existing dataset files: refuse, or delete exactly those with force.
@@ -189,6 +220,11 @@ absl::Status DatasetWriter::Add(const uint8_t* pixels, const std::string* encode
   if (o_.encoding == "jpeg" && (encoded == nullptr || encoded->empty())) {
     return absl::InvalidArgumentError("encoding jpeg needs the encoded bytes of every image");
   }
+  if (total_ >= kMaxDatasetImages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: more than %d images (the largest dataset the reader accepts)", o_.dir,
+        kMaxDatasetImages));
+  }
   h5::Lock lock;
   if (!file_.valid()) {
     absl::Status s = OpenShard();
@@ -222,7 +258,28 @@ absl::Status DatasetWriter::Add(const uint8_t* pixels, const std::string* encode
 
 absl::Status DatasetWriter::Finish(const std::vector<float>* mean,
                                    const std::string& mean_source) {
-  if (finished_) return absl::FailedPreconditionError("DatasetWriter::Finish called twice");
+  absl::Status s = Prepare(mean, mean_source);
+  if (s.ok()) s = Commit();
+  return s;
+}
+
+absl::Status DatasetWriter::Commit() {
+  if (!prepared_ || committed_ || discarded_) {
+    return absl::FailedPreconditionError("DatasetWriter::Commit needs one successful Prepare");
+  }
+  const std::string path = JoinPath(o_.dir, kIndexFileName);
+  if (::rename(TempIndexPath().c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+  }
+  committed_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
+                                    const std::string& mean_source) {
+  if (finished_) {
+    return absl::FailedPreconditionError("DatasetWriter: Prepare (or Finish) called twice");
+  }
   finished_ = true;
   h5::Lock lock;
   if (file_.valid()) {
@@ -233,7 +290,8 @@ absl::Status DatasetWriter::Finish(const std::vector<float>* mean,
     return absl::InvalidArgumentError(
         absl::StrCat(o_.dir, ": no images to write (empty dataset)"));
   }
-  std::vector<float> mean_image(image_bytes_);
+  std::vector<float>& mean_image = mean_image_;
+  mean_image.assign(image_bytes_, 0.f);
   std::string source = "computed";
   if (mean != nullptr) {
     if (static_cast<int64_t>(mean->size()) != image_bytes_) {
@@ -248,9 +306,9 @@ absl::Status DatasetWriter::Finish(const std::vector<float>* mean,
       mean_image[i] = static_cast<float>(sum_[i] / static_cast<double>(total_));
     }
   }
-  const std::string path = JoinPath(o_.dir, kIndexFileName);
-  // Written to a temporary name and renamed: dataset.h5 appears only when complete.
-  const std::string tmp = path + ".tmp";
+  // Written to a temporary name and renamed by Commit: dataset.h5 appears only when
+  // complete.
+  const std::string tmp = TempIndexPath();
   {
     absl::StatusOr<h5::Handle> f = h5::CreateFile(tmp);
     if (!f.ok()) return f.status();
@@ -280,11 +338,11 @@ absl::Status DatasetWriter::Finish(const std::vector<float>* mean,
                            {static_cast<int64_t>(shard_sizes_.size())}, shard_sizes_.data());
     }
     if (!s.ok()) return absl::InternalError(absl::StrCat(tmp, ": ", s.message()));
-    H5Fflush(id, H5F_SCOPE_LOCAL);
+    if (H5Fflush(id, H5F_SCOPE_LOCAL) < 0 || !f->Close()) {
+      return absl::InternalError(absl::StrCat(tmp, ": flush failed (disk full?)"));
+    }
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
-  }
+  prepared_ = true;
   return absl::OkStatus();
 }
 
@@ -300,7 +358,8 @@ absl::Status Mismatch(const std::string& where, const char* attr, int64_t got, i
 
 }  // namespace
 
-absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in) {
+absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
+                                              const ImageLimits& limits) {
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   DatasetIndex idx;
@@ -345,26 +404,31 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in) {
     vals[i] = *v;
   }
   const int64_t H = vals[0], W = vals[1], C = vals[2], K = vals[3], N = vals[4], S = vals[5];
-  if (H <= 0 || W <= 0 || H > 65535 || W > 65535) {
+  // Every claimed size is bounded before anything is allocated for it (docs/LIMITS.md).
+  if (std::string why = ImageSizeProblem(H, W, limits); !why.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: attributes 'height'/'width' are %dx%d, must be in 1..65535", path,
-                        H, W));
+        absl::StrFormat("%s: attributes 'height'x'width': %s", path, why));
   }
   if (C != 1 && C != 3) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: attribute 'channels' is %d, must be 1 or 3", path, C));
   }
-  if (K <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: attribute 'num_classes' is %d, must be > 0", path, K));
+  if (K <= 0 || K > kMaxClasses) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: attribute 'num_classes' is %d, must be in 1..%d", path, K, kMaxClasses));
   }
   if (N <= 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: attribute 'size' is %d: the dataset is empty", path, N));
   }
-  if (S <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: attribute 'num_shards' is %d, must be > 0", path, S));
+  if (N > kMaxDatasetImages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: attribute 'size' is %d, more than the limit of %d images", path, N,
+        kMaxDatasetImages));
+  }
+  if (S <= 0 || S > kMaxShards) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: attribute 'num_shards' is %d, must be in 1..%d", path, S, kMaxShards));
   }
   absl::StatusOr<std::string> mean_source = h5::ReadStringAttr(f, path, "mean_source");
   if (!mean_source.ok()) return mean_source.status();
@@ -392,7 +456,10 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in) {
           "%s: /class_counts: count %d of class %d is negative", path,
           idx.info.class_counts[k], k));
     }
-    count_sum += idx.info.class_counts[k];
+    if (!CheckedAdd(count_sum, idx.info.class_counts[k], &count_sum)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: /class_counts: counts overflow a 64-bit sum", path));
+    }
   }
   if (count_sum != N) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -435,7 +502,10 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: /shard_sizes: size %d of shard %d is negative", path, idx.shard_sizes[i], i));
     }
-    size_sum += idx.shard_sizes[i];
+    if (!CheckedAdd(size_sum, idx.shard_sizes[i], &size_sum)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: /shard_sizes: sizes overflow a 64-bit sum", path));
+    }
   }
   if (size_sum != N) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -571,6 +641,10 @@ absl::StatusOr<ShardFileCache::Open*> ShardFileCache::Get(int shard) {
   const std::string path = JoinPath(index_->info.path, index_->shard_files[shard]);
   absl::StatusOr<h5::Handle> file = h5::OpenFileReadOnly(path);
   if (!file.ok()) return file.status();
+  // Validated on open; checked again in case the file was replaced since.
+  if (std::string why = hdf5::NonHardLinkReason(file->get(), "/images"); !why.empty()) {
+    return absl::DataLossError(absl::StrCat(path, ": /images: ", why));
+  }
   // No chunk cache: every chunk (one image) is read straight into the caller's buffer.
   h5::Handle dapl = h5::PlistHandle(H5Pcreate(H5P_DATASET_ACCESS));
   H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT);

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
 #include "data/hdf5_util.h"
+#include "data/limits.h"
 
 namespace colonnade::data {
 
@@ -43,14 +44,20 @@ struct DatasetWriterOptions {
   std::vector<std::string> class_names;  // num_classes entries
   int64_t shard_size = 10000;            // images per shard file
   bool force = false;                    // replace an existing dataset in `dir`
+  ImageLimits limits;                    // height x width must fit (the reader's limits)
 };
 
 // Writes a dataset directory image by image, in order. Output bytes depend only on the
 // sequence of Add calls (HDF5 object timestamps are off).
+//
+// A writer that is destroyed before its index is committed deletes every file it wrote
+// (shards and the temporary index): a failed conversion leaves no dataset behind.
 class DatasetWriter {
  public:
   // Creates `dir` if needed. Refuses (FailedPrecondition) when `dir` already holds a
-  // dataset.h5 or shard files, unless `force`, which deletes exactly those files.
+  // dataset.h5 or shard files, unless `force`, which deletes exactly those files. Refuses
+  // (InvalidArgument) options the reader would refuse (image size beyond `limits`, more
+  // than kMaxClasses classes).
   static absl::StatusOr<std::unique_ptr<DatasetWriter>> Create(const DatasetWriterOptions& o);
   ~DatasetWriter();
 
@@ -58,19 +65,32 @@ class DatasetWriter {
   // `encoded`: the JPEG stream to store (required for encoding "jpeg", ignored for raw).
   absl::Status Add(const uint8_t* pixels, const std::string* encoded, int label);
 
-  // Closes the last shard and writes dataset.h5. `mean` (height*width*channels), when
-  // given, is stored instead of the mean of the added images, e.g. the training split's
-  // mean for a test split; `mean_source` is recorded with it. Fails on an empty dataset.
+  // Prepare() then Commit().
   absl::Status Finish(const std::vector<float>* mean = nullptr,
                       const std::string& mean_source = "");
+  // Closes the last shard and writes the index under a temporary name (dataset.h5.tmp).
+  // `mean` (height*width*channels), when given, is stored instead of the mean of the added
+  // images, e.g. the training split's mean for a test split; `mean_source` is recorded with
+  // it. Fails on an empty dataset.
+  absl::Status Prepare(const std::vector<float>* mean = nullptr,
+                       const std::string& mean_source = "");
+  // Renames the prepared index to dataset.h5: the dataset now exists. A converter writing
+  // several splits prepares them all, then commits them, so no split is left behind when
+  // another fails.
+  absl::Status Commit();
+  // Deletes every file this writer wrote, the committed index included.
+  void Discard();
 
   int64_t count() const { return total_; }
   const DatasetWriterOptions& options() const { return o_; }
+  // The mean image stored in the index (after Prepare), height*width*channels.
+  const std::vector<float>& mean_image() const { return mean_image_; }
 
  private:
   explicit DatasetWriter(DatasetWriterOptions o);
   absl::Status OpenShard();
   absl::Status CloseShard();
+  std::string TempIndexPath() const;
 
   DatasetWriterOptions o_;
   int64_t image_bytes_ = 0;
@@ -84,7 +104,8 @@ class DatasetWriter {
   std::vector<int32_t> labels_;
   std::string jpeg_bytes_;
   std::vector<int64_t> offsets_;
-  bool finished_ = false;
+  std::vector<float> mean_image_;
+  bool finished_ = false, prepared_ = false, committed_ = false, discarded_ = false;
 };
 
 // ---- reading and validation -----------------------------------------------------------
@@ -97,8 +118,12 @@ struct DatasetIndex {
   std::vector<int64_t> shard_sizes;
 };
 
-// Reads and validates DIR/dataset.h5.
-absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir);
+// Reads and validates DIR/dataset.h5. Height x width must fit `limits`; size, classes and
+// shards must fit kMaxDatasetImages, kMaxClasses and kMaxShards; every dataset is read only
+// after its stored bytes are checked to cover its shape. Errors: NotFound when `dir` or its
+// dataset.h5 does not exist, other codes for an index that is unreadable or invalid.
+absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir,
+                                              const ImageLimits& limits = ImageLimits());
 
 struct ShardContents {
   std::vector<int32_t> labels;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "core/philox.h"
 #include "data/dataset.h"
+#include "data/limits.h"
 
 namespace colonnade::data {
 namespace {
@@ -151,9 +152,24 @@ class SyntheticDataset : public Dataset {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const SyntheticOptions& o) {
+  if (absl::Status s = CheckSyntheticOptions(o); !s.ok()) return s;
+  return std::unique_ptr<Dataset>(new SyntheticDataset(o));
+}
+
+absl::Status CheckSyntheticOptions(const SyntheticOptions& o) {
   if (o.size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("synthetic dataset: size %d: the dataset is empty", o.size));
+  }
+  if (o.size > kMaxDatasetImages) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "synthetic dataset: size %d is more than the limit of %d images", o.size,
+        kMaxDatasetImages));
+  }
+  // NaN would turn every pixel into 0 (a cast of NaN), silently.
+  if (!(o.noise >= 0.f && o.noise <= 255.f)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "synthetic dataset: noise %g is outside 0..255 (pixel units)", o.noise));
   }
   if (o.height <= 0 || o.width <= 0 || (o.channels != 1 && o.channels != 3)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -172,7 +188,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const SyntheticOpt
   if (o.max_shift > std::min(o.height, o.width)) {
     return absl::InvalidArgumentError("synthetic dataset: max_shift exceeds the image size");
   }
-  return std::unique_ptr<Dataset>(new SyntheticDataset(o));
+  return absl::OkStatus();
 }
 
 }  // namespace colonnade::data

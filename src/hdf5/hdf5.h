@@ -64,6 +64,24 @@ class Handle {
   Closer closer_ = nullptr;
 };
 
+// ---- checks for files a user may hand us (shards, checkpoints) ---------------------------
+//
+// Both return "" when all is well, else a short reason for an error message of the caller
+// ("is an external link to 'other.h5:/labels'"); the caller adds the file and field.
+
+// Why the link `name` (one path component, e.g. "labels") of group `loc` is not data stored
+// in this file: a soft link, or an external link that HDF5 would follow to any path on the
+// machine (a FIFO there blocks forever, a device reads forever); "" for a hard link. Check
+// before opening an object by name.
+std::string NonHardLinkReason(hid_t loc, const char* name);
+
+// Why dataset `dset` does not hold every byte its shape claims: a virtual dataset (its
+// data is in other files), raw data in external files, storage never allocated, chunks
+// never written (HDF5 reads those back as fill values, i.e. zeros, without an error), or
+// more storage than the file has bytes. "" when every element has stored bytes. Costs no
+// data read (chunked: one walk of the chunk index); call before allocating for a read.
+std::string MissingStorageReason(hid_t dset);
+
 // The description of the innermost error on this thread's HDF5 error stack (e.g. "data
 // error detected by Fletcher32 checksum"), or "" when it is empty. Call right after the
 // failing HDF5 call: the next API call clears the stack.

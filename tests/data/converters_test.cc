@@ -323,6 +323,139 @@ TEST(ConvertersTest, SyntheticShardsMatchTheInMemoryDataset) {
   EXPECT_EQ(a, b);
 }
 
+// ---- bad inputs: nothing hangs, nothing is stored as a fake image, failures leave nothing --
+
+// The dataset files (dataset.h5, its temporary, shard-*.h5) under `dir`, recursively.
+std::vector<std::string> DatasetFilesUnder(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    const std::string p = dir + "/" + n;
+    struct stat st;
+    if (stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      for (const std::string& q : DatasetFilesUnder(p)) out.push_back(q);
+    } else if (n.rfind("dataset.h5", 0) == 0 || n.rfind("shard-", 0) == 0) {
+      out.push_back(p);
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+// root/cat: four 20x20 JPEGs; root/dog: three, and `bad_name` (in dog) holding `bad_bytes`.
+void WriteTreeWith(const std::string& root, const std::string& bad_name,
+                   const std::string& bad_bytes) {
+  testing::MakeDir(root);
+  testing::MakeDir(root + "/cat");
+  testing::MakeDir(root + "/dog");
+  for (int i = 0; i < 4; ++i) {
+    WriteJpeg(root + "/cat/" + std::to_string(i) + ".jpg", Pattern(20, 20, 3, i));
+  }
+  for (int i = 0; i < 3; ++i) {
+    WriteJpeg(root + "/dog/" + std::to_string(i) + ".jpg", Pattern(20, 20, 3, 9 + i));
+  }
+  if (!bad_name.empty()) testing::WriteFileBytes(root + "/dog/" + bad_name, bad_bytes);
+}
+
+TEST(ConvertersTest, JpegWithoutImageDataIsSkippedNotStoredGray) {
+  TempDir tmp;
+  const std::string gray = testing::JpegWithoutImageData(*EncodeJpeg(Pattern(64, 64, 3, 5), 90));
+  ASSERT_FALSE(gray.empty());
+  WriteTreeWith(tmp / "root", "gray.jpg", gray);
+  ConvertOptions o;
+  o.resize = 16;
+  // Before: written as a flat gray image (8 written, 0 skipped).
+  absl::StatusOr<ConvertReport> r = ConvertImageFolder(tmp / "root", tmp / "out", o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, std::vector<int64_t>{7});
+  EXPECT_EQ(r->skipped, 1);
+  ASSERT_EQ(r->skipped_messages.size(), 1u);
+  EXPECT_EQ(r->skipped_messages[0], tmp / "root/dog/gray.jpg" +
+                                        ": undecodable JPEG: Corrupt JPEG data: premature end "
+                                        "of data segment");
+}
+
+TEST(ConvertersTest, FifoNamedLikeAnImageIsSkippedNotWaitedFor) {
+  TempDir tmp;
+  WriteTreeWith(tmp / "root", "", "");
+  ASSERT_TRUE(testing::MakeFifo(tmp / "root/dog/pipe.jpg"));
+  // Before: open() of the FIFO blocked forever (the guard kills the child after 20 s).
+  testing::Guarded g = testing::RunGuarded([&] {
+    ConvertOptions o;
+    o.resize = 16;
+    absl::StatusOr<ConvertReport> r = ConvertImageFolder(tmp / "root", tmp / "out", o);
+    if (!r.ok()) return std::string(r.status().message());
+    return std::to_string(r->skipped) + " skipped: " +
+           (r->skipped_messages.empty() ? std::string() : r->skipped_messages[0]);
+  });
+  EXPECT_EQ(g.text, "1 skipped: " + tmp / "root/dog/pipe.jpg" + ": is a FIFO, not a regular file");
+}
+
+TEST(ConvertersTest, HugePngHeaderIsSkippedWithoutAllocating) {
+  if (!HavePngSupport()) GTEST_SKIP() << "this build has no libpng";
+  TempDir tmp;
+  WriteTreeWith(tmp / "root", "huge.png", testing::PngClaimingSize(20000, 20000));
+  // Before: 1.2 GB allocated for the pixels of the header's claim (here: the guard's 1 GiB
+  // address-space limit turns that into an abort).
+  testing::Guarded g = testing::RunGuarded([&] {
+    ConvertOptions o;
+    o.resize = 16;
+    o.threads = 1;
+    absl::StatusOr<ConvertReport> r = ConvertImageFolder(tmp / "root", tmp / "out", o);
+    if (!r.ok()) return std::string(r.status().message());
+    return std::to_string(r->skipped) + " skipped: " +
+           (r->skipped_messages.empty() ? std::string() : r->skipped_messages[0]);
+  }, 60, uint64_t{1} << 30);
+  EXPECT_EQ(g.text, "1 skipped: " + tmp / "root/dog/huge.png" +
+                        ": PNG too large: 20000x20000 is larger than the limit of 16384 pixels "
+                        "per side (COLONNADE_MAX_IMAGE_SIDE)");
+}
+
+TEST(ConvertersTest, FailedConversionLeavesNoDatasetBehind) {
+  TempDir tmp;
+  // An image size the reader refuses. Before: the whole split was written, its read-back
+  // failed, and an invalid OUT/train/dataset.h5 was left behind.
+  SyntheticOptions so;
+  so.size = 4;
+  so.height = 100000;
+  so.width = 4;
+  so.num_classes = 2;
+  ConvertOptions o;
+  absl::StatusOr<ConvertReport> r = WriteSyntheticShards(so, 2, tmp / "syn", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("100000x4 is larger than the limit of 16384 pixels per "
+                                      "side"),
+            std::string::npos)
+      << r.status();
+  EXPECT_EQ(DatasetFilesUnder(tmp / "syn"), std::vector<std::string>{});
+
+  // --strict stops at an undecodable image after some shards were written: they go too.
+  WriteTreeWith(tmp / "root", "zz_bad.jpg", "\xFF\xD8\xFF garbage");
+  o = ConvertOptions();
+  o.resize = 16;
+  o.strict = true;
+  o.shuffle = false;
+  o.shard_size = 1;
+  r = ConvertImageFolder(tmp / "root", tmp / "strict", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(DatasetFilesUnder(tmp / "strict"), std::vector<std::string>{});
+
+  // The validation split fails after the training split was complete: neither is kept.
+  // (Unshuffled, each class's first images in name order go to val; "0_bad" sorts first.)
+  TempDir tmp2;
+  WriteTreeWith(tmp2 / "root", "0_bad.jpg", "\xFF\xD8\xFF garbage");
+  o.shard_size = 100;
+  o.val_fraction = 0.5;
+  r = ConvertImageFolder(tmp2 / "root", tmp2 / "split", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind(tmp2 / "root/dog/0_bad.jpg: undecodable JPEG", 0), 0u)
+      << r.status();
+  EXPECT_EQ(DatasetFilesUnder(tmp2 / "split"), std::vector<std::string>{});
+}
+
 // ---- the make_shards tool ---------------------------------------------------------------
 
 TEST(MakeShardsToolTest, FlagsExitCodesAndOverwrite) {

@@ -138,5 +138,54 @@ TEST(ImageTest, PngDecodeOrClearUnsupportedMessage) {
   EXPECT_EQ(out.pixels, std::vector<uint8_t>({255, 0, 0, 0, 255, 0, 0, 0, 255, 128, 128, 128}));
 }
 
+// ---- crafted headers and missing data ------------------------------------------------------
+
+std::string GuardedDecode(const std::string& bytes) {
+  testing::Guarded g = testing::RunGuarded([&] {
+    Image out;
+    absl::Status s = DecodeImage(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                 3, &out);
+    return s.ok() ? std::string("decoded") : std::string(s.message());
+  }, 20, uint64_t{1} << 30);
+  return g.text;
+}
+
+TEST(ImageTest, HugeHeadersAreRefusedBeforeAllocating) {
+  absl::StatusOr<std::string> jpg = EncodeJpeg(Gradient(16, 16, 3), 90);
+  ASSERT_TRUE(jpg.ok());
+  // Before: 60000 x 60000 x 3 bytes were allocated for the pixels (the process aborted).
+  const std::string huge = testing::JpegClaimingSize(*jpg, 60000, 60000);
+  ASSERT_FALSE(huge.empty());
+  EXPECT_EQ(GuardedDecode(huge),
+            "JPEG too large: 60000x60000 is larger than the limit of 16384 pixels per side "
+            "(COLONNADE_MAX_IMAGE_SIDE)");
+  EXPECT_EQ(GuardedDecode(testing::JpegClaimingSize(*jpg, 12000, 12000)),
+            "JPEG too large: 12000x12000 has more than the limit of 134217728 pixels "
+            "(COLONNADE_MAX_IMAGE_PIXELS)");
+  if (!HavePngSupport()) GTEST_SKIP() << "PNG: this build has no libpng";
+  // Before: 20000 x 20000 x 3 bytes (1.2 GB) were allocated before the data ran out.
+  EXPECT_EQ(GuardedDecode(testing::PngClaimingSize(20000, 20000)),
+            "PNG too large: 20000x20000 is larger than the limit of 16384 pixels per side "
+            "(COLONNADE_MAX_IMAGE_SIDE)");
+  // A small PNG with the same missing data is an ordinary decode error.
+  std::string m = GuardedDecode(testing::PngClaimingSize(64, 64));
+  EXPECT_EQ(m.rfind("undecodable PNG", 0), 0u) << m;
+}
+
+TEST(ImageTest, JpegWithoutImageDataIsAnErrorNotFlatGray) {
+  absl::StatusOr<std::string> jpg = EncodeJpeg(Gradient(64, 64, 3), 90);
+  ASSERT_TRUE(jpg.ok());
+  const std::string empty = testing::JpegWithoutImageData(*jpg);
+  ASSERT_FALSE(empty.empty());
+  Image out;
+  // Before: decoded "successfully" to a flat gray image (libjpeg only warns).
+  absl::Status s = DecodeImage(reinterpret_cast<const uint8_t*>(empty.data()), empty.size(), 3,
+                               &out);
+  EXPECT_EQ(s.message(), "undecodable JPEG: Corrupt JPEG data: premature end of data segment");
+  // Also with DCT-domain downscaling (the make_shards --resize path).
+  s = DecodeImage(reinterpret_cast<const uint8_t*>(empty.data()), empty.size(), 3, &out, 16, 16);
+  EXPECT_FALSE(s.ok());
+}
+
 }  // namespace
 }  // namespace colonnade::data

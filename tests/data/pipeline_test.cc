@@ -499,6 +499,22 @@ TEST(PipelineTest, OptionValidation) {
   EXPECT_NE(err(o).find("dp_rank 1 / dp_size 1"), std::string::npos);
 }
 
+// A batch tensor beyond the limit is refused by Create. Before: accepted, and the first
+// batch's allocation (3 x 12 x 12 x 2^28 floats, 460 GB) aborted the process.
+TEST(PipelineTest, BatchBeyondTheTensorLimitIsRefused) {
+  testing::Guarded g = testing::RunGuarded([] {
+    auto ds = MakeSyntheticDataset(SmallSynth(int64_t{1} << 28));
+    PipelineOptions o = TrainOptions(int64_t{1} << 28);
+    o.shuffle = false;  // no 2 GB epoch permutation
+    absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(ds->get(), o);
+    if (!p.ok()) return std::string(p.status().message());
+    absl::StatusOr<Batch> b = (*p)->Next();
+    return std::string(b.ok() ? "batch" : b.status().message());
+  });
+  EXPECT_EQ(g.text, "batch pipeline: a batch of 268435456 images of 3x12x12 per rank is more "
+                    "than the limit of 2147483647 values (docs/LIMITS.md)");
+}
+
 TEST(PipelineTest, PinnedAllocatorHookAndRecycling) {
   auto ds = MakeSyntheticDataset(SmallSynth());
   int calls = 0;

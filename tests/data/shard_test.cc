@@ -340,6 +340,364 @@ TEST(ShardTest, BadJpegOffsetsAndUndecodableImage) {
       << r.status();
 }
 
+// ---- crafted files: every claimed size is checked against the bytes present ---------------
+//
+// Each case below is a file an attacker or a broken tool could produce. Opening (and
+// reading) runs in a guarded child: before the fixes these aborted on allocation failure,
+// blocked forever, or succeeded and delivered zeros.
+
+// Replaces dataset `name` by a chunked one of `dims` of which nothing (or only the first
+// `written` rows along dimension 0) was ever written: HDF5 stores no bytes for the rest
+// and reads them back as zeros without an error.
+void ReplaceWithUnwritten(hid_t f, const char* name, hid_t type, std::vector<hsize_t> dims,
+                          std::vector<hsize_t> chunk, hsize_t written = 0) {
+  H5Ldelete(f, name, H5P_DEFAULT);
+  hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+  hid_t d = H5Dcreate2(f, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  if (written > 0) {
+    std::vector<hsize_t> start(dims.size(), 0), count = dims;
+    count[0] = written;
+    H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+    hid_t mem = H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr);
+    size_t n = H5Tget_size(type);
+    for (hsize_t c : count) n *= c;
+    std::vector<uint8_t> bytes(n, 7);
+    H5Dwrite(d, type, mem, space, H5P_DEFAULT, bytes.data());
+    H5Sclose(mem);
+  }
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+}
+
+void WriteInt64s(hid_t f, const char* name, const std::vector<int64_t>& v) {
+  H5Ldelete(f, name, H5P_DEFAULT);
+  hsize_t n = v.size();
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  hid_t d = H5Dcreate2(f, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+  H5Dclose(d);
+  H5Sclose(space);
+}
+
+// Opens `dir` (and reads image `read_index` when >= 0) in a guarded child: the error
+// message, "opened" / "read ok", or how the child died.
+std::string GuardedOpen(const std::string& dir, int64_t read_index = -1) {
+  testing::Guarded g = testing::RunGuarded([&]() -> std::string {
+    absl::StatusOr<std::unique_ptr<Dataset>> ds = OpenDataset(dir);
+    if (!ds.ok()) return std::string(ds.status().message());
+    if (read_index < 0) return "opened";
+    std::vector<uint8_t> px;
+    absl::StatusOr<int> r = (*ds)->Read(read_index, &px);
+    return r.ok() ? "read ok" : std::string(r.status().message());
+  });
+  return g.text;
+}
+
+bool StartsWith(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+TEST(CraftedShardTest, HugeImageSizeInTheIndexIsRefusedBeforeAllocating) {
+  TempDir tmp;
+  WriteDataset(tmp / "ds", 20, "raw", 100);
+  const std::string index = tmp / "ds/dataset.h5";
+  const std::string pristine = testing::ReadFileBytes(index);
+  // 60000 x 60000: consistent attributes and /mean_image shape, no bytes behind them.
+  // Before: mean_image.resize(60000*60000*3) aborted the process.
+  EditHdf5(index, [](hid_t f) {
+    SetIntAttr(f, "height", 60000);
+    SetIntAttr(f, "width", 60000);
+    ReplaceWithUnwritten(f, "/mean_image", H5T_IEEE_F32LE, {60000, 60000, 3}, {1, 60000, 3});
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "ds"),
+            index + ": attributes 'height'x'width': 60000x60000 is larger than the limit of "
+                    "16384 pixels per side (COLONNADE_MAX_IMAGE_SIDE)");
+  // Within the side limit, beyond the pixel limit.
+  testing::WriteFileBytes(index, pristine);
+  EditHdf5(index, [](hid_t f) {
+    SetIntAttr(f, "height", 12000);
+    SetIntAttr(f, "width", 12000);
+    ReplaceWithUnwritten(f, "/mean_image", H5T_IEEE_F32LE, {12000, 12000, 3}, {1, 12000, 3});
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "ds"),
+            index + ": attributes 'height'x'width': 12000x12000 has more than the limit of "
+                    "134217728 pixels (COLONNADE_MAX_IMAGE_PIXELS)");
+  // The right size, never written: it read back as an all-zero mean image.
+  testing::WriteFileBytes(index, pristine);
+  EditHdf5(index, [](hid_t f) {
+    ReplaceWithUnwritten(f, "/mean_image", H5T_IEEE_F32LE, {kH, kW, kC}, {1, kW, kC});
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "ds"),
+            index + ": /mean_image: was never written (no storage is allocated for its 192 "
+                    "elements, which would read back as zeros)");
+}
+
+TEST(CraftedShardTest, HugeClassCountIsRefusedBeforeAllocating) {
+  TempDir tmp;
+  WriteDataset(tmp / "ds", 20, "raw", 100);
+  const std::string index = tmp / "ds/dataset.h5";
+  const std::string pristine = testing::ReadFileBytes(index);
+  EditHdf5(index, [](hid_t f) {
+    SetIntAttr(f, "num_classes", int64_t{1} << 30);
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    ReplaceWithUnwritten(f, "/class_names", str, {hsize_t{1} << 30}, {1 << 16});
+    H5Tclose(str);
+    ReplaceWithUnwritten(f, "/class_counts", H5T_STD_I64LE, {hsize_t{1} << 30}, {1 << 16});
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "ds"),
+            index + ": attribute 'num_classes' is 1073741824, must be in 1..16777216");
+  // Within the limit, but no bytes behind the class names.
+  testing::WriteFileBytes(index, pristine);
+  EditHdf5(index, [](hid_t f) {
+    SetIntAttr(f, "num_classes", 1000000);
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, H5T_VARIABLE);
+    ReplaceWithUnwritten(f, "/class_names", str, {1000000}, {1 << 16});
+    H5Tclose(str);
+    ReplaceWithUnwritten(f, "/class_counts", H5T_STD_I64LE, {1000000}, {1 << 16});
+  });
+  std::string m = GuardedOpen(tmp / "ds");
+  EXPECT_TRUE(StartsWith(m, index + ": /class_names: was never written")) << m;
+  // Counts that sum to 'size' only by wrapping around 2^64.
+  testing::WriteFileBytes(index, pristine);
+  EditHdf5(index, [](hid_t f) {
+    const int64_t q = int64_t{1} << 62;
+    WriteInt64s(f, "/class_counts", {q, q, q, q, 20, 0, 0, 0, 0, 0});
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "ds"), index + ": /class_counts: counts overflow a 64-bit sum");
+}
+
+TEST(CraftedShardTest, ImagesClaimedWithoutBytesAreRefused) {
+  TempDir tmp;
+  WriteDataset(tmp / "ds", 20, "raw", 100);
+  const std::string index = tmp / "ds/dataset.h5";
+  const std::string shard = tmp / "ds/shard-00000.h5";
+  const std::string pristine = testing::ReadFileBytes(shard);
+  // A small dataset claiming 2^27 images: every attribute and shape agrees, the labels
+  // and pixels were never written. Before: accepted, and trained on zeros.
+  const int64_t n = int64_t{1} << 27;
+  EditHdf5(index, [&](hid_t f) {
+    SetIntAttr(f, "size", n);
+    std::vector<int64_t> counts(kClasses, 0);
+    counts[0] = n;
+    WriteInt64s(f, "/class_counts", counts);
+    WriteInt64s(f, "/shard_sizes", {n});
+  });
+  EditHdf5(shard, [&](hid_t f) {
+    SetIntAttr(f, "count", n);
+    ReplaceWithUnwritten(f, "/labels", H5T_STD_I32LE, {hsize_t(n)}, {1 << 20});
+    ReplaceWithUnwritten(f, "/images", H5T_STD_U8LE, {hsize_t(n), kH, kW, kC}, {1, kH, kW, kC});
+  });
+  std::string m = GuardedOpen(tmp / "ds", 12345);
+  EXPECT_TRUE(StartsWith(m, shard + ": /images: was never written")) << m;
+
+  // Half of the image chunks never written: those images read back as zeros.
+  WriteDataset(tmp / "half", 20, "raw", 100);
+  const std::string half = tmp / "half/shard-00000.h5";
+  EditHdf5(half, [](hid_t f) {
+    ReplaceWithUnwritten(f, "/images", H5T_STD_U8LE, {20, kH, kW, kC}, {1, kH, kW, kC}, 10);
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "half", 15),
+            half + ": /images: has only 10 of its 20 chunks written (the others would read "
+                   "back as zeros)");
+  // Labels never written (they would all be class 0).
+  testing::WriteFileBytes(shard, pristine);
+  WriteDataset(tmp / "labels", 20, "raw", 100);
+  const std::string lshard = tmp / "labels/shard-00000.h5";
+  EditHdf5(lshard, [](hid_t f) {
+    ReplaceWithUnwritten(f, "/labels", H5T_STD_I32LE, {20}, {4});
+  });
+  m = GuardedOpen(tmp / "labels");
+  EXPECT_TRUE(StartsWith(m, lshard + ": /labels: was never written")) << m;
+}
+
+TEST(CraftedShardTest, JpegOffsetsClaimingATerabyteAreRefused) {
+  TempDir tmp;
+  WriteDataset(tmp / "ds", 10, "jpeg", 100);
+  const std::string shard = tmp / "ds/shard-00000.h5";
+  // /images claims 2^40 bytes (never written) and the last offset agrees. Before: reading
+  // image 9 allocated ~2^40 bytes and aborted.
+  EditHdf5(shard, [](hid_t f) {
+    hid_t od = H5Dopen2(f, "/offsets", H5P_DEFAULT);
+    std::vector<int64_t> off(11);
+    H5Dread(od, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off.data());
+    H5Dclose(od);
+    off[10] = int64_t{1} << 40;
+    WriteInt64s(f, "/offsets", off);
+    H5Ldelete(f, "/images", H5P_DEFAULT);
+    hsize_t n = hsize_t{1} << 40;
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t d = H5Dcreate2(f, "/images", H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                         H5P_DEFAULT);
+    H5Dclose(d);
+    H5Sclose(space);
+  });
+  std::string m = GuardedOpen(tmp / "ds", 9);
+  EXPECT_TRUE(StartsWith(m, shard + ": /images: was never written")) << m;
+}
+
+// Writes a one-shard JPEG dataset of kH x kW images whose stored stream for image 3 is
+// `stream` (any bytes).
+void WriteJpegDatasetWithStream(const std::string& dir, const std::string& stream) {
+  DatasetWriterOptions o;
+  o.dir = dir;
+  o.encoding = "jpeg";
+  o.height = kH;
+  o.width = kW;
+  o.channels = kC;
+  o.num_classes = kClasses;
+  for (int k = 0; k < kClasses; ++k) o.class_names.push_back("c" + std::to_string(k));
+  absl::StatusOr<std::unique_ptr<DatasetWriter>> w = DatasetWriter::Create(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int64_t i = 0; i < 6; ++i) {
+    Image img;
+    img.height = kH;
+    img.width = kW;
+    img.channels = kC;
+    img.pixels = ImagePixels(i);
+    std::string jpg = i == 3 ? stream : *EncodeJpeg(img, 95);
+    ASSERT_TRUE((*w)->Add(img.pixels.data(), &jpg, LabelOf(i)).ok());
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
+}
+
+TEST(CraftedShardTest, JpegOfAnotherSizeThanDeclaredIsAnError) {
+  TempDir tmp;
+  Image big;
+  big.height = 2 * kH;
+  big.width = 2 * kW;
+  big.channels = kC;
+  big.pixels.assign(big.height * big.width * kC, 90);
+  // A real 16x16 JPEG in a dataset of 8x8 images. Before: silently resized to 8x8.
+  WriteJpegDatasetWithStream(tmp / "ds", *EncodeJpeg(big, 90));
+  const std::string shard = tmp / "ds/shard-00000.h5";
+  EXPECT_EQ(GuardedOpen(tmp / "ds", 3),
+            shard + ": /images: image 3: JPEG is 16x16, but the dataset's images are 8x8 "
+                    "(height x width)");
+  EXPECT_EQ(GuardedOpen(tmp / "ds", 2), "read ok");
+  // A header claiming 60000 x 60000. Before: the decoder allocated 10.8 GB and training
+  // aborted (on every rank, under mpirun too).
+  WriteJpegDatasetWithStream(tmp / "huge", testing::JpegClaimingSize(*EncodeJpeg(big, 90),
+                                                                     60000, 60000));
+  EXPECT_EQ(GuardedOpen(tmp / "huge", 3),
+            tmp / "huge/shard-00000.h5" + ": /images: image 3: JPEG is 60000x60000, but the "
+                                          "dataset's images are 8x8 (height x width)");
+}
+
+TEST(CraftedShardTest, LinksToOtherFilesAndExternalStorageAreRefused) {
+  TempDir tmp;
+  WriteDataset(tmp / "ds", 20, "raw", 100);
+  const std::string shard = tmp / "ds/shard-00000.h5";
+  const std::string index = tmp / "ds/dataset.h5";
+  const std::string pristine = testing::ReadFileBytes(shard);
+  const std::string index_pristine = testing::ReadFileBytes(index);
+  // The real labels moved to another file, reached by an external link (HDF5 would follow
+  // it to any path: a FIFO there blocks, a device reads forever). Before: followed.
+  const std::string other = tmp / "other.h5";
+  {
+    hid_t src = H5Fopen(shard.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t dst = H5Fcreate(other.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5Ocopy(src, "/labels", dst, "/labels", H5P_DEFAULT, H5P_DEFAULT);
+    H5Fclose(dst);
+    H5Fclose(src);
+  }
+  EditHdf5(shard, [&](hid_t f) {
+    H5Ldelete(f, "/labels", H5P_DEFAULT);
+    H5Lcreate_external(other.c_str(), "/labels", f, "/labels", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "ds"),
+            shard + ": /labels: is an external link to '" + other +
+                ":/labels', not data stored in this file (links are refused)");
+  // A soft link inside the index.
+  EditHdf5(index, [](hid_t f) {
+    H5Lmove(f, "/mean_image", f, "/mean_data", H5P_DEFAULT, H5P_DEFAULT);
+    H5Lcreate_soft("/mean_data", f, "/mean_image", H5P_DEFAULT, H5P_DEFAULT);
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "ds"),
+            index + ": /mean_image: is a soft link to '/mean_data', not data stored in this "
+                    "file (links are refused)");
+  testing::WriteFileBytes(index, index_pristine);
+  // A virtual dataset whose data is the other file's labels.
+  testing::WriteFileBytes(shard, pristine);
+  EditHdf5(shard, [&](hid_t f) {
+    H5Ldelete(f, "/labels", H5P_DEFAULT);
+    hsize_t n = 20;
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_virtual(dcpl, space, other.c_str(), "/labels", space);
+    hid_t d = H5Dcreate2(f, "/labels", H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "ds"),
+            shard + ": /labels: is a virtual dataset: its data lives in other files (refused)");
+  // Raw data in an external flat file (any path, e.g. /dev/zero).
+  testing::WriteFileBytes(shard, pristine);
+  testing::WriteFileBytes(tmp / "labels.raw", std::string(80, '\0'));
+  EditHdf5(shard, [&](hid_t f) {
+    H5Ldelete(f, "/labels", H5P_DEFAULT);
+    hsize_t n = 20;
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_external(dcpl, (tmp / "labels.raw").c_str(), 0, 80);
+    hid_t d = H5Dcreate2(f, "/labels", H5T_STD_I32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+  });
+  EXPECT_EQ(GuardedOpen(tmp / "ds"),
+            shard + ": /labels: keeps its data in external raw files (refused)");
+}
+
+TEST(CraftedShardTest, FifosAreNeverOpened) {
+  TempDir tmp;
+  WriteDataset(tmp / "ds", 20, "raw", 8);
+  const std::string shard = tmp / "ds/shard-00001.h5";
+  unlink(shard.c_str());
+  ASSERT_TRUE(testing::MakeFifo(shard));
+  // Before: open() blocked forever (the guard kills the child after 10 s).
+  testing::Guarded g = testing::RunGuarded([&] {
+    absl::StatusOr<std::unique_ptr<Dataset>> ds = OpenDataset(tmp / "ds");
+    return ds.ok() ? std::string("opened") : std::string(ds.status().message());
+  }, 10);
+  EXPECT_EQ(g.text, shard + ": is a FIFO, not a regular file");
+  // The index as a FIFO.
+  const std::string index = tmp / "ds/dataset.h5";
+  unlink(index.c_str());
+  ASSERT_TRUE(testing::MakeFifo(index));
+  g = testing::RunGuarded([&] {
+    absl::StatusOr<std::unique_ptr<Dataset>> ds = OpenDataset(tmp / "ds");
+    return ds.ok() ? std::string("opened") : std::string(ds.status().message());
+  }, 10);
+  EXPECT_EQ(g.text, index + ": is a FIFO, not a regular file");
+}
+
+// Unreadable or invalid files are DataLoss (the trainer's exit 1, "unreadable data" in
+// docs/OPERATIONS.md); a path that is no dataset is NotFound (exit 2, a usage error).
+TEST(CraftedShardTest, ErrorCodesSeparateUnreadableDataFromAWrongPath) {
+  TempDir tmp;
+  EXPECT_TRUE(absl::IsNotFound(OpenDataset(tmp / "nope").status()));
+  testing::MakeDir(tmp / "empty");
+  EXPECT_TRUE(absl::IsNotFound(OpenDataset(tmp / "empty").status()));
+  WriteDataset(tmp / "ds", 20, "raw", 8);
+  const std::string shard = tmp / "ds/shard-00001.h5";
+  const std::string bytes = testing::ReadFileBytes(shard);
+  testing::WriteFileBytes(shard, bytes.substr(0, bytes.size() / 2));
+  absl::Status s = OpenDataset(tmp / "ds").status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  unlink(shard.c_str());
+  s = OpenDataset(tmp / "ds").status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;  // a dataset with a shard missing is broken data
+  EditHdf5(tmp / "ds/dataset.h5", [](hid_t f) { SetIntAttr(f, "channels", 4); });
+  s = OpenDataset(tmp / "ds").status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+}
+
 // The Python/h5py example of docs/DATA.md, run as written against a dataset.
 TEST(ShardTest, DocumentedH5pyExampleReadsAShard) {
   std::string out;

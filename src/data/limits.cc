@@ -1,0 +1,58 @@
+#include "data/limits.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+
+namespace colonnade::data {
+namespace {
+
+absl::Status ReadLimit(const char* name, int64_t max, int64_t* value) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return absl::OkStatus();
+  int64_t parsed = 0;
+  if (!absl::SimpleAtoi(v, &parsed) || parsed <= 0 || parsed > max) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "environment variable %s='%s' is not an integer in 1..%d", name, v, max));
+  }
+  *value = parsed;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ImageLimits> ImageLimitsFromEnvironment() {
+  ImageLimits l;
+  // Sides beyond 2^20 or more than 2^40 pixels are no images a node can hold.
+  absl::Status s = ReadLimit(kMaxImageSideEnv, int64_t{1} << 20, &l.max_side);
+  if (s.ok()) s = ReadLimit(kMaxImagePixelsEnv, int64_t{1} << 40, &l.max_pixels);
+  if (!s.ok()) return s;
+  return l;
+}
+
+std::string ImageSizeProblem(int64_t height, int64_t width, const ImageLimits& limits) {
+  if (height <= 0 || width <= 0) {
+    return absl::StrFormat("%dx%d is not a positive size", height, width);
+  }
+  if (height > limits.max_side || width > limits.max_side) {
+    return absl::StrFormat("%dx%d is larger than the limit of %d pixels per side (%s)", height,
+                           width, limits.max_side, kMaxImageSideEnv);
+  }
+  int64_t pixels = 0;
+  if (!CheckedMul(height, width, &pixels) || pixels > limits.max_pixels) {
+    return absl::StrFormat("%dx%d has more than the limit of %d pixels (%s)", height, width,
+                           limits.max_pixels, kMaxImagePixelsEnv);
+  }
+  return "";
+}
+
+bool CheckedMul(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+bool CheckedAdd(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+
+}  // namespace colonnade::data
