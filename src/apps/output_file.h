@@ -1,6 +1,6 @@
 // The files the tools write for the user (trainer --predictions and --metrics_file, rank
 // logs, the benchmarks' result tables): one set of rules so that no output flag can
-// destroy data or lose a write without saying so (docs/OPERATIONS.md §5).
+// destroy data or lose a write without saying so (docs/OPERATIONS.md §8).
 //
 //   * A whole file is written to a unique temporary name next to it and renamed into place
 //     only when every write, flush and close succeeded; a failed write leaves the old file.

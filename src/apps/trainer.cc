@@ -21,7 +21,7 @@ namespace {
 using colonnade::FlagRange;
 
 // The valid values of every numeric flag, in one place: main() enforces them (exit 2) and
-// the flags' --help shows them (RangeHelp). docs/OPERATIONS.md §2 lists the same table.
+// the flags' --help shows them (RangeHelp). docs/OPERATIONS.md §7 lists the same table.
 // The bounds keep a value from crashing or silently changing meaning: thread and batch
 // counts that would abort on thread creation or allocation, float flags that must stay
 // finite as floats (lr, momentum), step counts that must fit the step counter.
