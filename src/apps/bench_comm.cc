@@ -39,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/output_file.h"
 #include "core/backend.h"
 #include "core/cpu_ops.h"
 #include "core/log.h"
@@ -391,18 +392,19 @@ int Main(int argc, char** argv) {
     }
     const std::string csv = absl::GetFlag(FLAGS_csv);
     if (!csv.empty()) {
-      FILE* f = std::fopen(csv.c_str(), "w");
-      if (!f) return fail(absl::UnavailableError("cannot write " + csv), 1);
-      std::fprintf(f,
-                   "dp,mp,comm,fwd_ms,bwd_ms,sync_ms,overlap_ms,hidden_fraction,mp_mb_per_step,"
-                   "dp_mb_per_step,grad_mb,buckets,images_per_s\n");
+      std::string text =
+          "dp,mp,comm,fwd_ms,bwd_ms,sync_ms,overlap_ms,hidden_fraction,mp_mb_per_step,"
+          "dp_mb_per_step,grad_mb,buckets,images_per_s\n";
       for (const Row& r : rows) {
-        std::fprintf(f, "%d,%d,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%.2f\n",
-                     r.layout.dp, r.layout.mp, r.comm.c_str(), r.fwd * 1e3, r.bwd * 1e3,
-                     r.sync * 1e3, r.overlap * 1e3, r.hidden, r.mp_mb, r.dp_mb, r.grad_mb,
-                     r.buckets, r.images_per_s);
+        text += absl::StrFormat("%d,%d,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%.2f\n",
+                                r.layout.dp, r.layout.mp, r.comm, r.fwd * 1e3, r.bwd * 1e3,
+                                r.sync * 1e3, r.overlap * 1e3, r.hidden, r.mp_mb, r.dp_mb,
+                                r.grad_mb, r.buckets, r.images_per_s);
       }
-      std::fclose(f);
+      // Replaces an earlier table, never a checkpoint, dataset or device; a failed write
+      // is an error (output_file.h). Only rank 0 gets here, so no other rank waits.
+      absl::Status s = WriteTextOutputFile(csv, "--csv", ExistingOutput::kReplaceText, text);
+      if (!s.ok()) return fail(s, 1);
     }
     std::fflush(stdout);
   }

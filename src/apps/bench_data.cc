@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/output_file.h"
 #include "data/converters.h"
 #include "data/pipeline.h"
 #include "data/shard_format.h"
@@ -182,9 +182,11 @@ int main(int argc, char** argv) {
   }
   const std::string csv_path = absl::GetFlag(FLAGS_csv);
   if (!csv_path.empty()) {
-    std::ofstream f(csv_path);
-    f << csv;
-    if (!f) Fail(absl::InternalError(absl::StrCat(csv_path, ": cannot write")));
+    // Replaces an earlier table, never a dataset, checkpoint or device; a failed write,
+    // flush or close is an error (output_file.h).
+    absl::Status s = colonnade::WriteTextOutputFile(csv_path, "--csv",
+                                                    colonnade::ExistingOutput::kReplaceText, csv);
+    if (!s.ok()) Fail(s);
     std::printf("wrote %s\n", csv_path.c_str());
   }
   return 0;

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/output_file.h"
 #include "core/backend.h"
 #include "core/layers.h"
 #include "core/log.h"
@@ -354,15 +354,21 @@ int Main() {
   }
   const std::string csv = absl::GetFlag(FLAGS_csv);
   if (!csv.empty()) {
-    std::ofstream f(csv);
-    f << "layer,batch,op,shape,gflop,min_mbytes,ours_ms,ours_tflops,cudnn_nchw_ms,cudnn_nchw_algo,"
-         "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v1_ms,ours_v2_ms,ours_v3_ms\n";
+    std::string text =
+        "layer,batch,op,shape,gflop,min_mbytes,ours_ms,ours_tflops,cudnn_nchw_ms,cudnn_nchw_algo,"
+        "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v1_ms,ours_v2_ms,ours_v3_ms\n";
     for (const Row& r : rows)
-      f << absl::StrFormat("%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f,%.4f\n",
-                           r.layer, r.batch, r.op, r.shape, r.flops / 1e9, r.bytes / 1e6,
-                           r.ours_ms, r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo,
-                           r.nhwc_ms, r.nhwc_algo, ceil.copy_tbs, ceil.sgemm_tflops, r.v1_ms,
-                           r.v2_ms, r.v3_ms);
+      text += absl::StrFormat(
+          "%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f,%.4f\n", r.layer,
+          r.batch, r.op, r.shape, r.flops / 1e9, r.bytes / 1e6, r.ours_ms,
+          r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo, r.nhwc_ms, r.nhwc_algo,
+          ceil.copy_tbs, ceil.sgemm_tflops, r.v1_ms, r.v2_ms, r.v3_ms);
+    // Replaces an earlier table, never a checkpoint, dataset or device (output_file.h).
+    if (absl::Status s = WriteTextOutputFile(csv, "--csv", ExistingOutput::kReplaceText, text);
+        !s.ok()) {
+      std::fprintf(stderr, "bench_layers: error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/output_file.h"
 #include "core/backend.h"
 #include "core/log.h"
 #include "core/models.h"
@@ -199,8 +199,15 @@ int Main() {
   }
   const std::string json = absl::GetFlag(FLAGS_json);
   if (!json.empty()) {
-    std::ofstream f(json, std::ios::app);
-    for (const std::string& l : lines) f << l << "\n";
+    // Appends; refuses an HDF5 file and reports a failed write (output_file.h).
+    AppendFile f;
+    absl::Status s = f.Open(json, "--json");
+    for (size_t i = 0; s.ok() && i < lines.size(); ++i) s = f.WriteLine(lines[i]);
+    if (s.ok()) s = f.Close();
+    if (!s.ok()) {
+      std::fprintf(stderr, "bench_train: error: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
   }
   return 0;
 }

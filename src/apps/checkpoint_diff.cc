@@ -1,7 +1,8 @@
 // checkpoint_diff: compares the tensors (parameters and optimizer state) and training
 // state of two checkpoints. Exit 0 when every tensor matches within --rtol (0: bitwise),
-// 1 when they differ, 2 on a usage or read error. Used by the resume and layout
-// equivalence tests; handy to compare two runs.
+// 1 when they differ, 2 on a usage or read error (an unknown flag or a --rtol out of range
+// included: a bad flag must never read as "they differ"). Used by the resume and layout
+// equivalence tests; handy to compare two runs. It writes no files.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,10 +13,23 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "apps/flag_check.h"
 #include "checkpoint/checkpoint.h"
 
+namespace {
+
+// The valid values of the numeric flags (apps/flag_check.h): enforced and shown by --help.
+// A NaN --rtol would make every comparison pass.
+const colonnade::FlagRange kRanges[] = {
+    {"rtol", 0, 1e30},
+};
+
+}  // namespace
+
 ABSL_FLAG(double, rtol, 0.0,
-          "Largest accepted ||a - b|| / ||b|| per tensor; 0 requires bitwise equality.");
+          colonnade::RangeHelp(kRanges, "rtol",
+                               "Largest accepted ||a - b|| / ||b|| per tensor; 0 requires "
+                               "bitwise equality."));
 ABSL_FLAG(bool, velocity, true, "Also compare the optimizer state (momentum).");
 
 namespace {
@@ -36,12 +50,21 @@ double RelDiff(const std::vector<float>& a, const std::vector<float>& b, bool* i
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("compares two checkpoints: checkpoint_diff A.h5 B.h5 [--rtol=X]");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() != 3) {
+  absl::SetProgramUsageMessage(
+      "compares two checkpoints: checkpoint_diff A.h5 B.h5 [--rtol=X] [--novelocity]\n"
+      "Exit codes: 0 same, 1 different, 2 usage or read error.");
+  if (colonnade::WantsHelp(argc, argv, "src/apps/checkpoint_diff", true)) return 0;
+  std::vector<std::string> files;
+  if (!colonnade::ParseFlagsOrExplain(argc, argv, "checkpoint_diff", true, &files)) return 2;
+  if (absl::Status s = colonnade::CheckFlagRanges(kRanges); !s.ok()) {
+    std::fprintf(stderr, "checkpoint_diff: error: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (files.size() != 2) {
     std::fprintf(stderr, "usage: checkpoint_diff A.h5 B.h5 [--rtol=X] [--novelocity]\n");
     return 2;
   }
+  const std::vector<std::string> args = {argv[0], files[0], files[1]};
   auto a = colonnade::checkpoint::Read(args[1]);
   auto b = colonnade::checkpoint::Read(args[2]);
   for (auto* r : {&a, &b}) {
@@ -70,7 +93,7 @@ int main(int argc, char** argv) {
   for (const auto& ta : a->tensors) {
     const auto* tb = b->Find(ta.name);
     if (tb == nullptr || tb->shape != ta.shape) {
-      std::printf("%s: missing or of another shape in %s\n", ta.name.c_str(), args[2]);
+      std::printf("%s: missing or of another shape in %s\n", ta.name.c_str(), args[2].c_str());
       differ = true;
       continue;
     }

@@ -1,6 +1,7 @@
 #include "apps/flag_check.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include <iostream>
@@ -11,15 +12,27 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace colonnade {
 
-absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>& args) {
+absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>& args,
+                                                  std::vector<std::string>* positional) {
   std::vector<FlagArg> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--") break;
+    if (arg == "--") {
+      if (positional != nullptr) {
+        positional->insert(positional->end(), args.begin() + i + 1, args.end());
+      }
+      break;
+    }
+    if (positional != nullptr && (arg == "-" || !absl::StartsWith(arg, "-"))) {
+      positional->push_back(arg);
+      continue;
+    }
     if (!absl::StartsWith(arg, "-")) {
       return absl::InvalidArgumentError(
           absl::StrCat("unexpected argument '", arg, "'; flags look like --name=value"));
@@ -73,9 +86,11 @@ absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>
   return out;
 }
 
-absl::Status CheckFlags(int argc, char** argv) {
+absl::Status CheckFlags(int argc, char** argv, bool allow_positional) {
+  std::vector<std::string> positional;
   absl::StatusOr<std::vector<FlagArg>> flags =
-      ResolveFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc));
+      ResolveFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc),
+                   allow_positional ? &positional : nullptr);
   if (!flags.ok()) return flags.status();
   for (const FlagArg& f : *flags) {
     // Parse into a scratch copy of the value so the check changes nothing.
@@ -86,6 +101,66 @@ absl::Status CheckFlags(int argc, char** argv) {
           absl::StrCat("bad value '", f.value, "' for --", f.name, ": ", error));
     }
     f.flag->ParseFrom(saved, &error);
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// 1024 -> "1024", 0.5 -> "0.5", 1e12 -> "1e+12": integers as integers while short.
+std::string FormatBound(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e10) return absl::StrFormat("%.0f", v);
+  return absl::StrFormat("%g", v);
+}
+
+const FlagRange* FindRange(absl::Span<const FlagRange> ranges, absl::string_view name) {
+  for (const FlagRange& r : ranges)
+    if (name == r.name) return &r;
+  return nullptr;
+}
+
+// "from 0 to 1024", "from 0 up to but not including 1", plus ", or -1 (the recipe's)".
+std::string Describe(const FlagRange& r) {
+  std::string text = absl::StrCat("from ", FormatBound(r.min),
+                                  r.max_open ? " up to but not including " : " to ",
+                                  FormatBound(r.max));
+  if (r.has_sentinel) {
+    absl::StrAppend(&text, ", or ", FormatBound(r.sentinel), " (", r.sentinel_meaning, ")");
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string RangeText(absl::Span<const FlagRange> ranges, const char* name) {
+  const FlagRange* r = FindRange(ranges, name);
+  if (r == nullptr) return "";
+  return absl::StrCat("Valid: ", Describe(*r), ".");
+}
+
+std::string RangeHelp(absl::Span<const FlagRange> ranges, const char* name, const char* help) {
+  return absl::StrCat(help, " ", RangeText(ranges, name));
+}
+
+absl::Status CheckFlagRanges(absl::Span<const FlagRange> ranges) {
+  for (const FlagRange& r : ranges) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(r.name);
+    if (flag == nullptr) {
+      return absl::InternalError(absl::StrCat("the range table names --", r.name,
+                                              ", which is not a flag of this program"));
+    }
+    const std::string text = flag->CurrentValue();
+    double v = 0;
+    // SimpleAtod reads "nan" and "inf" too; those are rejected below with the rest.
+    const bool parsed = absl::SimpleAtod(text, &v);
+    const bool sentinel = parsed && r.has_sentinel && v == r.sentinel;
+    const bool in_range =
+        parsed && std::isfinite(v) && v >= r.min && (r.max_open ? v < r.max : v <= r.max);
+    if (!sentinel && !in_range) {
+      return absl::InvalidArgumentError(absl::StrCat("bad value '", text, "' for --", r.name,
+                                                     ": must be a finite number ",
+                                                     Describe(r)));
+    }
   }
   return absl::OkStatus();
 }
@@ -107,13 +182,15 @@ bool WantsHelp(int argc, char** argv, const char* source_file, bool print) {
   return false;
 }
 
-bool ParseFlagsOrExplain(int argc, char** argv, const char* program, bool print) {
-  absl::Status s = CheckFlags(argc, argv);
+bool ParseFlagsOrExplain(int argc, char** argv, const char* program, bool print,
+                         std::vector<std::string>* positional) {
+  absl::Status s = CheckFlags(argc, argv, positional != nullptr);
   if (!s.ok()) {
     if (print) std::fprintf(stderr, "%s: error: %s\n", program, std::string(s.message()).c_str());
     return false;
   }
-  absl::ParseCommandLine(argc, argv);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (positional != nullptr && !rest.empty()) positional->assign(rest.begin() + 1, rest.end());
   return true;
 }
 

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "apps/exit_codes.h"
+#include "apps/output_file.h"
 #include "apps/train_checkpoint.h"
 #include "checkpoint/policy.h"
 #include "checkpoint/signals.h"
@@ -28,6 +28,7 @@
 #include "core/optimizer.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
+#include "hdf5/hdf5.h"
 #include "parallel/communicator.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
@@ -109,6 +110,8 @@ int AgreedError(const Layout& l, const absl::Status& s, int code) {
   std::fprintf(stderr, "trainer: error on rank %d: %s\n", l.world_rank,
                std::string(s.message()).c_str());
   std::fflush(stderr);
+  // Alone there is nobody to wake up: exit without MPI_Abort's multi-line banner.
+  if (l.world_size == 1) std::_Exit(kExitError);
   MPI_Abort(MPI_COMM_WORLD, kExitError);
   std::exit(kExitError);
 }
@@ -137,23 +140,20 @@ absl::StatusOr<Device> ResolveDevice(const std::string& name, const Mesh& mesh) 
   return Device::kCPU;
 }
 
-class MetricsWriter {
- public:
-  absl::Status Open(const std::string& path) {
-    if (path.empty()) return absl::OkStatus();
-    out_.open(path, std::ios::app);
-    if (!out_) return absl::InvalidArgumentError("cannot open --metrics_file " + path);
-    return absl::OkStatus();
-  }
-  void Write(const std::string& json_line) {
-    if (!out_.is_open()) return;
-    out_ << json_line << "\n";
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
+// An error only world rank 0 can see (its own output files): every rank gets rank 0's
+// status, so that the error is then agreed (AgreedError) and no rank waits in a
+// collective. Collective over the world.
+absl::Status FromLead(const Layout& l, const absl::Status& lead_status) {
+  if (l.world_size == 1) return lead_status;
+  int code = static_cast<int>(lead_status.code());
+  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string message(lead_status.message());
+  int len = static_cast<int>(message.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  message.resize(len);
+  MPI_Bcast(message.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
 
 struct EvalResult {
   double loss = 0, top1_error = 0, top5_error = 0;
@@ -210,31 +210,48 @@ absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::Pi
   return r;
 }
 
+// The rule for an existing --predictions file: refused, or with --overwrite replaced when
+// it is an earlier predictions file or not HDF5 (output_file.h).
+ExistingOutput PredictionsRule(const TrainConfig& cfg) {
+  return cfg.overwrite ? ExistingOutput::kReplacePredictions : ExistingOutput::kRefuse;
+}
+
 // Writes predictions.h5: /logits float32 [N][classes] and /labels int32 [N], in dataset
-// order.
-absl::Status WritePredictions(const std::string& path, const std::vector<float>& logits,
+// order, through a unique temporary file renamed into place (WriteOutputFile). Runs in
+// the project's HDF5 scope: the data pipeline's reader threads may still be reading
+// shards.
+absl::Status WritePredictions(const TrainConfig& cfg, const std::vector<float>& logits,
                               const std::vector<int32_t>& labels, int64_t classes) {
-  const std::string tmp = path + ".tmp";
-  hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file < 0) return absl::InvalidArgumentError("cannot create --predictions file " + path);
-  const hsize_t n = labels.size();
-  hsize_t dims[2] = {n, static_cast<hsize_t>(classes)};
-  bool ok = true;
-  hid_t space = H5Screate_simple(2, dims, nullptr);
-  hid_t ds = H5Dcreate2(file, "logits", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ok = ok && ds >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, logits.data()) >= 0;
-  H5Dclose(ds);
-  H5Sclose(space);
-  space = H5Screate_simple(1, dims, nullptr);
-  ds = H5Dcreate2(file, "labels", H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  ok = ok && ds >= 0 && H5Dwrite(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data()) >= 0;
-  H5Dclose(ds);
-  H5Sclose(space);
-  ok = H5Fclose(file) >= 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError("writing --predictions file " + path + " failed");
-  }
-  return absl::OkStatus();
+  hdf5::Scope scope;
+  return WriteOutputFile(
+      cfg.predictions, "--predictions", PredictionsRule(cfg),
+      [&](const std::string& tmp) -> absl::Status {
+        hdf5::Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                          H5Fclose);
+        if (!file.valid()) {
+          return absl::InternalError("cannot create " + tmp + ": " + hdf5::LastError());
+        }
+        const hsize_t dims[2] = {labels.size(), static_cast<hsize_t>(classes)};
+        auto write = [&](const char* name, int rank, hid_t file_type, hid_t mem_type,
+                         const void* data) {
+          hdf5::Handle space(H5Screate_simple(rank, dims, nullptr), H5Sclose);
+          hdf5::Handle ds(H5Dcreate2(file.get(), name, file_type, space.get(), H5P_DEFAULT,
+                                     H5P_DEFAULT, H5P_DEFAULT),
+                          H5Dclose);
+          return space.valid() && ds.valid() &&
+                 H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 &&
+                 ds.Close();
+        };
+        const bool ok =
+            write("logits", 2, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, logits.data()) &&
+            write("labels", 1, H5T_STD_I32LE, H5T_NATIVE_INT32, labels.data());
+        const std::string why = ok ? "" : hdf5::LastError();
+        if (!file.Close() || !ok) {
+          return absl::InternalError("writing --predictions file " + cfg.predictions +
+                                     " failed" + (why.empty() ? "" : ": " + why));
+        }
+        return absl::OkStatus();
+      });
 }
 
 // --mode=eval: top-1/top-5 error of a checkpoint on --val_data. --mode=predict: also the
@@ -261,10 +278,6 @@ int RunEvalOrPredict(const TrainConfig& cfg, const Layout& l, Net& net, data::Da
                   static_cast<long long>(r->images), r->loss, r->top1_error, r->top5_error);
     }
     return kExitOk;
-  }
-  if (cfg.predictions.empty()) {
-    return AgreedError(l, absl::InvalidArgumentError("--mode=predict needs --predictions=FILE.h5"),
-                       kExitUsage);
   }
   // The classifier's logits: the first input of the loss layer (replicated on every mp
   // rank after the column split's gather).
@@ -329,7 +342,7 @@ int RunEvalOrPredict(const TrainConfig& cfg, const Layout& l, Net& net, data::Da
   }
   absl::Status s;
   if (writer) {
-    s = WritePredictions(cfg.predictions, all_logits, all_labels, net.blob(logits_blob).c());
+    s = WritePredictions(cfg, all_logits, all_labels, net.blob(logits_blob).c());
   }
   int ok = s.ok() ? 1 : 0;
   MPI_Bcast(&ok, 1, MPI_INT, 0, world);
@@ -350,6 +363,13 @@ int RunTrainer(const TrainConfig& cfg) {
   if (l.world_size > 1) SetLogRank(l.world_rank);
   const bool lead = l.world_rank == 0;
   if (absl::Status s = checkpoint::InstallStopSignalHandlers(); !s.ok()) RankError(l, s);
+  // Until the step loop polls for it, a stop signal ends the process at once: start-up may
+  // block (a slow or FIFO file, a collective waiting for a rank), and there is nothing to
+  // save yet. 75 as after a graceful stop: a requeued job starts over or resumes.
+  checkpoint::ExitOnStopSignal(
+      "trainer", cfg.mode == "train" ? "before training started (nothing to save)"
+                                     : "during --mode=" + cfg.mode,
+      kExitPreempted);
 
   // ---- configuration that every rank checks identically --------------------------------
   absl::StatusOr<const ModelInfo*> info = FindModel(cfg.model);
@@ -362,6 +382,19 @@ int RunTrainer(const TrainConfig& cfg) {
   }
   absl::StatusOr<Mesh> mesh = Mesh::Create(MPI_COMM_WORLD, cfg.mp);
   if (!mesh.ok()) return AgreedError(l, mesh.status(), kExitUsage);
+  if (cfg.mode == "predict") {
+    if (cfg.predictions.empty()) {
+      return AgreedError(
+          l, absl::InvalidArgumentError("--mode=predict needs --predictions=FILE.h5"), kExitUsage);
+    }
+    // Refuse a path that may not be written now, not after loading and the forward passes.
+    if (absl::Status s = FromLead(l, lead ? CheckOutputPath(cfg.predictions, "--predictions",
+                                                            PredictionsRule(cfg))
+                                          : absl::OkStatus());
+        !s.ok()) {
+      return AgreedError(l, s, kExitUsage);
+    }
+  }
   l.dp_rank = mesh->dp_rank();
   l.dp_size = mesh->dp();
   l.mp_rank = mesh->mp_rank();
@@ -377,6 +410,12 @@ int RunTrainer(const TrainConfig& cfg) {
   SgdOptions sgd;
   sgd.momentum = cfg.momentum >= 0 ? cfg.momentum : recipe.momentum;
   sgd.weight_decay = cfg.weight_decay >= 0 ? cfg.weight_decay : recipe.weight_decay;
+  sgd.decay_on = recipe.weight_decay_on;
+  if (!cfg.weight_decay_on.empty()) {
+    absl::StatusOr<DecayOn> on = ParseDecayOn(cfg.weight_decay_on);
+    if (!on.ok()) return AgreedError(l, on.status(), kExitUsage);
+    sgd.decay_on = *on;
+  }
 
   // Cores this process may use (a Slurm allocation or taskset may give fewer than the
   // machine has), shared by the ranks of the node. COLONNADE_CPU_THREADS, when set, is
@@ -535,10 +574,18 @@ int RunTrainer(const TrainConfig& cfg) {
         "%s has %d images, fewer than one global batch of %d", dinfo.path, dinfo.size, global_batch)),
         kExitUsage);
   }
-  const int64_t total_steps =
-      cfg.steps > 0 ? cfg.steps
-                    : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
-                                               (cfg.epochs > 0 ? cfg.epochs : 1.0) * per_epoch)));
+  // In double before any conversion: --epochs=1e6 of a large dataset must be refused, not
+  // overflow int64 (an out-of-range conversion is undefined; it used to give 1 step).
+  const double steps_wanted =
+      cfg.steps > 0 ? static_cast<double>(cfg.steps)
+                    : std::max(1.0, std::ceil((cfg.epochs > 0 ? cfg.epochs : 1.0) * per_epoch));
+  if (!(steps_wanted <= static_cast<double>(kMaxTrainingSteps))) {
+    return AgreedError(l, absl::InvalidArgumentError(absl::StrFormat(
+        "--epochs=%g is %.3g steps of %d per epoch; at most %d steps are allowed (lower "
+        "--epochs or give --steps)", cfg.epochs, steps_wanted, per_epoch, kMaxTrainingSteps)),
+        kExitUsage);
+  }
+  const int64_t total_steps = static_cast<int64_t>(steps_wanted);
   const double total_epochs = static_cast<double>(total_steps) / per_epoch;
 
   // Parameter count of the whole model (a shard holds only its part).
@@ -550,10 +597,18 @@ int RunTrainer(const TrainConfig& cfg) {
     full_params = (*full)->num_learnable();
   }
 
-  MetricsWriter metrics;
-  if (lead) {
-    if (absl::Status s = metrics.Open(cfg.metrics_file); !s.ok()) RankError(l, s);
+  // Only rank 0 writes metrics; a path that may not be written is a usage error on every
+  // rank, a failed write later on stops the job (exit 1).
+  AppendFile metrics;
+  if (absl::Status s = FromLead(l, lead && !cfg.metrics_file.empty()
+                                       ? metrics.Open(cfg.metrics_file, "--metrics_file")
+                                       : absl::OkStatus());
+      !s.ok()) {
+    return AgreedError(l, s, kExitUsage);
   }
+  auto write_metrics = [&](const std::string& json_line) {
+    if (absl::Status s = metrics.WriteLine(json_line); !s.ok()) RankError(l, s);
+  };
 
   if (lead) {
     std::printf("Colonnade trainer\n");
@@ -569,9 +624,9 @@ int RunTrainer(const TrainConfig& cfg) {
     std::printf("  batch      global %lld, per replica %lld, %lld steps/epoch\n",
                 static_cast<long long>(global_batch), static_cast<long long>(local_batch),
                 static_cast<long long>(per_epoch));
-    std::printf("  optimiser  SGD lr %g (%s), momentum %g, weight decay %g, seed %llu\n", base_lr,
-                schedule->spec().c_str(), sgd.momentum, sgd.weight_decay,
-                static_cast<unsigned long long>(cfg.seed));
+    std::printf("  optimiser  SGD lr %g (%s), momentum %g, weight decay %g on %s, seed %llu\n",
+                base_lr, schedule->spec().c_str(), sgd.momentum, sgd.weight_decay,
+                DecayOnDescription(sgd.decay_on), static_cast<unsigned long long>(cfg.seed));
     std::printf("  run        %lld steps (%.2f epochs)\n", static_cast<long long>(total_steps),
                 total_epochs);
     std::fflush(stdout);
@@ -596,13 +651,13 @@ int RunTrainer(const TrainConfig& cfg) {
     std::fflush(stdout);
   }
 
-  // --rank_log_dir: one progress file per rank.
-  std::unique_ptr<FILE, int (*)(FILE*)> rank_log(nullptr, &std::fclose);
+  // --rank_log_dir: one progress file per rank. Each rank opens its own, so a failure is
+  // one rank's: RankError ends the job.
+  AppendFile rank_log;
   if (!cfg.rank_log_dir.empty()) {
     const std::string path = absl::StrFormat("%s/rank-%05d.log", cfg.rank_log_dir, l.world_rank);
-    rank_log.reset(std::fopen(path.c_str(), "a"));
-    if (!rank_log) {
-      RankError(l, absl::InvalidArgumentError("cannot open " + path +
+    if (absl::Status s = rank_log.Open(path, "--rank_log_dir"); !s.ok()) {
+      RankError(l, absl::InvalidArgumentError(std::string(s.message()) +
                                               " (does --rank_log_dir exist and is it writable?)"));
     }
   }
@@ -638,6 +693,9 @@ int RunTrainer(const TrainConfig& cfg) {
   double interval[5] = {0, 0, 0, 0, 0};  // loss sum, top1, top5, images, data wait
   double first_loss = NAN, last_loss = NAN;
   double interval_comm = 0;  // seconds blocked on gradient all-reduce after backward
+  // From here a stop signal is recorded and acted on after the current step (checkpoint,
+  // exit 75).
+  checkpoint::RecordStopSignal();
   for (int64_t step = start_step; step < total_steps; ++step) {
     absl::StatusOr<data::Batch> batch = (*pipeline)->Next();
     if (!batch.ok()) RankError(l, batch.status());
@@ -706,16 +764,15 @@ int RunTrainer(const TrainConfig& cfg) {
     if (log_now) {
       auto now = Clock::now();
       const double dt = Seconds(interval_start, now);
-      if (rank_log) {
+      if (rank_log.is_open()) {
         // This rank's own view, to find a slow rank: its data and communication waits.
-        std::fprintf(rank_log.get(),
-                     "step %lld  rank %d (dp %d, mp %d)  %.1f img/s local  data-wait %.1f%%  "
-                     "comm-wait %.1f%%\n",
-                     static_cast<long long>(step + 1), l.world_rank, l.dp_rank, l.mp_rank,
-                     interval[3] / l.dp_size / std::max(1e-9, dt),
-                     100.0 * interval[4] / std::max(1e-9, dt),
-                     100.0 * interval_comm / std::max(1e-9, dt));
-        std::fflush(rank_log.get());
+        absl::Status s = rank_log.WriteLine(absl::StrFormat(
+            "step %lld  rank %d (dp %d, mp %d)  %.1f img/s local  data-wait %.1f%%  "
+            "comm-wait %.1f%%",
+            static_cast<long long>(step + 1), l.world_rank, l.dp_rank, l.mp_rank,
+            interval[3] / l.dp_size / std::max(1e-9, dt), 100.0 * interval[4] / std::max(1e-9, dt),
+            100.0 * interval_comm / std::max(1e-9, dt)));
+        if (!s.ok()) RankError(l, s);
       }
       const double img_s = interval[3] / std::max(1e-9, dt);
       const double elapsed = Seconds(start, now);
@@ -732,7 +789,7 @@ int RunTrainer(const TrainConfig& cfg) {
             100.0 * interval[4] / std::max(1e-9, dt), 100.0 * interval_comm / std::max(1e-9, dt),
             FormatDuration(eta).c_str());
         std::fflush(stdout);
-        metrics.Write(absl::StrFormat(
+        write_metrics(absl::StrFormat(
             "{\"kind\":\"train\",\"step\":%d,\"epoch\":%.4f,\"loss\":%.6f,\"top1_error\":%.5f,"
             "\"top5_error\":%.5f,\"lr\":%g,\"images_per_sec\":%.1f,\"data_wait_sec\":%.4f,"
             "\"comm_wait_sec\":%.4f,\"elapsed_sec\":%.3f}",
@@ -754,7 +811,7 @@ int RunTrainer(const TrainConfig& cfg) {
                     static_cast<long long>(step + 1), val_data->info().path.c_str(),
                     static_cast<long long>(r->images), r->loss, r->top1_error, r->top5_error);
         std::fflush(stdout);
-        metrics.Write(absl::StrFormat(
+        write_metrics(absl::StrFormat(
             "{\"kind\":\"eval\",\"step\":%d,\"epoch\":%.4f,\"loss\":%.6f,\"top1_error\":%.5f,"
             "\"top5_error\":%.5f,\"images\":%d}",
             step + 1, (step + 1.0) / per_epoch, r->loss, r->top1_error, r->top5_error, r->images));
@@ -762,6 +819,9 @@ int RunTrainer(const TrainConfig& cfg) {
       interval_start += Clock::now() - eval_start;  // keep evaluation time out of img/s
     }
     (*pipeline)->Recycle(std::move(*batch));
+  }
+  for (AppendFile* f : {&metrics, &rank_log}) {
+    if (absl::Status s = f->Close(); !s.ok()) RankError(l, s);
   }
   if (lead) {
     std::printf("done: %lld steps in %s, loss %.4f -> %.4f\n", static_cast<long long>(total_steps),

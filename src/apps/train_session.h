@@ -7,6 +7,12 @@
 
 namespace colonnade {
 
+// Limits of a run (trainer.cc's flag ranges, docs/OPERATIONS.md): a step count must fit
+// the step counter and the data cursor with room to spare (steps x batch < 2^63), and the
+// global batch stays below sizes whose buffers alone would exhaust a node.
+constexpr int64_t kMaxTrainingSteps = 1000000000000;  // 1e12
+constexpr int64_t kMaxGlobalBatch = 65536;
+
 struct TrainConfig {
   // What to train.
   std::string model = "cifar10-80sec";
@@ -38,6 +44,7 @@ struct TrainConfig {
   std::string lr_schedule; // empty: the recipe's
   float momentum = -1;
   float weight_decay = -1;
+  std::string weight_decay_on;  // weights | all; empty: the recipe's
   uint64_t seed = 1;
   // Output.
   int log_every = 10;
@@ -47,6 +54,7 @@ struct TrainConfig {
   // Mode.
   std::string mode = "train";  // train | eval | predict
   std::string predictions;
+  bool overwrite = false;  // --predictions may replace an earlier predictions file
   // Checkpoints.
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;

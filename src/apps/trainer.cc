@@ -16,16 +16,59 @@
 #include "core/models.h"
 #include "parallel/mesh.h"
 
+namespace {
+
+using colonnade::FlagRange;
+
+// The valid values of every numeric flag, in one place: main() enforces them (exit 2) and
+// the flags' --help shows them (RangeHelp). docs/OPERATIONS.md §7 lists the same table.
+// The bounds keep a value from crashing or silently changing meaning: thread and batch
+// counts that would abort on thread creation or allocation, float flags that must stay
+// finite as floats (lr, momentum), step counts that must fit the step counter.
+const FlagRange kRanges[] = {
+    {"input_size", 0, 8192},
+    {"num_classes", 0, 1000000},
+    {"columns", 0, 1024},
+    {"cpu_threads", 0, 1024},
+    {"mp", 1, 65536},
+    {"bucket_mb", 0.001, 65536},
+    {"synthetic_size", 1, 16777216},  // its epoch permutation stays within 128 MiB
+    {"crop", 0, 8192},
+    {"pad", 0, 8192},
+    {"lighting", 0, 10},
+    {"data_threads", 0, 256},
+    {"batch_size", 0, colonnade::kMaxGlobalBatch},
+    {"steps", 0, colonnade::kMaxTrainingSteps},
+    {"epochs", 0, 1000000},
+    {"lr", 0, 1e30, false, true, -1, "the model's recipe"},
+    {"momentum", 0, 1, true, true, -1, "the model's recipe"},
+    {"weight_decay", 0, 1, false, true, -1, "the model's recipe"},
+    {"log_every", 1, 1e9},
+    {"eval_every", 0, colonnade::kMaxTrainingSteps},
+    {"checkpoint_every", 0, colonnade::kMaxTrainingSteps},
+    {"checkpoint_secs", 0, 1e9},
+    {"keep_checkpoints", 0, 1000000},
+};
+
+std::string Help(const char* name, const char* text) {
+  return colonnade::RangeHelp(kRanges, name, text);
+}
+
+}  // namespace
+
 // ---- model ------------------------------------------------------------------------------
 ABSL_FLAG(std::string, model, "cifar10-80sec",
           "Model to train (the list is in the usage line above and docs/MODELS.md).");
 ABSL_FLAG(int, input_size, 0,
-          "Input image side in pixels. 0: the crop (--crop), else the data's image size. With "
-          "--data=synthetic it also sets the generated image size (e.g. 67 for a small AlexNet).");
-ABSL_FLAG(int, num_classes, 0, "Number of classes; 0: from the dataset.");
+          Help("input_size",
+               "Input image side in pixels. 0: the crop (--crop), else the data's image size. "
+               "With --data=synthetic it also sets the generated image size (e.g. 67 for a "
+               "small AlexNet)."));
+ABSL_FLAG(int, num_classes, 0, Help("num_classes", "Number of classes; 0: from the dataset."));
 ABSL_FLAG(int, columns, 0,
-          "Number of columns the split layers are divided into (AlexNet: 2). A different K is a "
-          "different model; 0 keeps the model's own.");
+          Help("columns",
+               "Number of columns the split layers are divided into (AlexNet: 2). A different "
+               "K is a different model; 0 keeps the model's own."));
 ABSL_FLAG(bool, paper_init, false,
           "AlexNet only: the paper's initialisation (biases 1 in conv2/4/5 and fc6/7, fc6/7 "
           "weights N(0, 0.01)). Default: Caffe's replication (biases 0.1, fc6/7 N(0, 0.005)); "
@@ -33,16 +76,19 @@ ABSL_FLAG(bool, paper_init, false,
 // ---- placement --------------------------------------------------------------------------
 ABSL_FLAG(std::string, device, "auto",
           "cpu, cuda, or auto (the GPU of this rank's local index when one is visible).");
-ABSL_FLAG(int, cpu_threads, 0, "Threads for CPU ops per rank; 0: cores / ranks on the node.");
+ABSL_FLAG(int, cpu_threads, 0,
+          Help("cpu_threads", "Threads for CPU ops per rank; 0: cores / ranks on the node."));
 ABSL_FLAG(int, mp, 1,
-          "Model-parallel ranks per group (must divide the world size and the columns); the "
-          "rest of the world is data-parallel: dp = world / mp.");
+          Help("mp",
+               "Model-parallel ranks per group (must divide the world size and the columns); "
+               "the rest of the world is data-parallel: dp = world / mp."));
 ABSL_FLAG(std::string, comm, "auto",
           "Collective backend: nccl (GPUs, one rank per GPU), mpi (host memory; required when "
           "several ranks share a GPU), or auto (nccl on GPUs when built with it, else mpi).");
 ABSL_FLAG(double, bucket_mb, 25.0,
-          "Gradient all-reduce bucket size in MiB; buckets launch during backward as soon as "
-          "they are complete.");
+          Help("bucket_mb",
+               "Gradient all-reduce bucket size in MiB; buckets launch during backward as soon "
+               "as they are complete."));
 // ---- data -------------------------------------------------------------------------------
 ABSL_FLAG(std::string, data, "synthetic",
           "Training data: 'synthetic' (generated, learnable, no files needed) or a shard "
@@ -50,39 +96,56 @@ ABSL_FLAG(std::string, data, "synthetic",
 ABSL_FLAG(std::string, val_data, "",
           "Validation data: a shard directory, or 'synthetic' (the generator's held-out split). "
           "Empty: no evaluation.");
-ABSL_FLAG(int64_t, synthetic_size, 8192, "Images in the synthetic training set.");
+ABSL_FLAG(int64_t, synthetic_size, 8192,
+          Help("synthetic_size", "Images in the synthetic training set."));
 ABSL_FLAG(int, crop, 0,
-          "Random crop side for training (centre crop for evaluation); 0: the whole image. "
-          "AlexNet: 224 from 256.");
+          Help("crop",
+               "Random crop side for training (centre crop for evaluation); 0: the whole "
+               "image. AlexNet: 224 from 256."));
 ABSL_FLAG(int, pad, 0,
-          "Training: pad every side by P mean-valued pixels before the random crop (CIFAR: "
-          "--pad=4 with 32x32 crops); evaluation is not padded.");
+          Help("pad",
+               "Training: pad every side by P mean-valued pixels before the random crop "
+               "(CIFAR: --pad=4 with 32x32 crops); evaluation is not padded."));
 ABSL_FLAG(bool, mirror, false, "Random horizontal mirroring in training.");
 ABSL_FLAG(std::string, mean, "image",
           "Mean subtraction: image (the dataset's mean image), channel (per-channel mean), none.");
-ABSL_FLAG(double, lighting, 0.0, "AlexNet's PCA lighting noise sigma (the paper: 0.1); 0: off.");
-ABSL_FLAG(int, data_threads, 0, "Reader/augmentation threads per rank; 0: automatic.");
+ABSL_FLAG(double, lighting, 0.0,
+          Help("lighting", "AlexNet's PCA lighting noise sigma (the paper: 0.1); 0: off."));
+ABSL_FLAG(int, data_threads, 0,
+          Help("data_threads", "Reader/augmentation threads per rank; 0: automatic."));
 // ---- optimisation -----------------------------------------------------------------------
 ABSL_FLAG(int64_t, batch_size, 0,
-          "GLOBAL batch size, split evenly over the data-parallel replicas; 0: the model's "
-          "recipe (128).");
-ABSL_FLAG(int64_t, steps, 0, "Training steps; 0: use --epochs.");
-ABSL_FLAG(double, epochs, 0, "Training epochs when --steps is 0 (default 1).");
-ABSL_FLAG(double, lr, -1, "Base learning rate; negative: the model's recipe.");
+          Help("batch_size",
+               "GLOBAL batch size, split evenly over the data-parallel replicas; 0: the "
+               "model's recipe (128)."));
+ABSL_FLAG(int64_t, steps, 0, Help("steps", "Training steps; 0: use --epochs."));
+ABSL_FLAG(double, epochs, 0,
+          Help("epochs",
+               "Training epochs when --steps is 0 (0: one epoch). The run must come to at most "
+               "1e12 steps."));
+ABSL_FLAG(double, lr, -1, Help("lr", "Base learning rate."));
 ABSL_FLAG(std::string, lr_schedule, "",
-          "constant | step:E | multistep:E1,E2,... | cosine, optionally +warmup:W (epochs). "
-          "Empty: the model's recipe.");
-ABSL_FLAG(double, momentum, -1, "SGD momentum; negative: the recipe's (0.9).");
-ABSL_FLAG(double, weight_decay, -1, "L2 weight decay; negative: the recipe's.");
+          "constant | step:E | multistep:E1,E2,... | cosine, optionally +warmup:W (epochs; "
+          "the lr rises linearly from 0, so the first step's lr is 0). Empty: the model's "
+          "recipe.");
+ABSL_FLAG(double, momentum, -1, Help("momentum", "SGD momentum (the recipes: 0.9)."));
+ABSL_FLAG(double, weight_decay, -1, Help("weight_decay", "L2 weight decay."));
+ABSL_FLAG(std::string, weight_decay_on, "",
+          "Which parameters weight decay applies to: 'weights' (conv and fc weights only, not "
+          "biases or batch-norm gamma/beta: the cuda-convnet/Caffe rule, every recipe's) or "
+          "'all' (every learnable parameter, as PyTorch's SGD(model.parameters(), "
+          "weight_decay=...)). Empty: the model's recipe.");
 ABSL_FLAG(uint64_t, seed, 1,
           "Seed of every random draw (init, data order, augmentation, dropout). The same seed "
           "and global batch give the same run for any (dp, mp) layout.");
 // ---- output -----------------------------------------------------------------------------
-ABSL_FLAG(int, log_every, 10, "Print a progress line every N steps.");
-ABSL_FLAG(int64_t, eval_every, 0, "Evaluate on --val_data every N steps; 0: only at the end.");
+ABSL_FLAG(int, log_every, 10, Help("log_every", "Print a progress line every N steps."));
+ABSL_FLAG(int64_t, eval_every, 0,
+          Help("eval_every", "Evaluate on --val_data every N steps; 0: only at the end."));
 ABSL_FLAG(std::string, metrics_file, "",
           "Append JSON lines (train and eval records) to this file; plot with "
-          "scripts/plot_metrics.py.");
+          "scripts/plot_metrics.py. An HDF5 file is refused; a failed write stops the trainer "
+          "(exit 1).");
 
 ABSL_FLAG(std::string, rank_log_dir, "",
           "Directory (must exist) where every rank appends its own progress lines to "
@@ -91,10 +154,14 @@ ABSL_FLAG(std::string, rank_log_dir, "",
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Directory of HDF5 checkpoints (ckpt-<step>.h5, docs/CHECKPOINTS.md). Written at the "
           "end, every --checkpoint_every steps / --checkpoint_secs seconds, and on SIGTERM, "
-          "SIGUSR1 or SIGINT (then the trainer exits 75). Empty: no checkpoints.");
-ABSL_FLAG(int64_t, checkpoint_every, 0, "Checkpoint every N steps; 0: off.");
-ABSL_FLAG(double, checkpoint_secs, 0, "Checkpoint every T seconds of training; 0: off.");
-ABSL_FLAG(int, keep_checkpoints, 3, "Keep the newest K checkpoints; 0 keeps all.");
+          "SIGUSR1 or SIGINT (then the trainer exits 75; before training has started such a "
+          "signal ends it at once, also with 75). Empty: no checkpoints.");
+ABSL_FLAG(int64_t, checkpoint_every, 0,
+          Help("checkpoint_every", "Checkpoint every N steps; 0: off."));
+ABSL_FLAG(double, checkpoint_secs, 0,
+          Help("checkpoint_secs", "Checkpoint every T seconds of training; 0: off."));
+ABSL_FLAG(int, keep_checkpoints, 3,
+          Help("keep_checkpoints", "Keep the newest K checkpoints; 0 keeps all."));
 ABSL_FLAG(std::string, resume, "auto",
           "auto: continue from the newest valid checkpoint in --checkpoint_dir (skipping "
           "partial or corrupt ones), or start fresh if there is none; none: start fresh; or the "
@@ -103,7 +170,12 @@ ABSL_FLAG(std::string, mode, "train",
           "train; eval (top-1/top-5 error of a checkpoint on --val_data); predict (also write "
           "the logits to --predictions).");
 ABSL_FLAG(std::string, predictions, "",
-          "With --mode=predict: HDF5 file to write, /logits [N][classes] and /labels [N].");
+          "With --mode=predict: HDF5 file to write, /logits [N][classes] and /labels [N]. An "
+          "existing file is refused unless --overwrite.");
+ABSL_FLAG(bool, overwrite, false,
+          "With --mode=predict: replace an existing --predictions file. Even then a "
+          "checkpoint, a dataset or shard file (any HDF5 file but an earlier predictions "
+          "file), a symbolic link or a non-regular file is never replaced.");
 
 int main(int argc, char** argv) {
   if (absl::Status s = colonnade::InitMpi(&argc, &argv); !s.ok()) {
@@ -130,13 +202,19 @@ int main(int argc, char** argv) {
       "Known models: ",
       colonnade::KnownModels(),
       ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
-      "75 stopped by a signal after a checkpoint (requeue)."));
+      "75 stopped by a signal (SIGTERM, SIGUSR1, SIGINT): after a checkpoint once training "
+      "has started, at once before that; requeue and resume."));
 
   if (colonnade::WantsHelp(argc, argv, "src/apps/trainer", rank == 0)) {
     colonnade::FinalizeMpi();
     return colonnade::kExitOk;
   }
   if (!colonnade::ParseFlagsOrExplain(argc, argv, "trainer", rank == 0)) {
+    colonnade::FinalizeMpi();
+    return colonnade::kExitUsage;
+  }
+  if (absl::Status s = colonnade::CheckFlagRanges(kRanges); !s.ok()) {
+    if (rank == 0) std::fprintf(stderr, "trainer: error: %s\n", std::string(s.message()).c_str());
     colonnade::FinalizeMpi();
     return colonnade::kExitUsage;
   }
@@ -168,6 +246,7 @@ int main(int argc, char** argv) {
   c.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
   c.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   c.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
+  c.weight_decay_on = absl::GetFlag(FLAGS_weight_decay_on);
   c.seed = absl::GetFlag(FLAGS_seed);
   c.log_every = absl::GetFlag(FLAGS_log_every);
   c.eval_every = absl::GetFlag(FLAGS_eval_every);
@@ -181,23 +260,14 @@ int main(int argc, char** argv) {
   c.resume = absl::GetFlag(FLAGS_resume);
   c.mode = absl::GetFlag(FLAGS_mode);
   c.predictions = absl::GetFlag(FLAGS_predictions);
+  c.overwrite = absl::GetFlag(FLAGS_overwrite);
   for (int i = 1; i < argc; ++i) absl::StrAppend(&c.flags_text, argv[i], "\n");
 
+  // Numeric flags were checked against kRanges above; what is left are the words.
   std::string bad;
   if (c.mode != "train" && c.mode != "eval" && c.mode != "predict")
     bad = "--mode must be train, eval or predict";
-  if (c.checkpoint_every < 0 || c.checkpoint_secs < 0 || c.keep_checkpoints < 0)
-    bad = "--checkpoint_every, --checkpoint_secs and --keep_checkpoints must not be negative";
   if (c.resume.empty()) bad = "--resume must be auto, none or a checkpoint path";
-  if (c.batch_size < 0) bad = "--batch_size must be positive";
-  if (c.steps < 0) bad = "--steps must not be negative";
-  if (c.epochs < 0) bad = "--epochs must not be negative";
-  if (c.mp < 1) bad = "--mp must be at least 1";
-  if (c.log_every < 1) bad = "--log_every must be at least 1";
-  if (c.input_size < 0 || c.num_classes < 0 || c.columns < 0 || c.crop < 0 || c.pad < 0)
-    bad = "--input_size, --num_classes, --columns, --crop and --pad must not be negative";
-  if (c.bucket_mb <= 0) bad = "--bucket_mb must be positive";
-  if (c.synthetic_size < 1) bad = "--synthetic_size must be positive";
   if (c.mean != "image" && c.mean != "channel" && c.mean != "none")
     bad = "--mean must be image, channel or none";
   if (c.comm != "auto" && c.comm != "mpi" && c.comm != "nccl") bad = "--comm must be auto, nccl or mpi";

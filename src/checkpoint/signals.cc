@@ -1,7 +1,9 @@
 #include "checkpoint/signals.h"
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -21,7 +23,22 @@ struct sigaction g_old[3];
 bool g_installed = false;
 std::mutex g_mu;  // guards install/restore (never taken in the handler)
 
+// ExitOnStopSignal's state: the exit code (-1: record only) and the note for each
+// signal of kSignals, formatted in advance because the handler may only call write().
+std::atomic<int> g_exit_code{-1};
+char g_exit_note[3][256];
+size_t g_exit_note_len[3] = {0, 0, 0};
+
 void OnSignal(int sig) {
+  const int code = g_exit_code.load();
+  if (code >= 0) {
+    for (int i = 0; i < 3; ++i) {
+      if (kSignals[i] != sig) continue;
+      ssize_t unused = write(STDERR_FILENO, g_exit_note[i], g_exit_note_len[i]);
+      (void)unused;
+    }
+    _exit(code);
+  }
   int expected = 0;
   if (g_signal.compare_exchange_strong(expected, sig)) return;
   if (sig == SIGINT) {
@@ -60,6 +77,24 @@ void RestoreSignalHandlers() {
   for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &g_old[i], nullptr);
   g_installed = false;
 }
+
+void ExitOnStopSignal(const std::string& program, const std::string& when, int exit_code) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    // Disarm while the notes change so the handler never reads a half-written one.
+    g_exit_code.store(-1);
+    for (int i = 0; i < 3; ++i) {
+      const std::string note = absl::StrCat(program, ": stopped by ", SignalName(kSignals[i]),
+                                            " ", when, "; exit ", exit_code, "\n");
+      g_exit_note_len[i] = std::min(note.size(), sizeof(g_exit_note[i]));
+      std::memcpy(g_exit_note[i], note.data(), g_exit_note_len[i]);
+    }
+    g_exit_code.store(exit_code);
+  }
+  if (const int sig = g_signal.load(); sig != 0) OnSignal(sig);
+}
+
+void RecordStopSignal() { g_exit_code.store(-1); }
 
 bool StopRequested() { return g_signal.load(std::memory_order_relaxed) != 0; }
 

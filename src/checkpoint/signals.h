@@ -11,6 +11,13 @@
 //
 // Handlers are installed with SA_RESTART, so an interrupted read() or write() in the data
 // pipeline resumes instead of failing with EINTR.
+//
+// Recording a signal only helps while a loop polls it. A program that is still starting
+// (the trainer opening its data, which may block in open() on a FIFO or a slow file
+// system, or waiting for the other ranks) calls ExitOnStopSignal first: a stop signal then
+// ends the process at once with a one-line note and a chosen exit code, so `timeout`,
+// scancel or Ctrl-C stop it; RecordStopSignal() switches to the graceful behaviour when
+// the loop that polls StopRequested() begins.
 #pragma once
 
 #include <string>
@@ -24,6 +31,15 @@ namespace colonnade::checkpoint {
 absl::Status InstallStopSignalHandlers();
 // Restores the dispositions that were in place before InstallStopSignalHandlers().
 void RestoreSignalHandlers();
+
+// From now on a stop signal ends the process at once: the handler writes
+// "<program>: stopped by <SIGNAL> <when>; exit <exit_code>" to stderr and calls
+// _exit(exit_code). `program` and `when` are copied. A signal recorded before the call
+// (between InstallStopSignalHandlers and here) ends the process in this call.
+void ExitOnStopSignal(const std::string& program, const std::string& when, int exit_code);
+// From now on a stop signal is only recorded (the behaviour after Install): for the loop
+// that polls StopRequested().
+void RecordStopSignal();
 
 // True once one of the signals has been received.
 bool StopRequested();

@@ -48,7 +48,13 @@ struct Param {
   Tensor velocity;  // optimiser state
   InitSpec init;
   float lr_mult = 1.0f;
+  // Multiplier of the base weight decay when this parameter is decayed (cuda-convnet's
+  // per-layer weight decay); whether it is decayed follows the run's DecayOn rule
+  // (optimizer.h) and is_weight.
   float wd_mult = 1.0f;
+  // A conv or fully connected weight, as opposed to a bias or a batch-norm gamma/beta:
+  // DecayOn::kWeights (every recipe's rule) decays only these.
+  bool is_weight = false;
   // Parameters that are not learned (batch-norm running statistics) are saved and
   // restored but skipped by the optimiser and by gradient all-reduce.
   bool learnable = true;

@@ -42,8 +42,8 @@ ConvLayer::ConvLayer(std::string name, int filters, ConvParams p, bool bias, Col
       bias_init_(bias_init) {
   weight_.name = "weight";
   weight_.init.kind = InitSpec::kHeNormal;
+  weight_.is_weight = true;
   bias_.name = "bias";
-  bias_.wd_mult = 0.0f;
 }
 
 absl::StatusOr<std::vector<Shape>> ConvLayer::Setup(const std::vector<Shape>& in) {
@@ -100,8 +100,8 @@ FullyConnectedLayer::FullyConnectedLayer(std::string name, int outputs, ColumnIn
     : Layer(std::move(name)), outputs_(outputs), columns_(columns), bias_init_(bias_init) {
   weight_.name = "weight";
   weight_.init.kind = InitSpec::kHeNormal;
+  weight_.is_weight = true;
   bias_.name = "bias";
-  bias_.wd_mult = 0.0f;
 }
 
 absl::StatusOr<std::vector<Shape>> FullyConnectedLayer::Setup(const std::vector<Shape>& in) {
@@ -361,7 +361,6 @@ absl::StatusOr<std::vector<Shape>> BatchNormLayer::Setup(const std::vector<Shape
   beta_.init = {InitSpec::kConstant, 0.0f, 0, 0};
   running_mean_.init = {InitSpec::kConstant, 0.0f, 0, 0};
   running_var_.init = {InitSpec::kConstant, 1.0f, 0, 0};
-  gamma_.wd_mult = beta_.wd_mult = 0.0f;
   running_mean_.learnable = running_var_.learnable = false;
   return std::vector<Shape>{in[0]};
 }

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/net.h"
+#include "core/optimizer.h"
 
 namespace colonnade {
 
@@ -28,6 +29,10 @@ struct Recipe {
   float lr = 0.01f;
   float momentum = 0.9f;
   float weight_decay = 5e-4f;
+  // Which parameters the decay applies to. Every recipe: conv and fc weights only, the
+  // cuda-convnet/Caffe rule (for the CIFAR nets and AlexNet the published one; for VGG,
+  // GoogLeNet and the ResNets a choice: PyTorch's reference scripts decay every parameter).
+  DecayOn weight_decay_on = DecayOn::kWeights;
   int batch_size = 128;
   std::string schedule = "step";  // see optimizer.h
   // Input pixels are fed as (pixel - mean) * input_scale. cuda-convnet and the AlexNet

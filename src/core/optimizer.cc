@@ -9,6 +9,19 @@
 
 namespace colonnade {
 
+absl::StatusOr<DecayOn> ParseDecayOn(const std::string& name) {
+  if (name == "weights") return DecayOn::kWeights;
+  if (name == "all") return DecayOn::kAll;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--weight_decay_on=%s: expected 'weights' (conv and fc weights only) or 'all' (every "
+      "learnable parameter)", name));
+}
+
+const char* DecayOnDescription(DecayOn on) {
+  return on == DecayOn::kAll ? "all parameters (weights, biases, BN gamma/beta)"
+                             : "conv/fc weights only (not biases, BN gamma/beta)";
+}
+
 void SgdOptimizer::Step(Net& net, float lr) {
   Ops& ops = net.ops();
   for (const NamedParam& np : net.params()) {
@@ -17,10 +30,21 @@ void SgdOptimizer::Step(Net& net, float lr) {
     SgdParams s;
     s.lr = lr * p.lr_mult;
     s.momentum = o_.momentum;
-    s.weight_decay = o_.weight_decay * p.wd_mult;
+    const bool decayed = p.is_weight || o_.decay_on == DecayOn::kAll;
+    s.weight_decay = decayed ? o_.weight_decay * p.wd_mult : 0.0f;
     ops.SgdUpdate(p.value, p.grad, p.velocity, s);
   }
 }
+
+namespace {
+
+// An epoch count of a schedule spec: a finite number (SimpleAtod alone also accepts "nan"
+// and "inf", which would make every comparison with the epoch false).
+bool ParseEpochs(absl::string_view text, double* out) {
+  return absl::SimpleAtod(text, out) && std::isfinite(*out);
+}
+
+}  // namespace
 
 absl::StatusOr<LrSchedule> LrSchedule::Parse(const std::string& spec) {
   LrSchedule s;
@@ -43,19 +67,19 @@ absl::StatusOr<LrSchedule> LrSchedule::Parse(const std::string& spec) {
       s.kind_ = kCosine;
     } else if (name == "step") {
       s.kind_ = kStep;
-      if (!absl::SimpleAtod(arg, &s.step_epochs_) || s.step_epochs_ <= 0)
+      if (!ParseEpochs(arg, &s.step_epochs_) || s.step_epochs_ <= 0)
         return bad("step needs a positive number of epochs");
     } else if (name == "multistep") {
       s.kind_ = kMultiStep;
       for (absl::string_view e : absl::StrSplit(arg, ',')) {
         double v;
-        if (!absl::SimpleAtod(e, &v) || v < 0) return bad("bad milestone '" + std::string(e) + "'");
+        if (!ParseEpochs(e, &v) || v < 0) return bad("bad milestone '" + std::string(e) + "'");
         if (!s.milestones_.empty() && v <= s.milestones_.back())
           return bad("milestones must increase");
         s.milestones_.push_back(v);
       }
     } else if (name == "warmup" && i > 0) {
-      if (!absl::SimpleAtod(arg, &s.warmup_epochs_) || s.warmup_epochs_ < 0)
+      if (!ParseEpochs(arg, &s.warmup_epochs_) || s.warmup_epochs_ < 0)
         return bad("warmup needs a non-negative number of epochs");
     } else {
       return bad("unknown schedule '" + name + "'");

@@ -9,13 +9,29 @@
 
 namespace colonnade {
 
+// Which parameters weight decay applies to (trainer --weight_decay_on, part of each recipe).
+//   kWeights  conv and fully connected weights only (Param::is_weight), each with its
+//             Param::wd_mult; biases and batch-norm gamma/beta are not decayed. The rule of
+//             cuda-convnet and Caffe, and every recipe's.
+//   kAll      every learnable parameter: weights with their wd_mult, biases and batch-norm
+//             gamma/beta with the base rate (wd_mult 1), as PyTorch's
+//             SGD(model.parameters(), weight_decay=wd) decays them.
+enum class DecayOn { kWeights, kAll };
+
+// "weights" or "all"; an error naming --weight_decay_on otherwise.
+absl::StatusOr<DecayOn> ParseDecayOn(const std::string& name);
+// For the trainer's banner: "conv/fc weights only (not biases, BN gamma/beta)", ...
+const char* DecayOnDescription(DecayOn on);
+
 struct SgdOptions {
   float momentum = 0.9f;
   float weight_decay = 5e-4f;
+  DecayOn decay_on = DecayOn::kWeights;
 };
 
 // Applies one update to every learnable parameter of `net` with its lr and weight-decay
-// multipliers (Param::lr_mult, Param::wd_mult), from the gradients already in Param::grad.
+// multipliers (Param::lr_mult, Param::wd_mult) and the decay rule (SgdOptions::decay_on),
+// from the gradients already in Param::grad.
 class SgdOptimizer {
  public:
   explicit SgdOptimizer(SgdOptions o) : o_(o) {}
@@ -33,6 +49,10 @@ class SgdOptimizer {
 //   "cosine"            cosine decay from lr to 0 over the run
 // each optionally followed by "+warmup:W": linear warm-up from 0 over the first W epochs.
 // Progress is measured in (fractional) epochs so a schedule means the same for any batch.
+// The warm-up factor at step k of n = W x steps-per-epoch warm-up steps is k / n: the
+// first step's lr is exactly 0 (that step updates only batch-norm running statistics;
+// the weights move from the second step on), as in PyTorch's LambdaLR(lambda k: k / n) and
+// Hugging Face's linear warm-up. Epoch counts must be finite numbers.
 class LrSchedule {
  public:
   static absl::StatusOr<LrSchedule> Parse(const std::string& spec);

@@ -24,6 +24,7 @@ void CopySettings(const Param& from, Param& to) {
   to.init.value = from.init.value;
   to.lr_mult = from.lr_mult;
   to.wd_mult = from.wd_mult;
+  to.is_weight = from.is_weight;
   to.learnable = from.learnable;
 }
 

@@ -3,7 +3,8 @@
 #   fault_tests.sh CASE BUILD_DIR
 # Cases: resume_bitwise, resume_bitwise_mpi, resume_other_layout, signal_stop,
 #        dead_rank, corrupt_checkpoint, mismatched_checkpoint, nan_loss, eval_predict,
-#        rank_logs, changed_flags
+#        rank_logs, changed_flags, predictions_no_clobber, metrics_file_no_clobber,
+#        rank_log_write_error, stop_before_training
 set -uo pipefail
 case_name=$1; build=$2
 T="$build/trainer"; DIFF="$build/checkpoint_diff"
@@ -240,6 +241,86 @@ changed_flags)
     || fail "third resume"
   echo "$out" | grep -q "^  changed    since the checkpoint: --mirror: true -> false$" \
     || fail "--nomirror not reported: $(echo "$out" | grep changed)"
+  ;;
+predictions_no_clobber)
+  # --predictions never replaces the checkpoint it read, a dataset's index or shard, or a
+  # device (even with --overwrite); any existing file needs --overwrite; a predictions
+  # file may be replaced with it; no temporary file is left behind.
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$work/a" >/dev/null || fail "run"
+  ckpt=$(last_ckpt "$work/a")
+  "$build/make_shards" --source=synthetic --output="$work/ds" --size=64 --test_size=0 \
+    --progress=false >/dev/null || fail "make_shards"
+  P=("$T" "${CIFAR[@]}" --mode=predict --val_data=synthetic --resume="$ckpt")
+  for target in "$ckpt" "$work/ds/train/dataset.h5" "$work/ds/train/shard-00000.h5"; do
+    sum=$(md5sum < "$target")
+    for consent in "" --overwrite; do
+      out=$("${P[@]}" --predictions="$target" $consent 2>&1); code=$?
+      echo "$out" | tail -n 1
+      [ "$code" = 2 ] || fail "exit $code for --predictions=$target ${consent:-alone}, expected 2"
+      echo "$out" | tail -n 1 | grep -q "error: --predictions=$target" \
+        || fail "the error does not name --predictions=$target"
+      [ "$(md5sum < "$target")" = "$sum" ] || fail "$target was replaced (${consent:-no consent})"
+    done
+  done
+  out=$("${P[@]}" --predictions=/dev/full --overwrite 2>&1); code=$?
+  [ "$code" = 2 ] || fail "exit $code for --predictions=/dev/full"
+  echo "$out" | grep -q "is not a regular file" || fail "no message for /dev/full: $out"
+  ln -s "$ckpt" "$work/link.h5"
+  "${P[@]}" --predictions="$work/link.h5" --overwrite >/dev/null 2>&1
+  [ $? = 2 ] || fail "a symbolic link was written through"
+  # A plain file: refused without consent, replaced with it.
+  echo "keep me" > "$work/notes.txt"
+  "${P[@]}" --predictions="$work/notes.txt" >/dev/null 2>&1
+  [ $? = 2 ] || fail "an existing file was replaced without --overwrite"
+  grep -q "keep me" "$work/notes.txt" || fail "notes.txt changed"
+  "${P[@]}" --predictions="$work/notes.txt" --overwrite >/dev/null || fail "--overwrite refused"
+  # An earlier predictions file: refused without consent, replaced with it.
+  "${P[@]}" --predictions="$work/p.h5" >/dev/null || fail "first predictions"
+  "${P[@]}" --predictions="$work/p.h5" >/dev/null 2>&1
+  [ $? = 2 ] || fail "predictions replaced without --overwrite"
+  "${P[@]}" --predictions="$work/p.h5" --overwrite >/dev/null || fail "predictions --overwrite"
+  leftovers=$(find "$work" -name "*.tmp*")
+  [ -z "$leftovers" ] || fail "temporary files left behind: $leftovers"
+  ;;
+metrics_file_no_clobber)
+  # --metrics_file appends text: an HDF5 file (a checkpoint) is refused before training.
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$work/a" >/dev/null || fail "run"
+  ckpt=$(last_ckpt "$work/a"); sum=$(md5sum < "$ckpt")
+  out=$("$T" "${CIFAR[@]}" --steps=1 --metrics_file="$ckpt" 2>&1); code=$?
+  echo "$out" | tail -n 1
+  [ "$code" = 2 ] || fail "exit $code, expected 2"
+  echo "$out" | grep -q "metrics_file=$ckpt is an HDF5 file" || fail "no message"
+  [ "$(md5sum < "$ckpt")" = "$sum" ] || fail "the checkpoint was changed"
+  ;;
+rank_log_write_error)
+  # A rank log that cannot be written stops the job (exit 1) instead of losing the lines.
+  mkdir -p "$work/logs"
+  ln -s /dev/full "$work/logs/rank-00001.log"
+  out=$("${MPIRUN[@]}" -np 2 "$T" "${CIFAR[@]}" --steps=2 --rank_log_dir="$work/logs" 2>&1); code=$?
+  echo "$out" | grep "error" | head -n 2
+  [ "$code" = 1 ] || fail "exit $code, expected 1"
+  echo "$out" | grep -q "error on rank 1: writing --rank_log_dir=$work/logs/rank-00001.log failed: No space" \
+    || fail "no message naming the rank log"
+  ;;
+stop_before_training)
+  # A trainer blocked before its first step (here: opening a --metrics_file FIFO that no
+  # one reads) ends promptly on SIGTERM with exit 75 and a note, instead of ignoring it.
+  mkfifo "$work/fifo"
+  "$T" "${CIFAR[@]}" --steps=5 --metrics_file="$work/fifo" >"$work/log" 2>&1 &
+  pid=$!
+  sleep 3
+  kill -0 "$pid" 2>/dev/null || fail "the trainer did not block: $(cat "$work/log")"
+  grep -q "^step" "$work/log" && fail "the trainer started training"
+  kill -TERM "$pid"
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -9 "$pid"
+    fail "still running 10 s after SIGTERM"
+  fi
+  wait "$pid"; code=$?
+  cat "$work/log"
+  [ "$code" = 75 ] || fail "exit code $code after SIGTERM, expected 75"
+  grep -q "trainer: stopped by SIGTERM before training started" "$work/log" || fail "no note"
   ;;
 *) fail "unknown case $case_name" ;;
 esac

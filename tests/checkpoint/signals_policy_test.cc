@@ -1,7 +1,12 @@
 // Stop-signal handlers (raised in-process) and the checkpoint policy.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <string>
 
 #include "checkpoint/policy.h"
 #include "checkpoint/signals.h"
@@ -117,6 +122,75 @@ TEST(StopSignalsProcess, SignalFromAnotherProcessIsSeen) {
   int status = 0;
   waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+TEST(StopSignalsProcess, ExitOnStopSignalEndsABlockedProcess) {
+  // Start-up blocked in open() on a FIFO nobody writes (a shard on a hung file system):
+  // SIGTERM from outside ends it at once with the chosen code and a note on stderr.
+  char dir[] = "/tmp/colonnade_signals_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  int err[2], ready[2];
+  ASSERT_EQ(pipe(err), 0);
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(err[0]);
+    close(ready[0]);
+    dup2(err[1], STDERR_FILENO);
+    if (!InstallStopSignalHandlers().ok()) _exit(10);
+    ExitOnStopSignal("prog", "before the loop", 75);
+    char r = 'r';
+    if (write(ready[1], &r, 1) != 1) _exit(15);
+    open(fifo.c_str(), O_RDONLY);  // blocks until SIGTERM
+    _exit(17);
+  }
+  close(err[1]);
+  close(ready[1]);
+  char r = 0;
+  ASSERT_EQ(read(ready[0], &r, 1), 1);
+  close(ready[0]);
+  usleep(100 * 1000);  // let it reach open()
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  for (int i = 0; i < 500 && waitpid(pid, &status, WNOHANG) == 0; ++i) usleep(10 * 1000);
+  const bool ended = WIFEXITED(status) || WIFSIGNALED(status);
+  if (!ended) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  char note[256] = {0};
+  ssize_t n = read(err[0], note, sizeof(note) - 1);
+  close(err[0]);
+  unlink(fifo.c_str());
+  rmdir(dir);
+  ASSERT_TRUE(ended) << "still blocked 5 s after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 75) << "status " << status;
+  ASSERT_GT(n, 0);
+  EXPECT_STREQ(note, "prog: stopped by SIGTERM before the loop; exit 75\n");
+}
+
+TEST(StopSignalsProcess, RecordStopSignalGoesBackToRecording) {
+  int status = InChild([] {
+    if (!InstallStopSignalHandlers().ok()) _exit(10);
+    ExitOnStopSignal("prog", "early", 75);
+    RecordStopSignal();
+    raise(SIGUSR1);  // recorded only: the process goes on
+    _exit(StopRequested() && SignalReceived() == SIGUSR1 ? 0 : 18);
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+TEST(StopSignalsProcess, ASignalRecordedBeforeExitOnStopSignalEndsTheProcessThere) {
+  int status = InChild([] {
+    if (!InstallStopSignalHandlers().ok()) _exit(10);
+    raise(SIGTERM);  // arrives between Install and ExitOnStopSignal
+    ExitOnStopSignal("prog", "early", 42);
+    _exit(19);
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 42) << "status " << status;
 }
 
 // ---- policy ------------------------------------------------------------------------------------
