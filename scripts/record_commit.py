@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Records in results files the commit of the tree that produced them (issue 12: every
+results file under experiments/ names the commit it measured; scripts/check_results.sh
+checks it).
+
+    scripts/record_commit.py COMMIT FILE_OR_DIR...
+
+COMMIT is a commit of this repository (any form `git rev-parse` takes; it is written as
+the full 40-hex hash) or `unknown` (then say why in the folder's README.md). Directories
+are walked for the file kinds below; other files are left alone.
+
+  *.jsonl  every record gets "commit": "<hash>" as its last field; the rest of each line is
+           kept byte for byte (no re-serialisation, so numbers keep their digits)
+  *.json   the object, or every object of a top-level list, gets the field
+  *.csv    a last column `commit` (last, so readers that index columns are unaffected)
+  *.txt    a line `commit: <hash>` at the end; a `commit:` line that names no full hash
+           (a short hash, `HEAD`, `unknown`) is replaced
+
+A record that already names a commit is left as it is; one that names another commit than
+COMMIT is an error (exit 1), never overwritten. Exit 0 done, 1 a file could not be
+stamped, 2 usage.
+"""
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+
+FULL = re.compile(r"^[0-9a-f]{40}$")
+TXT_LINE = re.compile(r"^commit(?::\s*|\s+)(\S+)")
+KINDS = (".jsonl", ".json", ".csv", ".txt")
+
+
+def resolve(commit):
+    if commit == "unknown" or FULL.match(commit):
+        return commit
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        out = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "-q",
+                              commit + "^{commit}"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        sys.exit("record_commit.py: error: %s is not a commit of this repository (pass the "
+                 "full hash, or 'unknown')" % commit)
+    return out.stdout.strip()
+
+
+def stamp_jsonl(path, commit):
+    lines = open(path, encoding="utf-8").read().splitlines(keepends=True)
+    out = []
+    for n, line in enumerate(lines, 1):
+        body = line.rstrip("\r\n")
+        if not body.strip():
+            out.append(line)
+            continue
+        rec = json.loads(body)
+        if not isinstance(rec, dict):
+            raise ValueError("line %d is not a JSON object" % n)
+        if "commit" in rec:
+            if rec["commit"] != commit:
+                raise ValueError("line %d already names commit %s" % (n, rec["commit"]))
+            out.append(line)
+            continue
+        end = body.rstrip()
+        assert end.endswith("}")
+        spaced = '": ' in end  # json.dumps style ("a": 1, "b": 2) or compact ("a":1,"b":2)
+        field = ('"commit": "%s"' if spaced else '"commit":"%s"') % commit
+        sep = "" if rec == {} else (", " if spaced else ",")
+        new = end[:-1].rstrip() + sep + field + "}"
+        check = json.loads(new)
+        if check.pop("commit") != commit or check != rec:
+            raise ValueError("line %d changed beyond the commit field" % n)
+        out.append(new + line[len(body):] + ("" if line.endswith("\n") else "\n"))
+    return "".join(out)
+
+
+def stamp_json(path, commit):
+    data = json.load(open(path, encoding="utf-8"))
+    for rec in data if isinstance(data, list) else [data]:
+        if not isinstance(rec, dict):
+            raise ValueError("not a JSON object or a list of objects")
+        if rec.setdefault("commit", commit) != commit:
+            raise ValueError("already names commit %s" % rec["commit"])
+    return json.dumps(data, indent=1) + "\n"
+
+
+def stamp_csv(path, commit):
+    text = open(path, encoding="utf-8", newline="").read()
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        raise ValueError("empty")
+    header = rows[0]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    if "commit" in header:
+        col = header.index("commit")
+        for r in rows[1:]:
+            if r and r[col] != commit:
+                raise ValueError("a row already names commit %s" % r[col])
+        return text
+    w.writerow(header + ["commit"])
+    for r in rows[1:]:
+        w.writerow(r + [commit] if r else r)
+    return buf.getvalue()
+
+
+def stamp_txt(path, commit):
+    lines = open(path, encoding="utf-8").read().splitlines()
+    for i, line in enumerate(lines):
+        m = TXT_LINE.match(line)
+        if not m:
+            continue
+        if FULL.match(m.group(1)):
+            if m.group(1) != commit:
+                raise ValueError("already names commit %s" % m.group(1))
+            return None
+        lines[i] = "commit: %s" % commit  # a short hash, HEAD or unknown: made exact
+        return "\n".join(lines) + "\n"
+    return "\n".join(lines + ["commit: %s" % commit]) + "\n"
+
+
+STAMP = {".jsonl": stamp_jsonl, ".json": stamp_json, ".csv": stamp_csv, ".txt": stamp_txt}
+
+
+def files(args):
+    for a in args:
+        if os.path.isdir(a):
+            for root, _, names in sorted(os.walk(a)):
+                for name in sorted(names):
+                    if name.endswith(KINDS):
+                        yield os.path.join(root, name)
+        else:
+            yield a
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    commit = resolve(argv[0])
+    rc = 0
+    for path in files(argv[1:]):
+        ext = os.path.splitext(path)[1]
+        if ext not in STAMP:
+            print("record_commit.py: %s: not a results file kind (%s)" % (path, ", ".join(KINDS)),
+                  file=sys.stderr)
+            rc = 1
+            continue
+        try:
+            new = STAMP[ext](path, commit)
+        except (OSError, ValueError) as e:
+            print("record_commit.py: %s: %s" % (path, e), file=sys.stderr)
+            rc = 1
+            continue
+        if new is not None and new != open(path, encoding="utf-8", newline="").read():
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                f.write(new)
+            print("record_commit.py: %s: commit %s" % (path, commit))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
