@@ -13,12 +13,12 @@ are walked for the file kinds below; other files are left alone.
            kept byte for byte (no re-serialisation, so numbers keep their digits)
   *.json   the object, or every object of a top-level list, gets the field
   *.csv    a last column `commit` (last, so readers that index columns are unaffected)
-  *.txt    a line `commit: <hash>` at the end; a `commit:` line that names no full hash
-           (a short hash, `HEAD`, `unknown`) is replaced
+  *.txt    a line `commit: <hash>` at the end; a `commit` line that names a short hash or
+           `HEAD` is replaced by it
 
-A record that already names a commit is left as it is; one that names another commit than
-COMMIT is an error (exit 1), never overwritten. Exit 0 done, 1 a file could not be
-stamped, 2 usage.
+A record (line, row, file) that already names a commit, or `unknown`, is left as it is:
+only what lacks one is stamped, so a folder of runs from several trees can be stamped run by
+run. Exit 0 done, 1 a file could not be stamped, 2 usage.
 """
 import csv
 import io
@@ -58,8 +58,6 @@ def stamp_jsonl(path, commit):
         if not isinstance(rec, dict):
             raise ValueError("line %d is not a JSON object" % n)
         if "commit" in rec:
-            if rec["commit"] != commit:
-                raise ValueError("line %d already names commit %s" % (n, rec["commit"]))
             out.append(line)
             continue
         end = body.rstrip()
@@ -77,11 +75,13 @@ def stamp_jsonl(path, commit):
 
 def stamp_json(path, commit):
     data = json.load(open(path, encoding="utf-8"))
-    for rec in data if isinstance(data, list) else [data]:
-        if not isinstance(rec, dict):
-            raise ValueError("not a JSON object or a list of objects")
-        if rec.setdefault("commit", commit) != commit:
-            raise ValueError("already names commit %s" % rec["commit"])
+    records = data if isinstance(data, list) else [data]
+    if not all(isinstance(rec, dict) for rec in records):
+        raise ValueError("not a JSON object or a list of objects")
+    if all("commit" in rec for rec in records):
+        return None
+    for rec in records:
+        rec.setdefault("commit", commit)
     return json.dumps(data, indent=1) + "\n"
 
 
@@ -93,15 +93,18 @@ def stamp_csv(path, commit):
     header = rows[0]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    if "commit" in header:
-        col = header.index("commit")
+    if header and header[-1] == "commit":  # fill the rows whose cell is empty
+        if all(r[-1] for r in rows[1:] if r):
+            return None
+        w.writerow(header)
         for r in rows[1:]:
-            if r and r[col] != commit:
-                raise ValueError("a row already names commit %s" % r[col])
-        return text
-    w.writerow(header + ["commit"])
-    for r in rows[1:]:
-        w.writerow(r + [commit] if r else r)
+            w.writerow(r[:-1] + [r[-1] or commit] if r else r)
+    else:
+        if "commit" in header:
+            raise ValueError("a commit column that is not the last one")
+        w.writerow(header + ["commit"])
+        for r in rows[1:]:
+            w.writerow(r + [commit] if r else r)
     return buf.getvalue()
 
 
@@ -111,11 +114,9 @@ def stamp_txt(path, commit):
         m = TXT_LINE.match(line)
         if not m:
             continue
-        if FULL.match(m.group(1)):
-            if m.group(1) != commit:
-                raise ValueError("already names commit %s" % m.group(1))
+        if FULL.match(m.group(1)) or m.group(1) == "unknown" and line.startswith("commit:"):
             return None
-        lines[i] = "commit: %s" % commit  # a short hash, HEAD or unknown: made exact
+        lines[i] = "commit: %s" % commit  # a short hash or HEAD: made exact
         return "\n".join(lines) + "\n"
     return "\n".join(lines + ["commit: %s" % commit]) + "\n"
 
