@@ -4,6 +4,13 @@ results file under experiments/ names the commit it measured; scripts/check_resu
 checks it).
 
     scripts/record_commit.py COMMIT FILE_OR_DIR...
+    scripts/record_commit.py --which      prints the commit a run here should record
+
+`--which` is for the scripts that produce results (gpu_check.sh, gpu_experiments.sh,
+data_bench.sh, tests/parallel/h200_parallel.sh): $COMMIT if set, else this checkout's HEAD,
+as a full hash; where git cannot resolve it (the device machine gets a copy of the tree
+without its history: pass COMMIT=$(git rev-parse HEAD) from the checkout) it warns and
+prints `unknown`.
 
 COMMIT is a commit of this repository (any form `git rev-parse` takes; it is written as
 the full 40-hex hash) or `unknown` (then say why in the folder's README.md). Directories
@@ -33,17 +40,42 @@ TXT_LINE = re.compile(r"^commit(?::\s*|\s+)(\S+)")
 KINDS = (".jsonl", ".json", ".csv", ".txt")
 
 
-def resolve(commit):
-    if commit == "unknown" or FULL.match(commit):
-        return commit
+def git_commit(commit):
+    """The full hash of `commit` in this repository, or None."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         out = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "-q",
                               commit + "^{commit}"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def resolve(commit):
+    if commit == "unknown" or FULL.match(commit):
+        return commit
+    full = git_commit(commit)
+    if full is None:
         sys.exit("record_commit.py: error: %s is not a commit of this repository (pass the "
                  "full hash, or 'unknown')" % commit)
-    return out.stdout.strip()
+    return full
+
+
+def which():
+    want = os.environ.get("COMMIT") or "HEAD"
+    if want == "unknown" or FULL.match(want):
+        return want
+    full = git_commit(want)
+    if full is None:
+        print("record_commit.py: warning: git cannot resolve %s here (a copy of the tree "
+              "without its history?); the results will say commit unknown: pass "
+              "COMMIT=<full hash>" % want, file=sys.stderr)
+        return "unknown"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if want == "HEAD" and subprocess.run(["git", "-C", repo, "diff", "--quiet", "HEAD"]).returncode:
+        print("record_commit.py: warning: the tree has uncommitted changes; the results will "
+              "name HEAD (%s), which is not quite what ran" % full[:12], file=sys.stderr)
+    return full
 
 
 def stamp_jsonl(path, commit):
@@ -136,6 +168,9 @@ def files(args):
 
 
 def main(argv):
+    if argv == ["--which"]:
+        print(which())
+        return 0
     if len(argv) < 2 or argv[0] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
         return 2
