@@ -31,15 +31,18 @@ values() {
       { n++ }
       !match($0, /"commit": ?"[^"]*"/) { if (!miss++) first = NR; next }
       { v = substr($0, RSTART, RLENGTH); sub(/.*: ?"/, "", v); sub(/"$/, "", v); print v }
-      END { if (miss) printf "%d of %d records have no commit (the first: line %d)\n", miss, n, first > "/dev/stderr"
+      END { if (miss) printf "%d of %d records have no commit (the first: line %d)\n",
+                             miss, n, first > "/dev/stderr"
             exit (miss > 0) }' "$f" ;;
   *.json)
     grep -oE '"commit": ?"[^"]*"' "$f" | sed -E 's/.*: ?"//; s/"$//' | grep . ||
       { echo "no commit field" >&2; return 1; } ;;
   *.csv)
     # The last column, so a quoted field with commas before it does not shift it.
-    awk -F, 'NR == 1 { if ($NF != "commit") { print "the header does not end with a commit column" > "/dev/stderr"; nohdr = 1; exit }; next }
-      NF == 0 { next }
+    awk -F, 'NR == 1 && $NF != "commit" {
+               print "the header does not end with a commit column" > "/dev/stderr"
+               nohdr = 1; exit }
+      NR == 1 || NF == 0 { next }
       $NF == "" { if (!miss++) printf "row %d has no commit\n", NR > "/dev/stderr"; next }
       { print $NF } END { exit (nohdr || miss > 0) }' "$f" ;;
   *.txt)
@@ -73,7 +76,8 @@ while IFS= read -r -d '' f; do
       readme=$(readme_for "$f")
       base=$(basename "$f")
       if [ -z "$readme" ] || ! grep -F "$base" "$readme" | grep -qi unknown; then
-        complain "${f#"$ROOT"/}" "commit 'unknown' without a line in its README.md naming $base and saying why"
+        complain "${f#"$ROOT"/}" \
+          "commit 'unknown' without a line in its README.md naming $base and saying why"
       fi
     elif [[ ! $v =~ ^$HASH$ ]]; then
       complain "${f#"$ROOT"/}" "commit '$v' is not a full 40-hex hash"
@@ -81,7 +85,8 @@ while IFS= read -r -d '' f; do
       hashes+=("$v ${f#"$ROOT"/}")
     fi
   done < <(printf '%s\n' "$vals" | sort -u)
-done < <(find "$DIR" -type f \( -name '*.jsonl' -o -name '*.json' -o -name '*.csv' -o -name '*.txt' \) -print0 | sort -z)
+done < <(find "$DIR" -type f \( -name '*.jsonl' -o -name '*.json' -o -name '*.csv' \
+                               -o -name '*.txt' \) -print0 | sort -z)
 
 # Every hash names a commit of this repository (a clone without history cannot tell).
 if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1 &&

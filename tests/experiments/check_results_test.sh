@@ -25,14 +25,15 @@ fi
 # good DIR: a complete results tree, every kind of file, records in both JSON styles.
 good() {
   mkdir -p "$1/exp/run"
-  printf '{"kind":"train","step":1,"loss":2.3,"commit":"%s"}\n{"kind":"eval","step":1,"commit":"%s"}\n' \
-    "$H" "$H" > "$1/exp/run/metrics.jsonl"
+  printf '{"kind":"train","step":1,"loss":2.3,"commit":"%s"}\n' "$H" > "$1/exp/run/metrics.jsonl"
+  printf '{"kind":"eval","step":1,"commit":"%s"}\n' "$H" >> "$1/exp/run/metrics.jsonl"
   printf '{"impl": "x", "img_per_s": 1.5, "commit": "%s"}\n' "$H" > "$1/exp/run/results.jsonl"
   printf 'a,b,commit\n1,2,%s\n3,4,%s\n' "$H" "$H" > "$1/exp/run/table.csv"
   printf 'step 1 loss 2.3\ncommit: %s\n' "$H" > "$1/exp/run/output.txt"
   printf '{"a": 1, "commit": "%s"}\n' "$H" > "$1/exp/run/one.json"
   printf '{"a":1,"commit":"unknown"}\n' > "$1/exp/old.jsonl"
-  printf '# exp\n\nold.jsonl: commit unknown, the run kept no record of its tree.\n' > "$1/exp/README.md"
+  printf '# exp\n\nold.jsonl: commit unknown, the run kept no record of its tree.\n' \
+    > "$1/exp/README.md"
 }
 
 # expect_fail NAME FILE_PART: the check fails on tree $work/NAME and names FILE_PART.
@@ -73,8 +74,9 @@ expect_fail short_hash "run/results.jsonl: commit '${H:0:7}' is not a full 40-he
 
 if [ $have_history = 1 ]; then
   good "$work/no_such_commit"
-  printf 'commit: %s\n' 0000000000000000000000000000000000000001 > "$work/no_such_commit/exp/run/output.txt"
-  expect_fail no_such_commit "run/output.txt: commit 0000000000000000000000000000000000000001 is not in this repository"
+  none=0000000000000000000000000000000000000001
+  printf 'commit: %s\n' $none > "$work/no_such_commit/exp/run/output.txt"
+  expect_fail no_such_commit "run/output.txt: commit $none is not in this repository"
 fi
 
 good "$work/unknown_unexplained"
@@ -88,9 +90,11 @@ for t in jsonl_record csv_cell txt_line; do
   "${STAMP[@]}" "$H" "$work/$t/exp" >/dev/null || fail "record_commit.py failed on $t"
   out=$("$CHECK" "$work/$t/exp" 2>&1) || fail "$t still fails after record_commit.py: $out"
 done
-grep -qx '{"kind":"train","step":2,"loss":2.2,"commit":"'"$H"'"}' "$work/jsonl_record/exp/run/metrics.jsonl" ||
+grep -qx '{"kind":"train","step":2,"loss":2.2,"commit":"'"$H"'"}' \
+  "$work/jsonl_record/exp/run/metrics.jsonl" ||
   fail "record_commit.py changed the record beyond its commit field"
-grep -qx "5,6,$H" "$work/csv_cell/exp/run/table.csv" || fail "record_commit.py did not fill the empty cell"
+grep -qx "5,6,$H" "$work/csv_cell/exp/run/table.csv" ||
+  fail "record_commit.py did not fill the empty cell"
 cp -r "$work/good" "$work/restamped"
 "${STAMP[@]}" 0123456789abcdef0123456789abcdef01234567 "$work/restamped/exp" >/dev/null ||
   fail "record_commit.py failed on a complete tree"
