@@ -7,7 +7,8 @@
 # default to 1, 2, 4, ... up to the number of cores (THREADS_LIST=1,2,4,8,16 to choose).
 # Environment: BENCH_DATA (binary; default <repo>/build/bench_data), BENCH_DATA_DIR (where
 # the synthetic benchmark shards are written; default ${TMPDIR:-/tmp}/colonnade_bench_data,
-# about 0.8 GB raw + 0.1 GB JPEG), EXTRA_FLAGS (passed to bench_data).
+# about 0.8 GB raw + 0.1 GB JPEG), EXTRA_FLAGS (passed to bench_data), COMMIT (the tree's
+# full hash, where git cannot tell: every file written names it, scripts/record_commit.py).
 set -euo pipefail
 if [ $# -ne 1 ]; then
   echo "usage: $0 OUTDIR" >&2
@@ -22,9 +23,10 @@ if [ ! -x "$BENCH" ]; then
   exit 1
 fi
 mkdir -p "$OUT"
+COMMIT=$(python3 "$ROOT/scripts/record_commit.py" --which)
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "commit: $COMMIT"
   echo "host: $(uname -srm)"
   echo "cores: $(nproc)"
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -37,4 +39,5 @@ ARGS=(--data_dir="$DATA_DIR" --csv="$OUT/results.csv")
 # shellcheck disable=SC2086
 "$BENCH" "${ARGS[@]}" ${EXTRA_FLAGS:-} | tee "$OUT/output.txt"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/hardware.txt"
+python3 "$ROOT/scripts/record_commit.py" "$COMMIT" "$OUT" > /dev/null
 echo "data_bench.sh: results in $OUT"

@@ -15,6 +15,8 @@
 #                    the benchmarks (TRAINER: the whole trainer's img/s on AlexNet, batch 128)
 #   PEER_MODES       PyTorch modes (default fp32,fp32_cl,tf32,bf16_compile)
 #   BATCHES          batch sizes (default 128,256)
+#   COMMIT           the tree's full hash (the device machine's copy has no git history);
+#                    results.jsonl and layers.csv name it (scripts/record_commit.py)
 # Where /opt/absl/usr exists (Abseil unpacked from Debian packages on a machine without
 # it), it is passed to CMake and its libraries are put on LD_LIBRARY_PATH.
 set -uo pipefail
@@ -31,11 +33,12 @@ if [ -d /opt/absl/usr ]; then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 status() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.md" >&2; }
+COMMIT=$(python3 "$ROOT/scripts/record_commit.py" --which)
 : > "$OUT/summary.md"
 
 {
   echo "## environment"; date -u; nvidia-smi || true; nvcc --version | tail -2
-  echo "commit ${COMMIT:-$(git -C "$ROOT" rev-parse HEAD 2>/dev/null)}"; git -C "$ROOT" status --short 2>/dev/null | head -20
+  echo "commit $COMMIT"; git -C "$ROOT" status --short 2>/dev/null | head -20
   echo "## configure"
 } > "$OUT/build.log" 2>&1
 t0=$(date +%s)
@@ -119,7 +122,7 @@ fi
 # ---- summary: the last thing printed ----
 {
   echo
-  echo "## summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null), commit ${COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)})"
+  echo "## summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null), commit $COMMIT)"
   [ -f "$OUT/bench_layers.log" ] && grep -E "^ceilings|^cuDNN" "$OUT/bench_layers.log"
   python3 - "$OUT/layers.csv" "$OUT/results.jsonl" <<'PY'
 import csv, json, math, os, sys
@@ -149,4 +152,5 @@ if os.path.exists(sys.argv[2]):
         print(f"| {r['impl']} | {r.get('mode', 'fp32')} | {r['batch']} | {r['img_per_s']:.0f} | {mem:.2f} |")
 PY
 } >> "$OUT/summary.md" 2>&1
+python3 "$ROOT/scripts/record_commit.py" "$COMMIT" "$OUT" > /dev/null
 cat "$OUT/summary.md"

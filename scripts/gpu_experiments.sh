@@ -17,7 +17,8 @@
 # Everything lands in OUTDIR/results/ and is packed into OUTDIR/results.tgz (the device
 # tool brings back few files). Knobs: CIFAR_EPOCHS, CIFAR_SCHEDULE, CIFAR_TIMEOUT,
 # RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, ALEXNET_EPOCHS, ALEXNET_TIMEOUT, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
-# ZOO_TIMEOUT, ZOO_PEER_TIMEOUT.
+# ZOO_TIMEOUT, ZOO_PEER_TIMEOUT. COMMIT: the tree's full hash (the device machine's copy has
+# no git history); every results file names it (scripts/record_commit.py).
 set -uo pipefail
 OUT=${1:?usage: gpu_experiments.sh OUTDIR [PART...]}
 shift
@@ -32,10 +33,15 @@ if [ -d /opt/absl/usr ]; then
   export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+COMMIT=$(python3 "$ROOT/scripts/record_commit.py" --which)
+export COMMIT
 say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$R/summary.txt"; }
-pack() { tar czf "$OUT/results.tgz" -C "$OUT" results 2>/dev/null; }
+pack() {
+  python3 "$ROOT/scripts/record_commit.py" "$COMMIT" "$R" > /dev/null
+  tar czf "$OUT/results.tgz" -C "$OUT" results 2>/dev/null
+}
 trap pack EXIT
-{ date -u; nvidia-smi; git -C "$ROOT" rev-parse HEAD; } > "$R/environment.txt" 2>&1
+{ date -u; nvidia-smi; echo "commit: $COMMIT"; } > "$R/environment.txt" 2>&1
 
 for part in $PARTS; do
   t0=$(date +%s)

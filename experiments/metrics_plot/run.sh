@@ -7,7 +7,7 @@
 #   experiments/metrics_plot/run.sh [WORKDIR]     (as root; Debian 12; ~10 min on 2 cores)
 #
 # Environment: TRAINER [build/trainer], MAKE_SHARDS [build/make_shards], EPOCHS [2],
-# PREEMPT_AT [400] (the step after which the job is signalled; 0: never).
+# PREEMPT_AT [400] (the step after which the job is signalled; 0: never), COMMIT [HEAD].
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -51,6 +51,10 @@ done
 echo "job $job completed"
 
 cp "$WORK/submit/checkpoints/cifar80/metrics.jsonl" "$HERE/metrics.jsonl"
+# Every record names the checkout's commit (COMMIT overrides); rebuild the trainer first,
+# or the records name a tree the binary was not built from.
+/usr/bin/python3 "$ROOT/scripts/record_commit.py" "$(/usr/bin/python3 "$ROOT/scripts/record_commit.py" --which)" \
+  "$HERE/metrics.jsonl" > /dev/null
 cp "$log" "$HERE/job.log"
 /usr/bin/python3 "$ROOT/scripts/plot_metrics.py" "$HERE/metrics.jsonl" -o "$HERE/cifar10-80sec.png" \
   --title "cifar10-80sec on CIFAR-10, 2 ranks (CPU), Slurm job preempted after step $PREEMPT_AT and requeued"

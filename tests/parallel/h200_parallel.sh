@@ -15,11 +15,14 @@
 #   4. The cost model with the measured t_c (docs/PARALLELISM.md).
 #   5. With 2+ GPUs: NCCL (bench_comm --comm=nccl on every GPU, the suites with NCCL).
 # PARTS="2 3" runs only those parts (default: all). Everything is written under OUT_DIR;
-# the last line says PASS or FAIL.
+# the last line says PASS or FAIL. COMMIT: the tree's full hash (the device machine's copy
+# has no git history); every results file names it (scripts/record_commit.py).
 set -uo pipefail
 BUILD=${1:-build}
 OUT=${2:-out/h200_parallel}
 mkdir -p "$OUT"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+COMMIT=$(python3 "$ROOT/scripts/record_commit.py" --which)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -30,7 +33,7 @@ note() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 want() { [[ " ${PARTS:-1 2 3 4 5} " == *" $1 "* ]]; }
 
 nvidia-smi -L > "$OUT/gpus.txt" 2>&1
-git -C "$(dirname "$0")/../.." rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null
+echo "commit: $COMMIT" > "$OUT/commit.txt"
 
 # ---- 1. library-level equivalence and communicators on the GPU ----------------------------
 if want 1; then
@@ -139,4 +142,5 @@ fi
 fi
 
 if [ "$fail" -eq 0 ]; then note "PASS"; else note "FAIL"; fi
+python3 "$ROOT/scripts/record_commit.py" "$COMMIT" "$OUT" > /dev/null
 exit "$fail"
