@@ -7,7 +7,7 @@ set -euo pipefail
 build=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${COLONNADE_SHARED_DATA:-$root/../shared/data}
-# shellcheck source=tests/skip_policy.sh
+# shellcheck source=../skip_policy.sh
 . "$root/tests/skip_policy.sh"
 [ -f "$shared/cifar10-jpeg.tar.gz" ] || skip_or_fail "$shared/cifar10-jpeg.tar.gz not found"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT

@@ -12,7 +12,7 @@ if ! command -v shellcheck >/dev/null; then
       { apt-get update -qq >/dev/null 2>&1 &&
         apt-get install -y -qq --no-install-recommends shellcheck >/dev/null 2>&1; }
   fi
-  # shellcheck source=tests/skip_policy.sh
+  # shellcheck source=../skip_policy.sh
   command -v shellcheck >/dev/null || { . "$(dirname "$0")/../skip_policy.sh";
     skip_or_fail "shellcheck is not installed and cannot be"; }
 fi
@@ -24,7 +24,7 @@ for f in "$@"; do
       { echo "FAIL: $f does not parse"; status=1; continue; } ;;
   *)
     bash -n "$f" || { echo "FAIL: bash -n $f"; status=1; continue; }
-    shellcheck --shell=bash "$f" || { echo "FAIL: shellcheck $f"; status=1; continue; } ;;
+    shellcheck --shell=bash -x --source-path=SCRIPTDIR "$f" || { echo "FAIL: shellcheck $f"; status=1; continue; } ;;
   esac
   echo "ok: $f"
 done

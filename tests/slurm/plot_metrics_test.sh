@@ -6,7 +6,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${1:-/usr/bin/python3}
 P=$ROOT/scripts/plot_metrics.py
-# shellcheck source=tests/skip_policy.sh
+# shellcheck source=../skip_policy.sh
 . "$(dirname "$0")/../skip_policy.sh"
 "$PY" -c 'import matplotlib' 2>/dev/null || skip_or_fail "no matplotlib for $PY (python3-matplotlib)"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT

@@ -43,7 +43,7 @@ t0=$SECONDS
 deadline=$((t0 + ${COLONNADE_SLURM_TEST_DEADLINE:-840}))
 
 say() { printf '[%4ds] %s\n' $((SECONDS - t0)) "$*"; }
-# shellcheck source=tests/skip_policy.sh
+# shellcheck source=../skip_policy.sh
 . "$HERE/../skip_policy.sh"
 skip() { skip_or_fail "$@"; }
 
