@@ -28,6 +28,7 @@
 #include "core/optimizer.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
+#include "hdf5/hdf5.h"
 #include "parallel/communicator.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
@@ -214,6 +215,7 @@ absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::Pi
 // order.
 absl::Status WritePredictions(const std::string& path, const std::vector<float>& logits,
                               const std::vector<int32_t>& labels, int64_t classes) {
+  hdf5::Scope scope;  // the project's HDF5 lock; HDF5's own error printing off
   const std::string tmp = path + ".tmp";
   hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) return absl::InvalidArgumentError("cannot create --predictions file " + path);
@@ -464,13 +466,21 @@ int RunTrainer(const TrainConfig& cfg) {
   if (!sync.ok()) return AgreedError(l, sync.status(), kExitUsage);
 
   // ---- resume ------------------------------------------------------------------------------
+  // One job at a time per checkpoint directory; rank 0 holds its lock until the job ends.
+  std::unique_ptr<checkpoint::DirectoryLock> dir_lock;
+  if (training && !cfg.checkpoint_dir.empty()) {
+    auto lock = LockCheckpointDir(cfg.checkpoint_dir, cfg.resume, cfg.checkpoint_lock_wait_s, *mesh);
+    if (!lock.ok()) return AgreedError(l, lock.status(), CheckpointDirExitCode(lock.status()));
+    dir_lock = std::move(*lock);
+  }
   int64_t start_step = 0;
   data::Cursor start_cursor;
   std::string resumed_from;
+  bool resumed_weights_only = false;
   std::vector<std::string> changed_flags;  // since the checkpoint, printed with the banner
   {
     absl::StatusOr<std::optional<checkpoint::Checkpoint>> ckpt =
-        LoadForResume(cfg.resume, cfg.checkpoint_dir, *mesh);
+        LoadForResume(cfg.resume, cfg.checkpoint_dir, *mesh, checkpoint::ExpectedModelOf(net));
     if (!ckpt.ok()) return AgreedError(l, ckpt.status(), kExitError);
     if (ckpt->has_value()) {
       const checkpoint::Checkpoint& c = **ckpt;
@@ -486,6 +496,7 @@ int RunTrainer(const TrainConfig& cfg) {
       start_cursor.epoch = c.state.cursor_epoch;
       start_cursor.position = c.state.cursor_position;
       resumed_from = c.path;
+      resumed_weights_only = !c.has_optimizer_state;
       changed_flags = ChangedFlags(c.state.flags, cfg.flags_text);
     } else if (cfg.mode != "train") {
       return AgreedError(l, absl::InvalidArgumentError(
@@ -533,6 +544,17 @@ int RunTrainer(const TrainConfig& cfg) {
                     : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
                                                (cfg.epochs > 0 ? cfg.epochs : 1.0) * per_epoch)));
   const double total_epochs = static_cast<double>(total_steps) / per_epoch;
+  const std::string steps_text =
+      cfg.steps > 0 ? absl::StrFormat("--steps=%d", total_steps)
+                    : absl::StrFormat("--epochs=%g (%d steps)", cfg.epochs > 0 ? cfg.epochs : 1.0,
+                                      total_steps);
+  if (auto none = CheckStepsLeft(resumed_from, start_step, total_steps, steps_text)) {
+    if (none->exit_code != kExitOk) {
+      return AgreedError(l, absl::InvalidArgumentError(none->message), none->exit_code);
+    }
+    if (lead) std::printf("trainer: %s\n", none->message.c_str());
+    return kExitOk;
+  }
 
   // Parameter count of the whole model (a shard holds only its part).
   int64_t full_params = 0;
@@ -579,6 +601,10 @@ int RunTrainer(const TrainConfig& cfg) {
       std::printf("  changed    since the checkpoint: %s\n",
                   absl::StrJoin(changed_flags, ", ").c_str());
     }
+    if (resumed_weights_only) {  // docs/CHECKPOINTS.md, section 6
+      std::printf("  note       weights only (no optimizer state): velocities start at zero; "
+                  "fine for fine-tuning, not an exact resume\n");
+    }
     std::fflush(stdout);
   }
   if (lead && !cfg.checkpoint_dir.empty()) {
@@ -619,7 +645,7 @@ int RunTrainer(const TrainConfig& cfg) {
     std::string path;
     const auto t0 = Clock::now();
     absl::Status s = SaveCheckpoint(net, *mesh, mp_comm.get(), st, cfg.checkpoint_dir,
-                                    cfg.keep_checkpoints, &path);
+                                    cfg.keep_checkpoints, &path, dir_lock.get());
     if (s.ok() && lead) {
       std::printf("checkpoint step %lld -> %s (%.1fs)\n", static_cast<long long>(done),
                   path.c_str(), Seconds(t0, Clock::now()));

@@ -95,6 +95,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int64_t, checkpoint_every, 0, "Checkpoint every N steps; 0: off.");
 ABSL_FLAG(double, checkpoint_secs, 0, "Checkpoint every T seconds of training; 0: off.");
 ABSL_FLAG(int, keep_checkpoints, 3, "Keep the newest K checkpoints; 0 keeps all.");
+ABSL_FLAG(double, checkpoint_lock_wait_s, 120,
+          "One job at a time writes to a --checkpoint_dir (a lock file, ckpt.lock). When another "
+          "job holds it (a requeued job started while the old one finishes), wait up to this "
+          "many seconds, then exit 4 naming the holder.");
 ABSL_FLAG(std::string, resume, "auto",
           "auto: continue from the newest valid checkpoint in --checkpoint_dir (skipping "
           "partial or corrupt ones), or start fresh if there is none; none: start fresh; or the "
@@ -130,7 +134,8 @@ int main(int argc, char** argv) {
       "Known models: ",
       colonnade::KnownModels(),
       ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
-      "75 stopped by a signal after a checkpoint (requeue)."));
+      "4 --checkpoint_dir locked by another job, 75 stopped by a signal after a checkpoint "
+      "(requeue)."));
 
   if (colonnade::WantsHelp(argc, argv, "src/apps/trainer", rank == 0)) {
     colonnade::FinalizeMpi();
@@ -178,6 +183,7 @@ int main(int argc, char** argv) {
   c.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   c.checkpoint_secs = absl::GetFlag(FLAGS_checkpoint_secs);
   c.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  c.checkpoint_lock_wait_s = absl::GetFlag(FLAGS_checkpoint_lock_wait_s);
   c.resume = absl::GetFlag(FLAGS_resume);
   c.mode = absl::GetFlag(FLAGS_mode);
   c.predictions = absl::GetFlag(FLAGS_predictions);
@@ -189,6 +195,8 @@ int main(int argc, char** argv) {
   if (c.checkpoint_every < 0 || c.checkpoint_secs < 0 || c.keep_checkpoints < 0)
     bad = "--checkpoint_every, --checkpoint_secs and --keep_checkpoints must not be negative";
   if (c.resume.empty()) bad = "--resume must be auto, none or a checkpoint path";
+  if (!(c.checkpoint_lock_wait_s >= 0 && c.checkpoint_lock_wait_s <= 86400))
+    bad = "--checkpoint_lock_wait_s must be a number of seconds from 0 to 86400";
   if (c.batch_size < 0) bad = "--batch_size must be positive";
   if (c.steps < 0) bad = "--steps must not be negative";
   if (c.epochs < 0) bad = "--epochs must not be negative";
