@@ -77,20 +77,20 @@ absl::StatusOr<std::unique_ptr<checkpoint::DirectoryLock>> LockOnRankZero(
     lock = checkpoint::DirectoryLock::Acquire(dir, wait_secs, &warnings);
   }
   PrintWarnings(warnings);
-  if (absl::IsUnavailable(lock.status())) {
-    return absl::UnavailableError(absl::StrCat(lock.status().message(),
-                                               " (waited --checkpoint_lock_wait_s)"));
-  }
   if (!lock.ok()) return lock.status();
   if (resume == "none") {
     const std::vector<std::string> old = CheckpointFiles(dir);
     if (!old.empty()) {
+      const std::string which =
+          old.size() == 1 ? absl::StrCat("a checkpoint of an earlier run (", old[0], ")")
+                          : absl::StrFormat("%d checkpoints of an earlier run (%s .. %s)",
+                                            old.size(), old.front(), old.back());
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--resume=none but checkpoint directory %s already holds %d checkpoint(s) of an "
-          "earlier run (%s .. %s): a fresh run would replace those of its step numbers and "
-          "--resume=auto would later mix the two runs. Continue that run (--resume=auto), or "
-          "move its checkpoints away or use another --checkpoint_dir to start over",
-          dir, old.size(), old.front(), old.back()));
+          "--resume=none but checkpoint directory %s already holds %s: a fresh run would "
+          "replace those of its step numbers and --resume=auto would later mix the two runs. "
+          "Continue that run (--resume=auto), or move its checkpoints away or use another "
+          "--checkpoint_dir to start over",
+          dir, which));
     }
   }
   return lock;
@@ -126,7 +126,7 @@ std::optional<NothingToTrain> CheckStepsLeft(const std::string& checkpoint_path,
                                  checkpoint_path, checkpoint_step, steps_text)};
   }
   return NothingToTrain{
-      kExitUsage, absl::StrFormat("checkpoint %s is at step %d >= %s: nothing to train; raise "
+      kExitUsage, absl::StrFormat("checkpoint %s is at step %d > %s: nothing to train; raise "
                                   "--steps (or resume an earlier checkpoint with --resume=PATH)",
                                   checkpoint_path, checkpoint_step, steps_text)};
 }
