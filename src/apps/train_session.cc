@@ -469,7 +469,8 @@ int RunTrainer(const TrainConfig& cfg) {
   // One job at a time per checkpoint directory; rank 0 holds its lock until the job ends.
   std::unique_ptr<checkpoint::DirectoryLock> dir_lock;
   if (training && !cfg.checkpoint_dir.empty()) {
-    auto lock = LockCheckpointDir(cfg.checkpoint_dir, cfg.resume, cfg.checkpoint_lock_wait_s, *mesh);
+    auto lock =
+        LockCheckpointDir(cfg.checkpoint_dir, cfg.resume, cfg.checkpoint_lock_wait_s, *mesh);
     if (!lock.ok()) return AgreedError(l, lock.status(), CheckpointDirExitCode(lock.status()));
     dir_lock = std::move(*lock);
   }
@@ -544,17 +545,6 @@ int RunTrainer(const TrainConfig& cfg) {
                     : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(
                                                (cfg.epochs > 0 ? cfg.epochs : 1.0) * per_epoch)));
   const double total_epochs = static_cast<double>(total_steps) / per_epoch;
-  const std::string steps_text =
-      cfg.steps > 0 ? absl::StrFormat("--steps=%d", total_steps)
-                    : absl::StrFormat("--epochs=%g (%d steps)", cfg.epochs > 0 ? cfg.epochs : 1.0,
-                                      total_steps);
-  if (auto none = CheckStepsLeft(resumed_from, start_step, total_steps, steps_text)) {
-    if (none->exit_code != kExitOk) {
-      return AgreedError(l, absl::InvalidArgumentError(none->message), none->exit_code);
-    }
-    if (lead) std::printf("trainer: %s\n", none->message.c_str());
-    return kExitOk;
-  }
 
   // Parameter count of the whole model (a shard holds only its part).
   int64_t full_params = 0;
@@ -613,6 +603,19 @@ int RunTrainer(const TrainConfig& cfg) {
                 cfg.checkpoint_secs > 0 ? absl::StrFormat(" / %gs", cfg.checkpoint_secs).c_str() : "",
                 cfg.keep_checkpoints);
     std::fflush(stdout);
+  }
+
+  // After the banner, which shows what was resumed: a checkpoint at or past the last step.
+  const std::string steps_text =
+      cfg.steps > 0 ? absl::StrFormat("--steps=%d", total_steps)
+                    : absl::StrFormat("--epochs=%g (%d steps)", cfg.epochs > 0 ? cfg.epochs : 1.0,
+                                      total_steps);
+  if (auto none = CheckStepsLeft(resumed_from, start_step, total_steps, steps_text)) {
+    if (none->exit_code != kExitOk) {
+      return AgreedError(l, absl::InvalidArgumentError(none->message), none->exit_code);
+    }
+    if (lead) std::printf("trainer: %s\n", none->message.c_str());
+    return kExitOk;
   }
 
   // --rank_log_dir: one progress file per rank.

@@ -144,7 +144,9 @@ std::string HolderText() {
   char when[32] = {0};
   const std::time_t now = std::time(nullptr);
   struct tm utc;
-  if (gmtime_r(&now, &utc) != nullptr) std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  if (gmtime_r(&now, &utc) != nullptr) {
+    std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  }
   absl::StrAppend(&text, " since ", when);
   return text;
 }
@@ -477,8 +479,8 @@ absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const std::string& path, c
   }
   size_t n = H5Tget_size(t.get());
   if (n == 0 || n > static_cast<uint64_t>(max_bytes)) {
-    return Corrupt(path, absl::StrFormat("attribute /%s claims a string of %d bytes in a file of %d",
-                                         name, n, max_bytes));
+    return Corrupt(path, absl::StrFormat("attribute /%s claims a string of %d bytes in a file "
+                                         "of %d", name, n, max_bytes));
   }
   std::string buf(n, '\0');
   if (H5Aread(a->get(), t.get(), buf.data()) < 0) {
@@ -576,8 +578,8 @@ absl::StatusOr<int64_t> InspectFloatDataset(hid_t d, ReadContext& ctx, const std
   int64_t n = 1;
   for (hsize_t x : dims) {
     if (x < 1) return Corrupt(path, absl::StrFormat("%s has shape %s", full, shape_text));
-    if (x > static_cast<hsize_t>(INT64_MAX) || __builtin_mul_overflow(n, static_cast<int64_t>(x), &n) ||
-        n > INT64_MAX / 4) {
+    if (x > static_cast<hsize_t>(INT64_MAX) ||
+        __builtin_mul_overflow(n, static_cast<int64_t>(x), &n) || n > INT64_MAX / 4) {
       return Corrupt(path, absl::StrFormat("%s has shape %s: its size overflows 64 bits", full,
                                            shape_text));
     }
@@ -905,7 +907,8 @@ std::string ProcessTag() {
   if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::strcpy(host, "host");
   std::string tag = absl::StrFormat("%s-%d", host, static_cast<int>(getpid()));
   for (char& c : tag) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+    const bool keep = absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_';
+    if (!keep && c != '-') c = '_';
   }
   return tag;
 }
@@ -959,12 +962,16 @@ absl::StatusOr<std::unique_ptr<DirectoryLock>> DirectoryLock::Acquire(
           "give this one its own directory",
           d, d, kFileName, holder, wait_secs));
     }
-    std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100)));
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100)));
   }
   // Ours now. Record who holds it, for the message of the next job that finds it locked.
   const std::string text = HolderText() + "\n";
   if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) < 0) {
-    if (warnings) warnings->push_back(absl::StrFormat("%s: cannot record the lock's holder: %s", path, Errno(errno)));
+    if (warnings) {
+      warnings->push_back(
+          absl::StrFormat("%s: cannot record the lock's holder: %s", path, Errno(errno)));
+    }
   }
   lock->fd_ = fd;
   return lock;
@@ -1050,7 +1057,8 @@ absl::StatusOr<Checkpoint> Read(const std::string& path, const ExpectedModel* ex
   return ReadFile(ctx);
 }
 
-absl::StatusOr<Checkpoint> LoadLatestValid(const std::string& dir, std::vector<std::string>* warnings,
+absl::StatusOr<Checkpoint> LoadLatestValid(const std::string& dir,
+                                           std::vector<std::string>* warnings,
                                            const ExpectedModel* expected) {
   const std::string d = dir.empty() ? "." : dir;
   absl::StatusOr<std::vector<std::string>> names = ListDir(d);
@@ -1090,7 +1098,8 @@ absl::StatusOr<Checkpoint> LoadLatestValid(const std::string& dir, std::vector<s
       d, candidates.size()));
 }
 
-absl::StatusOr<std::string> FindLatestValid(const std::string& dir, std::vector<std::string>* warnings,
+absl::StatusOr<std::string> FindLatestValid(const std::string& dir,
+                                            std::vector<std::string>* warnings,
                                             const ExpectedModel* expected) {
   absl::StatusOr<Checkpoint> c = LoadLatestValid(dir, warnings, expected);
   if (!c.ok()) return c.status();

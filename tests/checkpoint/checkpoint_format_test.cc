@@ -271,13 +271,15 @@ TEST(CheckpointWrite, RemovesLeftoverPartialFiles) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("ckpt-000000025.h5." + ProcessTag() + ".tmp"));
 
-  absl::StatusOr<std::unique_ptr<DirectoryLock>> lock = DirectoryLock::Acquire(dir.path(), 0, nullptr);
+  absl::StatusOr<std::unique_ptr<DirectoryLock>> lock =
+      DirectoryLock::Acquire(dir.path(), 0, nullptr);
   ASSERT_TRUE(lock.ok()) << lock.status();
   ASSERT_TRUE((*lock)->held());
   warnings.clear();
   ASSERT_TRUE(
       Write(dir.path(), SmallState(31), SmallEntries(10), 3, &path, &warnings, lock->get()).ok());
-  EXPECT_THAT(Files(dir.path()), ElementsAre("ckpt-000000030.h5", "ckpt-000000031.h5", "ckpt.lock"));
+  EXPECT_THAT(Files(dir.path()),
+              ElementsAre("ckpt-000000030.h5", "ckpt-000000031.h5", "ckpt.lock"));
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("ckpt-000000020.h5.4242.tmp"));
 }
@@ -620,9 +622,11 @@ TEST(CrashSafety, SigkillDuringWriteLeavesPreviousCheckpointValid) {
   }
   // The next successful write by the directory's lock holder removes the partial files
   // (the killed writers are dead; without the lock they could be writes in progress).
-  absl::StatusOr<std::unique_ptr<DirectoryLock>> lock = DirectoryLock::Acquire(dir.path(), 0, nullptr);
+  absl::StatusOr<std::unique_ptr<DirectoryLock>> lock =
+      DirectoryLock::Acquire(dir.path(), 0, nullptr);
   ASSERT_TRUE(lock.ok()) << lock.status();
-  ASSERT_TRUE(Write(dir.path(), SmallState(99999), SmallEntries(1), 2, &path, nullptr, lock->get()).ok());
+  ASSERT_TRUE(
+      Write(dir.path(), SmallState(99999), SmallEntries(1), 2, &path, nullptr, lock->get()).ok());
   EXPECT_FALSE(HasPartialFile(dir.path()));
 }
 

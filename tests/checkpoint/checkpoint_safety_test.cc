@@ -67,7 +67,7 @@ TEST(DirectoryLock, SecondHolderWaitsThenGivesUpNamingTheHolder) {
 
 TEST(DirectoryLock, WaitEndsWhenTheHolderReleases) {
   TempDir dir;
-  absl::StatusOr<std::unique_ptr<DirectoryLock>> first = DirectoryLock::Acquire(dir.path(), 0, nullptr);
+  auto first = DirectoryLock::Acquire(dir.path(), 0, nullptr);
   ASSERT_TRUE(first.ok());
   std::thread release([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -97,13 +97,13 @@ TEST(DirectoryLock, ReleasedWhenTheHolderIsKilled) {
   char c = 0;
   ASSERT_EQ(read(ready[0], &c, 1), 1);
   ASSERT_EQ(c, 'y');
-  absl::StatusOr<std::unique_ptr<DirectoryLock>> busy = DirectoryLock::Acquire(dir.path(), 0, nullptr);
+  auto busy = DirectoryLock::Acquire(dir.path(), 0, nullptr);
   ASSERT_TRUE(absl::IsUnavailable(busy.status())) << busy.status();
   EXPECT_THAT(std::string(busy.status().message()), HasSubstr(absl::StrCat("pid ", child)));
   kill(child, SIGKILL);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  absl::StatusOr<std::unique_ptr<DirectoryLock>> ours = DirectoryLock::Acquire(dir.path(), 5, nullptr);
+  auto ours = DirectoryLock::Acquire(dir.path(), 5, nullptr);
   EXPECT_TRUE(ours.ok()) << ours.status();
   close(ready[0]);
   close(ready[1]);
@@ -113,7 +113,7 @@ TEST(DirectoryLock, StopSignalEndsTheWait) {
   TempDir dir;
   ASSERT_TRUE(InstallStopSignalHandlers().ok());
   ClearStopRequest();
-  absl::StatusOr<std::unique_ptr<DirectoryLock>> first = DirectoryLock::Acquire(dir.path(), 0, nullptr);
+  auto first = DirectoryLock::Acquire(dir.path(), 0, nullptr);
   ASSERT_TRUE(first.ok());
   std::thread signal([] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
