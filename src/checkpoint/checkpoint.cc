@@ -918,7 +918,7 @@ absl::StatusOr<std::unique_ptr<DirectoryLock>> DirectoryLock::Acquire(
   const std::string d = dir.empty() ? "." : dir;
   if (auto s = MakeDirs(d); !s.ok()) return s;
   const std::string path = JoinPath(d, kFileName);
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);  // umask applies
   if (fd < 0) {
     return absl::PermissionDeniedError(
         absl::StrFormat("cannot create the checkpoint lock file %s: %s", path, Errno(errno)));

@@ -71,6 +71,11 @@ concurrent_jobs)
   ;;
 lock_timeout)
   d="$work/d"
+  for bad in nan -1 1e9; do
+    "$T" "${CIFAR[@]}" --steps=1 --checkpoint_lock_wait_s=$bad >/dev/null 2>"$work/err"; code=$?
+    [ "$code" = 2 ] || fail "--checkpoint_lock_wait_s=$bad: exit $code, expected 2"
+    one_line "$work/err" "--checkpoint_lock_wait_s must be a number of seconds from 0 to 86400"
+  done
   "$T" "${CIFAR[@]}" --steps=100000 --checkpoint_dir="$d" >"$work/a.log" 2>&1 &
   a=$!; pids+=("$a")
   wait_for "$work/a.log" "step      2/" || fail "job A did not start"
