@@ -510,13 +510,22 @@ int RunTrainer(const TrainConfig& cfg) {
   if (!sync.ok()) return AgreedError(l, sync.status(), kExitUsage);
 
   // ---- resume ------------------------------------------------------------------------------
+  // One job at a time per checkpoint directory; rank 0 holds its lock until the job ends.
+  std::unique_ptr<checkpoint::DirectoryLock> dir_lock;
+  if (training && !cfg.checkpoint_dir.empty()) {
+    auto lock =
+        LockCheckpointDir(cfg.checkpoint_dir, cfg.resume, cfg.checkpoint_lock_wait_s, *mesh);
+    if (!lock.ok()) return AgreedError(l, lock.status(), CheckpointDirExitCode(lock.status()));
+    dir_lock = std::move(*lock);
+  }
   int64_t start_step = 0;
   data::Cursor start_cursor;
   std::string resumed_from;
+  bool resumed_weights_only = false;
   std::vector<std::string> changed_flags;  // since the checkpoint, printed with the banner
   {
     absl::StatusOr<std::optional<checkpoint::Checkpoint>> ckpt =
-        LoadForResume(cfg.resume, cfg.checkpoint_dir, *mesh);
+        LoadForResume(cfg.resume, cfg.checkpoint_dir, *mesh, checkpoint::ExpectedModelOf(net));
     if (!ckpt.ok()) return AgreedError(l, ckpt.status(), kExitError);
     if (ckpt->has_value()) {
       const checkpoint::Checkpoint& c = **ckpt;
@@ -532,6 +541,7 @@ int RunTrainer(const TrainConfig& cfg) {
       start_cursor.epoch = c.state.cursor_epoch;
       start_cursor.position = c.state.cursor_position;
       resumed_from = c.path;
+      resumed_weights_only = !c.has_optimizer_state;
       changed_flags = ChangedFlags(c.state.flags, cfg.flags_text);
     } else if (cfg.mode != "train") {
       return AgreedError(l, absl::InvalidArgumentError(
@@ -641,6 +651,10 @@ int RunTrainer(const TrainConfig& cfg) {
       std::printf("  changed    since the checkpoint: %s\n",
                   absl::StrJoin(changed_flags, ", ").c_str());
     }
+    if (resumed_weights_only) {  // docs/CHECKPOINTS.md, section 6
+      std::printf("  note       weights only (no optimizer state): velocities start at zero; "
+                  "fine for fine-tuning, not an exact resume\n");
+    }
     std::fflush(stdout);
   }
   if (lead && !cfg.checkpoint_dir.empty()) {
@@ -649,6 +663,19 @@ int RunTrainer(const TrainConfig& cfg) {
                 cfg.checkpoint_secs > 0 ? absl::StrFormat(" / %gs", cfg.checkpoint_secs).c_str() : "",
                 cfg.keep_checkpoints);
     std::fflush(stdout);
+  }
+
+  // After the banner, which shows what was resumed: a checkpoint at or past the last step.
+  const std::string steps_text =
+      cfg.steps > 0 ? absl::StrFormat("--steps=%d", total_steps)
+                    : absl::StrFormat("--epochs=%g (%d steps)", cfg.epochs > 0 ? cfg.epochs : 1.0,
+                                      total_steps);
+  if (auto none = CheckStepsLeft(resumed_from, start_step, total_steps, steps_text)) {
+    if (none->exit_code != kExitOk) {
+      return AgreedError(l, absl::InvalidArgumentError(none->message), none->exit_code);
+    }
+    if (lead) std::printf("trainer: %s\n", none->message.c_str());
+    return kExitOk;
   }
 
   // --rank_log_dir: one progress file per rank. Each rank opens its own, so a failure is
@@ -681,7 +708,7 @@ int RunTrainer(const TrainConfig& cfg) {
     std::string path;
     const auto t0 = Clock::now();
     absl::Status s = SaveCheckpoint(net, *mesh, mp_comm.get(), st, cfg.checkpoint_dir,
-                                    cfg.keep_checkpoints, &path);
+                                    cfg.keep_checkpoints, &path, dir_lock.get());
     if (s.ok() && lead) {
       std::printf("checkpoint step %lld -> %s (%.1fs)\n", static_cast<long long>(done),
                   path.c_str(), Seconds(t0, Clock::now()));

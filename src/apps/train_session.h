@@ -60,6 +60,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;
   double checkpoint_secs = 0;
   int keep_checkpoints = 3;
+  double checkpoint_lock_wait_s = 120;  // wait for another job's lock of checkpoint_dir
   std::string resume = "auto";  // auto | none | PATH
   // The command line as "--flag=value" lines, stored in checkpoints.
   std::string flags_text;

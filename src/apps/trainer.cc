@@ -48,6 +48,7 @@ const FlagRange kRanges[] = {
     {"checkpoint_every", 0, colonnade::kMaxTrainingSteps},
     {"checkpoint_secs", 0, 1e9},
     {"keep_checkpoints", 0, 1000000},
+    {"checkpoint_lock_wait_s", 0, 86400},
 };
 
 std::string Help(const char* name, const char* text) {
@@ -162,6 +163,11 @@ ABSL_FLAG(double, checkpoint_secs, 0,
           Help("checkpoint_secs", "Checkpoint every T seconds of training; 0: off."));
 ABSL_FLAG(int, keep_checkpoints, 3,
           Help("keep_checkpoints", "Keep the newest K checkpoints; 0 keeps all."));
+ABSL_FLAG(double, checkpoint_lock_wait_s, 120,
+          Help("checkpoint_lock_wait_s",
+               "One job at a time writes to a --checkpoint_dir (a lock file, ckpt.lock). When "
+               "another job holds it (a requeued job started while the old one finishes), wait "
+               "up to this many seconds, then exit 4 naming the holder."));
 ABSL_FLAG(std::string, resume, "auto",
           "auto: continue from the newest valid checkpoint in --checkpoint_dir (skipping "
           "partial or corrupt ones), or start fresh if there is none; none: start fresh; or the "
@@ -202,7 +208,7 @@ int main(int argc, char** argv) {
       "Known models: ",
       colonnade::KnownModels(),
       ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
-      "75 stopped by a signal (SIGTERM, SIGUSR1, SIGINT): after a checkpoint once training "
+      "4 --checkpoint_dir locked by another job, 75 stopped by a signal (SIGTERM, SIGUSR1, SIGINT): after a checkpoint once training "
       "has started, at once before that; requeue and resume."));
 
   if (colonnade::WantsHelp(argc, argv, "src/apps/trainer", rank == 0)) {
@@ -257,6 +263,7 @@ int main(int argc, char** argv) {
   c.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   c.checkpoint_secs = absl::GetFlag(FLAGS_checkpoint_secs);
   c.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  c.checkpoint_lock_wait_s = absl::GetFlag(FLAGS_checkpoint_lock_wait_s);
   c.resume = absl::GetFlag(FLAGS_resume);
   c.mode = absl::GetFlag(FLAGS_mode);
   c.predictions = absl::GetFlag(FLAGS_predictions);

@@ -4,20 +4,28 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <set>
+#include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/h5.h"
+#include "checkpoint/signals.h"
 
 namespace colonnade::checkpoint {
 
@@ -121,6 +129,36 @@ absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) {
 
 bool IsPartialName(const std::string& n) {
   return n.rfind("ckpt-", 0) == 0 && n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0;
+}
+
+// ---- the directory lock ----------------------------------------------------------------------
+
+// "host H pid P [slurm job J] since 2025-01-31T12:00:00Z": what the lock file says.
+std::string HolderText() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "?");
+  std::string text = absl::StrFormat("host %s pid %d", host, static_cast<int>(getpid()));
+  if (const char* job = std::getenv("SLURM_JOB_ID"); job != nullptr && *job != '\0') {
+    absl::StrAppend(&text, " slurm job ", job);
+  }
+  char when[32] = {0};
+  const std::time_t now = std::time(nullptr);
+  struct tm utc;
+  if (gmtime_r(&now, &utc) != nullptr) {
+    std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  }
+  absl::StrAppend(&text, " since ", when);
+  return text;
+}
+
+// The holder recorded in an open lock file, or "an unknown process" (it may not have
+// written its line yet).
+std::string ReadHolder(int fd) {
+  char buf[512];
+  const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  std::string text(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  text = std::string(absl::StripAsciiWhitespace(text.substr(0, text.find('\n'))));
+  return text.empty() ? "an unknown process" : text;
 }
 
 // ---- writing -------------------------------------------------------------------------------
@@ -422,7 +460,9 @@ absl::StatusOr<uint64_t> ReadUintAttr(hid_t loc, const std::string& path, const 
   return v;
 }
 
-absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const std::string& path, const char* name) {
+// `max_bytes` (the file's size) bounds what a crafted type size can make us allocate.
+absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const std::string& path, const char* name,
+                                           int64_t max_bytes) {
   absl::StatusOr<Handle> a = OpenAttr(loc, path, "/", name, H5T_STRING);
   if (!a.ok()) return a.status();
   Handle t = internal::Type(H5Aget_type(a->get()));
@@ -438,6 +478,10 @@ absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const std::string& path, c
     return v;
   }
   size_t n = H5Tget_size(t.get());
+  if (n == 0 || n > static_cast<uint64_t>(max_bytes)) {
+    return Corrupt(path, absl::StrFormat("attribute /%s claims a string of %d bytes in a file "
+                                         "of %d", name, n, max_bytes));
+  }
   std::string buf(n, '\0');
   if (H5Aread(a->get(), t.get(), buf.data()) < 0) {
     return Corrupt(path, WithDetail(absl::StrFormat("cannot read attribute /%s", name)));
@@ -494,24 +538,61 @@ absl::StatusOr<Handle> OpenChild(hid_t g, const std::string& name, bool want_gro
   return o;  // H5Oclose closes groups and datasets alike
 }
 
-// Reads a float32 dataset in full, with every chunk's Fletcher-32 checksum verified.
-absl::Status ReadFloatDataset(hid_t d, const std::string& path, const std::string& full,
-                              std::vector<int64_t>* shape, std::vector<float>* values) {
+// What ReadFile knows while it walks a file: its path and size, how many of its bytes
+// the tensors read so far have claimed, and the model it is read for.
+struct ReadContext {
+  std::string path;
+  int64_t file_bytes = 0;
+  int64_t claimed_bytes = 0;  // 4 per element of every dataset inspected so far
+  const ExpectedModel* expected = nullptr;
+  bool model_mismatch = false;  // the error returned is "another model", not corruption
+};
+
+// Checks a float32 dataset without allocating anything for its data: type, rank, shape
+// (element count with overflow checks), storage (chunked, Fletcher-32 and no other
+// filter, every chunk present) and size: tensors are stored uncompressed, so all the
+// tensors of a file together cannot claim more bytes than the file has. That bounds the
+// memory a crafted shape can make the reader take (a (2^32, 2^32) shape once overflowed
+// to 0 elements and crashed in H5Dread). Returns the element count.
+absl::StatusOr<int64_t> InspectFloatDataset(hid_t d, ReadContext& ctx, const std::string& full,
+                                            std::vector<int64_t>* shape) {
+  const std::string& path = ctx.path;
   Handle t = internal::Type(H5Dget_type(d));
   if (!t.valid() || H5Tget_class(t.get()) != H5T_FLOAT || H5Tget_size(t.get()) != 4) {
     return Corrupt(path, full + " is not float32");
   }
   Handle sp = internal::Space(H5Dget_space(d));
-  int rank = sp.valid() ? H5Sget_simple_extent_ndims(sp.get()) : -1;
-  if (rank < 1) return Corrupt(path, full + " is not an array of rank >= 1");
-  std::vector<hsize_t> dims(rank);
-  H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
-  shape->assign(dims.begin(), dims.end());
-  int64_t n = 1;
-  for (int64_t x : *shape) {
-    if (x < 1) return Corrupt(path, absl::StrFormat("%s has shape %s", full, ShapeText(*shape)));
-    n *= x;
+  const int rank = sp.valid() ? H5Sget_simple_extent_ndims(sp.get()) : -1;
+  if (rank < 1 || rank > H5S_MAX_RANK) {
+    return Corrupt(path, absl::StrFormat("%s is not an array of rank 1 to %d", full, H5S_MAX_RANK));
   }
+  std::vector<hsize_t> dims(rank);
+  if (H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr) != rank) {
+    return Corrupt(path, WithDetail(full + ": cannot read its shape"));
+  }
+  shape->clear();
+  std::vector<std::string> dims_text;  // hsize_t may exceed int64_t: print it as stored
+  for (hsize_t x : dims) dims_text.push_back(absl::StrCat(x));
+  const std::string shape_text =
+      absl::StrCat("(", absl::StrJoin(dims_text, ", "), rank == 1 ? ",)" : ")");
+  int64_t n = 1;
+  for (hsize_t x : dims) {
+    if (x < 1) return Corrupt(path, absl::StrFormat("%s has shape %s", full, shape_text));
+    if (x > static_cast<hsize_t>(INT64_MAX) ||
+        __builtin_mul_overflow(n, static_cast<int64_t>(x), &n) || n > INT64_MAX / 4) {
+      return Corrupt(path, absl::StrFormat("%s has shape %s: its size overflows 64 bits", full,
+                                           shape_text));
+    }
+    shape->push_back(static_cast<int64_t>(x));
+  }
+  const int64_t bytes = n * 4;
+  if (bytes > ctx.file_bytes - ctx.claimed_bytes) {
+    return Corrupt(path, absl::StrFormat(
+        "%s has shape %s, %d bytes of float32, but the file is %d bytes long and the tensors "
+        "before it take %d (tensors are stored uncompressed): crafted or corrupt",
+        full, shape_text, bytes, ctx.file_bytes, ctx.claimed_bytes));
+  }
+  ctx.claimed_bytes += bytes;
   Handle dcpl = internal::Plist(H5Dget_create_plist(d));
   if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) {
     return Corrupt(path, full + " is not chunked, so it has no Fletcher-32 checksum");
@@ -523,22 +604,54 @@ absl::Status ReadFloatDataset(hid_t d, const std::string& path, const std::strin
                            &config) < 0) {
     return Corrupt(path, full + " has no Fletcher-32 checksum filter");
   }
+  if (H5Pget_nfilters(dcpl.get()) != 1) {
+    return Corrupt(path, full + " has HDF5 filters besides Fletcher-32 (compression?); the "
+                                "format stores tensors uncompressed");
+  }
+  // A chunk that was never written reads back as zeros without an error: all must be there.
+  std::vector<hsize_t> chunk(rank);
+  if (H5Pget_chunk(dcpl.get(), rank, chunk.data()) != rank) {
+    return Corrupt(path, WithDetail(full + ": cannot read its chunk shape"));
+  }
+  hsize_t want_chunks = 1;  // at most n (every chunk dim >= 1), so no overflow
+  for (int i = 0; i < rank; ++i) {
+    if (chunk[i] < 1) return Corrupt(path, full + " has an empty chunk shape");
+    want_chunks *= (dims[i] + chunk[i] - 1) / chunk[i];
+  }
+  hsize_t have_chunks = 0;
+  if (H5Dget_num_chunks(d, sp.get(), &have_chunks) < 0) {
+    return Corrupt(path, WithDetail(full + ": cannot read its chunk index"));
+  }
+  if (have_chunks != want_chunks) {
+    return Corrupt(path, absl::StrFormat("%s stores %d of its %d chunks (data never written)", full,
+                                         have_chunks, want_chunks));
+  }
+  return n;
+}
+
+// Reads the `n` elements of a dataset InspectFloatDataset accepted, with every chunk's
+// Fletcher-32 checksum verified, and checks that they are finite.
+absl::Status ReadFloatData(hid_t d, const ReadContext& ctx, const std::string& full, int64_t n,
+                           std::vector<float>* values) {
   Handle dxpl = internal::Plist(H5Pcreate(H5P_DATASET_XFER));
   H5Pset_edc_check(dxpl.get(), H5Z_ENABLE_EDC);
   values->assign(static_cast<size_t>(n), 0.0f);
   if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, dxpl.get(), values->data()) < 0) {
-    return Corrupt(path, WithDetail(full + ": cannot read the data, the file is corrupt"));
+    return Corrupt(ctx.path, WithDetail(full + ": cannot read the data, the file is corrupt"));
   }
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite((*values)[i])) {
-      return Corrupt(path, absl::StrFormat("%s holds a non-finite value (%g at index %d)", full,
-                                           (*values)[i], i));
+      return Corrupt(ctx.path, absl::StrFormat("%s holds a non-finite value (%g at index %d)", full,
+                                               (*values)[i], i));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Checkpoint> ReadFile(const std::string& path) {
+// `ctx` carries the path and the model to check against; ReadFile sets its size fields
+// and model_mismatch.
+absl::StatusOr<Checkpoint> ReadFile(ReadContext& ctx) {
+  const std::string& path = ctx.path;
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     int e = errno;
@@ -546,6 +659,13 @@ absl::StatusOr<Checkpoint> ReadFile(const std::string& path) {
     return absl::PermissionDeniedError(absl::StrFormat("%s: %s", path, Errno(e)));
   }
   if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + ": not a regular file");
+  ctx.file_bytes = static_cast<int64_t>(st.st_size);
+  // A sound checkpoint of another model: not corruption, and reported as CheckCompatible
+  // reports it.
+  auto mismatch = [&ctx](absl::Status s) {
+    ctx.model_mismatch = true;
+    return s;
+  };
   // Closing the file closes every object still open in it, even after an error.
   Handle fapl = internal::Plist(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
@@ -563,7 +683,7 @@ absl::StatusOr<Checkpoint> ReadFile(const std::string& path) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s: not a Colonnade checkpoint (no attribute /format)", path));
     }
-    absl::StatusOr<std::string> format = ReadStringAttr(root, path, "format");
+    absl::StatusOr<std::string> format = ReadStringAttr(root, path, "format", ctx.file_bytes);
     if (!format.ok()) return format.status();
     if (*format != kFormatName) {
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -611,14 +731,19 @@ absl::StatusOr<Checkpoint> ReadFile(const std::string& path) {
   s.seed = *seed;
   for (auto [name, out] : {std::pair<const char*, std::string*>{"model", &s.model},
                            {"flags", &s.flags}}) {
-    absl::StatusOr<std::string> v = ReadStringAttr(root, path, name);
+    absl::StatusOr<std::string> v = ReadStringAttr(root, path, name, ctx.file_bytes);
     if (!v.ok()) return v.status();
     *out = *v;
   }
-  if (absl::StatusOr<std::string> rng = ReadStringAttr(root, path, "rng"); !rng.ok()) {
+  if (absl::StatusOr<std::string> rng = ReadStringAttr(root, path, "rng", ctx.file_bytes);
+      !rng.ok()) {
     return rng.status();
   }
   if (s.model.empty()) return Corrupt(path, "attribute /model is empty");
+  if (ctx.expected != nullptr && s.model != ctx.expected->model) {
+    return mismatch(absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the checkpoint is of model %s, not %s", path, s.model, ctx.expected->model)));
+  }
   c.has_optimizer_state = has_opt == 1;
   const int64_t name_step = ParseCheckpointStep(BaseName(path));
   if (name_step >= 0 && name_step != s.step) {
@@ -664,7 +789,24 @@ absl::StatusOr<Checkpoint> ReadFile(const std::string& path) {
         absl::StatusOr<int64_t> learnable = ReadIntAttr(d->get(), path, full + "@", "learnable", 0, 1);
         if (!learnable.ok()) return learnable.status();
         e.learnable = *learnable == 1;
-        if (auto rs = ReadFloatDataset(d->get(), path, full, &e.shape, &e.value); !rs.ok()) return rs;
+        absl::StatusOr<int64_t> n = InspectFloatDataset(d->get(), ctx, full, &e.shape);
+        if (!n.ok()) return n.status();
+        if (ctx.expected != nullptr) {  // before the data is read: CheckCompatible's rules
+          const ExpectedTensors& want = ctx.expected->tensors;
+          auto it = std::find_if(want.begin(), want.end(),
+                                 [&](const auto& x) { return x.first == e.name; });
+          if (it == want.end()) {
+            return mismatch(absl::FailedPreconditionError(absl::StrFormat(
+                "%s: /params/%s %s is not a parameter of model %s", path, e.name,
+                ShapeText(e.shape), ctx.expected->model)));
+          }
+          if (it->second != e.shape) {
+            return mismatch(absl::FailedPreconditionError(absl::StrFormat(
+                "%s: /params/%s has shape %s but model %s expects %s", path, e.name,
+                ShapeText(e.shape), ctx.expected->model, ShapeText(it->second))));
+          }
+        }
+        if (auto rs = ReadFloatData(d->get(), ctx, full, *n, &e.value); !rs.ok()) return rs;
         index[e.name] = c.tensors.size();
         c.tensors.push_back(std::move(e));
       }
@@ -673,6 +815,11 @@ absl::StatusOr<Checkpoint> ReadFile(const std::string& path) {
   if (static_cast<int64_t>(c.tensors.size()) != num_params) {
     return Corrupt(path, absl::StrFormat("/params holds %d tensors but attribute /num_params is %d",
                                          c.tensors.size(), num_params));
+  }
+  if (ctx.expected != nullptr) {  // a tensor of the model that the file lacks
+    if (auto cs = CheckCompatible(c, ctx.expected->tensors, ctx.expected->model); !cs.ok()) {
+      return mismatch(cs);
+    }
   }
   if (c.has_optimizer_state) {
     absl::StatusOr<Handle> opt = OpenChild(root, "optimizer", true, path, "/optimizer");
@@ -705,11 +852,13 @@ absl::StatusOr<Checkpoint> ReadFile(const std::string& path) {
         absl::StatusOr<Handle> d = OpenChild(pg->get(), "velocity", false, path, vpath);
         if (!d.ok()) return d.status();
         std::vector<int64_t> vshape;
-        if (auto rs = ReadFloatDataset(d->get(), path, vpath, &vshape, &e.velocity); !rs.ok()) return rs;
+        absl::StatusOr<int64_t> n = InspectFloatDataset(d->get(), ctx, vpath, &vshape);
+        if (!n.ok()) return n.status();
         if (vshape != e.shape) {
           return Corrupt(path, absl::StrFormat("%s has shape %s but /params/%s has %s", vpath,
                                                ShapeText(vshape), e.name, ShapeText(e.shape)));
         }
+        if (auto rs = ReadFloatData(d->get(), ctx, vpath, *n, &e.velocity); !rs.ok()) return rs;
         ++found;
       }
     }
@@ -753,17 +902,99 @@ int64_t ParseCheckpointStep(const std::string& n) {
   return CheckpointFileName(v) == n ? v : -1;
 }
 
+std::string ProcessTag() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') std::strcpy(host, "host");
+  std::string tag = absl::StrFormat("%s-%d", host, static_cast<int>(getpid()));
+  for (char& c : tag) {
+    const bool keep = absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_';
+    if (!keep && c != '-') c = '_';
+  }
+  return tag;
+}
+
+absl::StatusOr<std::unique_ptr<DirectoryLock>> DirectoryLock::Acquire(
+    const std::string& dir, double wait_secs, std::vector<std::string>* warnings) {
+  const std::string d = dir.empty() ? "." : dir;
+  if (auto s = MakeDirs(d); !s.ok()) return s;
+  const std::string path = JoinPath(d, kFileName);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);  // umask applies
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("cannot create the checkpoint lock file %s: %s", path, Errno(errno)));
+  }
+  std::unique_ptr<DirectoryLock> lock(new DirectoryLock());
+  lock->dir_ = d;
+  lock->owner_ = ProcessTag();
+  using Clock = std::chrono::steady_clock;
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(std::max(0.0, wait_secs)));
+  while (true) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) break;
+    const int e = errno;
+    if (e == EINTR) continue;
+    if (e != EWOULDBLOCK) {
+      // NFS without lockd, Lustre without -o flock, ...: run unprotected, but say so.
+      close(fd);
+      if (warnings) {
+        warnings->push_back(absl::StrFormat(
+            "cannot lock checkpoint directory %s (flock %s: %s): its file system does not "
+            "support locks, so nothing stops a second job from writing there too",
+            d, path, Errno(e)));
+      }
+      return lock;
+    }
+    if (StopRequested()) {
+      const std::string holder = ReadHolder(fd);
+      close(fd);
+      return absl::CancelledError(absl::StrFormat(
+          "stopped by %s while waiting for checkpoint directory %s, locked by %s",
+          SignalName(SignalReceived()), d, holder));
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      const std::string holder = ReadHolder(fd);
+      close(fd);
+      return absl::UnavailableError(absl::StrFormat(
+          "checkpoint directory %s is in use by another job: %s/%s is locked by %s; gave up "
+          "after %g s. Two jobs must not share a checkpoint directory: let that job end, or "
+          "give this one its own directory",
+          d, d, kFileName, holder, wait_secs));
+    }
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100)));
+  }
+  // Ours now. Record who holds it, for the message of the next job that finds it locked.
+  const std::string text = HolderText() + "\n";
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) < 0) {
+    if (warnings) {
+      warnings->push_back(
+          absl::StrFormat("%s: cannot record the lock's holder: %s", path, Errno(errno)));
+    }
+  }
+  lock->fd_ = fd;
+  return lock;
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) close(fd_);  // releases the flock
+}
+
 absl::Status Write(const std::string& dir, const TrainState& state,
                    const std::vector<TensorEntry>& entries, int keep_last,
-                   std::string* written_path, std::vector<std::string>* warnings) {
+                   std::string* written_path, std::vector<std::string>* warnings,
+                   const DirectoryLock* lock) {
   bool has_velocity = false;
   if (auto s = ValidateForWrite(state, entries, &has_velocity); !s.ok()) return s;
   const std::string d = dir.empty() ? "." : dir;
   if (auto s = MakeDirs(d); !s.ok()) return s;
   const std::string name = CheckpointFileName(state.step);
   const std::string final_path = JoinPath(d, name);
-  const std::string tmp_path = absl::StrFormat("%s.%d.tmp", final_path, static_cast<int>(getpid()));
-  unlink(tmp_path.c_str());  // a leftover of an earlier process with our pid
+  // Temporaries carry host and pid, so that a writer can tell its own from another job's.
+  const std::string own_suffix = absl::StrCat(".", lock ? lock->owner() : ProcessTag(), ".tmp");
+  const std::string tmp_path = final_path + own_suffix;
+  unlink(tmp_path.c_str());  // a leftover of an earlier process with our host and pid
   {
     H5Scope scope;
     absl::Status s = WriteFile(tmp_path, state, entries, has_velocity);
@@ -790,15 +1021,18 @@ absl::Status Write(const std::string& dir, const TrainState& state,
     if (warnings) warnings->push_back(std::string(names.status().message()));
     return absl::OkStatus();
   }
+  // Another process's temporary may be its write in progress, unless we hold the
+  // directory's lock: then no other writer is active and it is a dead holder's leftover.
+  const bool clean_others = lock != nullptr && lock->held() && lock->dir() == d;
   std::vector<std::pair<int64_t, std::string>> older;
   for (const std::string& n : *names) {
     int64_t step = ParseCheckpointStep(n);
     if (step >= 0 && step < state.step) older.push_back({step, n});
-    if (IsPartialName(n)) {
+    if (IsPartialName(n) && (clean_others || absl::EndsWith(n, own_suffix))) {
       const std::string p = JoinPath(d, n);
       if (unlink(p.c_str()) == 0) {
         if (warnings) warnings->push_back(p + ": removed a partial checkpoint left by an interrupted write");
-      } else if (warnings) {
+      } else if (warnings && errno != ENOENT) {
         warnings->push_back(absl::StrFormat("%s: cannot remove partial checkpoint: %s", p, Errno(errno)));
       }
     }
@@ -815,12 +1049,17 @@ absl::Status Write(const std::string& dir, const TrainState& state,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Checkpoint> Read(const std::string& path) {
+absl::StatusOr<Checkpoint> Read(const std::string& path, const ExpectedModel* expected) {
+  ReadContext ctx;
+  ctx.path = path;
+  ctx.expected = expected;
   H5Scope scope;
-  return ReadFile(path);
+  return ReadFile(ctx);
 }
 
-absl::StatusOr<Checkpoint> LoadLatestValid(const std::string& dir, std::vector<std::string>* warnings) {
+absl::StatusOr<Checkpoint> LoadLatestValid(const std::string& dir,
+                                           std::vector<std::string>* warnings,
+                                           const ExpectedModel* expected) {
   const std::string d = dir.empty() ? "." : dir;
   absl::StatusOr<std::vector<std::string>> names = ListDir(d);
   if (!names.ok()) {
@@ -842,19 +1081,27 @@ absl::StatusOr<Checkpoint> LoadLatestValid(const std::string& dir, std::vector<s
   }
   std::sort(candidates.rbegin(), candidates.rend());
   for (const auto& [step, n] : candidates) {
-    const std::string p = JoinPath(d, n);
-    absl::StatusOr<Checkpoint> c = Read(p);
-    if (c.ok()) return c;
+    ReadContext ctx;
+    ctx.path = JoinPath(d, n);
+    ctx.expected = expected;
+    absl::StatusOr<Checkpoint> c;
+    {
+      H5Scope scope;
+      c = ReadFile(ctx);
+    }
+    if (c.ok() || ctx.model_mismatch) return c;
     if (warnings) warnings->push_back(absl::StrCat("skipped: ", c.status().message()));
   }
   return absl::DataLossError(absl::StrFormat(
       "%s holds %d checkpoint file(s) but none is valid (see the warnings); not starting over "
-      "silently: remove them or pass --resume=none",
+      "silently: move them away to start over",
       d, candidates.size()));
 }
 
-absl::StatusOr<std::string> FindLatestValid(const std::string& dir, std::vector<std::string>* warnings) {
-  absl::StatusOr<Checkpoint> c = LoadLatestValid(dir, warnings);
+absl::StatusOr<std::string> FindLatestValid(const std::string& dir,
+                                            std::vector<std::string>* warnings,
+                                            const ExpectedModel* expected) {
+  absl::StatusOr<Checkpoint> c = LoadLatestValid(dir, warnings, expected);
   if (!c.ok()) return c.status();
   return c->path;
 }

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,8 +54,12 @@ struct TrainState {
 };
 
 // One parameter as a full, canonical host tensor: name "<layer>/<param>" ("conv1/weight"),
-// dims outermost first, values row-major. `velocity` is the SGD momentum buffer of the
+// dims outermost first, values row-major. `velocity` is the optimizer's velocity of the
 // same size, or empty (a weights-only checkpoint; then it must be empty for every entry).
+// The velocity has the learning rate inside (CpuOps::SgdUpdate, AlexNet's convention:
+// v = momentum * v - lr * (grad + wd * w), w += v), so PyTorch's SGD momentum buffer is
+// -v / lr; the conversion both ways and what a changed lr does on resume are in
+// docs/CHECKPOINTS.md, section 8.
 struct TensorEntry {
   std::string name;
   std::vector<int64_t> shape;
@@ -81,10 +86,51 @@ std::string CheckpointFileName(int64_t step);
 // The step of a file name "ckpt-<digits>.h5" (no directory), or -1 for any other name.
 int64_t ParseCheckpointStep(const std::string& file_name);
 
+// "<host>-<pid>" of this process (characters other than letters, digits, '.', '_' and
+// '-' replaced by '_'): names this process's temporary files, and tells a lock's holder.
+std::string ProcessTag();
+
+// The exclusive lock of a checkpoint directory: flock(2) on <dir>/ckpt.lock, held for the
+// life of this object by the one process of a job that writes checkpoints there (the
+// trainer's rank 0, from before it chooses a checkpoint to resume until it exits). A
+// second job on the same directory (a requeued job started while the old one still
+// runs, or two jobs given one --checkpoint_dir by mistake) waits for it, or gives up.
+// The lock file records its holder ("host H pid P [slurm job J] since T") for the
+// message; it is never deleted (deleting lock files races with their users). The kernel
+// drops the lock when the holder exits, however it exits.
+class DirectoryLock {
+ public:
+  static constexpr char kFileName[] = "ckpt.lock";
+
+  // Creates `dir` if needed and takes its lock, retrying for up to `wait_secs` seconds
+  // (0: one try). Errors: Unavailable when another process still holds it after the
+  // wait, naming the directory and the holder; Cancelled when a stop signal
+  // (signals.h) arrives while waiting; PermissionDenied / FailedPrecondition when the
+  // directory or the lock file cannot be created. On a file system without locks
+  // (flock fails with ENOLCK, ENOSYS, EOPNOTSUPP or EINVAL) it returns a lock that is not
+  // held() and adds a warning: the directory then has no protection against a second job.
+  static absl::StatusOr<std::unique_ptr<DirectoryLock>> Acquire(
+      const std::string& dir, double wait_secs, std::vector<std::string>* warnings);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  // This process's ProcessTag(), which names its temporary files.
+  const std::string& owner() const { return owner_; }
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  DirectoryLock() = default;
+  std::string dir_, owner_;
+  int fd_ = -1;
+};
+
 // Writes `entries` and `state` to <dir>/ckpt-<state.step>.h5: first to a temporary file
-// in `dir` (ckpt-<step>.h5.<pid>.tmp), then H5Fflush + close, fsync of the file, rename
-// over the final name, fsync of the directory. A crash at any point leaves either the old
-// set of checkpoints or the old set plus the complete new one. Creates `dir` if needed.
+// in `dir` (ckpt-<step>.h5.<host>-<pid>.tmp, see ProcessTag), then H5Fflush + close,
+// fsync of the file, rename over the final name, fsync of the directory. A crash at any
+// point leaves either the old set of checkpoints or the old set plus the complete new one.
+// Creates `dir` if needed.
 //
 // Refuses (InvalidArgument, nothing written) entries that are malformed (bad or duplicate
 // names, a shape that does not match the value count, velocities on some but not all
@@ -93,36 +139,58 @@ int64_t ParseCheckpointStep(const std::string& file_name);
 //
 // After the rename, deletes the oldest checkpoints so that `keep_last` remain among those
 // with step <= state.step (the new one always counts and is never deleted; checkpoints
-// with a larger step, from an abandoned run in the same directory, are never touched),
-// and removes leftover ckpt-*.tmp files of interrupted writes. keep_last <= 0 keeps all.
-// Failures to delete old files are reported in `warnings` (if not null), not as errors.
-// Call from one rank only.
+// with a larger step, from an abandoned run in the same directory, are never touched).
+// keep_last <= 0 keeps all. Then removes leftover temporary files (ckpt-*.tmp): always
+// this process's own (same ProcessTag), and those of other processes only when `lock`
+// is the held lock of `dir` -- the lock proves that no other writer is active there, so
+// their temporaries are leftovers of a dead holder; without it they may be another
+// job's write in progress and are left alone. Failures to delete old files are
+// reported in `warnings` (if not null), not as errors. Call from one rank only.
 absl::Status Write(const std::string& dir, const TrainState& state,
                    const std::vector<TensorEntry>& entries, int keep_last,
-                   std::string* written_path, std::vector<std::string>* warnings = nullptr);
+                   std::string* written_path, std::vector<std::string>* warnings = nullptr,
+                   const DirectoryLock* lock = nullptr);
+
+// Expected full tensors of a model: (name, full canonical shape).
+using ExpectedTensors = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+// The model a checkpoint is read for (ExpectedModelOf(net)): its zoo name and tensors.
+struct ExpectedModel {
+  std::string model;
+  ExpectedTensors tensors;
+};
 
 // Reads and validates a whole checkpoint: the format name and version, every attribute
-// (present, of the right type), every dataset (float32, chunked with a Fletcher-32
-// filter, readable with its checksum verified, finite), the optimizer group's structure,
-// and the file name's step against the stored step. Errors name the file and the field:
-// NotFound for a missing file, DataLoss for a corrupt or truncated one,
-// FailedPrecondition for another format version.
-absl::StatusOr<Checkpoint> Read(const std::string& path);
+// (present, of the right type), every dataset (float32, chunked with a Fletcher-32 filter
+// and no other filter, every chunk present, readable with its checksum verified,
+// finite), the optimizer group's structure, and the file name's step against the stored
+// step. Errors name the file and the field: NotFound for a missing file, DataLoss for a
+// corrupt or truncated one, FailedPrecondition for another format version.
+//
+// Sizes are checked before any memory is allocated for a tensor (docs/CHECKPOINTS.md,
+// "Limits"): a dataset's element count is computed with overflow checks, and since
+// tensors are stored uncompressed, the tensors of a file together can claim no more
+// bytes than the file has (DataLoss otherwise), which bounds the memory a crafted file
+// can make the reader take by the file's size. With `expected`, the model name and every
+// tensor's name and shape must also be the model's (CheckCompatible's rules and
+// messages, FailedPrecondition) before that tensor's data is read.
+absl::StatusOr<Checkpoint> Read(const std::string& path, const ExpectedModel* expected = nullptr);
 
 // The newest valid checkpoint in `dir`: candidates are ckpt-<step>.h5 files, newest step
 // first; each is read and validated in full (Read), and the first that passes wins.
 // Every skipped corrupt file and every leftover partial file (*.tmp, an interrupted
 // write) adds a warning naming it. NotFound when `dir` has no checkpoint file at all
 // (start from scratch); DataLoss when it has some but none is valid (do not silently
-// start over: the operator decides).
+// start over: the operator decides). With `expected`, a file that is sound but of
+// another model or shape is not skipped: its error (FailedPrecondition) is returned, as
+// every checkpoint of the directory would be refused alike.
 absl::StatusOr<Checkpoint> LoadLatestValid(const std::string& dir,
-                                           std::vector<std::string>* warnings);
+                                           std::vector<std::string>* warnings,
+                                           const ExpectedModel* expected = nullptr);
 // The same, returning only the path (the file is still read in full to validate it).
 absl::StatusOr<std::string> FindLatestValid(const std::string& dir,
-                                            std::vector<std::string>* warnings);
-
-// Expected full tensors of a model: (name, full canonical shape).
-using ExpectedTensors = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+                                            std::vector<std::string>* warnings,
+                                            const ExpectedModel* expected = nullptr);
 
 // Refuses a checkpoint of another model, or whose tensors differ from `expected` in name
 // or shape, naming the first mismatch, e.g.
@@ -139,6 +207,9 @@ std::vector<int64_t> FullShape(const Param& p);
 // (name, full shape) of every parameter of `net`, sharded or not: what CheckCompatible
 // expects.
 ExpectedTensors ExpectedFromNet(const Net& net);
+// The model name and ExpectedFromNet of `net`: what Read and LoadLatestValid check
+// before they allocate a tensor.
+ExpectedModel ExpectedModelOf(const Net& net);
 // Entries of a net whose parameters are all whole (a single-process Net, or one not yet
 // column-split). FailedPrecondition naming the parameter if one is a shard: gather the
 // shards into full tensors first. Velocities are included for learnable parameters.

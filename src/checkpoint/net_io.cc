@@ -22,6 +22,8 @@ ExpectedTensors ExpectedFromNet(const Net& net) {
   return out;
 }
 
+ExpectedModel ExpectedModelOf(const Net& net) { return {net.model_name(), ExpectedFromNet(net)}; }
+
 absl::StatusOr<std::vector<TensorEntry>> CollectFromNet(const Net& net) {
   std::vector<TensorEntry> out;
   for (const NamedParam& np : net.params()) {

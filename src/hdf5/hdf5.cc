@@ -29,12 +29,15 @@ bool CheckedMul(uint64_t a, uint64_t b, uint64_t* out) {
 
 }  // namespace
 
-Scope::Scope() : lock_(Mutex()) {
-  H5Eget_auto2(H5E_DEFAULT, &old_func_, &old_data_);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-}
+void SilenceErrorPrinting() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
-Scope::~Scope() { H5Eset_auto2(H5E_DEFAULT, old_func_, old_data_); }
+namespace {
+// The main thread's setting, made before main() runs (see hdf5.h). This object file is
+// linked into every program that uses Scope, so the initialiser always runs with it.
+[[maybe_unused]] const bool kMainThreadSilenced = (SilenceErrorPrinting(), true);
+}  // namespace
+
+Scope::Scope() : lock_(Mutex()) { SilenceErrorPrinting(); }
 
 std::string LastError() {
   std::string s;

@@ -12,20 +12,29 @@
 
 namespace colonnade::hdf5 {
 
+// HDF5's automatic error-stack printing ("HDF5-DIAG: Error detected in HDF5 ...") is off
+// in every Colonnade program: errors become absl::Status with one-line messages of our own
+// (LastError() carries HDF5's innermost description into them). This module owns that
+// setting. HDF5 keeps it per thread when built thread-safe (Debian's build is), so it is
+// turned off twice over:
+//  - for the program's main thread when the program starts (a static initialiser of this
+//    module), which also covers an HDF5 call made outside any Scope by mistake;
+//  - for the calling thread by every Scope, which covers threads started later (the data
+//    pipeline's readers). It stays off after the Scope ends: a handle closed late must not
+//    print either, and nothing in the project ever wants the stack printed.
+// Tests: checkpoint_tests (Hdf5Errors.*) and trainer.checkpoint_safety.hdf5_one_line.
+void SilenceErrorPrinting();
+
 // Held around every code path that calls HDF5: takes the project-wide (recursive) HDF5
-// lock, turns off HDF5's automatic error-stack printing (errors become absl::Status with
-// messages of our own) and restores the previous printing handler on exit.
+// lock and turns off HDF5's automatic error-stack printing on this thread (see above).
 class Scope {
  public:
   Scope();
-  ~Scope();
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
  private:
   std::unique_lock<std::recursive_mutex> lock_;
-  H5E_auto2_t old_func_ = nullptr;
-  void* old_data_ = nullptr;
 };
 
 // Owns one hid_t and closes it with the matching H5?close. Close() reports the result,

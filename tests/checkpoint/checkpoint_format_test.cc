@@ -258,12 +258,28 @@ TEST(CheckpointWrite, KeepLastDeletesOnlyOlderOnes) {
 }
 
 TEST(CheckpointWrite, RemovesLeftoverPartialFiles) {
+  // Another process's temporary is removed only by a writer that holds the directory's
+  // lock (no other writer can be active then); its own leftovers always.
   TempDir dir;
   std::string path;
   WriteBytes(dir / "ckpt-000000020.h5.4242.tmp", std::string(1000, 'x'));
+  WriteBytes(dir / ("ckpt-000000025.h5." + ProcessTag() + ".tmp"), std::string(1000, 'y'));
   std::vector<std::string> warnings;
   ASSERT_TRUE(Write(dir.path(), SmallState(30), SmallEntries(10), 3, &path, &warnings).ok());
-  EXPECT_THAT(Files(dir.path()), ElementsAre("ckpt-000000030.h5"));
+  EXPECT_THAT(Files(dir.path()), ElementsAre("ckpt-000000020.h5.4242.tmp", "ckpt-000000030.h5"))
+      << "without the lock, another process's temporary may be its write in progress";
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("ckpt-000000025.h5." + ProcessTag() + ".tmp"));
+
+  absl::StatusOr<std::unique_ptr<DirectoryLock>> lock =
+      DirectoryLock::Acquire(dir.path(), 0, nullptr);
+  ASSERT_TRUE(lock.ok()) << lock.status();
+  ASSERT_TRUE((*lock)->held());
+  warnings.clear();
+  ASSERT_TRUE(
+      Write(dir.path(), SmallState(31), SmallEntries(10), 3, &path, &warnings, lock->get()).ok());
+  EXPECT_THAT(Files(dir.path()),
+              ElementsAre("ckpt-000000030.h5", "ckpt-000000031.h5", "ckpt.lock"));
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("ckpt-000000020.h5.4242.tmp"));
 }
@@ -604,8 +620,13 @@ TEST(CrashSafety, SigkillDuringWriteLeavesPreviousCheckpointValid) {
     ASSERT_TRUE(k.ok()) << k.status();
     EXPECT_TRUE(SameBits(k->tensors[1].value, BigEntries(k->state.step)[1].value)) << n;
   }
-  // The next successful write removes the partial files.
-  ASSERT_TRUE(Write(dir.path(), SmallState(99999), SmallEntries(1), 2, &path).ok());
+  // The next successful write by the directory's lock holder removes the partial files
+  // (the killed writers are dead; without the lock they could be writes in progress).
+  absl::StatusOr<std::unique_ptr<DirectoryLock>> lock =
+      DirectoryLock::Acquire(dir.path(), 0, nullptr);
+  ASSERT_TRUE(lock.ok()) << lock.status();
+  ASSERT_TRUE(
+      Write(dir.path(), SmallState(99999), SmallEntries(1), 2, &path, nullptr, lock->get()).ok());
   EXPECT_FALSE(HasPartialFile(dir.path()));
 }
 

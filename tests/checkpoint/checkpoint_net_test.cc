@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint_test_util.h"
+#include "core/backend.h"
 #include "core/models.h"
 #include "core/optimizer.h"
 #include "core/philox.h"
@@ -228,6 +229,82 @@ TEST(CheckpointNet, TrainingContinuesBitwiseAfterLoad) {
   TrainSteps(*no_velocity, 3, 6, seed);
   EXPECT_FALSE(SameBits(straight->params()[0].param->value.ToHost(),
                         no_velocity->params()[0].param->value.ToHost()));
+}
+
+// docs/CHECKPOINTS.md, section 8: the stored velocity is -lr x PyTorch's momentum buffer
+// (v = m v - lr (g + wd w), w += v; PyTorch: b = m b + g + wd w, w -= lr b). Checks the
+// conversion both ways, and what an lr change does: the velocity is not rescaled, so
+// Colonnade differs from PyTorch after a change unless v is scaled by lr_new / lr_old.
+TEST(CheckpointVelocity, IsMinusLrTimesTorchMomentumBuffer) {
+  const int64_t n = 64;
+  const float m = 0.9f, wd = 5e-4f;
+  Ops& ops = OpsFor(Device::kCPU);
+  auto bounded = [n](uint32_t seed) {  // RandomValues without its FLT_MAX specials
+    std::vector<float> x = RandomValues(n, seed);
+    for (float& e : x) e = std::max(-3.0f, std::min(3.0f, e));
+    return x;
+  };
+  auto grad = [&](int step) { return bounded(100 + step); };  // independent of the weights
+  Tensor w(Shape{n}), g(Shape{n}), v(Shape{n});
+  const std::vector<float> w0 = bounded(1);
+  w.CopyFromHost(w0);
+  v.Fill(0.0f);
+  std::vector<double> tw(w0.begin(), w0.end()), tb(n, 0.0);  // PyTorch's weights and buffer
+  auto colonnade_step = [&](Tensor& wt, Tensor& vt, int step, float lr) {
+    g.CopyFromHost(grad(step));
+    ops.SgdUpdate(wt, g, vt, SgdParams{lr, m, wd});
+  };
+  auto torch_step = [&](std::vector<double>& x, std::vector<double>& b, int step, double lr) {
+    const std::vector<float> gs = grad(step);
+    for (int64_t i = 0; i < n; ++i) {
+      b[i] = m * b[i] + (gs[i] + wd * x[i]);
+      x[i] -= lr * b[i];
+    }
+  };
+  auto rel = [](const std::vector<float>& a, const std::vector<double>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num += (a[i] - b[i]) * (a[i] - b[i]);
+      den += b[i] * b[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+  };
+  auto scaled = [](std::vector<double> b, double k) {
+    for (double& e : b) e *= k;
+    return b;
+  };
+  // Constant lr: the same weights, and v = -lr b.
+  const float lr_old = 0.1f, lr_new = 0.01f;
+  for (int step = 0; step < 5; ++step) {
+    colonnade_step(w, v, step, lr_old);
+    torch_step(tw, tb, step, lr_old);
+  }
+  EXPECT_LT(rel(w.ToHost(), tw), 1e-6);
+  EXPECT_LT(rel(v.ToHost(), scaled(tb, -lr_old)), 1e-5);
+
+  // The lr drops to lr_new. Converting with the next step's lr, b = -v / lr_new (or
+  // v = -lr_new b the other way), gives the same steps from then on.
+  Tensor w2 = w.To(Device::kCPU), v2 = v.To(Device::kCPU);
+  std::vector<double> tw2 = tw, tb_converted(n);
+  std::vector<float> vh = v.ToHost();
+  for (int64_t i = 0; i < n; ++i) tb_converted[i] = -vh[i] / lr_new;
+  for (int step = 5; step < 10; ++step) {
+    colonnade_step(w2, v2, step, lr_new);
+    torch_step(tw2, tb_converted, step, lr_new);
+  }
+  EXPECT_LT(rel(w2.ToHost(), tw2), 1e-6);
+
+  // PyTorch carried its own buffer (no lr inside) through the drop; Colonnade's velocity
+  // keeps the old lr's scale, so the two now differ ...
+  std::vector<double> tw3 = tw, tb3 = tb;
+  for (int step = 5; step < 10; ++step) torch_step(tw3, tb3, step, lr_new);
+  EXPECT_GT(rel(w2.ToHost(), tw3), 1e-4);
+  // ... unless the velocity is scaled by lr_new / lr_old at the change.
+  Tensor w4 = w.To(Device::kCPU), v4 = v.To(Device::kCPU);
+  for (float& e : vh) e *= lr_new / lr_old;
+  v4.CopyFromHost(vh);
+  for (int step = 5; step < 10; ++step) colonnade_step(w4, v4, step, lr_new);
+  EXPECT_LT(rel(w4.ToHost(), tw3), 1e-6);
 }
 
 }  // namespace
