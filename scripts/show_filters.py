@@ -229,7 +229,8 @@ def draw(w, layer, model, columns, step, summary, out_png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     per = w.shape[0] // columns
-    per_row = 16 if per >= 16 else per
+    # Up to 16 a row, and full rows where a divisor allows (48 -> 3 x 16, 24 -> 2 x 12).
+    per_row = next((d for d in range(16, 7, -1) if per % d == 0), min(16, per))
     blocks = [mosaic(w[c * per:(c + 1) * per], per_row) for c in range(columns)]
     h_px = sum(b.shape[0] for b in blocks)
     w_px = blocks[0].shape[1]

@@ -17,7 +17,8 @@
 # an evaluation on the held-out split every EVAL_EPOCHS epochs and at the end, and one
 # checkpoint at the end (--keep_checkpoints=1). A run has at most RUN_TIMEOUT seconds and
 # starts only while BUDGET (for all runs) has 30 s left; a run stopped by its timeout writes
-# a checkpoint on SIGTERM (exit 75) and is analysed like the others.
+# a checkpoint on SIGTERM (exit 75; 137 if it needed SIGKILL 30 s later) and is analysed
+# like the others.
 #
 # Writes OUTDIR/results/ (packed into OUTDIR/results.tgz, which is what to fetch):
 #   <run>.jsonl             the trainer's train/eval records, each with run, columns, seed and
@@ -98,9 +99,9 @@ TRAIN_SIZE=$("$PYTHON" -c "import h5py,sys; print(int(h5py.File(sys.argv[1],'r')
 PER_EPOCH=$(( TRAIN_SIZE / BATCH ))
 [ "$PER_EPOCH" -ge 1 ] || { echo "run.sh: $TRAIN_SIZE training images are fewer than one batch of $BATCH" >&2; exit 2; }
 EVAL_EVERY=$(( PER_EPOCH * EVAL_EPOCHS ))
-LENGTH=(--epochs="$EPOCHS")
-[ -n "$STEPS" ] && LENGTH=(--steps="$STEPS")
-say "columns experiment: alexnet, $TRAIN_SIZE training images, batch $BATCH, $PER_EPOCH steps/epoch, ${STEPS:+$STEPS steps}${STEPS:-$EPOCHS epochs}, eval every $EVAL_EVERY steps, runs $RUNS, commit $COMMIT"
+LENGTH=(--epochs="$EPOCHS") length="$EPOCHS epochs"
+[ -n "$STEPS" ] && LENGTH=(--steps="$STEPS") length="$STEPS steps"
+say "columns experiment: alexnet, $TRAIN_SIZE training images, batch $BATCH, $PER_EPOCH steps/epoch, $length, eval every $EVAL_EVERY steps, runs $RUNS, commit $COMMIT"
 
 T0=$(now)
 # Seconds this run may take: RUN_TIMEOUT, or what BUDGET has left; 0 when under 30 s are left.
@@ -118,14 +119,14 @@ for run in $RUNS; do
   raw=$R/$run.metrics.jsonl
   rm -f "$raw"
   t=$(now)
-  timeout -s TERM -k 30 "$limit" "$BUILD/trainer" --model=alexnet --device="$DEVICE" \
+  timeout --preserve-status -s TERM -k 30 "$limit" "$BUILD/trainer" --model=alexnet --device="$DEVICE" \
     --columns="$cols" --seed="$seed" --data="$DATA/train" --val_data="$DATA/val" \
     --mirror --pad=16 --lighting=0.1 --batch_size="$BATCH" "${LENGTH[@]}" \
     --eval_every="$EVAL_EVERY" --log_every="$PER_EPOCH" --data_threads="$THREADS" \
     --checkpoint_dir="$ck" --keep_checkpoints=1 --metrics_file="$raw" > "$R/$run.log" 2>&1
   rc=$?
   wall=$(since "$t")
-  ckpt=$(ls "$ck"/ckpt-*.h5 2>/dev/null | tail -n 1)
+  ckpt=$(find "$ck" -maxdepth 1 -name 'ckpt-*.h5' 2>/dev/null | sort | tail -n 1)
   if [ -n "$ckpt" ]; then
     "$PYTHON" "$ROOT/scripts/show_filters.py" "$ckpt" "$R/${run}_conv1.png" \
       --csv "$R/${run}_conv1.csv" > "$R/${run}_conv1.txt" 2>&1 ||
@@ -137,7 +138,7 @@ for run in $RUNS; do
   fi
   "$PYTHON" "$HERE/summarize.py" record "$raw" "$R/$run.jsonl" --run "$run" --columns "$cols" \
     --seed "$seed" --commit "$COMMIT" --wall "$wall" --exit "$rc" --limit "$limit" \
-    --colour_csv "$R/${run}_conv1_columns.csv"
+    --colour_csv "$R/${run}_conv1_columns.csv" --checkpoint "${ckpt:-}"
   rm -f "$raw"
   say "$run (columns $cols, seed $seed, limit ${limit}s) rc=$rc wall ${wall}s $(grep '^eval' "$R/$run.log" | tail -n 1)"
 done

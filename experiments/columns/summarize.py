@@ -8,7 +8,8 @@
                       --exit RC [--limit SEC] [--colour_csv RUN_conv1_columns.csv]
       the trainer's --metrics_file -> OUT.jsonl: every train/eval record with run, columns,
       seed and commit added, then one "run" record: exit status, wall time, steps and epochs
-      done, the last held-out errors, and the per-column colour fractions of conv1.
+      done, the final checkpoint and its step, the last held-out errors (and their step),
+      and the per-column colour fractions of conv1.
   summarize.py table RESULTS_DIR
       a markdown table of every RESULTS_DIR/c*s*.jsonl (the README's results table).
   summarize.py curves RESULTS_DIR OUT.png
@@ -58,6 +59,9 @@ def record(a):
     evals = [r for r in recs if r.get("kind") == "eval"]
     run = dict(base, kind="run", exit=a.exit, wall_sec=a.wall, limit_sec=a.limit,
                stopped_by_timeout=a.exit in (75, 124, 137),
+               checkpoint=os.path.basename(a.checkpoint) if a.checkpoint else None,
+               checkpoint_step=(int(os.path.basename(a.checkpoint)[5:-3])
+                                if a.checkpoint else None),
                steps_done=trains[-1]["step"] if trains else 0,
                epochs_done=trains[-1]["epoch"] if trains else 0.0,
                train_loss=trains[-1]["loss"] if trains else None,
@@ -172,6 +176,7 @@ def main(argv):
     r.add_argument("--exit", type=int, required=True)
     r.add_argument("--limit", type=float)
     r.add_argument("--colour_csv")
+    r.add_argument("--checkpoint", help="the run's final checkpoint (ckpt-<step>.h5)")
     t = sub.add_parser("table")
     t.add_argument("results")
     cv = sub.add_parser("curves")

@@ -13,7 +13,7 @@ TRAINER=${1:?usage: export_torch_test.sh TRAINER MAKE_SHARDS [PYTHON] [MODEL...]
 MAKE_SHARDS=${2:?usage: export_torch_test.sh TRAINER MAKE_SHARDS [PYTHON] [MODEL...]}
 PY=${3:-/usr/bin/python3}
 shift $(( $# >= 3 ? 3 : $# ))
-# shellcheck source=tests/skip_policy.sh
+# shellcheck disable=SC1091  # tests/skip_policy.sh: skip_or_fail
 . "$HERE/../skip_policy.sh"
 "$PY" -c 'import torch, h5py' 2>/dev/null || skip_or_fail "no torch/h5py for $PY (python3-torch python3-h5py)"
 "$PY" -c 'import onnx' 2>/dev/null || skip_or_fail "no onnx for $PY (python3-onnx)"

@@ -10,7 +10,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 TRAINER=${1:?usage: show_filters_test.sh TRAINER [PYTHON]}
 PY=${2:-/usr/bin/python3}
 S=$ROOT/scripts/show_filters.py
-# shellcheck source=tests/skip_policy.sh
+# shellcheck disable=SC1091  # tests/skip_policy.sh: skip_or_fail
 . "$HERE/../skip_policy.sh"
 "$PY" -c 'import h5py, numpy, matplotlib' 2>/dev/null ||
   skip_or_fail "no h5py/numpy/matplotlib for $PY (python3-h5py python3-matplotlib)"
