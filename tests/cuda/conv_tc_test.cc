@@ -200,7 +200,7 @@ const ConvCase kCases[] = {
     {7, 5, 11, 11, 8, 3, 3, 2, 0, 1, false, false},     // batch 7, stride 2
     {33, 48, 5, 5, 96, 5, 5, 1, 2, 2, false, false},    // batch 33, groups 2, K = 600
     {128, 96, 3, 3, 96, 3, 3, 1, 1, 2, false, true},    // batch 128, groups, M = 48
-    {32, 3, 27, 27, 96, 11, 11, 4, 2, 1, false, false},  // AlexNet conv1: 11x11/4, K = 363
+    {8, 3, 27, 27, 96, 11, 11, 4, 2, 1, false, false},   // AlexNet conv1: 11x11/4, K = 363
     {8, 16, 8, 8, 32, 1, 1, 2, 0, 1, false, false},     // ResNet 1x1 stride 2 (downsample)
     {16, 8, 14, 14, 16, 7, 7, 2, 3, 1, false, false},   // ResNet 7x7/2 stem
     {8, 16, 9, 9, 24, 3, 3, 2, 1, 1, false, true},      // ResNet 3x3 stride 2

@@ -16,6 +16,62 @@ uint3 blockIdx;
 dim3 blockDim;
 dim3 gridDim;
 
+// ---- fiber context switch ------------------------------------------------------------------
+// On x86-64 a switch saves the callee-saved registers and the stack pointer and restores the
+// other fiber's (no system call: ucontext's swapcontext also saves the signal mask, a
+// system call per switch, which dominated the run time of kernels with warp-collective
+// instructions). Elsewhere ucontext.
+#if defined(__x86_64__)
+extern "C" void colonnade_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl colonnade_emu_switch
+  .type colonnade_emu_switch, @function
+colonnade_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size colonnade_emu_switch, .-colonnade_emu_switch
+)");
+struct Context {
+  void* sp = nullptr;
+};
+// A fresh context that starts `entry` (which must never return) on `stack`.
+inline void MakeContext(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15);
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                              // entry's (unused) return address slot
+  *--sp = reinterpret_cast<void*>(entry);       // colonnade_emu_switch's `ret` goes here
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp, rbx, r12-r15
+  c.sp = sp;
+}
+inline void SwitchContext(Context& from, Context& to) { colonnade_emu_switch(&from.sp, to.sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void MakeContext(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+inline void SwitchContext(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
 namespace colonnade::emu {
 namespace {
 
@@ -37,7 +93,7 @@ void Land(const PendingCopy& c) {
 
 struct Fiber {
   enum State { kReady, kBlockBarrier, kWarpBarrier, kDone };
-  ucontext_t ctx;
+  Context ctx;
   std::unique_ptr<char[]> stack;
   uint3 tid;
   unsigned warp = 0, lane = 0;
@@ -47,7 +103,7 @@ struct Fiber {
   std::vector<std::vector<PendingCopy>> groups;  // committed groups, oldest first
 };
 
-ucontext_t g_sched;
+Context g_sched;
 Fiber* g_current = nullptr;
 const std::function<void()>* g_body = nullptr;
 int g_order = 2;
@@ -74,11 +130,12 @@ void FlushCopies(Fiber& f) {
   f.open.clear();
 }
 
-void Trampoline() {
+[[noreturn]] void Trampoline() {
   (*g_body)();
   FlushCopies(*g_current);  // copies never waited for still land before the kernel ends
   g_current->state = Fiber::kDone;
-  // Returning resumes uc_link (the scheduler).
+  SwitchContext(g_current->ctx, g_sched);
+  std::abort();  // a finished fiber is never resumed
 }
 
 Fiber& Current(const char* what) {
@@ -101,7 +158,7 @@ const Deposit* WarpRendezvous(const Deposit& mine) {
   Deposit* warp = g_deposit[f.warp][slot];
   warp[f.lane] = mine;
   f.state = Fiber::kWarpBarrier;
-  swapcontext(&f.ctx, &g_sched);
+  SwitchContext(f.ctx, g_sched);
   for (int l = 0; l < kWarp; ++l)
     if (warp[l].op != mine.op) {
       std::fprintf(stderr, "emu: warp %u: lanes %u and %d execute different collectives (%d, %d)\n",
@@ -141,7 +198,7 @@ void SetDynamicSharedBytes(size_t bytes) {
 void SyncThreads() {
   if (g_current == nullptr) return;  // called outside a launch
   g_current->state = Fiber::kBlockBarrier;
-  swapcontext(&g_current->ctx, &g_sched);
+  SwitchContext(g_current->ctx, g_sched);
 }
 
 // ---- cp.async -------------------------------------------------------------------------------
@@ -292,11 +349,7 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
           f.collectives = 0;
           f.open.clear();
           f.groups.clear();
-          getcontext(&f.ctx);
-          f.ctx.uc_stack.ss_sp = f.stack.get();
-          f.ctx.uc_stack.ss_size = kStackBytes;
-          f.ctx.uc_link = &g_sched;
-          makecontext(&f.ctx, Trampoline, 0);
+          MakeContext(f.ctx, f.stack.get(), kStackBytes, Trampoline);
         }
         for (unsigned w = 0; w < nwarps; ++w) warp_waiting[w] = 0;
         int phase = 0;
@@ -314,7 +367,7 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
             f.state = Fiber::kReady;
             threadIdx = f.tid;
             g_current = &f;
-            swapcontext(&g_sched, &f.ctx);
+            SwitchContext(g_sched, f.ctx);
             g_current = nullptr;
             if (f.state == Fiber::kDone) {
               ++finished;

@@ -2,7 +2,7 @@
 // that src/cuda uses, so that the kernels and their host glue can be checked on a machine
 // without a GPU (GPU time is scarce; logic errors are cheaper to find here).
 //
-// Blocks run one after another. The threads of a block are user-space fibers (ucontext)
+// Blocks run one after another. The threads of a block are user-space fibers
 // switched at __syncthreads() and at warp-collective instructions (mma.sync, ldmatrix):
 // each barrier phase runs the threads in forward, reverse or shuffled order, so a missing
 // barrier shows up as a wrong result. A warp-collective instruction is a rendezvous of the
