@@ -879,6 +879,13 @@ size_t StorageBytes(StorageType t) { return t == StorageType::kBF16 ? 2 : 4; }
 int ChunkElems(MathMode m) { return m == MathMode::kBF16 ? 8 : 4; }
 int SliceK(MathMode m) { return m == MathMode::kBF16 ? 32 : 16; }
 
+// Row tile that pads the fewest rows (ties: the larger tile, more reuse per block): 128 for
+// 96, 128, 256, 384 rows; 64 for 48, 64 and 192 (3 x 64 rather than 2 x 128).
+int PickBM(int m) {
+  return CeilDiv(m, TileS::BM) * TileS::BM < CeilDiv(m, TileL::BM) * TileL::BM ? TileS::BM
+                                                                              : TileL::BM;
+}
+
 template <class Tl, class Math>
 constexpr size_t GemmSmem() {
   return size_t(Tl::S) * (Tl::BM + Tl::BN) * 2 * Math::kMmaK * sizeof(typename Math::Smem);
@@ -919,14 +926,14 @@ WgradFn WgradFor(StorageType x, StorageType dy, bool vec) {
 }
 
 // Runs one implicit GEMM (forward, or one phase of backward data): arranges the filter
-// operand described by `ap` and launches. Row tile 128, or 64 when m <= 64.
+// operand described by `ap` and launches. Row tile: PickBM.
 TcLaunchInfo RunTcGemm(const DeviceContext& ctx, MathMode math, TcGemmParams q, int groups,
                        TcArrangeParams ap, StorageType in_type, StorageType out_type) {
   CHECK(math == MathMode::kBF16 || math == MathMode::kTF32) << "tensor-core math mode";
   const bool bf16 = math == MathMode::kBF16;
   const int E = ChunkElems(math), BK = SliceK(math);
   TcLaunchInfo info;
-  info.bm = q.m > 64 ? TileL::BM : TileS::BM;
+  info.bm = PickBM(q.m);
   info.bn = TileL::BN;
   info.stages = TileL::S;
   info.vec = q.n % E == 0 && Aligned(q.in, 16);
@@ -1119,7 +1126,7 @@ TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a)
 
   const int E = ChunkElems(a.math), BK = SliceK(a.math);
   TcLaunchInfo info;
-  info.bm = q.m > 64 ? TileL::BM : TileS::BM;
+  info.bm = PickBM(q.m);
   info.bn = TileL::BN;
   info.stages = TileL::S;
   info.vec = d.n % E == 0 && Aligned(a.x.data, 16) && Aligned(a.dy.data, 16);
