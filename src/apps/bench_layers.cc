@@ -325,6 +325,7 @@ struct Row {
   std::string nchw_algo, nhwc_algo;
   double rel_err = NAN;  // tf32 / bf16: ours against our FP32 kernels
   std::string tile;      // tf32 / bf16: block tile, vector loads, split-K
+  double tile_ms[3] = {NAN, NAN, NAN};  // tf32 / bf16: tiles 128x128, 64x128, 128x256 forced
 };
 
 // ||a - b|| / ||b|| over two device float buffers.
@@ -542,6 +543,11 @@ int Main() {
         r.bytes = op == 0 ? xb + wb + yb : op == 1 ? yb + wb + xb : xb + yb + wb;
         if (tc) {
           cuda::TcLaunchInfo li;
+          for (int t = 1; t <= 3; ++t) {  // each block tile forced, then the automatic choice
+            cuda::SetTcTile(t);
+            r.tile_ms[t - 1] = TimeMs([&] { tcl->Run(op); }, warmup, iters);
+          }
+          cuda::SetTcTile(0);
           r.ours_ms = TimeMs([&] { li = tcl->Run(op); }, warmup, iters);
           r.tile = absl::StrFormat("%dx%d%s%s", li.bm, li.bn, li.vec ? " vec" : " scalar",
                                    op == 2 ? absl::StrFormat(" split %d", li.splits) : "");
@@ -570,11 +576,13 @@ int Main() {
         const double best = std::fmin(r.nchw_ms, r.nhwc_ms);
         if (tc) {
           std::printf("%-6s b%-4d %-10s %-36s ours %8.3f ms %6.1f TFLOP/s (%s) err %.1e %s | "
-                      "cuDNN NCHW %8.3f ms (%s) NHWC %8.3f ms (%s) | ours/best %.2f\n",
+                      "cuDNN NCHW %8.3f ms (%s) NHWC %8.3f ms (%s) | ours/best %.2f | "
+                      "128x128 %.3f 64x128 %.3f 128x256 %.3f\n",
                       r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
                       flops / (r.ours_ms * 1e9), r.tile.c_str(), r.rel_err,
                       r.rel_err < tol ? "ok" : "FAIL", r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
-                      r.nhwc_algo.c_str(), r.ours_ms / best);
+                      r.nhwc_algo.c_str(), r.ours_ms / best, r.tile_ms[0], r.tile_ms[1],
+                      r.tile_ms[2]);
         } else {
           std::printf("%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s | cuDNN NCHW %8.3f ms "
                       "(%s) NHWC %8.3f ms (%s) | ours/best %.2f | v1 %.3f v2 %.3f v3 %.3f\n",
@@ -610,7 +618,7 @@ int Main() {
     std::ofstream f(csv);
     f << "layer,batch,op,shape,gflop,min_mbytes,ours_ms,ours_tflops,cudnn_nchw_ms,cudnn_nchw_algo,"
          "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v1_ms,ours_v2_ms,ours_v3_ms";
-    if (tc) f << ",precision,tc_gemm_tflops,rel_err_vs_fp32,tile";
+    if (tc) f << ",precision,tc_gemm_tflops,rel_err_vs_fp32,tile,ms_128x128,ms_64x128,ms_128x256";
     f << "\n";
     for (const Row& r : rows) {
       f << absl::StrFormat("%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f,%.4f",
@@ -618,7 +626,9 @@ int Main() {
                            r.ours_ms, r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo,
                            r.nhwc_ms, r.nhwc_algo, ceil.copy_tbs, ceil.sgemm_tflops, r.v1_ms,
                            r.v2_ms, r.v3_ms);
-      if (tc) f << absl::StrFormat(",%s,%.1f,%.2e,%s", pname, ceil.tc_tflops, r.rel_err, r.tile);
+      if (tc)
+        f << absl::StrFormat(",%s,%.1f,%.2e,%s,%.4f,%.4f,%.4f", pname, ceil.tc_tflops, r.rel_err,
+                             r.tile, r.tile_ms[0], r.tile_ms[1], r.tile_ms[2]);
       f << "\n";
     }
   }

@@ -33,7 +33,10 @@
 // loaded, the cp.async copies of slice t + kStages - 1 issued, and slice t multiplied.
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -68,14 +71,18 @@ struct Tf32Math {
 
 // Block tile: kWarpsM x kWarpsN warps, each computing (kMT x 16) x (kNT x 8) outputs;
 // BK = 2 mma K-steps (32 bf16 or 16 tf32 elements: 64-byte K-contiguous rows).
-template <int kWarpsM, int kWarpsN, int kMT, int kNT, int kStages>
+template <int kWarpsM, int kWarpsN, int kMT, int kNT, int kStages, int kMinBlocks>
 struct Tile {
   static constexpr int WM = kWarpsM, WN = kWarpsN, MT = kMT, NT = kNT, S = kStages;
+  static constexpr int kBlocksPerSM = kMinBlocks;  // __launch_bounds__: registers per thread
   static constexpr int BM = WM * MT * 16, BN = WN * NT * 8, T = WM * WN * 32;
   static_assert(NT % 2 == 0, "B fragments come in pairs of n8 tiles (one ldmatrix.x4)");
 };
-using TileL = Tile<2, 4, 4, 4, 4>;  // 128 x 128, 8 warps of 64 x 32
-using TileS = Tile<2, 4, 2, 4, 4>;  // 64 x 128, 8 warps of 32 x 32
+using TileL = Tile<2, 4, 4, 4, 4, 2>;  // 128 x 128, 8 warps of 64 x 32, 64 KiB, 2 blocks/SM
+using TileS = Tile<2, 4, 2, 4, 4, 2>;  // 64 x 128, 8 warps of 32 x 32, 48 KiB, 2 blocks/SM
+// 128 x 256, 8 warps of 64 x 64 (128 accumulators per thread), 3 stages = 72 KiB, 1 block/SM:
+// more reuse per shared-memory byte, fewer warps; only when forced (SetTcTile) until measured.
+using TileW = Tile<2, 4, 4, 8, 3, 1>;
 
 // Shared-memory chunk positions (see the file comment).
 template <int kRowChunks>
@@ -353,7 +360,7 @@ __device__ __forceinline__ int64_t OutColumn(const TcGemmParams& p, int jj) {
 // t + T*i: K-row q / (BN/E), column chunk t % (BN/E) (fixed: E consecutive images of one
 // pixel with kVec, else E columns gathered one by one).
 template <class Math, class Tl, class TIn, class TOut, bool kVec>
-__global__ void __launch_bounds__(Tl::T, 2) TcGemmKernel(const TcGemmParams p) {
+__global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcGemmKernel(const TcGemmParams p) {
   using S = typename Math::Smem;
   constexpr int E = Math::kE, BK = 2 * Math::kMmaK;
   constexpr int BM = Tl::BM, BN = Tl::BN, T = Tl::T, ST = Tl::S;
@@ -601,7 +608,7 @@ struct TcWgradParams {
 // chunk t % 4): one j range per thread and slice, decomposed once (kVec: E images of one
 // pixel) or per element.
 template <class Math, class Tl, class TX, class TD, bool kVec>
-__global__ void __launch_bounds__(Tl::T, 2) TcWgradKernel(const TcWgradParams p) {
+__global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const TcWgradParams p) {
   using S = typename Math::Smem;
   constexpr int E = Math::kE, BK = 2 * Math::kMmaK;
   constexpr int BM = Tl::BM, BN = Tl::BN, T = Tl::T, ST = Tl::S;
@@ -879,13 +886,6 @@ size_t StorageBytes(StorageType t) { return t == StorageType::kBF16 ? 2 : 4; }
 int ChunkElems(MathMode m) { return m == MathMode::kBF16 ? 8 : 4; }
 int SliceK(MathMode m) { return m == MathMode::kBF16 ? 32 : 16; }
 
-// Row tile that pads the fewest rows (ties: the larger tile, more reuse per block): 128 for
-// 96, 128, 256, 384 rows; 64 for 48, 64 and 192 (3 x 64 rather than 2 x 128).
-int PickBM(int m) {
-  return CeilDiv(m, TileS::BM) * TileS::BM < CeilDiv(m, TileL::BM) * TileL::BM ? TileS::BM
-                                                                              : TileL::BM;
-}
-
 template <class Tl, class Math>
 constexpr size_t GemmSmem() {
   return size_t(Tl::S) * (Tl::BM + Tl::BN) * 2 * Math::kMmaK * sizeof(typename Math::Smem);
@@ -925,18 +925,73 @@ WgradFn WgradFor(StorageType x, StorageType dy, bool vec) {
                                  : WgradFor<Math, Tl, float>(dy, vec);
 }
 
+// ---- tile choice ----
+// 0: automatic (the row tile that pads the fewest rows, ties to the larger: 128 x 128 for
+// M = 96, 128, 256, 384; 64 x 128 for M = 48, 64, 192); 1: 128 x 128, 2: 64 x 128,
+// 3: 128 x 256 (also COLONNADE_TC_TILE=128x128|64x128|128x256).
+std::mutex g_tile_mu;
+int g_tile = -1;
+
+int TileSetting() {
+  std::lock_guard<std::mutex> lock(g_tile_mu);
+  if (g_tile < 0) {
+    const char* e = std::getenv("COLONNADE_TC_TILE");
+    const std::string v = e == nullptr ? "" : e;
+    g_tile = v == "128x128" ? 1 : v == "64x128" ? 2 : v == "128x256" ? 3 : 0;
+  }
+  return g_tile;
+}
+
+int ChooseTile(int m) {
+  const int t = TileSetting();
+  if (t != 0) return t;
+  return CeilDiv(m, TileS::BM) * TileS::BM < CeilDiv(m, TileL::BM) * TileL::BM ? 2 : 1;
+}
+
+struct Picked {
+  GemmFn gemm = nullptr;
+  WgradFn wgrad = nullptr;
+  size_t smem = 0;
+  int bm = 0, bn = 0, stages = 0, threads = 0;
+};
+template <class Math, class Tl>
+Picked PickFor(bool wgrad, StorageType a, StorageType b, bool vec) {
+  Picked r;
+  if (wgrad) r.wgrad = WgradFor<Math, Tl>(a, b, vec); else r.gemm = GemmFor<Math, Tl>(a, b, vec);
+  r.smem = GemmSmem<Tl, Math>();
+  r.bm = Tl::BM;
+  r.bn = Tl::BN;
+  r.stages = Tl::S;
+  r.threads = Tl::T;
+  return r;
+}
+template <class Math>
+Picked PickMath(int tile, bool wgrad, StorageType a, StorageType b, bool vec) {
+  if (tile == 2) return PickFor<Math, TileS>(wgrad, a, b, vec);
+  if (tile == 3) return PickFor<Math, TileW>(wgrad, a, b, vec);
+  return PickFor<Math, TileL>(wgrad, a, b, vec);
+}
+// a, b: storage of (in, out) for the GEMM kernel, of (x, dy) for the wgrad kernel.
+Picked Pick(MathMode math, int m, bool wgrad, StorageType a, StorageType b, bool vec) {
+  CHECK(math == MathMode::kBF16 || math == MathMode::kTF32) << "tensor-core math mode";
+  const int tile = ChooseTile(m);
+  return math == MathMode::kBF16 ? PickMath<Bf16Math>(tile, wgrad, a, b, vec)
+                                 : PickMath<Tf32Math>(tile, wgrad, a, b, vec);
+}
+
 // Runs one implicit GEMM (forward, or one phase of backward data): arranges the filter
 // operand described by `ap` and launches. Row tile: PickBM.
 TcLaunchInfo RunTcGemm(const DeviceContext& ctx, MathMode math, TcGemmParams q, int groups,
                        TcArrangeParams ap, StorageType in_type, StorageType out_type) {
-  CHECK(math == MathMode::kBF16 || math == MathMode::kTF32) << "tensor-core math mode";
   const bool bf16 = math == MathMode::kBF16;
   const int E = ChunkElems(math), BK = SliceK(math);
+  const bool vec = q.n % E == 0 && Aligned(q.in, 16);
+  const Picked pk = Pick(math, q.m, false, in_type, out_type, vec);
   TcLaunchInfo info;
-  info.bm = PickBM(q.m);
-  info.bn = TileL::BN;
-  info.stages = TileL::S;
-  info.vec = q.n % E == 0 && Aligned(q.in, 16);
+  info.bm = pk.bm;
+  info.bn = pk.bn;
+  info.stages = pk.stages;
+  info.vec = vec;
   q.kp = static_cast<int>(CeilDiv(q.k, BK) * BK);
   q.mp = static_cast<int>(CeilDiv(q.m, info.bm) * info.bm);
   q.plain = (q.out_s == 1 && q.out_oy == 0 && q.out_ox == 0 && q.out_h == q.oh && q.out_w == q.ow)
@@ -960,22 +1015,16 @@ TcLaunchInfo RunTcGemm(const DeviceContext& ctx, MathMode math, TcGemmParams q, 
   q.div_khkw = FastDiv(q.kh * q.kw);
   const dim3 grid(static_cast<unsigned>(CeilDiv(q.j, info.bn)),
                   static_cast<unsigned>(q.mp / info.bm), static_cast<unsigned>(groups));
-  GemmFn fn;
-  size_t smem;
-  if (bf16) {
-    fn = info.bm == 128 ? GemmFor<Bf16Math, TileL>(in_type, out_type, info.vec)
-                        : GemmFor<Bf16Math, TileS>(in_type, out_type, info.vec);
-    smem = info.bm == 128 ? GemmSmem<TileL, Bf16Math>() : GemmSmem<TileS, Bf16Math>();
-  } else {
-    fn = info.bm == 128 ? GemmFor<Tf32Math, TileL>(in_type, out_type, info.vec)
-                        : GemmFor<Tf32Math, TileS>(in_type, out_type, info.vec);
-    smem = info.bm == 128 ? GemmSmem<TileL, Tf32Math>() : GemmSmem<TileS, Tf32Math>();
-  }
-  LaunchDynamicSmem(fn, grid, dim3(TileL::T), smem, ctx.stream, q);
+  LaunchDynamicSmem(pk.gemm, grid, dim3(pk.threads), pk.smem, ctx.stream, q);
   return info;
 }
 
 }  // namespace
+
+void SetTcTile(int tile) {
+  std::lock_guard<std::mutex> lock(g_tile_mu);
+  g_tile = tile;
+}
 
 const char* MathModeName(MathMode m) {
   switch (m) {
@@ -1098,8 +1147,6 @@ TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a)
   const ConvDims& d = a.dims;
   const ConvParams& p = a.conv;
   CheckSizes(d);
-  CHECK(a.math == MathMode::kBF16 || a.math == MathMode::kTF32) << "tensor-core math mode";
-  const bool bf16 = a.math == MathMode::kBF16;
   const int groups = p.groups;
   TcWgradParams q{};
   q.x = a.x.data;
@@ -1125,13 +1172,15 @@ TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a)
   q.div_khkw = FastDiv(q.kh * q.kw);
 
   const int E = ChunkElems(a.math), BK = SliceK(a.math);
+  const bool vec = d.n % E == 0 && Aligned(a.x.data, 16) && Aligned(a.dy.data, 16);
+  const Picked pk = Pick(a.math, q.m, true, a.x.type, a.dy.type, vec);
   TcLaunchInfo info;
-  info.bm = PickBM(q.m);
-  info.bn = TileL::BN;
-  info.stages = TileL::S;
-  info.vec = d.n % E == 0 && Aligned(a.x.data, 16) && Aligned(a.dy.data, 16);
-  // Split the reduction so that about two waves of blocks (two per multiprocessor) are in
-  // flight, each split at least 16 slices long.
+  info.bm = pk.bm;
+  info.bn = pk.bn;
+  info.stages = pk.stages;
+  info.vec = vec;
+  // Split the reduction so that about four blocks per multiprocessor are in flight, each
+  // split at least 16 slices long.
   const int64_t tiles = CeilDiv(q.ncol, info.bn) * CeilDiv(q.m, info.bm) * groups;
   const int64_t want = std::max<int64_t>(1, CeilDiv(int64_t(ctx.sm_count) * 4, tiles));
   const int64_t max_splits = std::max<int64_t>(1, q.jtot / (16 * BK));
@@ -1153,18 +1202,7 @@ TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a)
   const dim3 grid(static_cast<unsigned>(CeilDiv(q.ncol, info.bn)),
                   static_cast<unsigned>(CeilDiv(q.m, info.bm)),
                   static_cast<unsigned>(groups * q.splits));
-  WgradFn fn;
-  size_t smem;
-  if (bf16) {
-    fn = info.bm == 128 ? WgradFor<Bf16Math, TileL>(a.x.type, a.dy.type, info.vec)
-                        : WgradFor<Bf16Math, TileS>(a.x.type, a.dy.type, info.vec);
-    smem = info.bm == 128 ? GemmSmem<TileL, Bf16Math>() : GemmSmem<TileS, Bf16Math>();
-  } else {
-    fn = info.bm == 128 ? WgradFor<Tf32Math, TileL>(a.x.type, a.dy.type, info.vec)
-                        : WgradFor<Tf32Math, TileS>(a.x.type, a.dy.type, info.vec);
-    smem = info.bm == 128 ? GemmSmem<TileL, Tf32Math>() : GemmSmem<TileS, Tf32Math>();
-  }
-  LaunchDynamicSmem(fn, grid, dim3(TileL::T), smem, ctx.stream, q);
+  LaunchDynamicSmem(pk.wgrad, grid, dim3(pk.threads), pk.smem, ctx.stream, q);
   if (q.splits > 1) {
     TcReduceParams rp{ws->f(), a.dw, groups, q.splits, int64_t(q.m) * q.ncol};
     Launch(TcReduceSplitsKernel, GridFor(ctx, groups * rp.per_group), dim3(256), ctx.stream, rp);

@@ -91,6 +91,11 @@ struct TcLaunchInfo {
   int splits = 1;      // split-K factor (backward filter)
 };
 
+// Block tile of the tensor-core kernels: 0 automatic (default), 1: 128 x 128, 2: 64 x 128,
+// 3: 128 x 256 (also COLONNADE_TC_TILE=128x128|64x128|128x256). Results differ between
+// tiles only through the split-K factor of backward filter (FP32 summation order).
+void SetTcTile(int tile);
+
 TcLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a);
 TcLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a);
 TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a);

@@ -266,7 +266,8 @@ class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase>
   }
 
   // Forward with bias and ReLU (every other mode) or without; returns the error.
-  double RunForward(const Mode& mode, uint64_t seed, bool epilogue, int fault = 0) {
+  double RunForward(const Mode& mode, uint64_t seed, bool epilogue, int fault = 0,
+                    std::vector<float>* out = nullptr) {
     std::mt19937_64 rng(seed);
     const Shape xs = XShape(), ys = YShape(), ws = WShape();
     const std::vector<float> x = Random(xs.elements(), rng, mode.in);
@@ -296,10 +297,13 @@ class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase>
     a.y = {gy.data(), mode.out};
     a.fault = fault;
     cuda::ConvForwardTc(Ctx(), a);
-    return RelErr(gy.Download(), r);
+    const std::vector<float> got = gy.Download();
+    if (out) *out = got;
+    return RelErr(got, r);
   }
 
-  double RunBackwardData(const Mode& mode, uint64_t seed, int fault = 0) {
+  double RunBackwardData(const Mode& mode, uint64_t seed, int fault = 0,
+                         std::vector<float>* out = nullptr) {
     std::mt19937_64 rng(seed);
     const Shape xs = XShape(), ys = YShape(), ws = WShape();
     const std::vector<float> dy = Random(ys.elements(), rng, mode.in);
@@ -320,7 +324,9 @@ class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase>
     a.dx = {gdx.data(), mode.out};
     a.fault = fault;
     cuda::ConvBackwardDataTc(Ctx(), a);
-    return RelErr(gdx.Download(), std::vector<float>(ref.data(), ref.data() + ref.size()));
+    const std::vector<float> got = gdx.Download();
+    if (out) *out = got;
+    return RelErr(got, std::vector<float>(ref.data(), ref.data() + ref.size()));
   }
 
   // x and dy in the mode's input storage (dw is FP32).
@@ -385,6 +391,47 @@ TEST_P(TcConvTest, BackwardFilter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TcConvTest, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<ConvCase>& i) {
+                           return CaseName(i.param);
+                         });
+
+// Every block tile (128 x 128, 64 x 128, 128 x 256) meets the bounds, and forward and
+// backward data give the same bits with each (every output sums its K slices in the same
+// order whatever the tile; only backward filter's split-K factor depends on it).
+class TcTileTest : public TcConvTest {};
+
+TEST_P(TcTileTest, EveryTileAgrees) {
+  for (const Mode& m : {Mode{MathMode::kBF16, StorageType::kBF16, StorageType::kBF16},
+                        Mode{MathMode::kTF32, StorageType::kFloat, StorageType::kFloat}}) {
+    std::vector<float> fwd0, bwd0;
+    for (int tile : {1, 2, 3}) {
+      cuda::SetTcTile(tile);
+      std::vector<float> fwd, bwd;
+      const double ef = RunForward(m, 700, true, 0, &fwd);
+      const double eb = RunBackwardData(m, 701, 0, &bwd);
+      const double ew = RunBackwardFilter(m, 702);
+      std::printf("  tile %d %s: fwd %.2e bwd data %.2e bwd filter %.2e\n", tile,
+                  ModeName(m).c_str(), ef, eb, ew);
+      EXPECT_LT(ef, Tolerance(m)) << "tile " << tile;
+      EXPECT_LT(eb, Tolerance(m)) << "tile " << tile;
+      EXPECT_LT(ew, Tolerance(m)) << "tile " << tile;
+      if (tile == 1) {
+        fwd0 = fwd;
+        bwd0 = bwd;
+      } else {
+        EXPECT_EQ(fwd, fwd0) << "forward: tile " << tile << " differs from 128 x 128";
+        EXPECT_EQ(bwd, bwd0) << "backward data: tile " << tile << " differs from 128 x 128";
+      }
+    }
+    cuda::SetTcTile(0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TcTileTest,
+                         ::testing::Values(ConvCase{12, 6, 10, 12, 10, 3, 3, 2, 1, 2, false, false},
+                                           ConvCase{24, 8, 9, 11, 6, 3, 5, 1, 1, 1, false, false},
+                                           ConvCase{64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true,
+                                                    false}),
                          [](const ::testing::TestParamInfo<ConvCase>& i) {
                            return CaseName(i.param);
                          });
