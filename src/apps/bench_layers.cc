@@ -4,13 +4,23 @@
 //
 //   bench_layers --batch_sizes=128,256 --csv=layers.csv
 //
-// cuDNN runs in strict FP32: the convolution descriptors ask for CUDNN_FMA_MATH (no tensor
-// cores, so no TF32) and every chosen algorithm's reported math type is checked. Both of
-// cuDNN's layouts are timed (NCHW and NHWC), each with the best algorithm its find API
-// reports (cudnnFind*AlgorithmEx, which runs them). The card's two ceilings are measured
-// first: a device-to-device copy (bytes read + written per second) and a cuBLAS SGEMM
-// (8192^3, pedantic FP32). Times are medians over --iters runs, timed with CUDA events on
-// one stream.
+// --precision=fp32 (default): our FP32 kernels; cuDNN runs in strict FP32: the convolution
+// descriptors ask for CUDNN_FMA_MATH (no tensor cores, so no TF32) and every chosen
+// algorithm's reported math type is checked.
+// --precision=tf32 | bf16: our tensor-core kernels (conv_tc_kernels.cu; tf32 on float
+// tensors, bf16 on bf16 tensors, FP32 master filters, FP32 dw) next to cuDNN with
+// CUDNN_TENSOR_OP_MATH in the same mode (tf32: float tensors; bf16: bf16 tensors and
+// filters, FP32 compute type); each of our results is checked against our FP32 kernels on the
+// same (bf16-representable) inputs: ||ours - fp32|| / ||fp32|| under 1e-2 (bf16) or 2e-3
+// (tf32), the bounds of tests/cuda/conv_tc_test.cc; a failure makes the exit code 1.
+//
+//   bench_layers --precision=bf16 --batch_sizes=128,256 --csv=layers_bf16.csv
+//
+// Both of cuDNN's layouts are timed (NCHW and NHWC), each with the best algorithm its find
+// API reports (cudnnFind*AlgorithmEx, which runs them). The card's ceilings are measured
+// first: a device-to-device copy (bytes read + written per second), a cuBLAS SGEMM (8192^3,
+// pedantic FP32) and, for tf32/bf16, cublasGemmEx 8192^3 in that mode. Times are medians
+// over --iters runs, timed with CUDA events on one stream.
 
 #include <cudnn.h>
 
@@ -33,6 +43,7 @@
 #include "core/ops.h"
 #include "core/philox.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 
@@ -43,6 +54,9 @@ ABSL_FLAG(int, warmup, 3, "untimed repetitions first");
 ABSL_FLAG(bool, cudnn, true, "also time cuDNN (NCHW and NHWC)");
 ABSL_FLAG(std::string, csv, "", "write the results here as CSV");
 ABSL_FLAG(int64_t, cudnn_workspace_mb, 2048, "largest cuDNN workspace allowed (MiB)");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32 (our FP32 kernels, cuDNN FMA math), tf32 or bf16 (our tensor-core kernels, "
+          "cuDNN tensor-op math in the same mode)");
 
 namespace colonnade {
 namespace {
@@ -51,6 +65,18 @@ namespace {
   do {                                                                                      \
     cudnnStatus_t st_ = (expr);                                                             \
     CHECK(st_ == CUDNN_STATUS_SUCCESS) << #expr << ": " << cudnnGetErrorString(st_);        \
+  } while (0)
+
+// A cuDNN call that may refuse a configuration (bf16 in a layout it does not support):
+// prints the status and gives up on this timing (NaN) instead of aborting the benchmark.
+#define CUDNN_SOFT(expr)                                                                    \
+  do {                                                                                      \
+    cudnnStatus_t st_ = (expr);                                                             \
+    if (st_ != CUDNN_STATUS_SUCCESS) {                                                      \
+      std::fprintf(stderr, "%s: %s\n", #expr, cudnnGetErrorString(st_));                  \
+      *algo = "unsupported";                                                                \
+      return NAN;                                                                           \
+    }                                                                                       \
   } while (0)
 
 cudaStream_t Stream() { return static_cast<cudaStream_t>(cuda::ComputeStream()); }
@@ -87,11 +113,33 @@ void FillRandom(Tensor& t, uint64_t seed) {
   t.CopyFromHost(v);
 }
 
+enum class Precision { kFP32, kTF32, kBF16 };
+
+
+// Random values in [-1, 1) in a buffer that holds float or (for bf16) twice as many bf16.
+void FillRandomAs(Tensor& t, uint64_t seed, Precision prec) {
+  if (prec != Precision::kBF16) {
+    FillRandom(t, seed);
+    return;
+  }
+  Tensor f(Shape{t.size() * 2}, Device::kCUDA);
+  FillRandom(f, seed);
+  const cuda::DeviceContext& ctx = dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)).context();
+  cuda::FloatToBf16Gpu(ctx, f.data(), t.data(), f.size());
+}
+
 struct Ceilings {
   double copy_tbs = 0, sgemm_tflops = 0;
+  double tc_tflops = NAN;  // cublasGemmEx 8192^3 in the tensor-core mode (tf32 / bf16)
 };
 
-Ceilings MeasureCeilings(int iters) {
+#define CUBLAS_CHECK(expr)                                                                 \
+  do {                                                                                     \
+    cublasStatus_t st_ = (expr);                                                           \
+    CHECK(st_ == CUBLAS_STATUS_SUCCESS) << #expr << ": cuBLAS status " << static_cast<int>(st_); \
+  } while (0)
+
+Ceilings MeasureCeilings(int iters, Precision prec) {
   Ceilings c;
   const size_t bytes = size_t(2) << 30;  // 2 GiB each way: far beyond the 60 MB L2
   Tensor a(Shape{int64_t(bytes / 4)}, Device::kCUDA), b(Shape{int64_t(bytes / 4)}, Device::kCUDA);
@@ -108,6 +156,28 @@ Ceilings MeasureCeilings(int iters) {
   ms = TimeMs([&] { ops.Gemm(false, false, n, n, n, 1.0f, x.data(), y.data(), 0.0f, z.data()); }, 2,
               std::max(3, iters / 4));
   c.sgemm_tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+  if (prec != Precision::kFP32) {
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublasCreate(&h));
+    CUBLAS_CHECK(cublasSetStream(h, Stream()));
+    const bool bf16 = prec == Precision::kBF16;
+    Tensor xb(Shape{n * n / 2}, Device::kCUDA), yb(Shape{n * n / 2}, Device::kCUDA);
+    const cuda::DeviceContext& ctx =
+        dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)).context();
+    cuda::FloatToBf16Gpu(ctx, x.data(), xb.data(), n * n);
+    cuda::FloatToBf16Gpu(ctx, y.data(), yb.data(), n * n);
+    const float one = 1.0f, zero = 0.0f;
+    const void* a = bf16 ? static_cast<const void*>(xb.data()) : x.data();
+    const void* b = bf16 ? static_cast<const void*>(yb.data()) : y.data();
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasComputeType_t ct = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+    ms = TimeMs([&] {
+      CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, t, n, b, t, n,
+                                &zero, z.data(), CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT));
+    }, 2, std::max(3, iters / 4));
+    c.tc_tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+    cublasDestroy(h);
+  }
   return c;
 }
 
@@ -125,31 +195,39 @@ const char* MathName(cudnnMathType_t m) {
 class CudnnConv {
  public:
   CudnnConv(cudnnHandle_t h, bool nhwc, int n, int c, int hh, int ww, int f, const ConvParams& p,
-            int oh, int ow, size_t max_ws)
-      : h_(h), max_ws_(max_ws) {
+            int oh, int ow, size_t max_ws, Precision prec = Precision::kFP32)
+      : h_(h), max_ws_(max_ws), prec_(prec) {
     const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    // bf16: bf16 tensors and filters, FP32 compute; tf32 and fp32: float everywhere.
+    const cudnnDataType_t dt = prec == Precision::kBF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    const int64_t per = prec == Precision::kBF16 ? 2 : 1;  // elements per float of storage
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&xd_));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&yd_));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&wd_));
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cd_));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(xd_, fmt, CUDNN_DATA_FLOAT, n, c, hh, ww));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(yd_, fmt, CUDNN_DATA_FLOAT, n, f, oh, ow));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(wd_, CUDNN_DATA_FLOAT, fmt, f, c / p.groups, p.kernel_h,
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(xd_, fmt, dt, n, c, hh, ww));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(yd_, fmt, dt, n, f, oh, ow));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(wd_, dt, fmt, f, c / p.groups, p.kernel_h,
                                            p.kernel_w));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(cd_, p.pad, p.pad, p.stride, p.stride, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionGroupCount(cd_, p.groups));
     // Strict FP32: FMA kernels only (CUDNN_DEFAULT_MATH would allow TF32 tensor cores).
-    CUDNN_CHECK(cudnnSetConvolutionMathType(cd_, CUDNN_FMA_MATH));
-    x_ = Tensor(Shape{int64_t(n) * c * hh * ww}, Device::kCUDA);
+    // tf32 / bf16: tensor-op math.
+    CUDNN_CHECK(cudnnSetConvolutionMathType(
+        cd_, prec == Precision::kFP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+    auto buffer = [&](int64_t elements) {
+      return Tensor(Shape{(elements + per - 1) / per}, Device::kCUDA);
+    };
+    x_ = buffer(int64_t(n) * c * hh * ww);
     dx_ = Tensor(x_.shape(), Device::kCUDA);
-    y_ = Tensor(Shape{int64_t(n) * f * oh * ow}, Device::kCUDA);
+    y_ = buffer(int64_t(n) * f * oh * ow);
     dy_ = Tensor(y_.shape(), Device::kCUDA);
-    w_ = Tensor(Shape{int64_t(f) * (c / p.groups) * p.kernel_h * p.kernel_w}, Device::kCUDA);
+    w_ = buffer(int64_t(f) * (c / p.groups) * p.kernel_h * p.kernel_w);
     dw_ = Tensor(w_.shape(), Device::kCUDA);
-    FillRandom(x_, 3);
-    FillRandom(dy_, 4);
-    FillRandom(w_, 5);
+    FillRandomAs(x_, 3, prec);
+    FillRandomAs(dy_, 4, prec);
+    FillRandomAs(w_, 5, prec);
     ws_ = Tensor(Shape{int64_t(max_ws_ / 4)}, Device::kCUDA);
   }
   ~CudnnConv() {
@@ -167,7 +245,7 @@ class CudnnConv {
     int got = 0;
     if (op == 0) {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-      CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h_, xd_, x_.data(), wd_, w_.data(), cd_,
+      CUDNN_SOFT(cudnnFindConvolutionForwardAlgorithmEx(h_, xd_, x_.data(), wd_, w_.data(), cd_,
                                                          yd_, y_.data(), kMax, &got, perf,
                                                          ws_.data(), max_ws_));
       int best = Pick(perf, got, algo, "fwd");
@@ -180,7 +258,7 @@ class CudnnConv {
       }, warmup, iters);
     } else if (op == 1) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h_, wd_, w_.data(), yd_, dy_.data(),
+      CUDNN_SOFT(cudnnFindConvolutionBackwardDataAlgorithmEx(h_, wd_, w_.data(), yd_, dy_.data(),
                                                               cd_, xd_, dx_.data(), kMax, &got,
                                                               perf, ws_.data(), max_ws_));
       int best = Pick(perf, got, algo, "bwd_data");
@@ -193,7 +271,7 @@ class CudnnConv {
       }, warmup, iters);
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-      CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h_, xd_, x_.data(), yd_,
+      CUDNN_SOFT(cudnnFindConvolutionBackwardFilterAlgorithmEx(h_, xd_, x_.data(), yd_,
                                                                 dy_.data(), cd_, wd_, dw_.data(),
                                                                 kMax, &got, perf, ws_.data(),
                                                                 max_ws_));
@@ -209,13 +287,14 @@ class CudnnConv {
   }
 
  private:
-  // The fastest successful result that uses no tensor cores (results come sorted by time).
+  // The fastest successful result (results come sorted by time); in FP32 one that uses no
+  // tensor cores.
   template <typename Perf>
   int Pick(const Perf* perf, int got, std::string* algo, const char* op) {
     for (int i = 0; i < got; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-      if (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-          perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) {
+      if (prec_ == Precision::kFP32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                                        perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) {
         std::fprintf(stderr, "cuDNN %s offered algo %d with %s math: skipped (TF32 off)\n", op,
                      static_cast<int>(perf[i].algo), MathName(perf[i].mathType));
         continue;
@@ -230,6 +309,7 @@ class CudnnConv {
 
   cudnnHandle_t h_;
   size_t max_ws_;
+  Precision prec_;
   cudnnTensorDescriptor_t xd_, yd_;
   cudnnFilterDescriptor_t wd_;
   cudnnConvolutionDescriptor_t cd_;
@@ -243,6 +323,120 @@ struct Row {
   double ours_ms, nchw_ms, nhwc_ms;
   double v1_ms = NAN, v2_ms = NAN, v3_ms = NAN;  // fwd / bwd data: each kernel version forced
   std::string nchw_algo, nhwc_algo;
+  double rel_err = NAN;  // tf32 / bf16: ours against our FP32 kernels
+  std::string tile;      // tf32 / bf16: block tile, vector loads, split-K
+  double tile_ms[3] = {NAN, NAN, NAN};  // tf32 / bf16: tiles 128x128, 64x128, 128x256 forced
+};
+
+// ||a - b|| / ||b|| over two device float buffers.
+double RelErrGpu(const float* a, const float* b, int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  COLONNADE_CUDA_CHECK(cudaStreamSynchronize(Stream()));
+  COLONNADE_CUDA_CHECK(cudaMemcpy(x.data(), a, n * 4, cudaMemcpyDeviceToHost));
+  COLONNADE_CUDA_CHECK(cudaMemcpy(y.data(), b, n * 4, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return INFINITY;
+    num += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    den += double(y[i]) * y[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Our tensor-core kernels on one layer: x, dy in bf16 (bf16 mode) or float (tf32 mode),
+// FP32 master w, FP32 dw. Times op 0 fwd, 1 bwd data, 2 bwd filter and checks it against
+// our FP32 kernels on the same values.
+class TcLayer {
+ public:
+  TcLayer(Precision prec, const Shape& xs, const Shape& ys, const Shape& wshape,
+          const ConvParams& p)
+      : prec_(prec), p_(p), xs_(xs), ys_(ys), ws_(wshape),
+        ctx_(dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)).context()) {
+    const bool bf16 = prec == Precision::kBF16;
+    st_ = bf16 ? cuda::StorageType::kBF16 : cuda::StorageType::kFloat;
+    auto act = [&](const Shape& s) {
+      return Tensor(Shape{bf16 ? (s.elements() + 1) / 2 : s.elements()}, Device::kCUDA);
+    };
+    // Float values first; bf16 mode rounds them and takes the rounded values back, so that
+    // the FP32 reference sees exactly what our kernels see.
+    xf_ = Tensor(xs, Device::kCUDA);
+    dyf_ = Tensor(ys, Device::kCUDA);
+    w_ = Tensor(wshape, Device::kCUDA);
+    FillRandom(xf_, 6);
+    FillRandom(dyf_, 7);
+    FillRandom(w_, 8);
+    x_ = act(xs);
+    dy_ = act(ys);
+    y_ = act(ys);
+    dx_ = act(xs);
+    dw_ = Tensor(wshape, Device::kCUDA);
+    if (bf16) {
+      cuda::FloatToBf16Gpu(ctx_, xf_.data(), x_.data(), xs.elements());
+      cuda::Bf16ToFloatGpu(ctx_, x_.data(), xf_.data(), xs.elements());
+      cuda::FloatToBf16Gpu(ctx_, dyf_.data(), dy_.data(), ys.elements());
+      cuda::Bf16ToFloatGpu(ctx_, dy_.data(), dyf_.data(), ys.elements());
+    } else {
+      x_ = xf_;
+      dy_ = dyf_;
+    }
+    d_.n = static_cast<int>(xs.n());
+    d_.c = static_cast<int>(xs.c());
+    d_.h = static_cast<int>(xs.h());
+    d_.w = static_cast<int>(xs.w());
+    d_.f = static_cast<int>(ys.c());
+    d_.oh = static_cast<int>(ys.h());
+    d_.ow = static_cast<int>(ys.w());
+  }
+
+  cuda::TcLaunchInfo Run(int op) {
+    cuda::TcConvArgs a;
+    a.dims = d_;
+    a.conv = p_;
+    a.math = prec_ == Precision::kBF16 ? cuda::MathMode::kBF16 : cuda::MathMode::kTF32;
+    a.w = w_.data();
+    if (op == 0) {
+      a.x = {x_.data(), st_};
+      a.y = {y_.data(), st_};
+      return cuda::ConvForwardTc(ctx_, a);
+    }
+    if (op == 1) {
+      a.dy = {dy_.data(), st_};
+      a.dx = {dx_.data(), st_};
+      return cuda::ConvBackwardDataTc(ctx_, a);
+    }
+    a.x = {x_.data(), st_};
+    a.dy = {dy_.data(), st_};
+    a.dw = dw_.data();
+    return cuda::ConvBackwardFilterTc(ctx_, a);
+  }
+
+  // Runs op once more and compares it with our FP32 kernels.
+  double Check(int op) {
+    Run(op);
+    Ops& ops = OpsFor(Device::kCUDA);
+    cuda::SetConvGemmVersion(0);
+    const Shape& s = op == 0 ? ys_ : op == 1 ? xs_ : ws_;
+    Tensor ref(s, Device::kCUDA), got(s, Device::kCUDA);
+    if (op == 0) ops.ConvForward(xf_, w_, ref, p_);
+    if (op == 1) ops.ConvBackwardData(dyf_, w_, ref, p_);
+    if (op == 2) ops.ConvBackwardFilter(xf_, dyf_, ref, p_);
+    const Tensor& out = op == 0 ? y_ : op == 1 ? dx_ : dw_;
+    if (op == 2 || prec_ != Precision::kBF16) {
+      got.CopyFrom(out.Reshaped(s));
+    } else {
+      cuda::Bf16ToFloatGpu(ctx_, out.data(), got.data(), s.elements());
+    }
+    return RelErrGpu(got.data(), ref.data(), s.elements());
+  }
+
+ private:
+  Precision prec_;
+  ConvParams p_;
+  Shape xs_, ys_, ws_;
+  const cuda::DeviceContext& ctx_;
+  cuda::StorageType st_;
+  cuda::ConvDims d_{};
+  Tensor xf_, dyf_, w_, x_, dy_, y_, dx_, dw_;
 };
 
 int Main() {
@@ -250,24 +444,49 @@ int Main() {
     std::fprintf(stderr, "bench_layers: no CUDA device\n");
     return 1;
   }
+  const std::string pname = absl::GetFlag(FLAGS_precision);
+  Precision prec;
+  if (pname == "fp32") {
+    prec = Precision::kFP32;
+  } else if (pname == "tf32") {
+    prec = Precision::kTF32;
+  } else if (pname == "bf16") {
+    prec = Precision::kBF16;
+  } else {
+    std::fprintf(stderr, "bench_layers: --precision must be fp32, tf32 or bf16, not %s\n",
+                 pname.c_str());
+    return 2;
+  }
+  const bool tc = prec != Precision::kFP32;
   absl::Status st = cuda::RegisterBackend(0);
   CHECK(st.ok()) << st;
-  setenv("NVIDIA_TF32_OVERRIDE", "0", 0);
+  // Strict FP32 for every library in fp32 mode; tf32 mode needs TF32 allowed.
+  if (!tc) setenv("NVIDIA_TF32_OVERRIDE", "0", 0);
   const int iters = absl::GetFlag(FLAGS_iters), warmup = absl::GetFlag(FLAGS_warmup);
   std::printf("device: %s\n", cuda::DeviceDescription().c_str());
-  const Ceilings ceil = MeasureCeilings(iters);
-  std::printf("ceilings: copy %.2f TB/s (read+write), cuBLAS SGEMM 8192^3 FP32 %.1f TFLOP/s\n",
+  std::printf("precision: %s\n", pname.c_str());
+  const Ceilings ceil = MeasureCeilings(iters, prec);
+  std::printf("ceilings: copy %.2f TB/s (read+write), cuBLAS SGEMM 8192^3 FP32 %.1f TFLOP/s",
               ceil.copy_tbs, ceil.sgemm_tflops);
+  if (tc) std::printf(", cublasGemmEx 8192^3 %s %.1f TFLOP/s", pname.c_str(), ceil.tc_tflops);
+  std::printf("\n");
   std::fflush(stdout);
+  const double tol = prec == Precision::kBF16 ? 1e-2 : 2e-3;  // tests/cuda/conv_tc_test.cc
 
   cudnnHandle_t h = nullptr;
   if (absl::GetFlag(FLAGS_cudnn)) {
     CUDNN_CHECK(cudnnCreate(&h));
     CUDNN_CHECK(cudnnSetStream(h, Stream()));
-    std::printf("cuDNN %zu, math type FMA (TF32 off)\n", cudnnGetVersion());
+    if (!tc) {
+      std::printf("cuDNN %zu, math type FMA (TF32 off)\n", cudnnGetVersion());
+    } else {
+      std::printf("cuDNN %zu, math type tensor_op, %s data, FP32 compute\n", cudnnGetVersion(),
+                  prec == Precision::kBF16 ? "bf16" : "float (tf32)");
+    }
   }
   Ops& ops = OpsFor(Device::kCUDA);
   std::vector<Row> rows;
+  int failures = 0;
   for (absl::string_view bs : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
     const int batch = std::stoi(std::string(bs));
     ModelOptions mo;
@@ -281,12 +500,6 @@ int Main() {
       const Shape xs = (*net)->blob(e.inputs[0]).shape();
       const Shape ys = (*net)->blob(e.outputs[0]).shape();
       const ConvParams p = conv->conv_params();
-      Tensor x(xs, Device::kCUDA), y(ys, Device::kCUDA), dy(ys, Device::kCUDA),
-          dx(xs, Device::kCUDA);
-      Tensor w(conv->weight().value.shape(), Device::kCUDA), dw(w.shape(), Device::kCUDA);
-      FillRandom(x, 6);
-      FillRandom(dy, 7);
-      FillRandom(w, 8);
       const double flops = 2.0 * ys.elements() * (xs.c() / p.groups) * p.kernel_h * p.kernel_w;
       const std::string shape = absl::StrFormat(
           "%dx%dx%d->%dx%dx%d k%d s%d p%d g%d", xs.c(), xs.h(), xs.w(), ys.c(), ys.h(), ys.w(),
@@ -295,9 +508,24 @@ int Main() {
       if (h) {
         const size_t ws = size_t(absl::GetFlag(FLAGS_cudnn_workspace_mb)) << 20;
         nchw = std::make_unique<CudnnConv>(h, false, batch, xs.c(), xs.h(), xs.w(), ys.c(), p,
-                                           ys.h(), ys.w(), ws);
+                                           ys.h(), ys.w(), ws, prec);
         nhwc = std::make_unique<CudnnConv>(h, true, batch, xs.c(), xs.h(), xs.w(), ys.c(), p,
-                                           ys.h(), ys.w(), ws);
+                                           ys.h(), ys.w(), ws, prec);
+      }
+      std::unique_ptr<TcLayer> tcl;
+      Tensor x, y, dy, dx, w, dw;
+      if (tc) {
+        tcl = std::make_unique<TcLayer>(prec, xs, ys, conv->weight().value.shape(), p);
+      } else {
+        x = Tensor(xs, Device::kCUDA);
+        y = Tensor(ys, Device::kCUDA);
+        dy = Tensor(ys, Device::kCUDA);
+        dx = Tensor(xs, Device::kCUDA);
+        w = Tensor(conv->weight().value.shape(), Device::kCUDA);
+        dw = Tensor(w.shape(), Device::kCUDA);
+        FillRandom(x, 6);
+        FillRandom(dy, 7);
+        FillRandom(w, 8);
       }
       const char* names[3] = {"fwd", "bwd_data", "bwd_filter"};
       for (int op = 0; op < 3; ++op) {
@@ -307,9 +535,25 @@ int Main() {
         r.shape = shape;
         r.batch = batch;
         r.flops = flops;
-        const double xb = xs.elements() * 4.0, yb = ys.elements() * 4.0, wb = w.size() * 4.0;
+        // Fewest bytes: each tensor read or written once, activations in the storage type
+        // (bf16: 2 bytes), filters FP32 (read as masters), dw FP32.
+        const double ab = prec == Precision::kBF16 ? 2.0 : 4.0;
+        const double xb = xs.elements() * ab, yb = ys.elements() * ab,
+                     wb = conv->weight().value.size() * 4.0;
         r.bytes = op == 0 ? xb + wb + yb : op == 1 ? yb + wb + xb : xb + yb + wb;
-        if (op == 0 || op == 1) {
+        if (tc) {
+          cuda::TcLaunchInfo li;
+          for (int t = 1; t <= 3; ++t) {  // each block tile forced, then the automatic choice
+            cuda::SetTcTile(t);
+            r.tile_ms[t - 1] = TimeMs([&] { tcl->Run(op); }, warmup, iters);
+          }
+          cuda::SetTcTile(0);
+          r.ours_ms = TimeMs([&] { li = tcl->Run(op); }, warmup, iters);
+          r.tile = absl::StrFormat("%dx%d%s%s", li.bm, li.bn, li.vec ? " vec" : " scalar",
+                                   op == 2 ? absl::StrFormat(" split %d", li.splits) : "");
+          r.rel_err = tcl->Check(op);
+          if (!(r.rel_err < tol)) ++failures;
+        } else if (op == 0 || op == 1) {
           auto run = [&] {
             if (op == 0) ops.ConvForward(x, w, y, p); else ops.ConvBackwardData(dy, w, dx, p);
           };
@@ -330,11 +574,22 @@ int Main() {
           r.nhwc_ms = nhwc->Time(op, warmup, iters, &r.nhwc_algo);
         }
         const double best = std::fmin(r.nchw_ms, r.nhwc_ms);
-        std::printf("%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s | cuDNN NCHW %8.3f ms "
-                    "(%s) NHWC %8.3f ms (%s) | ours/best %.2f | v1 %.3f v2 %.3f v3 %.3f\n",
-                    r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
-                    flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
-                    r.nhwc_algo.c_str(), r.ours_ms / best, r.v1_ms, r.v2_ms, r.v3_ms);
+        if (tc) {
+          std::printf("%-6s b%-4d %-10s %-36s ours %8.3f ms %6.1f TFLOP/s (%s) err %.1e %s | "
+                      "cuDNN NCHW %8.3f ms (%s) NHWC %8.3f ms (%s) | ours/best %.2f | "
+                      "128x128 %.3f 64x128 %.3f 128x256 %.3f\n",
+                      r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
+                      flops / (r.ours_ms * 1e9), r.tile.c_str(), r.rel_err,
+                      r.rel_err < tol ? "ok" : "FAIL", r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
+                      r.nhwc_algo.c_str(), r.ours_ms / best, r.tile_ms[0], r.tile_ms[1],
+                      r.tile_ms[2]);
+        } else {
+          std::printf("%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s | cuDNN NCHW %8.3f ms "
+                      "(%s) NHWC %8.3f ms (%s) | ours/best %.2f | v1 %.3f v2 %.3f v3 %.3f\n",
+                      r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
+                      flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
+                      r.nhwc_algo.c_str(), r.ours_ms / best, r.v1_ms, r.v2_ms, r.v3_ms);
+        }
         std::fflush(stdout);
         rows.push_back(r);
       }
@@ -342,33 +597,51 @@ int Main() {
   }
   if (h) cudnnDestroy(h);
 
-  // Summary: TFLOP/s against the measured SGEMM ceiling, GB/s against the copy ceiling.
-  std::printf("\n| layer | batch | op | ours ms | ours TFLOP/s | %% of SGEMM | ours GB/s | cuDNN NCHW ms | "
-              "cuDNN NHWC ms | ours / best cuDNN |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  // Summary: TFLOP/s against the measured GEMM ceiling of the mode, GB/s against the copy
+  // ceiling.
+  const double peak = tc ? ceil.tc_tflops : ceil.sgemm_tflops;
+  std::printf("\n| layer | batch | op | ours ms | ours TFLOP/s | %% of %s | ours GB/s | cuDNN NCHW ms | "
+              "cuDNN NHWC ms | ours / best cuDNN |%s\n|---|---|---|---|---|---|---|---|---|---|%s\n",
+              tc ? (pname + " GEMM").c_str() : "SGEMM", tc ? " rel err vs FP32 |" : "",
+              tc ? "---|" : "");
   for (const Row& r : rows) {
     const double tf = r.flops / (r.ours_ms * 1e9);
-    std::printf("| %s | %d | %s | %.3f | %.1f | %.0f%% | %.0f | %.3f | %.3f | %.2f |\n",
-                r.layer.c_str(), r.batch, r.op.c_str(), r.ours_ms, tf,
-                100.0 * tf / ceil.sgemm_tflops, r.bytes / (r.ours_ms * 1e6), r.nchw_ms, r.nhwc_ms,
+    std::printf("| %s | %d | %s | %.3f | %.1f | %.0f%% | %.0f | %.3f | %.3f | %.2f |", r.layer.c_str(),
+                r.batch, r.op.c_str(), r.ours_ms, tf, 100.0 * tf / peak,
+                r.bytes / (r.ours_ms * 1e6), r.nchw_ms, r.nhwc_ms,
                 r.ours_ms / std::fmin(r.nchw_ms, r.nhwc_ms));
+    if (tc) std::printf(" %.1e |", r.rel_err);
+    std::printf("\n");
   }
   const std::string csv = absl::GetFlag(FLAGS_csv);
   if (!csv.empty()) {
     std::string text =
         "layer,batch,op,shape,gflop,min_mbytes,ours_ms,ours_tflops,cudnn_nchw_ms,cudnn_nchw_algo,"
-        "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v1_ms,ours_v2_ms,ours_v3_ms\n";
-    for (const Row& r : rows)
+        "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v1_ms,ours_v2_ms,ours_v3_ms";
+    if (tc) text += ",precision,tc_gemm_tflops,rel_err_vs_fp32,tile,ms_128x128,ms_64x128,ms_128x256";
+    text += "\n";
+    for (const Row& r : rows) {
       text += absl::StrFormat(
-          "%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f,%.4f\n", r.layer,
+          "%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f,%.4f", r.layer,
           r.batch, r.op, r.shape, r.flops / 1e9, r.bytes / 1e6, r.ours_ms,
           r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo, r.nhwc_ms, r.nhwc_algo,
           ceil.copy_tbs, ceil.sgemm_tflops, r.v1_ms, r.v2_ms, r.v3_ms);
+      if (tc)
+        text += absl::StrFormat(",%s,%.1f,%.2e,%s,%.4f,%.4f,%.4f", pname, ceil.tc_tflops,
+                                r.rel_err, r.tile, r.tile_ms[0], r.tile_ms[1], r.tile_ms[2]);
+      text += "\n";
+    }
     // Replaces an earlier table, never a checkpoint, dataset or device (output_file.h).
     if (absl::Status s = WriteTextOutputFile(csv, "--csv", ExistingOutput::kReplaceText, text);
         !s.ok()) {
       std::fprintf(stderr, "bench_layers: error: %s\n", std::string(s.message()).c_str());
       return 1;
     }
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "bench_layers: %d results outside the %s bound %.0e\n", failures,
+                 pname.c_str(), tol);
+    return 1;
   }
   return 0;
 }

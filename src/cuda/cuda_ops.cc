@@ -91,16 +91,49 @@ double CudaOps::Sum(const Tensor& x) {
 }
 
 void CudaOps::ConvForward(const Tensor& x, const Tensor& w, Tensor& y, const ConvParams& p) {
+  if (conv_math_ != MathMode::kFP32) {
+    TcConvArgs a;
+    a.dims = Dims(x, w, y, p);
+    a.conv = p;
+    a.math = conv_math_;
+    a.x.data = x.data();
+    a.w = w.data();
+    a.y.data = y.data();
+    ConvForwardTc(ctx_, a);
+    return;
+  }
   ConvForwardGpu(ctx_, Dims(x, w, y, p), p, x.data(), w.data(), y.data());
 }
 
 void CudaOps::ConvBackwardData(const Tensor& dy, const Tensor& w, Tensor& dx,
                                const ConvParams& p) {
+  if (conv_math_ != MathMode::kFP32) {
+    TcConvArgs a;
+    a.dims = Dims(dx, w, dy, p);
+    a.conv = p;
+    a.math = conv_math_;
+    a.dy.data = dy.data();
+    a.w = w.data();
+    a.dx.data = dx.data();
+    ConvBackwardDataTc(ctx_, a);
+    return;
+  }
   ConvBackwardDataGpu(ctx_, Dims(dx, w, dy, p), p, dy.data(), w.data(), dx.data());
 }
 
 void CudaOps::ConvBackwardFilter(const Tensor& x, const Tensor& dy, Tensor& dw,
                                  const ConvParams& p) {
+  if (conv_math_ != MathMode::kFP32) {
+    TcConvArgs a;
+    a.dims = Dims(x, dw, dy, p);
+    a.conv = p;
+    a.math = conv_math_;
+    a.x.data = x.data();
+    a.dy.data = dy.data();
+    a.dw = dw.data();
+    ConvBackwardFilterTc(ctx_, a);
+    return;
+  }
   ConvBackwardFilterGpu(ctx_, Dims(x, dw, dy, p), p, x.data(), dy.data(), dw.data());
 }
 

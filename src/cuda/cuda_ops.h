@@ -2,6 +2,7 @@
 // conv_kernels.cu, fully connected products cuBLAS in strict FP32 (no TF32: pedantic
 // math mode), everything else ops_kernels.cu. Every call is queued on one stream and
 // returns without waiting, except Sum (which returns a value) and Synchronize.
+// set_conv_math moves the convolutions onto the tensor-core kernels (conv_tc_kernels.cu).
 #pragma once
 
 #include "core/ops.h"
@@ -64,9 +65,17 @@ class CudaOps : public Ops {
   void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) override;
   void Synchronize() override;
 
+  // Convolutions on the tensor cores in this math mode (kTF32 or kBF16: the float tensors
+  // are rounded on their way into the tensor cores, FP32 accumulation; conv_tc_kernels.cu),
+  // or the FP32 kernels (kFP32, the default: results bitwise as always). Used by tests and
+  // benchmarks until the trainer's --precision selects it.
+  void set_conv_math(MathMode m) { conv_math_ = m; }
+  MathMode conv_math() const { return conv_math_; }
+
  private:
   DeviceContext ctx_;
   cublasHandle_t blas_;
+  MathMode conv_math_ = MathMode::kFP32;
 };
 
 }  // namespace colonnade::cuda

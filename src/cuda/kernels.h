@@ -44,6 +44,66 @@ ConvLaunchInfo ConvBackwardFilterGpu(const DeviceContext& ctx, const ConvDims& d
                                      const ConvParams& p, const float* x, const float* dy,
                                      float* dw);
 
+// ---- tensor-core convolutions (conv_tc_kernels.cu) -------------------------------------------
+// The same three implicit GEMMs as above (M = filters, N = output pixels x images with images
+// innermost, K = input channels x kh x kw) on the tensor cores: bf16 operands with
+// mma.sync m16n8k16 or tf32 operands with mma.sync m16n8k8, FP32 accumulators, FP32
+// split-K reduction for backward filter. Activations and gradients may be stored as float
+// (rounded to bf16 / tf32 on their way into the tensor cores) or bf16 (CHWN, same shapes);
+// the filters are always the FP32 masters, rounded when they are arranged for a launch.
+// Not bit-identical to the FP32 kernels: see src/cuda/TC_NOTES.md for the precision.
+enum class MathMode { kFP32, kTF32, kBF16 };
+enum class StorageType { kFloat, kBF16 };
+const char* MathModeName(MathMode m);
+
+struct TcInput {
+  const void* data = nullptr;
+  StorageType type = StorageType::kFloat;
+};
+struct TcOutput {
+  void* data = nullptr;
+  StorageType type = StorageType::kFloat;
+};
+
+// Operands of one tensor-core convolution. Forward: y = conv(x, w) (+ bias, ReLU).
+// Backward data: dx = conv^T(dy, w). Backward filter: dw = corr(x, dy), FP32.
+// All tensors CHWN with the shapes of ConvDims; w and dw F x C/G x KH x KW.
+struct TcConvArgs {
+  ConvDims dims{};
+  ConvParams conv{};
+  MathMode math = MathMode::kBF16;  // kTF32 or kBF16
+  TcInput x;                        // forward, backward filter
+  TcInput dy;                       // backward data, backward filter
+  const float* w = nullptr;         // forward, backward data: FP32 master filters
+  const float* bias = nullptr;      // forward epilogue: y[f] += bias[f] (null: none)
+  bool relu = false;                // forward epilogue: y = max(y, 0) after the bias
+  TcOutput y;                       // forward
+  TcOutput dx;                      // backward data
+  float* dw = nullptr;              // backward filter
+  int fault = 0;  // tests only: 1 drops the first K slice of every tile (a wrong kernel)
+};
+
+// What a tensor-core launch chose (benchmarks and tests of the dispatch).
+struct TcLaunchInfo {
+  int bm = 0, bn = 0;  // block tile
+  bool vec = false;    // 16-byte chunk loads (batch a multiple of the chunk, aligned)
+  int stages = 0;      // shared-memory pipeline depth
+  int splits = 1;      // split-K factor (backward filter)
+};
+
+// Block tile of the tensor-core kernels: 0 automatic (default), 1: 128 x 128, 2: 64 x 128,
+// 3: 128 x 256 (also COLONNADE_TC_TILE=128x128|64x128|128x256). Results differ between
+// tiles only through the split-K factor of backward filter (FP32 summation order).
+void SetTcTile(int tile);
+
+TcLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a);
+TcLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a);
+TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a);
+
+// float <-> bf16 (round to nearest even) on the device, for tests and benchmarks.
+void FloatToBf16Gpu(const DeviceContext& ctx, const float* x, void* y, int64_t n);
+void Bf16ToFloatGpu(const DeviceContext& ctx, const void* x, float* y, int64_t n);
+
 // ---- element-wise and reductions (ops_kernels.cu) -------------------------------------------
 void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v);
 void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta, float* y,

@@ -55,6 +55,37 @@ inline void Launch(void (*kernel)(P), dim3 grid, dim3 block, cudaStream_t stream
 #endif
 }
 
+// The same with `smem_bytes` of dynamic shared memory (COLONNADE_DYNAMIC_SMEM in the
+// kernel). A launch above 48 KiB first raises the kernel's limit (cudaFuncSetAttribute).
+template <typename P>
+inline void LaunchDynamicSmem(void (*kernel)(P), dim3 grid, dim3 block, size_t smem_bytes,
+                              cudaStream_t stream, const P& p) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+#if defined(COLONNADE_CUDA_EMULATE)
+  (void)stream;
+  colonnade::emu::SetDynamicSharedBytes(smem_bytes);
+  colonnade::emu::Launch(grid, block, [&] { kernel(p); });
+#else
+  if (smem_bytes > (48u << 10)) {
+    // Idempotent and cheap next to a convolution; no cache, so no lock.
+    COLONNADE_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(smem_bytes)));
+  }
+  P copy = p;
+  void* args[] = {&copy};
+  COLONNADE_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block,
+                                        args, smem_bytes, stream));
+#endif
+}
+
+// Declares `name`, the block's dynamic shared memory (unsigned char*, 128-byte aligned).
+#if defined(COLONNADE_CUDA_EMULATE)
+#define COLONNADE_DYNAMIC_SMEM(name) unsigned char* name = ::colonnade::emu::DynamicShared()
+#else
+#define COLONNADE_DYNAMIC_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+
 // Unsigned division by a run-time constant with a multiply and a shift (Granlund and
 // Montgomery), for index arithmetic in inner loops. Valid for dividends below 2^31.
 struct FastDiv {
@@ -78,18 +109,21 @@ __device__ __forceinline__ int IMax(int a, int b) { return a > b ? a : b; }
 
 // Asynchronous global -> shared copies (sm_80+ cp.async): 16 or 4 bytes, zero-filled when
 // `ok` is false (the source is then not read). Commit closes a group of copies; Wait<N>
-// blocks until at most N of this thread's groups are still in flight. The emulator copies
-// at once, so it checks the barriers around the copies but not the waits.
+// blocks until at most N of this thread's groups are still in flight. On the emulator a
+// copy lands at a random moment between its issue and its wait, so both the waits and the
+// barriers around the copies are checked.
 #if defined(COLONNADE_CUDA_EMULATE)
 inline void CpAsync16(void* smem, const void* gmem, bool ok) {
-  if (ok) std::memcpy(smem, gmem, 16); else std::memset(smem, 0, 16);
+  colonnade::emu::CpAsync(smem, gmem, 16, ok ? 16 : 0);
 }
 inline void CpAsync4(void* smem, const void* gmem, bool ok) {
-  if (ok) std::memcpy(smem, gmem, 4); else std::memset(smem, 0, 4);
+  colonnade::emu::CpAsync(smem, gmem, 4, ok ? 4 : 0);
 }
-inline void CpAsyncCommit() {}
+inline void CpAsyncCommit() { colonnade::emu::CpAsyncCommit(); }
 template <int N>
-inline void CpAsyncWait() {}
+inline void CpAsyncWait() {
+  colonnade::emu::CpAsyncWait(N);
+}
 #elif defined(__CUDACC__)
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool ok) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <random>
 #include <vector>
@@ -15,39 +16,310 @@ uint3 blockIdx;
 dim3 blockDim;
 dim3 gridDim;
 
+// ---- fiber context switch ------------------------------------------------------------------
+// On x86-64 a switch saves the callee-saved registers and the stack pointer and restores the
+// other fiber's (no system call: ucontext's swapcontext also saves the signal mask, a
+// system call per switch, which dominated the run time of kernels with warp-collective
+// instructions). Elsewhere ucontext.
+#if defined(__x86_64__)
+extern "C" void colonnade_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl colonnade_emu_switch
+  .type colonnade_emu_switch, @function
+colonnade_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size colonnade_emu_switch, .-colonnade_emu_switch
+)");
+struct Context {
+  void* sp = nullptr;
+};
+// A fresh context that starts `entry` (which must never return) on `stack`.
+inline void MakeContext(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15);
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                              // entry's (unused) return address slot
+  *--sp = reinterpret_cast<void*>(entry);       // colonnade_emu_switch's `ret` goes here
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp, rbx, r12-r15
+  c.sp = sp;
+}
+inline void SwitchContext(Context& from, Context& to) { colonnade_emu_switch(&from.sp, to.sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void MakeContext(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+inline void SwitchContext(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
 namespace colonnade::emu {
 namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;
+constexpr int kWarp = 32;
+constexpr int kMaxWarps = 32;  // 1024 threads
 
-struct Fiber {
-  ucontext_t ctx;
-  std::unique_ptr<char[]> stack;
-  uint3 tid;
-  bool done = false;
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  int bytes, src_bytes;
 };
 
-ucontext_t g_sched;
+void Land(const PendingCopy& c) {
+  if (c.src_bytes > 0) std::memcpy(c.dst, c.src, static_cast<size_t>(c.src_bytes));
+  if (c.bytes > c.src_bytes)
+    std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, static_cast<size_t>(c.bytes - c.src_bytes));
+}
+
+struct Fiber {
+  enum State { kReady, kBlockBarrier, kWarpBarrier, kDone };
+  Context ctx;
+  std::unique_ptr<char[]> stack;
+  uint3 tid;
+  unsigned warp = 0, lane = 0;
+  State state = kReady;
+  uint64_t collectives = 0;  // warp-collective instructions executed (picks a deposit slot)
+  std::vector<PendingCopy> open;                 // cp.async copies not yet committed
+  std::vector<std::vector<PendingCopy>> groups;  // committed groups, oldest first
+};
+
+Context g_sched;
 Fiber* g_current = nullptr;
 const std::function<void()>* g_body = nullptr;
 int g_order = 2;
 std::mt19937 g_rng(12345);
+std::mt19937 g_copy_rng(777);
+alignas(128) unsigned char g_dynamic_smem[kDynamicSharedBytes];
+size_t g_dynamic_bytes = 0;
 
-void Trampoline() {
-  (*g_body)();
-  g_current->done = true;
-  // Returning resumes uc_link (the scheduler).
+// What one lane brings to a warp-collective instruction. Two slots per warp, used
+// alternately: a lane can only reach collective i+2 after every lane has left the
+// rendezvous of collective i+1, hence after every lane has read collective i's slot.
+struct Deposit {
+  int op;
+  uint32_t a[4], b[2];
+  const void* addr;
+};
+Deposit g_deposit[kMaxWarps][2][kWarp];
+
+void FlushCopies(Fiber& f) {
+  for (auto& g : f.groups)
+    for (const PendingCopy& c : g) Land(c);
+  for (const PendingCopy& c : f.open) Land(c);
+  f.groups.clear();
+  f.open.clear();
 }
+
+[[noreturn]] void Trampoline() {
+  (*g_body)();
+  FlushCopies(*g_current);  // copies never waited for still land before the kernel ends
+  g_current->state = Fiber::kDone;
+  SwitchContext(g_current->ctx, g_sched);
+  std::abort();  // a finished fiber is never resumed
+}
+
+Fiber& Current(const char* what) {
+  if (g_current == nullptr) {
+    std::fprintf(stderr, "emu: %s outside a kernel\n", what);
+    std::abort();
+  }
+  return *g_current;
+}
+
+// Deposits this lane's operands, waits until all lanes of the warp have, and returns the
+// warp's deposits (indexed by lane).
+const Deposit* WarpRendezvous(const Deposit& mine) {
+  Fiber& f = Current("warp-collective instruction");
+  if ((f.warp + 1) * kWarp > blockDim.x * blockDim.y * blockDim.z) {
+    std::fprintf(stderr, "emu: warp-collective instruction in a partial warp\n");
+    std::abort();
+  }
+  const unsigned slot = static_cast<unsigned>(f.collectives++ & 1);
+  Deposit* warp = g_deposit[f.warp][slot];
+  warp[f.lane] = mine;
+  f.state = Fiber::kWarpBarrier;
+  SwitchContext(f.ctx, g_sched);
+  for (int l = 0; l < kWarp; ++l)
+    if (warp[l].op != mine.op) {
+      std::fprintf(stderr, "emu: warp %u: lanes %u and %d execute different collectives (%d, %d)\n",
+                   f.warp, f.lane, l, mine.op, warp[l].op);
+      std::abort();
+    }
+  return warp;
+}
+
+void Reorder(std::vector<unsigned>& v, int phase) {
+  if (g_order == 1 || (g_order == 2 && phase % 3 == 1)) std::reverse(v.begin(), v.end());
+  if (g_order == 2 && phase % 3 == 2) std::shuffle(v.begin(), v.end(), g_rng);
+}
+
+float Bf16(uint32_t reg, int half) {
+  return __uint_as_float(half ? (reg & 0xffff0000u) : (reg << 16));
+}
+// The tensor cores read a .tf32 operand register as its sign, exponent and 10 leading
+// significand bits: the 13 low bits are ignored (the kernel rounds with cvt.rna first).
+float Tf32(uint32_t reg) { return __uint_as_float(reg & 0xffffe000u); }
 
 }  // namespace
 
 void SetScheduleOrder(int order) { g_order = order; }
 
-void SyncThreads() {
-  if (g_current == nullptr) return;  // called outside a launch
-  swapcontext(&g_current->ctx, &g_sched);
+unsigned char* DynamicShared() { return g_dynamic_smem; }
+
+void SetDynamicSharedBytes(size_t bytes) {
+  if (bytes > kDynamicSharedBytes) {
+    std::fprintf(stderr, "emu: %zu bytes of dynamic shared memory requested, limit %zu\n", bytes,
+                 kDynamicSharedBytes);
+    std::abort();
+  }
+  g_dynamic_bytes = bytes;
 }
 
+void SyncThreads() {
+  if (g_current == nullptr) return;  // called outside a launch
+  g_current->state = Fiber::kBlockBarrier;
+  SwitchContext(g_current->ctx, g_sched);
+}
+
+// ---- cp.async -------------------------------------------------------------------------------
+void CpAsync(void* dst, const void* src, int bytes, int src_bytes) {
+  Fiber& f = Current("cp.async");
+  const PendingCopy c{dst, src, bytes, src_bytes};
+  if (g_copy_rng() & 1) Land(c); else f.open.push_back(c);  // lands now, or at its wait
+}
+void CpAsyncCommit() {
+  Fiber& f = Current("cp.async.commit_group");
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+}
+void CpAsyncWait(int newest_pending) {
+  Fiber& f = Current("cp.async.wait_group");
+  const size_t keep = static_cast<size_t>(newest_pending < 0 ? 0 : newest_pending);
+  while (f.groups.size() > keep) {
+    for (const PendingCopy& c : f.groups.front()) Land(c);
+    f.groups.erase(f.groups.begin());
+  }
+}
+
+// ---- warp-collective matrix instructions ------------------------------------------------------
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 / mma.m16n8k8"). For lane l:
+// group = l >> 2, tig = l % 4 (thread in group). A is 16 x K row-major, B is K x 8 column-major,
+// C and D are 16 x 8.
+//
+// m16n8k16 .bf16 (each .b32 register holds two bf16, the lower-numbered element in bits 0-15):
+//   A regs a[0..3] = elements a0..a7:  a0,a1: (group,     2*tig + {0,1})
+//                                      a2,a3: (group + 8, 2*tig + {0,1})
+//                                      a4,a5: (group,     2*tig + 8 + {0,1})
+//                                      a6,a7: (group + 8, 2*tig + 8 + {0,1})
+//   B regs b[0..1] = elements b0..b3:  b0,b1: (k = 2*tig + {0,1},     n = group)
+//                                      b2,b3: (k = 2*tig + 8 + {0,1}, n = group)
+// m16n8k8 .tf32 (one element per register):
+//   A: a0: (group, tig)  a1: (group + 8, tig)  a2: (group, tig + 4)  a3: (group + 8, tig + 4)
+//   B: b0: (k = tig, n = group)  b1: (k = tig + 4, n = group)
+// C/D (.f32, both shapes): c0,c1: (group, 2*tig + {0,1})  c2,c3: (group + 8, 2*tig + {0,1})
+//
+// So lane l holds A(r, k) for bf16 in lane (r % 8) * 4 + (k % 8) / 2, register
+// (r >= 8) + 2 * (k >= 8), half k % 2; for tf32 in lane (r % 8) * 4 + k % 4, register
+// (r >= 8) + 2 * (k >= 4). B(k, n): bf16 lane n * 4 + (k % 8) / 2, register k >= 8, half
+// k % 2; tf32 lane n * 4 + k % 4, register k >= 4. Every product of two bf16 (8-bit
+// significands) or two tf32 (11-bit) values is exact in FP32; the products are added to c
+// in FP32 in k order, as the tensor cores accumulate in (at least) FP32.
+enum CollectiveOp { kOpMmaBf16 = 1, kOpMmaTf32 = 2, kOpLdMatrix = 16 };
+
+namespace {
+template <bool kBf16>
+void Mma(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+  Deposit mine{};
+  mine.op = kBf16 ? kOpMmaBf16 : kOpMmaTf32;
+  for (int i = 0; i < 4; ++i) mine.a[i] = a[i];
+  mine.b[0] = b[0];
+  mine.b[1] = b[1];
+  const float cin[4] = {c[0], c[1], c[2], c[3]};  // d may alias c
+  const Deposit* w = WarpRendezvous(mine);
+  const unsigned lane = g_current->lane, group = lane >> 2, tig = lane & 3;
+  constexpr int K = kBf16 ? 16 : 8;
+  auto A = [&](int r, int k) {
+    if (kBf16) return Bf16(w[(r % 8) * 4 + (k % 8) / 2].a[(r >= 8) + 2 * (k >= 8)], k % 2);
+    return Tf32(w[(r % 8) * 4 + k % 4].a[(r >= 8) + 2 * (k >= 4)]);
+  };
+  auto B = [&](int k, int n) {
+    if (kBf16) return Bf16(w[n * 4 + (k % 8) / 2].b[k >= 8], k % 2);
+    return Tf32(w[n * 4 + k % 4].b[k >= 4]);
+  };
+  for (int i = 0; i < 4; ++i) {
+    const int r = static_cast<int>(group) + (i >= 2 ? 8 : 0);
+    const int n = static_cast<int>(2 * tig) + (i & 1);
+    float acc = cin[i];
+    for (int k = 0; k < K; ++k) acc += A(r, k) * B(k, n);
+    d[i] = acc;
+  }
+}
+}  // namespace
+
+void MmaBf16m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+  Mma<true>(d, a, b, c);
+}
+void MmaTf32m16n8k8(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+  Mma<false>(d, a, b, c);
+}
+
+// ldmatrix.m8n8.b16: matrix i (i < count) is 8 rows of 16 bytes whose addresses lanes
+// 8i .. 8i+7 supply (16-byte aligned). Without .trans lane l receives in r[i] the elements
+// (row l / 4, columns 2 * (l % 4) and 2 * (l % 4) + 1) of matrix i, lower column in bits
+// 0-15; with .trans it receives (rows 2 * (l % 4) and 2 * (l % 4) + 1, column l / 4), i.e.
+// the same positions of the transposed matrix. Reading 32-bit elements as pairs of b16 makes
+// the non-transposed form deliver (row l / 4, 32-bit column l % 4): the tf32 fragments.
+void LdMatrix(uint32_t* r, int count, bool trans, const void* row_address) {
+  Deposit mine{};
+  mine.op = kOpLdMatrix + count * 2 + (trans ? 1 : 0);
+  mine.addr = row_address;
+  const unsigned lane = Current("ldmatrix").lane;
+  if (lane < 8u * static_cast<unsigned>(count) &&
+      (reinterpret_cast<uintptr_t>(row_address) & 15) != 0) {
+    std::fprintf(stderr, "emu: ldmatrix row address %p of lane %u is not 16-byte aligned\n",
+                 row_address, lane);
+    std::abort();
+  }
+  const Deposit* w = WarpRendezvous(mine);
+  for (int i = 0; i < count; ++i) {
+    uint16_t lo, hi;
+    if (!trans) {
+      const uint16_t* row = static_cast<const uint16_t*>(w[8 * i + lane / 4].addr);
+      lo = row[2 * (lane % 4)];
+      hi = row[2 * (lane % 4) + 1];
+    } else {
+      lo = static_cast<const uint16_t*>(w[8 * i + 2 * (lane % 4)].addr)[lane / 4];
+      hi = static_cast<const uint16_t*>(w[8 * i + 2 * (lane % 4) + 1].addr)[lane / 4];
+    }
+    r[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+}
+
+// ---- the scheduler ------------------------------------------------------------------------------
+// One block at a time. A barrier phase starts with every live thread ready, in forward,
+// reverse or shuffled order; a thread runs until it reaches __syncthreads (it then waits
+// for the next phase), a warp-collective instruction (it waits until the other lanes of its
+// warp arrive, then the warp's lanes are queued again, in the phase's order), or its end.
 void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
   const unsigned nt = block.x * block.y * block.z;
   if (nt == 0 || nt > 1024) {
@@ -57,48 +329,80 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
   gridDim = grid;
   blockDim = block;
   g_body = &body;
+  const unsigned nwarps = (nt + kWarp - 1) / kWarp;
   std::vector<Fiber> fibers(nt);
   for (Fiber& f : fibers) f.stack.reset(new char[kStackBytes]);
-  std::vector<unsigned> order(nt);
+  std::vector<unsigned> order, lanes;
+  std::vector<unsigned> warp_waiting(nwarps);
+  std::deque<unsigned> ready;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         blockIdx = uint3{bx, by, bz};
+        if (g_dynamic_bytes > 0) std::memset(g_dynamic_smem, 0xff, g_dynamic_bytes);
         for (unsigned t = 0; t < nt; ++t) {
           Fiber& f = fibers[t];
           f.tid = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-          f.done = false;
-          getcontext(&f.ctx);
-          f.ctx.uc_stack.ss_sp = f.stack.get();
-          f.ctx.uc_stack.ss_size = kStackBytes;
-          f.ctx.uc_link = &g_sched;
-          makecontext(&f.ctx, Trampoline, 0);
+          f.warp = t / kWarp;
+          f.lane = t % kWarp;
+          f.state = Fiber::kReady;
+          f.collectives = 0;
+          f.open.clear();
+          f.groups.clear();
+          MakeContext(f.ctx, f.stack.get(), kStackBytes, Trampoline);
         }
-        for (unsigned t = 0; t < nt; ++t) order[t] = t;
+        for (unsigned w = 0; w < nwarps; ++w) warp_waiting[w] = 0;
         int phase = 0;
         while (true) {
-          if (g_order == 1 || (g_order == 2 && phase % 3 == 1)) std::reverse(order.begin(), order.end());
-          if (g_order == 2 && phase % 3 == 2) std::shuffle(order.begin(), order.end(), g_rng);
-          unsigned finished = 0, waiting = 0;
-          for (unsigned t : order) {
+          order.clear();
+          for (unsigned t = 0; t < nt; ++t)
+            if (fibers[t].state != Fiber::kDone) order.push_back(t);
+          Reorder(order, phase);
+          ready.assign(order.begin(), order.end());
+          unsigned finished = 0, at_barrier = 0;
+          while (!ready.empty()) {
+            const unsigned t = ready.front();
+            ready.pop_front();
             Fiber& f = fibers[t];
-            if (f.done) continue;
+            f.state = Fiber::kReady;
             threadIdx = f.tid;
             g_current = &f;
-            swapcontext(&g_sched, &f.ctx);
+            SwitchContext(g_sched, f.ctx);
             g_current = nullptr;
-            if (f.done) ++finished; else ++waiting;
+            if (f.state == Fiber::kDone) {
+              ++finished;
+            } else if (f.state == Fiber::kBlockBarrier) {
+              ++at_barrier;
+            } else if (f.state == Fiber::kWarpBarrier) {
+              const unsigned w = f.warp;
+              const unsigned size = std::min<unsigned>(kWarp, nt - w * kWarp);
+              if (++warp_waiting[w] == size) {
+                warp_waiting[w] = 0;
+                lanes.clear();
+                for (unsigned l = 0; l < size; ++l) lanes.push_back(w * kWarp + l);
+                Reorder(lanes, phase);
+                for (unsigned l : lanes) ready.push_back(l);
+              }
+            }
           }
-          if (waiting == 0) break;
+          for (unsigned w = 0; w < nwarps; ++w)
+            if (warp_waiting[w] != 0) {
+              std::fprintf(stderr,
+                           "emu: %u lanes of warp %u wait at a warp-collective instruction that "
+                           "the warp's other lanes do not reach\n", warp_waiting[w], w);
+              std::abort();
+            }
+          if (at_barrier == 0) break;
           if (finished != 0) {
             std::fprintf(stderr, "emu: %u threads left the kernel while %u wait at a barrier\n",
-                         finished, waiting);
+                         finished, at_barrier);
             std::abort();
           }
           ++phase;
         }
       }
   g_body = nullptr;
+  g_dynamic_bytes = 0;
 }
 
 }  // namespace colonnade::emu
@@ -144,6 +448,10 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind k,
                             cudaStream_t) {
   return cudaMemcpy(dst, src, n, k);
+}
+cudaError_t cudaMemset(void* p, int v, size_t n) {
+  std::memset(p, v, n);
+  return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t) {
   std::memset(p, v, n);

@@ -2,16 +2,25 @@
 // that src/cuda uses, so that the kernels and their host glue can be checked on a machine
 // without a GPU (GPU time is scarce; logic errors are cheaper to find here).
 //
-// Blocks run one after another. The threads of a block are user-space fibers (ucontext)
-// switched at __syncthreads(); each barrier phase runs the threads in forward, reverse or
-// shuffled order, so a missing barrier shows up as a wrong result. __shared__ becomes
-// `static`, which is per-block memory because blocks run sequentially. Not emulated: warp
-// intrinsics, atomics, timing. Build: COLONNADE_CUDA_EMULATION=ON (tests/cuda).
+// Blocks run one after another. The threads of a block are user-space fibers
+// switched at __syncthreads() and at warp-collective instructions (mma.sync, ldmatrix):
+// each barrier phase runs the threads in forward, reverse or shuffled order, so a missing
+// barrier shows up as a wrong result. A warp-collective instruction is a rendezvous of the
+// 32 fibers of one warp: every lane deposits its operands, and only when all 32 have
+// arrived does any lane compute its results (from every lane's deposit, with the PTX
+// fragment layouts). cp.async copies land at a random moment between their issue and the
+// cp.async.wait_group that retires them (deterministic seed), so a read of a stage before
+// its wait, or a copy into a stage that other threads still read, shows up as well.
+// __shared__ becomes `static`, which is per-block memory because blocks run sequentially;
+// dynamic shared memory (COLONNADE_DYNAMIC_SMEM) is one static buffer, poisoned with 0xFF
+// bytes (NaN) at the start of every block. Not emulated: shuffles and votes, atomics, timing.
+// Build: COLONNADE_CUDA_EMULATION=ON (tests/cuda).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 
 #define __global__
@@ -35,6 +44,14 @@ struct alignas(16) float4 {
 struct alignas(8) float2 {
   float x, y;
 };
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
@@ -51,6 +68,41 @@ inline T __ldg(const T* p) {
   return *p;
 }
 inline float __fdividef(float a, float b) { return a / b; }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- bf16 (cuda_bf16.h): storage type and round-to-nearest-even conversions --------------
+struct __nv_bfloat16 {
+  unsigned short __x;
+};
+struct alignas(4) __nv_bfloat162 {
+  __nv_bfloat16 x, y;
+};
+// Round to nearest, ties to even, as cvt.rn.bf16.f32 does; NaN stays a (quiet) NaN.
+inline unsigned short EmuFloatToBf16Bits(float f) {
+  const unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<unsigned short>((u >> 16) | 0x0040u);
+  const unsigned lsb = (u >> 16) & 1u;
+  return static_cast<unsigned short>((u + 0x7fffu + lsb) >> 16);
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{EmuFloatToBf16Bits(f)}; }
+inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float(unsigned(h.__x) << 16); }
+inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) {
+  return __nv_bfloat162{__float2bfloat16_rn(lo), __float2bfloat16_rn(hi)};
+}
+inline float __low2float(__nv_bfloat162 h) { return __bfloat162float(h.x); }
+inline float __high2float(__nv_bfloat162 h) { return __bfloat162float(h.y); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv_bfloat16{u}; }
 
 namespace colonnade::emu {
 void SyncThreads();
@@ -58,6 +110,28 @@ void SyncThreads();
 void Launch(dim3 grid, dim3 block, const std::function<void()>& body);
 // Thread order inside each barrier phase: 0 forward, 1 reverse, 2 shuffled (default 2).
 void SetScheduleOrder(int order);
+
+// Dynamic shared memory of the running block (kDynamicSharedBytes, 128-byte aligned).
+constexpr size_t kDynamicSharedBytes = 232448;  // the H200's per-block opt-in limit
+unsigned char* DynamicShared();
+// Checks a launch's dynamic shared-memory request against the limit.
+void SetDynamicSharedBytes(size_t bytes);
+
+// cp.async: copies `src_bytes` of `bytes` (the rest zero-filled) at some moment between
+// now and the CpAsyncWait that retires the group this copy is committed with.
+void CpAsync(void* dst, const void* src, int bytes, int src_bytes);
+void CpAsyncCommit();
+void CpAsyncWait(int newest_pending);  // cp.async.wait_group N
+
+// Warp-collective matrix instructions (one call per lane; all 32 lanes of the warp must
+// make the same call). Layouts: see emu_runtime.cc.
+//   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d = a * b + c
+void MmaBf16m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
+//   mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: d = a * b + c
+void MmaTf32m16n8k8(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
+//   ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16: lane l supplies the address of
+//   row l % 8 of matrix l / 8 (lanes beyond 8 * count are ignored); r[i] receives matrix i.
+void LdMatrix(uint32_t* r, int count, bool trans, const void* row_address);
 }  // namespace colonnade::emu
 
 inline void __syncthreads() { colonnade::emu::SyncThreads(); }
@@ -97,6 +171,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind k);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind k,
                             cudaStream_t s = nullptr);
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s = nullptr);
+cudaError_t cudaMemset(void* p, int v, size_t n);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
@@ -119,4 +194,5 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            int n, int k, const float* alpha, const float* a, int lda,
                            const float* b, int ldb, const float* beta, float* c, int ldc);
 cudaError_t cudaDriverGetVersion(int* v);
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 cudaError_t cudaRuntimeGetVersion(int* v);

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One command for the GPU machine that checks and times the tensor-core convolutions
+# (src/cuda/conv_tc_kernels.cu; notes in src/cuda/TC_NOTES.md): build, the compiler's
+# resource report and the SASS instruction mix per kernel, the tensor-core tests (every
+# kernel against the CPU reference, the negative controls), compute-sanitizer on two small
+# cases, and bench_layers in bf16 and tf32 (ours vs cuDNN in the same math mode, per AlexNet
+# layer, checked against our FP32 kernels). Logs go to OUTDIR; a short summary is printed last.
+#
+#   scripts/tc_check.sh OUTDIR
+#
+# Knobs: BUILD_DIR (default build-gpu), BATCHES (default 128,256), SANITIZE=0 to skip the
+# sanitizer, SKIP_BENCH=1, PRECISIONS (default bf16,tf32). Where /opt/absl/usr exists it is
+# used as in gpu_check.sh.
+set -uo pipefail
+OUT=${1:?usage: tc_check.sh OUTDIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD_DIR:-$ROOT/build-gpu}
+BATCHES=${BATCHES:-128,256}
+PRECISIONS=${PRECISIONS:-bf16,tf32}
+PREFIX=()
+if [ -d /opt/absl/usr ]; then
+  PREFIX=(-DCMAKE_PREFIX_PATH=/opt/absl/usr)
+  export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+fi
+status() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.md" >&2; }
+: > "$OUT/summary.md"
+
+{ date -u; nvidia-smi || true; nvcc --version | tail -2; echo "commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null)"; } \
+  > "$OUT/build.log" 2>&1
+t0=$(date +%s)
+if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+     -DCOLONNADE_CUDA=ON "${PREFIX[@]}" >> "$OUT/build.log" 2>&1 ||
+   ! cmake --build "$BUILD" -j16 --target colonnade_cuda cuda_tests bench_layers >> "$OUT/build.log" 2>&1; then
+  status "build FAILED (see build.log)"; grep -E "error" "$OUT/build.log" | head -30; exit 1
+fi
+status "build ok in $(( $(date +%s) - t0 )) s"
+
+# Resource report (registers, spills, shared memory) and SASS mix of every tensor-core kernel.
+nvcc -O3 -DNDEBUG -gencode=arch=compute_90,code=sm_90 -std=c++17 -DCOLONNADE_WITH_CUDA=1 \
+  -I"$ROOT/src" -c "$ROOT/src/cuda/conv_tc_kernels.cu" -o "$OUT/conv_tc_kernels.o" -Xptxas -v \
+  > "$OUT/ptxas.log" 2>&1
+status "ptxas: $(grep -c 'Used' "$OUT/ptxas.log") kernels, $(grep -cE '[1-9][0-9]* bytes spill stores' "$OUT/ptxas.log") with spills"
+if command -v cuobjdump > /dev/null; then
+  cuobjdump --dump-sass "$OUT/conv_tc_kernels.o" > "$OUT/sass.txt" 2>&1
+  awk '/Function :/ {f=$3} /HMMA/ {h[f]++} /LDSM/ {l[f]++} /LDGSTS/ {c[f]++} /LDL|STL/ {s[f]++}
+       END {for (k in h) printf "%5d HMMA %4d LDSM %4d LDGSTS %3d LDL/STL  %s\n", h[k], l[k], c[k], s[k], k}' \
+    "$OUT/sass.txt" | sort -k8 > "$OUT/sass_summary.txt"
+  rm -f "$OUT/sass.txt" "$OUT/conv_tc_kernels.o"
+  status "SASS: $(wc -l < "$OUT/sass_summary.txt") kernels with HMMA; HMMA forms: $(cuobjdump --dump-sass "$BUILD/src/cuda/CMakeFiles/colonnade_cuda.dir/conv_tc_kernels.cu.o" 2>/dev/null | grep -oE 'HMMA\.[0-9A-Z.]+' | sort | uniq -c | tr '\n' ' ')"
+fi
+
+t0=$(date +%s)
+timeout 600 "$BUILD/tests/cuda/cuda_tests" --gtest_filter='*Tc*' > "$OUT/tc_tests.log" 2>&1
+status "tensor-core tests rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/tc_tests.log" | tr '\n' ' ')"
+echo "largest rel err of a correct kernel: $(grep -oE 'rel err [0-9.e+-]+' "$OUT/tc_tests.log" |
+  awk '{print $3}' | sort -g | tail -1)" >> "$OUT/summary.md"
+
+if [ "${SANITIZE:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
+  for tool in memcheck racecheck synccheck; do
+    timeout 300 compute-sanitizer --tool $tool --print-limit 10 "$BUILD/tests/cuda/cuda_tests" \
+      --gtest_filter='*TcConvTest.*n1_c3_13x13*:*TcConvTest.*n8_c16_9x9*' > "$OUT/sanitizer_$tool.log" 2>&1
+    status "compute-sanitizer $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)"
+  done
+fi
+
+if [ -z "${SKIP_BENCH:-}" ]; then
+  for p in ${PRECISIONS//,/ }; do
+    t0=$(date +%s)
+    timeout 400 "$BUILD/bench_layers" --precision="$p" --batch_sizes="$BATCHES" \
+      --csv="$OUT/layers_$p.csv" > "$OUT/bench_layers_$p.log" 2>&1
+    status "bench_layers --precision=$p rc=$? in $(( $(date +%s) - t0 )) s"
+  done
+fi
+
+echo
+cat "$OUT/summary.md"
+[ -f "$OUT/sass_summary.txt" ] && head -70 "$OUT/sass_summary.txt"
+for p in ${PRECISIONS//,/ }; do
+  [ -f "$OUT/bench_layers_$p.log" ] && { echo "## $p"; grep -E "^ceilings|^cuDNN" "$OUT/bench_layers_$p.log";
+    sed -n '/^| layer/,$p' "$OUT/bench_layers_$p.log"; }
+done

@@ -1,0 +1,564 @@
+// The tensor-core convolutions (src/cuda/conv_tc_kernels.cu: bf16 mma.sync m16n8k16 and
+// tf32 mma.sync m16n8k8, FP32 accumulation) against the CPU FP32 reference (CpuOps) on
+// fresh random inputs of awkward sizes, outputs poisoned with NaN before every run, for
+// every storage combination (float or bf16 activations and gradients). Runs on the GPU
+// (cuda_tests) and on the CPU emulator (cuda_emu_tests, small shapes only: an emulated mma
+// is a rendezvous of 32 fibers).
+//
+// Tolerances, ||out - ref|| / ||ref||, from the formats (p significand bits, unit roundoff
+// u = 2^-p, round to nearest):
+//   bf16, p = 8:  u = 2^-8 = 3.9e-3 at worst; the RMS relative rounding error of a random
+//     value is about u / sqrt(3) * 0.72 (relative error shrinks across a binade) = 1.6e-3.
+//     A product of two rounded operands carries about sqrt(2) * 1.6e-3 = 2.3e-3, and the
+//     FP32 sum of K such products with random signs has the same relative error in the
+//     2-norm (independent errors add in quadrature, as the terms do). A bf16 output adds
+//     its own 1.6e-3: about 2.8e-3 in all. Bound 1e-2 (3.5x margin), the figure.
+//   tf32, p = 11: u = 4.9e-4, per operand 2.0e-4, per product 2.9e-4. Bound 2e-3 (7x). A
+//     bf16 operand or output (1.6e-3 on its own) puts a tf32 run under the bf16 bound.
+// FP32 accumulation of up to a few thousand terms adds ~1e-6: negligible. Measured figures
+// are printed; a wrong index, a missing tap or a lost K slice gives errors of order 0.1-1
+// (the negative controls below check that the bound does bite).
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/backend.h"
+#include "core/cpu_ops.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
+#include "cuda/kernels.h"
+#include "cuda/port.h"
+#include "gtest/gtest.h"
+
+namespace colonnade {
+namespace {
+
+#if defined(COLONNADE_CUDA_EMULATE)
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+
+using cuda::MathMode;
+using cuda::StorageType;
+
+constexpr double kTolBf16 = 1e-2;
+constexpr double kTolTf32 = 2e-3;
+
+Ops& Cpu() {
+  static CpuOps* ops = new CpuOps();
+  return *ops;
+}
+
+// ---- host-side bf16 (round to nearest even, as cvt.rn.bf16.f32) ----------------------------
+uint16_t ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float FromBf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A device buffer of float or bf16 elements.
+class DeviceBuffer {
+ public:
+  DeviceBuffer(int64_t n, StorageType t) : n_(n), type_(t) {
+    COLONNADE_CUDA_CHECK(cudaMalloc(&p_, Bytes()));
+  }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  size_t Bytes() const { return size_t(n_) * (type_ == StorageType::kBF16 ? 2 : 4); }
+  void* data() const { return p_; }
+  StorageType type() const { return type_; }
+  // Uploads v (which must already be representable when the buffer is bf16).
+  void Upload(const std::vector<float>& v) {
+    if (type_ == StorageType::kFloat) {
+      COLONNADE_CUDA_CHECK(cudaMemcpy(p_, v.data(), Bytes(), cudaMemcpyHostToDevice));
+    } else {
+      std::vector<uint16_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) b[i] = ToBf16(v[i]);
+      COLONNADE_CUDA_CHECK(cudaMemcpy(p_, b.data(), Bytes(), cudaMemcpyHostToDevice));
+    }
+  }
+  void Poison() {
+    if (type_ == StorageType::kFloat) {
+      Upload(std::vector<float>(size_t(n_), std::numeric_limits<float>::quiet_NaN()));
+    } else {
+      COLONNADE_CUDA_CHECK(cudaMemset(p_, 0xff, Bytes()));  // 0xffff: a bf16 NaN
+    }
+  }
+  std::vector<float> Download() const {
+    COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> v(static_cast<size_t>(n_));
+    if (type_ == StorageType::kFloat) {
+      COLONNADE_CUDA_CHECK(cudaMemcpy(v.data(), p_, Bytes(), cudaMemcpyDeviceToHost));
+    } else {
+      std::vector<uint16_t> b(static_cast<size_t>(n_));
+      COLONNADE_CUDA_CHECK(cudaMemcpy(b.data(), p_, Bytes(), cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < b.size(); ++i) v[i] = FromBf16(b[i]);
+    }
+    return v;
+  }
+
+ private:
+  int64_t n_;
+  StorageType type_;
+  void* p_ = nullptr;
+};
+
+std::vector<float> Random(int64_t n, std::mt19937_64& rng, StorageType t) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  if (t == StorageType::kBF16)  // the values a bf16 tensor holds: the reference sees them too
+    for (float& x : v) x = FromBf16(ToBf16(x));
+  return v;
+}
+
+Tensor HostTensor(const Shape& s, const std::vector<float>& v) {
+  Tensor t(s, Device::kCPU);
+  std::memcpy(t.data(), v.data(), v.size() * sizeof(float));
+  return t;
+}
+
+double RelErr(const std::vector<float>& got, const std::vector<float>& ref) {
+  if (got.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
+    const double d = static_cast<double>(got[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+struct Mode {
+  MathMode math;
+  StorageType in, out;  // storage of the activation operands and of the activation output
+};
+std::string ModeName(const Mode& m) {
+  auto st = [](StorageType t) { return t == StorageType::kBF16 ? "bf16" : "f32"; };
+  return absl::StrFormat("%s math, %s in, %s out", cuda::MathModeName(m.math), st(m.in),
+                         st(m.out));
+}
+double Tolerance(const Mode& m, bool output_bf16_possible = true) {
+  const bool any_bf16 = m.math == MathMode::kBF16 || m.in == StorageType::kBF16 ||
+                        (output_bf16_possible && m.out == StorageType::kBF16);
+  return any_bf16 ? kTolBf16 : kTolTf32;
+}
+
+// Every storage combination for the small cases on the GPU; on the emulator and for the
+// large cases the three that matter most (training in bf16 stores bf16, TF32 mode stores
+// float, bf16 math on float tensors is the converting load path) unless a case asks for all.
+const Mode kModes[] = {
+    {MathMode::kBF16, StorageType::kBF16, StorageType::kBF16},
+    {MathMode::kTF32, StorageType::kFloat, StorageType::kFloat},
+    {MathMode::kBF16, StorageType::kFloat, StorageType::kFloat},
+    {MathMode::kTF32, StorageType::kBF16, StorageType::kFloat},
+    {MathMode::kBF16, StorageType::kBF16, StorageType::kFloat},
+    {MathMode::kBF16, StorageType::kFloat, StorageType::kBF16},
+};
+
+class TcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::Available()) GTEST_SKIP() << "no CUDA device present: GPU tests skipped";
+    absl::Status s = cuda::RegisterBackend(0);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  static cuda::CudaOps& Ops() { return dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)); }
+  static const cuda::DeviceContext& Ctx() { return Ops().context(); }
+};
+
+struct ConvCase {
+  int n, c, h, w, f, kh, kw, stride, pad, groups;
+  bool large;       // GPU only
+  bool all_modes;   // every storage combination (else the first three) on the emulator or,
+                    // for large cases, on the GPU
+};
+
+std::string CaseName(const ConvCase& k) {
+  return absl::StrFormat("n%d_c%d_%dx%d_f%d_k%dx%d_s%d_p%d_g%d", k.n, k.c, k.h, k.w, k.f, k.kh,
+                         k.kw, k.stride, k.pad, k.groups);
+}
+
+// Awkward shapes of the model zoo in small (emulator) and real (GPU) sizes.
+const ConvCase kCases[] = {
+    {1, 3, 13, 13, 5, 3, 3, 1, 1, 1, false, true},      // batch 1: element-wise loads
+    {7, 5, 11, 11, 8, 3, 3, 2, 0, 1, false, false},     // batch 7, stride 2
+    {33, 48, 5, 5, 96, 5, 5, 1, 2, 2, false, false},    // batch 33, groups 2, K = 600
+    {128, 96, 3, 3, 96, 3, 3, 1, 1, 2, false, true},    // batch 128, groups, M = 48
+    {8, 3, 27, 27, 96, 11, 11, 4, 2, 1, false, false},   // AlexNet conv1: 11x11/4, K = 363
+    {8, 16, 8, 8, 32, 1, 1, 2, 0, 1, false, false},     // ResNet 1x1 stride 2 (downsample)
+    {16, 8, 14, 14, 16, 7, 7, 2, 3, 1, false, false},   // ResNet 7x7/2 stem
+    {8, 16, 9, 9, 24, 3, 3, 2, 1, 1, false, true},      // ResNet 3x3 stride 2
+    {16, 5, 6, 6, 7, 1, 1, 1, 0, 1, false, false},      // 1x1, odd channels
+    {24, 8, 9, 11, 6, 3, 5, 1, 1, 1, false, false},     // non-square kernel and image
+    {12, 6, 10, 12, 10, 3, 3, 2, 1, 2, false, false},   // batch 12: vector for tf32 only
+    {4, 3, 6, 6, 4, 1, 1, 1, 1, 1, false, false},       // pad larger than kernel - 1
+    // GPU only: real layer sizes (batches kept moderate: the CPU reference of every mode runs
+    // in the same ctest budget as the rest of the GPU suite).
+    {32, 3, 227, 227, 96, 11, 11, 4, 2, 1, true, false},   // AlexNet conv1
+    {64, 96, 27, 27, 256, 5, 5, 1, 2, 2, true, true},      // AlexNet conv2 (groups 2)
+    {64, 256, 13, 13, 384, 3, 3, 1, 1, 1, true, false},    // AlexNet conv3
+    {33, 64, 28, 28, 128, 3, 3, 2, 1, 1, true, false},     // ResNet 3x3/2, batch 33
+    {64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true, false},    // ResNet 1x1/2 downsample
+    {32, 3, 224, 224, 64, 7, 7, 2, 3, 1, true, false},     // ResNet stem
+    {32, 64, 28, 28, 64, 3, 3, 1, 1, 1, true, false},      // VGG / ResNet 3x3
+    {7, 96, 13, 13, 256, 3, 3, 1, 1, 2, true, true},       // batch 7 at full width
+};
+
+class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase> {
+ protected:
+  void SetUp() override {
+    TcTest::SetUp();
+    if (IsSkipped()) return;
+    if (kEmulated && GetParam().large) GTEST_SKIP() << "large case skipped on the emulator";
+  }
+  ConvParams Params() const {
+    const ConvCase& k = GetParam();
+    ConvParams p;
+    p.kernel_h = k.kh;
+    p.kernel_w = k.kw;
+    p.stride = k.stride;
+    p.pad = k.pad;
+    p.groups = k.groups;
+    return p;
+  }
+  cuda::ConvDims Dims() const {
+    const ConvCase& k = GetParam();
+    cuda::ConvDims d;
+    d.n = k.n;
+    d.c = k.c;
+    d.h = k.h;
+    d.w = k.w;
+    d.f = k.f;
+    d.oh = static_cast<int>(ConvOutSize(k.h, k.kh, k.stride, k.pad));
+    d.ow = static_cast<int>(ConvOutSize(k.w, k.kw, k.stride, k.pad));
+    return d;
+  }
+  Shape XShape() const {
+    const cuda::ConvDims d = Dims();
+    return Shape{d.c, d.h, d.w, d.n};
+  }
+  Shape YShape() const {
+    const cuda::ConvDims d = Dims();
+    return Shape{d.f, d.oh, d.ow, d.n};
+  }
+  Shape WShape() const {
+    const ConvCase& k = GetParam();
+    return Shape{k.f, k.c / k.groups, k.kh, k.kw};
+  }
+  std::vector<Mode> Modes() const {
+    std::vector<Mode> m(std::begin(kModes), std::end(kModes));
+    if ((kEmulated || GetParam().large) && !GetParam().all_modes) m.resize(3);
+    return m;
+  }
+
+  // Forward with bias and ReLU (every other mode) or without; returns the error.
+  double RunForward(const Mode& mode, uint64_t seed, bool epilogue, int fault = 0,
+                    std::vector<float>* out = nullptr) {
+    std::mt19937_64 rng(seed);
+    const Shape xs = XShape(), ys = YShape(), ws = WShape();
+    const std::vector<float> x = Random(xs.elements(), rng, mode.in);
+    const std::vector<float> w = Random(ws.elements(), rng, StorageType::kFloat);
+    const std::vector<float> b = Random(ys.c(), rng, StorageType::kFloat);
+    Tensor ref(ys, Device::kCPU);
+    Cpu().ConvForward(HostTensor(xs, x), HostTensor(ws, w), ref, Params());
+    std::vector<float> r(ref.data(), ref.data() + ref.size());
+    if (epilogue) {
+      const int64_t inner = ys.elements() / ys.c();
+      for (int64_t i = 0; i < ys.elements(); ++i) r[i] = std::max(r[i] + b[i / inner], 0.0f);
+    }
+    DeviceBuffer gx(xs.elements(), mode.in), gy(ys.elements(), mode.out);
+    DeviceBuffer gw(ws.elements(), StorageType::kFloat), gb(ys.c(), StorageType::kFloat);
+    gx.Upload(x);
+    gw.Upload(w);
+    gb.Upload(b);
+    gy.Poison();
+    cuda::TcConvArgs a;
+    a.dims = Dims();
+    a.conv = Params();
+    a.math = mode.math;
+    a.x = {gx.data(), mode.in};
+    a.w = static_cast<const float*>(gw.data());
+    a.bias = epilogue ? static_cast<const float*>(gb.data()) : nullptr;
+    a.relu = epilogue;
+    a.y = {gy.data(), mode.out};
+    a.fault = fault;
+    cuda::ConvForwardTc(Ctx(), a);
+    const std::vector<float> got = gy.Download();
+    if (out) *out = got;
+    return RelErr(got, r);
+  }
+
+  double RunBackwardData(const Mode& mode, uint64_t seed, int fault = 0,
+                         std::vector<float>* out = nullptr) {
+    std::mt19937_64 rng(seed);
+    const Shape xs = XShape(), ys = YShape(), ws = WShape();
+    const std::vector<float> dy = Random(ys.elements(), rng, mode.in);
+    const std::vector<float> w = Random(ws.elements(), rng, StorageType::kFloat);
+    Tensor ref(xs, Device::kCPU);
+    Cpu().ConvBackwardData(HostTensor(ys, dy), HostTensor(ws, w), ref, Params());
+    DeviceBuffer gdy(ys.elements(), mode.in), gdx(xs.elements(), mode.out);
+    DeviceBuffer gw(ws.elements(), StorageType::kFloat);
+    gdy.Upload(dy);
+    gw.Upload(w);
+    gdx.Poison();
+    cuda::TcConvArgs a;
+    a.dims = Dims();
+    a.conv = Params();
+    a.math = mode.math;
+    a.dy = {gdy.data(), mode.in};
+    a.w = static_cast<const float*>(gw.data());
+    a.dx = {gdx.data(), mode.out};
+    a.fault = fault;
+    cuda::ConvBackwardDataTc(Ctx(), a);
+    const std::vector<float> got = gdx.Download();
+    if (out) *out = got;
+    return RelErr(got, std::vector<float>(ref.data(), ref.data() + ref.size()));
+  }
+
+  // x and dy in the mode's input storage (dw is FP32).
+  double RunBackwardFilter(const Mode& mode, uint64_t seed, int fault = 0,
+                           cuda::TcLaunchInfo* info = nullptr) {
+    std::mt19937_64 rng(seed);
+    const Shape xs = XShape(), ys = YShape(), ws = WShape();
+    const std::vector<float> x = Random(xs.elements(), rng, mode.in);
+    const std::vector<float> dy = Random(ys.elements(), rng, mode.out);
+    Tensor ref(ws, Device::kCPU);
+    Cpu().ConvBackwardFilter(HostTensor(xs, x), HostTensor(ys, dy), ref, Params());
+    DeviceBuffer gx(xs.elements(), mode.in), gdy(ys.elements(), mode.out);
+    DeviceBuffer gdw(ws.elements(), StorageType::kFloat);
+    gx.Upload(x);
+    gdy.Upload(dy);
+    gdw.Poison();
+    cuda::TcConvArgs a;
+    a.dims = Dims();
+    a.conv = Params();
+    a.math = mode.math;
+    a.x = {gx.data(), mode.in};
+    a.dy = {gdy.data(), mode.out};
+    a.dw = static_cast<float*>(gdw.data());
+    a.fault = fault;
+    const cuda::TcLaunchInfo li = cuda::ConvBackwardFilterTc(Ctx(), a);
+    if (info) *info = li;
+    return RelErr(gdw.Download(), std::vector<float>(ref.data(), ref.data() + ref.size()));
+  }
+};
+
+TEST_P(TcConvTest, Forward) {
+  uint64_t seed = 100;
+  for (const Mode& m : Modes()) {
+    const bool epilogue = (seed % 2) == 0;
+    const double err = RunForward(m, seed++, epilogue);
+    std::printf("  fwd %-32s %s%s: rel err %.2e\n", ModeName(m).c_str(),
+                CaseName(GetParam()).c_str(), epilogue ? " +bias+relu" : "", err);
+    EXPECT_LT(err, Tolerance(m)) << CaseName(GetParam()) << " " << ModeName(m);
+  }
+}
+
+TEST_P(TcConvTest, BackwardData) {
+  uint64_t seed = 200;
+  for (const Mode& m : Modes()) {
+    const double err = RunBackwardData(m, seed++);
+    std::printf("  bwd data %-32s %s: rel err %.2e\n", ModeName(m).c_str(),
+                CaseName(GetParam()).c_str(), err);
+    EXPECT_LT(err, Tolerance(m)) << CaseName(GetParam()) << " " << ModeName(m);
+  }
+}
+
+// Here Mode::out is the storage of dy (an input); dw is always FP32.
+TEST_P(TcConvTest, BackwardFilter) {
+  uint64_t seed = 300;
+  for (const Mode& m : Modes()) {
+    cuda::TcLaunchInfo info;
+    const double err = RunBackwardFilter(m, seed++, 0, &info);
+    std::printf("  bwd filter %-30s %s: rel err %.2e (splits %d)\n", ModeName(m).c_str(),
+                CaseName(GetParam()).c_str(), err, info.splits);
+    EXPECT_LT(err, Tolerance(m)) << CaseName(GetParam()) << " " << ModeName(m);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TcConvTest, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<ConvCase>& i) {
+                           return CaseName(i.param);
+                         });
+
+// Every block tile (128 x 128, 64 x 128, 128 x 256) meets the bounds, and forward and
+// backward data give the same bits with each (every output sums its K slices in the same
+// order whatever the tile; only backward filter's split-K factor depends on it).
+class TcTileTest : public TcConvTest {};
+
+TEST_P(TcTileTest, EveryTileAgrees) {
+  for (const Mode& m : {Mode{MathMode::kBF16, StorageType::kBF16, StorageType::kBF16},
+                        Mode{MathMode::kTF32, StorageType::kFloat, StorageType::kFloat}}) {
+    std::vector<float> fwd0, bwd0;
+    for (int tile : {1, 2, 3}) {
+      cuda::SetTcTile(tile);
+      std::vector<float> fwd, bwd;
+      const double ef = RunForward(m, 700, true, 0, &fwd);
+      const double eb = RunBackwardData(m, 701, 0, &bwd);
+      const double ew = RunBackwardFilter(m, 702);
+      std::printf("  tile %d %s: fwd %.2e bwd data %.2e bwd filter %.2e\n", tile,
+                  ModeName(m).c_str(), ef, eb, ew);
+      EXPECT_LT(ef, Tolerance(m)) << "tile " << tile;
+      EXPECT_LT(eb, Tolerance(m)) << "tile " << tile;
+      EXPECT_LT(ew, Tolerance(m)) << "tile " << tile;
+      if (tile == 1) {
+        fwd0 = fwd;
+        bwd0 = bwd;
+      } else {
+        EXPECT_EQ(fwd, fwd0) << "forward: tile " << tile << " differs from 128 x 128";
+        EXPECT_EQ(bwd, bwd0) << "backward data: tile " << tile << " differs from 128 x 128";
+      }
+    }
+    cuda::SetTcTile(0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TcTileTest,
+                         ::testing::Values(ConvCase{12, 6, 10, 12, 10, 3, 3, 2, 1, 2, false, false},
+                                           ConvCase{24, 8, 9, 11, 6, 3, 5, 1, 1, 1, false, false},
+                                           ConvCase{64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true,
+                                                    false}),
+                         [](const ::testing::TestParamInfo<ConvCase>& i) {
+                           return CaseName(i.param);
+                         });
+
+// Negative controls: a deliberately wrong kernel (fault 1 skips the first K slice of every
+// tile, as a lost pipeline stage would) must fail each bound, in every op and both math
+// modes, on a case whose K spans several slices; and the same check must fail when the
+// reference is perturbed by a bf16-rounding-sized amount per element times 5 (the bound is
+// not so loose that a systematic error of a few ulps passes).
+class TcNegativeControl : public TcConvTest {};
+
+TEST_P(TcNegativeControl, WrongKernelFails) {
+  for (const Mode& m : {Mode{MathMode::kBF16, StorageType::kBF16, StorageType::kBF16},
+                        Mode{MathMode::kTF32, StorageType::kFloat, StorageType::kFloat}}) {
+    const double tol = Tolerance(m);
+    const double fwd = RunForward(m, 900, false, /*fault=*/1);
+    const double bwd = RunBackwardData(m, 901, /*fault=*/1);
+    const double wgt = RunBackwardFilter(m, 902, /*fault=*/1);
+    std::printf("  faulty kernel, %s: fwd %.2e bwd data %.2e bwd filter %.2e (bound %.0e)\n",
+                ModeName(m).c_str(), fwd, bwd, wgt, tol);
+    EXPECT_GT(fwd, tol) << "forward: the check does not see a lost K slice";
+    EXPECT_GT(bwd, tol) << "backward data: the check does not see a lost K slice";
+    EXPECT_GT(wgt, tol) << "backward filter: the check does not see a lost K slice";
+    // The same runs without the fault pass (so the failure above is the fault's).
+    EXPECT_LT(RunForward(m, 900, false), tol);
+    EXPECT_LT(RunBackwardData(m, 901), tol);
+    EXPECT_LT(RunBackwardFilter(m, 902), tol);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TcNegativeControl,
+                         ::testing::Values(ConvCase{33, 48, 5, 5, 96, 5, 5, 1, 2, 2, false, false},
+                                           ConvCase{8, 16, 9, 9, 24, 3, 3, 2, 1, 1, false,
+                                                    false}),
+                         [](const ::testing::TestParamInfo<ConvCase>& i) {
+                           return CaseName(i.param);
+                         });
+
+// A systematic error of a few bf16 ulps must fail the bf16 bound: the bound sits between
+// honest rounding (measured above, ~3e-3) and a kernel that, say, truncates instead of
+// rounding twice over.
+TEST(TcTolerance, BoundRejectsSystematicError) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> ref(4096), off(4096);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = u(rng);
+    off[i] = ref[i] * (1.0f + 4.0f * 3.9e-3f * (i % 2 ? 1.0f : -1.0f));  // 4 ulps of bf16
+  }
+  EXPECT_GT(RelErr(off, ref), kTolBf16);
+  for (size_t i = 0; i < ref.size(); ++i) off[i] = FromBf16(ToBf16(ref[i]));  // honest rounding
+  EXPECT_LT(RelErr(off, ref), kTolBf16 / 3);
+}
+
+// The CudaOps hook: with set_conv_math the Ops calls run on the tensor cores (float tensors),
+// and back in FP32 they are the FP32 kernels again, bit for bit.
+TEST_F(TcTest, CudaOpsConvMathHook) {
+  ConvParams p;
+  p.kernel_h = p.kernel_w = 3;
+  p.pad = 1;
+  const Shape xs{6, 7, 7, 8}, ws{10, 6, 3, 3}, ys{10, 7, 7, 8};
+  std::mt19937_64 rng(42);
+  Tensor x = HostTensor(xs, Random(xs.elements(), rng, StorageType::kFloat));
+  Tensor w = HostTensor(ws, Random(ws.elements(), rng, StorageType::kFloat));
+  Tensor dy = HostTensor(ys, Random(ys.elements(), rng, StorageType::kFloat));
+  Tensor y(ys, Device::kCPU), dx(xs, Device::kCPU), dw(ws, Device::kCPU);
+  Cpu().ConvForward(x, w, y, p);
+  Cpu().ConvBackwardData(dy, w, dx, p);
+  Cpu().ConvBackwardFilter(x, dy, dw, p);
+  Tensor gx = x.To(Device::kCUDA), gw = w.To(Device::kCUDA), gdy = dy.To(Device::kCUDA);
+  auto host = [](const Tensor& t) { return t.ToHost(); };
+  auto vec = [](const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.size()); };
+  std::vector<std::vector<float>> fp32;
+  for (MathMode m : {MathMode::kBF16, MathMode::kTF32, MathMode::kFP32}) {
+    Ops().set_conv_math(m);
+    Tensor gy(ys, Device::kCUDA), gdx(xs, Device::kCUDA), gdw(ws, Device::kCUDA);
+    Ops().ConvForward(gx, gw, gy, p);
+    Ops().ConvBackwardData(gdy, gw, gdx, p);
+    Ops().ConvBackwardFilter(gx, gdy, gdw, p);
+    const double tol = m == MathMode::kBF16 ? kTolBf16 : m == MathMode::kTF32 ? kTolTf32 : 1e-5;
+    EXPECT_LT(RelErr(host(gy), vec(y)), tol) << cuda::MathModeName(m);
+    EXPECT_LT(RelErr(host(gdx), vec(dx)), tol) << cuda::MathModeName(m);
+    EXPECT_LT(RelErr(host(gdw), vec(dw)), tol) << cuda::MathModeName(m);
+    if (m == MathMode::kFP32) fp32 = {host(gy), host(gdx), host(gdw)};
+  }
+  Ops().set_conv_math(MathMode::kFP32);
+  Tensor gy(ys, Device::kCUDA), gdx(xs, Device::kCUDA), gdw(ws, Device::kCUDA);
+  cuda::ConvForwardGpu(Ctx(), cuda::ConvDims{8, 6, 7, 7, 10, 7, 7}, p, gx.data(), gw.data(),
+                       gy.data());
+  cuda::ConvBackwardDataGpu(Ctx(), cuda::ConvDims{8, 6, 7, 7, 10, 7, 7}, p, gdy.data(), gw.data(),
+                            gdx.data());
+  cuda::ConvBackwardFilterGpu(Ctx(), cuda::ConvDims{8, 6, 7, 7, 10, 7, 7}, p, gx.data(),
+                              gdy.data(), gdw.data());
+  EXPECT_EQ(fp32[0], host(gy));
+  EXPECT_EQ(fp32[1], host(gdx));
+  EXPECT_EQ(fp32[2], host(gdw));
+}
+
+// float <-> bf16 conversion kernels: round to nearest even, ties included, NaN kept.
+TEST_F(TcTest, Bf16Conversions) {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, 1.00390625f /* tie: 1 + 2^-8 -> 1 */,
+                          1.01171875f /* tie: 1 + 3*2^-8 -> 1 + 2^-6 */, -3.14159f, 1e-40f,
+                          3.0e38f, std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-100.0f, 100.0f);
+  for (int i = 0; i < 1000; ++i) v.push_back(u(rng));
+  const int64_t n = static_cast<int64_t>(v.size());
+  DeviceBuffer f(n, StorageType::kFloat), b(n, StorageType::kBF16), back(n, StorageType::kFloat);
+  f.Upload(v);
+  cuda::FloatToBf16Gpu(Ctx(), static_cast<const float*>(f.data()), b.data(), n);
+  cuda::Bf16ToFloatGpu(Ctx(), b.data(), static_cast<float*>(back.data()), n);
+  const std::vector<float> got = back.Download();
+  EXPECT_EQ(FromBf16(ToBf16(1.00390625f)), 1.0f);
+  EXPECT_EQ(FromBf16(ToBf16(1.01171875f)), 1.015625f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = FromBf16(ToBf16(v[size_t(i)]));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got[size_t(i)])) << i;
+    } else {
+      EXPECT_EQ(got[size_t(i)], want) << "element " << i << " = " << v[size_t(i)];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace colonnade
