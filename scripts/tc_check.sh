@@ -31,7 +31,7 @@ status() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.md" >&2; }
   > "$OUT/build.log" 2>&1
 t0=$(date +%s)
 if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-     -DCOLONNADE_CUDA=ON "${PREFIX[@]}" >> "$OUT/build.log" 2>&1 ||
+     -DCOLONNADE_CUDA=ON -DCOLONNADE_CUDA_EMULATION=OFF "${PREFIX[@]}" >> "$OUT/build.log" 2>&1 ||
    ! cmake --build "$BUILD" -j16 --target colonnade_cuda cuda_tests bench_layers >> "$OUT/build.log" 2>&1; then
   status "build FAILED (see build.log)"; grep -E "error" "$OUT/build.log" | head -30; exit 1
 fi
