@@ -243,6 +243,9 @@ class CudnnConv {
     const float one = 1.0f, zero = 0.0f;
     const int kMax = 16;
     int got = 0;
+    // Each search starts from the constructor's math type (a previous op set its winner's).
+    CUDNN_CHECK(cudnnSetConvolutionMathType(
+        cd_, prec_ == Precision::kFP32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
     if (op == 0) {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       CUDNN_SOFT(cudnnFindConvolutionForwardAlgorithmEx(h_, xd_, x_.data(), wd_, w_.data(), cd_,
@@ -252,6 +255,11 @@ class CudnnConv {
       if (best < 0) return NAN;
       const auto a = perf[best].algo;
       const size_t ws = perf[best].memory;
+      // The math type the search used for this algorithm; a configuration cuDNN then still
+      // refuses (bf16 in some layouts) is reported as unsupported, not a crash.
+      CUDNN_SOFT(cudnnSetConvolutionMathType(cd_, perf[best].mathType));
+      CUDNN_SOFT(cudnnConvolutionForward(h_, &one, xd_, x_.data(), wd_, w_.data(), cd_, a,
+                                            ws_.data(), ws, &zero, yd_, y_.data()));
       return TimeMs([&] {
         CUDNN_CHECK(cudnnConvolutionForward(h_, &one, xd_, x_.data(), wd_, w_.data(), cd_, a,
                                             ws_.data(), ws, &zero, yd_, y_.data()));
@@ -265,6 +273,11 @@ class CudnnConv {
       if (best < 0) return NAN;
       const auto a = perf[best].algo;
       const size_t ws = perf[best].memory;
+      // The math type the search used for this algorithm; a configuration cuDNN then still
+      // refuses (bf16 in some layouts) is reported as unsupported, not a crash.
+      CUDNN_SOFT(cudnnSetConvolutionMathType(cd_, perf[best].mathType));
+      CUDNN_SOFT(cudnnConvolutionBackwardData(h_, &one, wd_, w_.data(), yd_, dy_.data(), cd_, a,
+                                                 ws_.data(), ws, &zero, xd_, dx_.data()));
       return TimeMs([&] {
         CUDNN_CHECK(cudnnConvolutionBackwardData(h_, &one, wd_, w_.data(), yd_, dy_.data(), cd_, a,
                                                  ws_.data(), ws, &zero, xd_, dx_.data()));
@@ -279,6 +292,11 @@ class CudnnConv {
       if (best < 0) return NAN;
       const auto a = perf[best].algo;
       const size_t ws = perf[best].memory;
+      // The math type the search used for this algorithm; a configuration cuDNN then still
+      // refuses (bf16 in some layouts) is reported as unsupported, not a crash.
+      CUDNN_SOFT(cudnnSetConvolutionMathType(cd_, perf[best].mathType));
+      CUDNN_SOFT(cudnnConvolutionBackwardFilter(h_, &one, xd_, x_.data(), yd_, dy_.data(), cd_,
+                                                   a, ws_.data(), ws, &zero, wd_, dw_.data()));
       return TimeMs([&] {
         CUDNN_CHECK(cudnnConvolutionBackwardFilter(h_, &one, xd_, x_.data(), yd_, dy_.data(), cd_,
                                                    a, ws_.data(), ws, &zero, wd_, dw_.data()));
