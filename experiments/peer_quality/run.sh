@@ -87,7 +87,7 @@ fi
 # The trainer's weight-decay rule: --weight_decay_on where the trainer has it; without it the
 # rule is fixed to conv/fc weights only (biases, BN gamma/beta: wd_mult 0 in core/layers.cc).
 WD_FLAG=()
-if "$BUILD/trainer" --helpfull 2>/dev/null | grep -q -- '-weight_decay_on'; then
+if "$BUILD/trainer" --help 2>&1 | grep -q -- "--weight_decay_on"; then
   WD_FLAG=(--weight_decay_on="$WD_ON")
 elif [ "$WD_ON" = all ]; then
   say "this trainer has no --weight_decay_on: it cannot decay biases and BN; WD_ON=all refused"
