@@ -62,7 +62,7 @@ for d in train val; do
 done
 [ "$COMMIT" = unknown ] && say "WARNING: no COMMIT given and no git here: records say commit 'unknown'"
 
-{ date -u; echo "commit $COMMIT"; nproc; nvidia-smi 2>&1
+{ date -u; echo "commit: $COMMIT"; nproc; nvidia-smi 2>&1
   "$PYTHON" -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>&1
 } > "$R/environment.txt"
 
