@@ -25,7 +25,7 @@ if [ -d /opt/absl/usr ]; then
   export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 fi
 say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
-trap 'tar czf "$OUT/step.tgz" -C "$OUT" --exclude=step.tgz . 2>/dev/null' EXIT
+trap 'python3 "$ROOT/scripts/record_commit.py" "$COMMIT" "$OUT/summary.txt" > /dev/null 2>&1; tar czf "$OUT/step.tgz" -C "$OUT" --exclude=step.tgz . 2>/dev/null' EXIT
 J=$OUT/step.jsonl
 : > "$J"
 
@@ -68,7 +68,7 @@ if tr:
     print(json.dumps({"impl": "colonnade", "what": "trainer", "model": "alexnet",
                       "mode": sys.argv[3], "batch": int(sys.argv[4]),
                       "img_per_s": last.get("images_per_sec"),
-                      "data_wait_frac": last.get("data_wait_frac", last.get("data_wait_sec")),
+                      "data_wait_sec_last_interval": last.get("data_wait_sec"),
                       "loss_last": last.get("loss"), "device": sys.argv[5],
                       "commit": sys.argv[2]}))
 PY
