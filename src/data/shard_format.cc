@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "data/files.h"
 
 namespace colonnade::data {
@@ -348,53 +349,34 @@ absl::Status Mismatch(const std::string& where, const char* attr, int64_t got, i
 
 }  // namespace
 
-absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
-                                              const ImageLimits& limits) {
-  std::string dir = dir_in;
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  DatasetIndex idx;
-  const std::string path = JoinPath(dir, kIndexFileName);
-  if (!IsDir(dir)) {
-    return absl::NotFoundError(absl::StrCat(dir, ": dataset directory not found"));
-  }
-  hdf5::Scope lock;
-  absl::StatusOr<hdf5::Handle> file = hdf5::OpenFileReadOnly(path);
-  if (!file.ok()) {
-    if (absl::IsNotFound(file.status())) {
-      return absl::NotFoundError(absl::StrCat(
-          path, ": file not found (not a dataset directory written by make_shards?)"));
-    }
-    return file.status();
-  }
-  hid_t f = file->get();
-  absl::StatusOr<std::string> format = ReadStringAttribute(f, path, "format");
-  if (!format.ok()) return format.status();
-  if (*format != kDatasetFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", *format,
+namespace {
+
+// The root attributes of dataset.h5 into idx.info (all but path), idx.mean_source and
+// `num_shards`, each claimed size bounded before anything is allocated for it (docs/LIMITS.md).
+absl::Status ReadIndexAttributes(hid_t f, const std::string& path, const ImageLimits& limits,
+                                 DatasetIndex& idx, int64_t* num_shards) {
+  ASSIGN_OR_RETURN(std::string format, ReadStringAttribute(f, path, "format"));
+  if (format != kDatasetFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", format,
                                                    "', expected '", kDatasetFormat, "'"));
   }
-  absl::StatusOr<int64_t> version = ReadIntAttribute(f, path, "version");
-  if (!version.ok()) return version.status();
-  if (*version != kShardFormatVersion) {
+  ASSIGN_OR_RETURN(int64_t version, ReadIntAttribute(f, path, "version"));
+  if (version != kShardFormatVersion) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: attribute 'version' is %d; this build reads version %d", path, *version,
+        "%s: attribute 'version' is %d; this build reads version %d", path, version,
         kShardFormatVersion));
   }
-  absl::StatusOr<std::string> encoding = ReadStringAttribute(f, path, "encoding");
-  if (!encoding.ok()) return encoding.status();
-  if (*encoding != "raw" && *encoding != "jpeg") {
+  ASSIGN_OR_RETURN(std::string encoding, ReadStringAttribute(f, path, "encoding"));
+  if (encoding != "raw" && encoding != "jpeg") {
     return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'encoding' is '",
-                                                   *encoding, "', expected raw or jpeg"));
+                                                   encoding, "', expected raw or jpeg"));
   }
   int64_t vals[6];
   const char* names[6] = {"height", "width", "channels", "num_classes", "size", "num_shards"};
   for (int i = 0; i < 6; ++i) {
-    absl::StatusOr<int64_t> v = ReadIntAttribute(f, path, names[i]);
-    if (!v.ok()) return v.status();
-    vals[i] = *v;
+    ASSIGN_OR_RETURN(vals[i], ReadIntAttribute(f, path, names[i]));
   }
   const int64_t H = vals[0], W = vals[1], C = vals[2], K = vals[3], N = vals[4], S = vals[5];
-  // Every claimed size is bounded before anything is allocated for it (docs/LIMITS.md).
   if (std::string why = ImageSizeProblem(H, W, limits); !why.empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: attributes 'height'x'width': %s", path, why));
@@ -420,47 +402,62 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: attribute 'num_shards' is %d, must be in 1..%d", path, S, kMaxShards));
   }
-  absl::StatusOr<std::string> mean_source = ReadStringAttribute(f, path, "mean_source");
-  if (!mean_source.ok()) return mean_source.status();
-  idx.mean_source = *mean_source;
+  ASSIGN_OR_RETURN(idx.mean_source, ReadStringAttribute(f, path, "mean_source"));
+  idx.info.size = N;
+  idx.info.height = static_cast<int>(H);
+  idx.info.width = static_cast<int>(W);
+  idx.info.channels = static_cast<int>(C);
+  idx.info.num_classes = static_cast<int>(K);
+  idx.info.encoding = encoding;
+  *num_shards = S;
+  return absl::OkStatus();
+}
 
-  std::vector<int64_t> dims;
-  absl::StatusOr<hdf5::Handle> d = hdf5::OpenChecked(f, path, "/class_names", hdf5::Dtype::kString,
-                                                 {K}, &dims);
-  if (!d.ok()) return d.status();
-  absl::StatusOr<std::vector<std::string>> names_read =
-      hdf5::ReadStrings(d->get(), path, "/class_names", K);
-  if (!names_read.ok()) return names_read.status();
-  idx.info.class_names = *names_read;
-
-  d = hdf5::OpenChecked(f, path, "/class_counts", hdf5::Dtype::kInt64, {K}, &dims);
-  if (!d.ok()) return d.status();
-  idx.info.class_counts.resize(K);
-  absl::Status s = hdf5::ReadAll(d->get(), path, "/class_counts", hdf5::Dtype::kInt64,
-                               idx.info.class_counts.data());
-  if (!s.ok()) return s;
-  int64_t count_sum = 0;
-  for (int64_t k = 0; k < K; ++k) {
-    if (idx.info.class_counts[k] < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: /class_counts: count %d of class %d is negative", path,
-          idx.info.class_counts[k], k));
+// Reads int64 dataset `name` of `n` entries (each >= 0) into `out` and checks that they
+// sum to `total` (attribute 'size'); `what` names an entry in messages ("count", "size").
+absl::Status ReadCounts(hid_t f, const std::string& path, const char* name, int64_t n,
+                        const char* what, const char* of, int64_t total,
+                        std::vector<int64_t>* out) {
+  ASSIGN_OR_RETURN(hdf5::Handle d,
+                   hdf5::OpenChecked(f, path, name, hdf5::Dtype::kInt64, {n}, nullptr));
+  out->resize(n);
+  RETURN_IF_ERROR(hdf5::ReadAll(d.get(), path, name, hdf5::Dtype::kInt64, out->data()));
+  int64_t sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if ((*out)[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: %s: %s %d of %s %d is negative",
+                                                        path, name, what, (*out)[i], of, i));
     }
-    if (!CheckedAdd(count_sum, idx.info.class_counts[k], &count_sum)) {
+    if (!CheckedAdd(sum, (*out)[i], &sum)) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: /class_counts: counts overflow a 64-bit sum", path));
+          absl::StrFormat("%s: %s: %ss overflow a 64-bit sum", path, name, what));
     }
   }
-  if (count_sum != N) {
+  if (sum != total) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: /class_counts: counts sum to %d, but attribute 'size' is %d", path, count_sum, N));
+        "%s: %s: %ss sum to %d, but attribute 'size' is %d", path, name, what, sum, total));
   }
+  return absl::OkStatus();
+}
 
-  d = hdf5::OpenChecked(f, path, "/mean_image", hdf5::Dtype::kFloat32, {H, W, C}, &dims);
-  if (!d.ok()) return d.status();
-  idx.mean_image.resize(H * W * C);
-  s = hdf5::ReadAll(d->get(), path, "/mean_image", hdf5::Dtype::kFloat32, idx.mean_image.data());
-  if (!s.ok()) return s;
+// The datasets of dataset.h5, after ReadIndexAttributes has bounded their shapes.
+absl::Status ReadIndexDatasets(hid_t f, const std::string& path, int64_t S, DatasetIndex& idx) {
+  const int64_t H = idx.info.height, W = idx.info.width, C = idx.info.channels;
+  const int64_t K = idx.info.num_classes, N = idx.info.size;
+  {
+    ASSIGN_OR_RETURN(hdf5::Handle d, hdf5::OpenChecked(f, path, "/class_names",
+                                                       hdf5::Dtype::kString, {K}, nullptr));
+    ASSIGN_OR_RETURN(idx.info.class_names, hdf5::ReadStrings(d.get(), path, "/class_names", K));
+  }
+  RETURN_IF_ERROR(
+      ReadCounts(f, path, "/class_counts", K, "count", "class", N, &idx.info.class_counts));
+  {
+    ASSIGN_OR_RETURN(hdf5::Handle d, hdf5::OpenChecked(f, path, "/mean_image",
+                                                       hdf5::Dtype::kFloat32, {H, W, C}, nullptr));
+    idx.mean_image.resize(H * W * C);
+    RETURN_IF_ERROR(hdf5::ReadAll(d.get(), path, "/mean_image", hdf5::Dtype::kFloat32,
+                                  idx.mean_image.data()));
+  }
   for (size_t i = 0; i < idx.mean_image.size(); ++i) {
     float m = idx.mean_image[i];
     if (!(m >= 0.f && m <= 255.f)) {
@@ -468,45 +465,45 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
           "%s: /mean_image: value %g at index %d is outside [0, 255]", path, m, i));
     }
   }
+  {
+    ASSIGN_OR_RETURN(hdf5::Handle d, hdf5::OpenChecked(f, path, "/shard_files",
+                                                       hdf5::Dtype::kString, {S}, nullptr));
+    ASSIGN_OR_RETURN(std::vector<std::string> files,
+                     hdf5::ReadStrings(d.get(), path, "/shard_files", S));
+    for (const std::string& name : files) {
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": /shard_files: '", name, "' is not a plain file name"));
+      }
+    }
+    idx.shard_files = std::move(files);
+  }
+  return ReadCounts(f, path, "/shard_sizes", S, "size", "shard", N, &idx.shard_sizes);
+}
 
-  d = hdf5::OpenChecked(f, path, "/shard_files", hdf5::Dtype::kString, {S}, &dims);
-  if (!d.ok()) return d.status();
-  absl::StatusOr<std::vector<std::string>> files = hdf5::ReadStrings(d->get(), path,
-                                                                   "/shard_files", S);
-  if (!files.ok()) return files.status();
-  for (const std::string& name : *files) {
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": /shard_files: '", name, "' is not a plain file name"));
-    }
+}  // namespace
+
+absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
+                                              const ImageLimits& limits) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string path = JoinPath(dir, kIndexFileName);
+  if (!IsDir(dir)) {
+    return absl::NotFoundError(absl::StrCat(dir, ": dataset directory not found"));
   }
-  idx.shard_files = *files;
-  d = hdf5::OpenChecked(f, path, "/shard_sizes", hdf5::Dtype::kInt64, {S}, &dims);
-  if (!d.ok()) return d.status();
-  idx.shard_sizes.resize(S);
-  s = hdf5::ReadAll(d->get(), path, "/shard_sizes", hdf5::Dtype::kInt64, idx.shard_sizes.data());
-  if (!s.ok()) return s;
-  int64_t size_sum = 0;
-  for (int64_t i = 0; i < S; ++i) {
-    if (idx.shard_sizes[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: /shard_sizes: size %d of shard %d is negative", path, idx.shard_sizes[i], i));
+  hdf5::Scope lock;
+  absl::StatusOr<hdf5::Handle> file = hdf5::OpenFileReadOnly(path);
+  if (!file.ok()) {
+    if (absl::IsNotFound(file.status())) {
+      return absl::NotFoundError(absl::StrCat(
+          path, ": file not found (not a dataset directory written by make_shards?)"));
     }
-    if (!CheckedAdd(size_sum, idx.shard_sizes[i], &size_sum)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: /shard_sizes: sizes overflow a 64-bit sum", path));
-    }
+    return file.status();
   }
-  if (size_sum != N) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: /shard_sizes: sizes sum to %d, but attribute 'size' is %d", path, size_sum, N));
-  }
-  idx.info.size = N;
-  idx.info.height = static_cast<int>(H);
-  idx.info.width = static_cast<int>(W);
-  idx.info.channels = static_cast<int>(C);
-  idx.info.num_classes = static_cast<int>(K);
-  idx.info.encoding = *encoding;
+  DatasetIndex idx;
+  int64_t num_shards = 0;
+  RETURN_IF_ERROR(ReadIndexAttributes(file->get(), path, limits, idx, &num_shards));
+  RETURN_IF_ERROR(ReadIndexDatasets(file->get(), path, num_shards, idx));
   idx.info.path = dir;
   return idx;
 }
