@@ -97,8 +97,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
     return absl::InvalidArgumentError(
         absl::StrFormat("shard_size %d is outside 1..%d", o.shard_size, kMaxDatasetImages));
   }
-  absl::Status s = MakeDirs(o.dir, "directory");
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(MakeDirs(o.dir, "directory"));
   // Existing dataset files: refuse, or delete exactly those with force.
   std::vector<std::string> ours;
   if (DIR* d = ::opendir(o.dir.c_str())) {
@@ -134,9 +133,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
 absl::Status DatasetWriter::OpenShard() {
   std::string name = ShardFileName(static_cast<int>(shard_files_.size()));
   std::string path = JoinPath(o_.dir, name);
-  absl::StatusOr<hdf5::Handle> f = hdf5::CreateFile(path);
-  if (!f.ok()) return f.status();
-  file_ = std::move(*f);
+  ASSIGN_OR_RETURN(file_, hdf5::CreateFile(path));
   labels_.clear();
   jpeg_bytes_.clear();
   offsets_.assign(1, 0);
@@ -218,8 +215,7 @@ absl::Status DatasetWriter::Add(const uint8_t* pixels, const std::string* encode
   }
   hdf5::Scope lock;
   if (!file_.valid()) {
-    absl::Status s = OpenShard();
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(OpenShard());
   }
   const int64_t local = static_cast<int64_t>(labels_.size());
   if (o_.encoding == "raw") {
@@ -274,8 +270,7 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
   finished_ = true;
   hdf5::Scope lock;
   if (file_.valid()) {
-    absl::Status s = CloseShard();
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(CloseShard());
   }
   if (total_ == 0) {
     return absl::InvalidArgumentError(
@@ -301,9 +296,8 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
   // complete.
   const std::string tmp = TempIndexPath();
   {
-    absl::StatusOr<hdf5::Handle> f = hdf5::CreateFile(tmp);
-    if (!f.ok()) return f.status();
-    hid_t id = f->get();
+    ASSIGN_OR_RETURN(hdf5::Handle f, hdf5::CreateFile(tmp));
+    const hid_t id = f.get();
     absl::Status s = hdf5::WriteStringAttr(id, "format", kDatasetFormat);
     if (s.ok()) s = hdf5::WriteIntAttr(id, "version", kShardFormatVersion);
     if (s.ok()) s = hdf5::WriteStringAttr(id, "encoding", o_.encoding);
@@ -329,7 +323,7 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
                            {static_cast<int64_t>(shard_sizes_.size())}, shard_sizes_.data());
     }
     if (!s.ok()) return absl::InternalError(absl::StrCat(tmp, ": ", s.message()));
-    if (H5Fflush(id, H5F_SCOPE_LOCAL) < 0 || !f->Close()) {
+    if (H5Fflush(id, H5F_SCOPE_LOCAL) < 0 || !f.Close()) {
       return absl::InternalError(absl::StrCat(tmp, ": flush failed (disk full?)"));
     }
   }
@@ -508,25 +502,60 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
   return idx;
 }
 
+namespace {
+
+// A JPEG shard's /offsets: n + 1 increasing offsets from 0 to the bytes of /images.
+absl::Status ReadJpegOffsets(hid_t f, const std::string& path, int64_t n,
+                             std::vector<int64_t>* offsets) {
+  std::vector<int64_t> dims;
+  int64_t total = 0;
+  {
+    ASSIGN_OR_RETURN(hdf5::Handle d,
+                     hdf5::OpenChecked(f, path, "/images", hdf5::Dtype::kUint8, {-1}, &dims));
+    total = dims[0];
+  }
+  ASSIGN_OR_RETURN(hdf5::Handle o,
+                   hdf5::OpenChecked(f, path, "/offsets", hdf5::Dtype::kInt64, {n + 1}, &dims));
+  offsets->resize(n + 1);
+  RETURN_IF_ERROR(
+      hdf5::ReadAll(o.get(), path, "/offsets", hdf5::Dtype::kInt64, offsets->data()));
+  const std::vector<int64_t>& off = *offsets;
+  if (off[0] != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: /offsets: first offset is %d, expected 0", path, off[0]));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (off[i + 1] <= off[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: /offsets: image %d has %d bytes (offsets must increase)", path,
+                          i, off[i + 1] - off[i]));
+    }
+  }
+  if (off[n] != total) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: /offsets: last offset is %d, but /images holds %d bytes", path, off[n], total));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard_index) {
   const DatasetInfo& info = index.info;
   const std::string path = JoinPath(info.path, index.shard_files[shard_index]);
   const int64_t n = index.shard_sizes[shard_index];
   hdf5::Scope lock;
-  absl::StatusOr<hdf5::Handle> file = hdf5::OpenFileReadOnly(path);
-  if (!file.ok()) return file.status();
-  hid_t f = file->get();
-  absl::StatusOr<std::string> format = ReadStringAttribute(f, path, "format");
-  if (!format.ok()) return format.status();
-  if (*format != kShardFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", *format,
+  ASSIGN_OR_RETURN(hdf5::Handle file, hdf5::OpenFileReadOnly(path));
+  const hid_t f = file.get();
+  ASSIGN_OR_RETURN(std::string format, ReadStringAttribute(f, path, "format"));
+  if (format != kShardFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", format,
                                                    "', expected '", kShardFormat, "'"));
   }
-  absl::StatusOr<std::string> encoding = ReadStringAttribute(f, path, "encoding");
-  if (!encoding.ok()) return encoding.status();
-  if (*encoding != info.encoding) {
+  ASSIGN_OR_RETURN(std::string encoding, ReadStringAttribute(f, path, "encoding"));
+  if (encoding != info.encoding) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'encoding' is '",
-                                                   *encoding, "', expected '", info.encoding,
+                                                   encoding, "', expected '", info.encoding,
                                                    "' (from dataset.h5)"));
   }
   struct Expect {
@@ -540,52 +569,21 @@ absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard
                  {"count", n},
                  {"shard_index", shard_index}};
   for (const Expect& e : expects) {
-    absl::StatusOr<int64_t> v = ReadIntAttribute(f, path, e.name);
-    if (!v.ok()) return v.status();
-    if (*v != e.want) return Mismatch(path, e.name, *v, e.want, " (from dataset.h5)");
+    ASSIGN_OR_RETURN(int64_t v, ReadIntAttribute(f, path, e.name));
+    if (v != e.want) return Mismatch(path, e.name, v, e.want, " (from dataset.h5)");
   }
   ShardContents out;
-  std::vector<int64_t> dims;
   if (info.encoding == "raw") {
-    absl::StatusOr<hdf5::Handle> d =
-        hdf5::OpenChecked(f, path, "/images", hdf5::Dtype::kUint8,
-                        {n, info.height, info.width, info.channels}, &dims);
-    if (!d.ok()) return d.status();
+    RETURN_IF_ERROR(hdf5::OpenChecked(f, path, "/images", hdf5::Dtype::kUint8,
+                                      {n, info.height, info.width, info.channels}, nullptr)
+                        .status());
   } else {
-    absl::StatusOr<hdf5::Handle> d =
-        hdf5::OpenChecked(f, path, "/images", hdf5::Dtype::kUint8, {-1}, &dims);
-    if (!d.ok()) return d.status();
-    const int64_t total = dims[0];
-    absl::StatusOr<hdf5::Handle> o =
-        hdf5::OpenChecked(f, path, "/offsets", hdf5::Dtype::kInt64, {n + 1}, &dims);
-    if (!o.ok()) return o.status();
-    out.offsets.resize(n + 1);
-    absl::Status s = hdf5::ReadAll(o->get(), path, "/offsets", hdf5::Dtype::kInt64,
-                                 out.offsets.data());
-    if (!s.ok()) return s;
-    if (out.offsets[0] != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: /offsets: first offset is %d, expected 0", path, out.offsets[0]));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      if (out.offsets[i + 1] <= out.offsets[i]) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: /offsets: image %d has %d bytes (offsets must increase)", path, i,
-            out.offsets[i + 1] - out.offsets[i]));
-      }
-    }
-    if (out.offsets[n] != total) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: /offsets: last offset is %d, but /images holds %d bytes", path, out.offsets[n],
-          total));
-    }
+    RETURN_IF_ERROR(ReadJpegOffsets(f, path, n, &out.offsets));
   }
-  absl::StatusOr<hdf5::Handle> l = hdf5::OpenChecked(f, path, "/labels", hdf5::Dtype::kInt32, {n},
-                                                 &dims);
-  if (!l.ok()) return l.status();
+  ASSIGN_OR_RETURN(hdf5::Handle l,
+                   hdf5::OpenChecked(f, path, "/labels", hdf5::Dtype::kInt32, {n}, nullptr));
   out.labels.resize(n);
-  absl::Status s = hdf5::ReadAll(l->get(), path, "/labels", hdf5::Dtype::kInt32, out.labels.data());
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(hdf5::ReadAll(l.get(), path, "/labels", hdf5::Dtype::kInt32, out.labels.data()));
   for (int64_t i = 0; i < n; ++i) {
     int32_t v = out.labels[i];
     if (v < 0) {
@@ -626,21 +624,20 @@ absl::StatusOr<ShardFileCache::Open*> ShardFileCache::Get(int shard) {
     }
   }
   const std::string path = JoinPath(index_->info.path, index_->shard_files[shard]);
-  absl::StatusOr<hdf5::Handle> file = hdf5::OpenFileReadOnly(path);
-  if (!file.ok()) return file.status();
+  ASSIGN_OR_RETURN(hdf5::Handle file, hdf5::OpenFileReadOnly(path));
   // Validated on open; checked again in case the file was replaced since.
-  if (std::string why = hdf5::NonHardLinkReason(file->get(), "/images"); !why.empty()) {
+  if (std::string why = hdf5::NonHardLinkReason(file.get(), "/images"); !why.empty()) {
     return absl::DataLossError(absl::StrCat(path, ": /images: ", why));
   }
   // No chunk cache: every chunk (one image) is read straight into the caller's buffer.
   hdf5::Handle dapl = hdf5::PlistHandle(H5Pcreate(H5P_DATASET_ACCESS));
   H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
-  hid_t d = H5Dopen2(file->get(), "/images", dapl.get());
+  hid_t d = H5Dopen2(file.get(), "/images", dapl.get());
   if (d < 0) return absl::DataLossError(absl::StrCat(path, ": /images: cannot open"));
   auto o = std::make_unique<Open>();
   o->shard = shard;
   o->last_use = tick_;
-  o->file = std::move(*file);
+  o->file = std::move(file);
   o->images = hdf5::DatasetHandle(d);
   o->space = hdf5::SpaceHandle(H5Dget_space(d));
   if (static_cast<int>(open_.size()) >= max_open_) {
@@ -657,14 +654,13 @@ absl::StatusOr<ShardFileCache::Open*> ShardFileCache::Get(int shard) {
 absl::Status ShardFileCache::ReadRaw(int shard, int64_t local, uint8_t* out) {
   const DatasetInfo& info = index_->info;
   hdf5::Scope lock;
-  absl::StatusOr<Open*> o = Get(shard);
-  if (!o.ok()) return o.status();
+  ASSIGN_OR_RETURN(Open* o, Get(shard));
   hsize_t start[4] = {static_cast<hsize_t>(local), 0, 0, 0};
   hsize_t count[4] = {1, static_cast<hsize_t>(info.height), static_cast<hsize_t>(info.width),
                       static_cast<hsize_t>(info.channels)};
-  H5Sselect_hyperslab((*o)->space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  H5Sselect_hyperslab(o->space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
   hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(4, count, nullptr));
-  if (H5Dread((*o)->images.get(), H5T_NATIVE_UINT8, mspace.get(), (*o)->space.get(),
+  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(),
               H5P_DEFAULT, out) < 0) {
     return absl::DataLossError(absl::StrFormat(
         "%s: /images: reading image %d failed (truncated or corrupt data)",
@@ -675,13 +671,12 @@ absl::Status ShardFileCache::ReadRaw(int shard, int64_t local, uint8_t* out) {
 
 absl::Status ShardFileCache::ReadBytes(int shard, int64_t begin, int64_t end, std::string* out) {
   hdf5::Scope lock;
-  absl::StatusOr<Open*> o = Get(shard);
-  if (!o.ok()) return o.status();
+  ASSIGN_OR_RETURN(Open* o, Get(shard));
   out->resize(end - begin);
   hsize_t start = static_cast<hsize_t>(begin), count = static_cast<hsize_t>(end - begin);
-  H5Sselect_hyperslab((*o)->space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+  H5Sselect_hyperslab(o->space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr);
   hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(1, &count, nullptr));
-  if (H5Dread((*o)->images.get(), H5T_NATIVE_UINT8, mspace.get(), (*o)->space.get(),
+  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(),
               H5P_DEFAULT, out->data()) < 0) {
     return absl::DataLossError(absl::StrFormat(
         "%s: /images: reading bytes [%d, %d) failed (truncated or corrupt data)",
