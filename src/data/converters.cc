@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/philox.h"
+#include "core/status_macros.h"
 #include "data/files.h"
 #include "data/image.h"
 #include "data/sampler.h"
@@ -386,176 +387,197 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
 
 // ---- image folders ----------------------------------------------------------------------
 
-absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
-                                                 const std::string& output_dir,
-                                                 const ConvertOptions& o) {
-  absl::Status s = CheckOptions(o);
-  if (!s.ok()) return s;
-  const auto t0 = Clock::now();
+namespace {
+
+// One image file of a folder dataset and its class.
+struct FolderItem {
+  std::string path;
+  int label;
+};
+
+// ROOT/<class>/<image files>: classes in name order, their image files (by extension),
+// and everything else counted in report->ignored.
+absl::Status ListClassFolders(const std::string& root, std::vector<std::string>* classes,
+                              std::vector<FolderItem>* items, ConvertReport* report) {
   if (!IsDir(root)) return absl::NotFoundError(absl::StrCat(root, ": directory not found"));
-  absl::StatusOr<std::vector<std::string>> entries = ListDir(root);
-  if (!entries.ok()) return entries.status();
-  ConvertReport report;
-  std::vector<std::string> classes;
-  struct Item {
-    std::string path;
-    int label;
-  };
-  std::vector<Item> items;
-  for (const std::string& e : *entries) {
+  ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDir(root));
+  for (const std::string& e : entries) {
     const std::string dir = JoinPath(root, e);
     if (!IsDir(dir)) {
-      ++report.ignored;
+      ++report->ignored;
       continue;
     }
-    absl::StatusOr<std::vector<std::string>> files = ListDir(dir);
-    if (!files.ok()) return files.status();
-    const int label = static_cast<int>(classes.size());
-    classes.push_back(e);
-    for (const std::string& f : *files) {
+    ASSIGN_OR_RETURN(std::vector<std::string> files, ListDir(dir));
+    const int label = static_cast<int>(classes->size());
+    classes->push_back(e);
+    for (const std::string& f : files) {
       if (HasImageExtension(f) && !IsDir(JoinPath(dir, f))) {
-        items.push_back({JoinPath(dir, f), label});
+        items->push_back({JoinPath(dir, f), label});
       } else {
-        ++report.ignored;
+        ++report->ignored;
       }
     }
   }
-  if (classes.empty()) {
+  if (classes->empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(root, ": no class directories (expected ROOT/<class>/<image files>)"));
   }
-  if (items.empty()) {
+  if (items->empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(root, ": no image files (.jpg, .jpeg, .png) in the class directories"));
   }
+  return absl::OkStatus();
+}
+
+// Without --resize every image must have the size of the first decodable one: that size,
+// and the path of that image in `source` (for the message about an image of another size).
+absl::Status FirstImageSize(const std::string& root, const std::vector<FolderItem>& items,
+                            const ConvertOptions& o, int* height, int* width,
+                            std::string* source) {
+  for (const FolderItem& it : items) {
+    absl::StatusOr<std::string> bytes = ReadRegularFile(it.path, MaxImageFileBytes(o.limits));
+    if (!bytes.ok()) continue;
+    Image img;
+    if (DecodeImage(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), o.channels,
+                    &img, 0, 0, o.limits)
+            .ok()) {
+      *height = img.height;
+      *width = img.width;
+      *source = it.path;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(root, ": no decodable image found"));
+}
+
+// The image at `path` as the dataset stores it: height x width (resized as the options
+// say), and with --encoding=jpeg the source stream itself when it decodes to exactly that.
+// `size_source` names the image that set the size when nothing is resized.
+Converted ConvertFolderImage(const std::string& path, const ConvertOptions& o, int height,
+                             int width, const std::string& size_source) {
+  Converted c;
+  const bool resizing = o.resize > 0 || o.resize_height > 0;
+  // Not a regular file (a FIFO named *.jpg), too big, unreadable: skipped and counted
+  // like an undecodable image (fatal with --strict).
+  absl::StatusOr<std::string> bytes = ReadRegularFile(path, MaxImageFileBytes(o.limits));
+  if (!bytes.ok()) {
+    c.status = bytes.status();
+    return c;
+  }
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes->data());
+  Image img;
+  absl::Status d = DecodeImage(data, bytes->size(), o.channels, &img, resizing ? height : 0,
+                               resizing ? width : 0, o.limits);
+  if (!d.ok()) {
+    c.status = absl::Status(d.code(), absl::StrCat(path, ": ", d.message()));
+    return c;
+  }
+  const bool same_size = img.height == height && img.width == width;
+  if (same_size) {
+    c.image = std::move(img);
+    // Pass the source stream through only if it decodes to exactly c.image: a JPEG at
+    // full resolution (DCT-domain downscaling may have produced this size from a larger
+    // source).
+    int src_h = 0, src_w = 0;
+    if (o.encoding == "jpeg" && o.jpeg_passthrough &&
+        SniffFormat(data, bytes->size()) == ImageFormat::kJpeg &&
+        JpegSize(data, bytes->size(), &src_h, &src_w).ok() && src_h == height &&
+        src_w == width) {
+      c.encoded = std::move(*bytes);
+    }
+  } else if (o.resize > 0) {
+    c.image = ResizeShorterAndCenterCrop(img, o.resize);
+  } else if (o.resize_height > 0) {
+    c.image = Resize(img, o.resize_height, o.resize_width);
+  } else {
+    c.status = absl::InvalidArgumentError(absl::StrFormat(
+        "%s: image is %dx%d, but %s is %dx%d; pass --resize or --resize_exact", path,
+        img.width, img.height, size_source, width, height));
+    c.fatal = true;
+    return c;
+  }
+  EncodeIfNeeded(o, &c);
+  if (!c.status.ok()) {
+    c.status = absl::Status(c.status.code(), absl::StrCat(path, ": ", c.status.message()));
+  }
+  return c;
+}
+
+// --val_fraction: the first round(fraction * n_k) items of each class k (in storage order)
+// go to `val`, the rest to `train`.
+void SplitValidation(std::vector<FolderItem> items, size_t num_classes, double fraction,
+                     std::vector<FolderItem>* train, std::vector<FolderItem>* val) {
+  if (fraction <= 0) {
+    *train = std::move(items);
+    return;
+  }
+  std::vector<int64_t> per_class(num_classes, 0), val_target(num_classes, 0),
+      val_taken(num_classes, 0);
+  for (const FolderItem& it : items) ++per_class[it.label];
+  for (size_t k = 0; k < num_classes; ++k) {
+    val_target[k] = static_cast<int64_t>(std::llround(per_class[k] * fraction));
+  }
+  for (const FolderItem& it : items) {
+    if (val_taken[it.label] < val_target[it.label]) {
+      ++val_taken[it.label];
+      val->push_back(it);
+    } else {
+      train->push_back(it);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
+                                                 const std::string& output_dir,
+                                                 const ConvertOptions& o) {
+  RETURN_IF_ERROR(CheckOptions(o));
+  const auto t0 = Clock::now();
+  ConvertReport report;
+  std::vector<std::string> classes;
+  std::vector<FolderItem> items;
+  RETURN_IF_ERROR(ListClassFolders(root, &classes, &items, &report));
   // Storage order: a seeded permutation, so shards are not sorted by class.
   if (o.shuffle) {
     std::vector<int64_t> perm = EpochPermutation(
         static_cast<int64_t>(items.size()), MixKey(o.seed, StringHash("make_shards order")), 0);
-    std::vector<Item> shuffled;
+    std::vector<FolderItem> shuffled;
     shuffled.reserve(items.size());
     for (int64_t p : perm) shuffled.push_back(items[p]);
     items = std::move(shuffled);
   }
-  // Target size.
   int height = o.resize > 0 ? o.resize : o.resize_height;
   int width = o.resize > 0 ? o.resize : o.resize_width;
   std::string size_source;
-  if (height == 0) {
-    // Every image must have the size of the first decodable one.
-    for (const Item& it : items) {
-      absl::StatusOr<std::string> bytes = ReadRegularFile(it.path, MaxImageFileBytes(o.limits));
-      if (!bytes.ok()) continue;
-      Image img;
-      if (DecodeImage(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
-                      o.channels, &img, 0, 0, o.limits).ok()) {
-        height = img.height;
-        width = img.width;
-        size_source = it.path;
-        break;
-      }
-    }
-    if (height == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(root, ": no decodable image found"));
-    }
-  }
-  const bool resizing = o.resize > 0 || o.resize_height > 0;
-  // produce for the item list `list`.
-  auto make_produce = [&](const std::vector<Item>* list) {
-    return std::function<Converted(int64_t)>([&, list](int64_t i) {
-      Converted c;
-      const std::string& path = (*list)[i].path;
-      // Not a regular file (a FIFO named *.jpg), too big, unreadable: skipped and counted
-      // like an undecodable image (fatal with --strict).
-      absl::StatusOr<std::string> bytes = ReadRegularFile(path, MaxImageFileBytes(o.limits));
-      if (!bytes.ok()) {
-        c.status = bytes.status();
-        return c;
-      }
-      const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes->data());
-      Image img;
-      absl::Status d = DecodeImage(data, bytes->size(), o.channels, &img,
-                                   resizing ? height : 0, resizing ? width : 0, o.limits);
-      if (!d.ok()) {
-        c.status = absl::Status(d.code(), absl::StrCat(path, ": ", d.message()));
-        return c;
-      }
-      const bool same_size = img.height == height && img.width == width;
-      if (same_size) {
-        c.image = std::move(img);
-        // Pass the source stream through only if it decodes to exactly c.image: a JPEG at
-        // full resolution (DCT-domain downscaling may have produced this size from a
-        // larger source).
-        int src_h = 0, src_w = 0;
-        if (o.encoding == "jpeg" && o.jpeg_passthrough &&
-            SniffFormat(data, bytes->size()) == ImageFormat::kJpeg &&
-            JpegSize(data, bytes->size(), &src_h, &src_w).ok() && src_h == height &&
-            src_w == width) {
-          c.encoded = std::move(*bytes);
-        }
-      } else if (o.resize > 0) {
-        c.image = ResizeShorterAndCenterCrop(img, o.resize);
-      } else if (o.resize_height > 0) {
-        c.image = Resize(img, o.resize_height, o.resize_width);
-      } else {
-        c.status = absl::InvalidArgumentError(absl::StrFormat(
-            "%s: image is %dx%d, but %s is %dx%d; pass --resize or --resize_exact", path,
-            img.width, img.height, size_source, width, height));
-        c.fatal = true;
-        return c;
-      }
-      EncodeIfNeeded(o, &c);
-      if (!c.status.ok()) {
-        c.status = absl::Status(c.status.code(), absl::StrCat(path, ": ", c.status.message()));
-      }
-      return c;
-    });
-  };
-  // Split.
-  std::vector<Item> train, val;
-  if (o.val_fraction > 0) {
-    std::vector<int64_t> per_class(classes.size(), 0), val_target(classes.size(), 0),
-        val_taken(classes.size(), 0);
-    for (const Item& it : items) ++per_class[it.label];
-    for (size_t k = 0; k < classes.size(); ++k) {
-      val_target[k] = static_cast<int64_t>(std::llround(per_class[k] * o.val_fraction));
-    }
-    for (const Item& it : items) {
-      if (val_taken[it.label] < val_target[it.label]) {
-        ++val_taken[it.label];
-        val.push_back(it);
-      } else {
-        train.push_back(it);
-      }
-    }
-  } else {
-    train = std::move(items);
-  }
-  absl::StatusOr<std::vector<float>> given = MeanFromOption(o, height, width);
-  if (!given.ok()) return given.status();
-  const std::vector<float>* mean = given->empty() ? nullptr : &*given;
+  if (height == 0) RETURN_IF_ERROR(FirstImageSize(root, items, o, &height, &width, &size_source));
+  std::vector<FolderItem> train, val;
+  SplitValidation(std::move(items), classes.size(), o.val_fraction, &train, &val);
+  ASSIGN_OR_RETURN(std::vector<float> given, MeanFromOption(o, height, width));
+  const std::vector<float>* mean = given.empty() ? nullptr : &given;
   std::vector<std::unique_ptr<DatasetWriter>> written;
-  auto write = [&](const std::string& dir, const std::vector<Item>& list,
+  auto write = [&](const std::string& dir, const std::vector<FolderItem>& list,
                    const std::vector<float>* m, const std::string& msrc) -> absl::Status {
+    std::function<Converted(int64_t)> produce = [&](int64_t i) {
+      return ConvertFolderImage(list[i].path, o, height, width, size_source);
+    };
     std::function<int(int64_t)> label_of = [&list](int64_t i) { return list[i].label; };
-    absl::StatusOr<std::unique_ptr<DatasetWriter>> w =
-        WriteSplit(dir, o, height, width, classes, static_cast<int64_t>(list.size()),
-                   make_produce(&list), label_of, m, msrc, &report);
-    if (!w.ok()) return w.status();
-    written.push_back(std::move(*w));
+    ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> w,
+                     WriteSplit(dir, o, height, width, classes,
+                                static_cast<int64_t>(list.size()), produce, label_of, m, msrc,
+                                &report));
+    written.push_back(std::move(w));
     return absl::OkStatus();
   };
   if (o.val_fraction > 0) {
-    s = write(JoinPath(output_dir, "train"), train, mean, o.mean_from);
-    if (!s.ok()) return s;
-    s = write(JoinPath(output_dir, "val"), val, mean ? mean : &written.front()->mean_image(),
-              mean ? o.mean_from : "train");
+    RETURN_IF_ERROR(write(JoinPath(output_dir, "train"), train, mean, o.mean_from));
+    RETURN_IF_ERROR(write(JoinPath(output_dir, "val"), val,
+                          mean ? mean : &written.front()->mean_image(),
+                          mean ? o.mean_from : "train"));
   } else {
-    s = write(output_dir, train, mean, o.mean_from);
+    RETURN_IF_ERROR(write(output_dir, train, mean, o.mean_from));
   }
-  if (!s.ok()) return s;
-  s = CommitSplits(&written, &report);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CommitSplits(&written, &report));
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }
