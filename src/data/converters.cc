@@ -210,8 +210,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> WriteSplit(
   wo.shard_size = o.shard_size;
   wo.force = o.force;
   wo.limits = o.limits;
-  absl::StatusOr<std::unique_ptr<DatasetWriter>> writer = DatasetWriter::Create(wo);
-  if (!writer.ok()) return writer.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> writer, DatasetWriter::Create(wo));
   int64_t last_progress = -1;
   auto last_time = Clock::now();
   if (o.progress) o.progress(dir, 0, n);
@@ -223,8 +222,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> WriteSplit(
         report->skipped_messages.push_back(std::string(c.status.message()));
       }
     } else {
-      absl::Status s = (*writer)->Add(c.image.pixels.data(), &c.encoded, label_of(i));
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(writer->Add(c.image.pixels.data(), &c.encoded, label_of(i)));
     }
     if (o.progress && (i + 1 == n || Clock::now() - last_time > std::chrono::milliseconds(200))) {
       last_time = Clock::now();
@@ -238,11 +236,9 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> WriteSplit(
   const int64_t image_bytes = static_cast<int64_t>(height) * width * o.channels;
   const int64_t window = std::min<int64_t>(std::max(64, 8 * o.threads),
                                            std::max<int64_t>(1, (int64_t{1} << 30) / image_bytes));
-  absl::Status s = RunOrdered<Converted>(n, o.threads, window, produce, consume);
-  if (!s.ok()) return s;
-  s = (*writer)->Prepare(mean, mean_source);
-  if (!s.ok()) return s;
-  return std::move(*writer);
+  RETURN_IF_ERROR(RunOrdered<Converted>(n, o.threads, window, produce, consume));
+  RETURN_IF_ERROR(writer->Prepare(mean, mean_source));
+  return writer;
 }
 
 // Commits the prepared splits, in order, and records them in the report. If one cannot be
@@ -273,16 +269,14 @@ absl::StatusOr<std::vector<float>> MeanFromOption(const ConvertOptions& o, int h
 
 absl::StatusOr<std::vector<float>> ReadMeanImage(const std::string& dir, int height, int width,
                                                  int channels, const ImageLimits& limits) {
-  absl::StatusOr<DatasetIndex> idx = ReadDatasetIndex(dir, limits);
-  if (!idx.ok()) return idx.status();
-  if (idx->info.height != height || idx->info.width != width ||
-      idx->info.channels != channels) {
+  ASSIGN_OR_RETURN(DatasetIndex idx, ReadDatasetIndex(dir, limits));
+  if (idx.info.height != height || idx.info.width != width || idx.info.channels != channels) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: /mean_image: shape is [%d, %d, %d], expected [%d, %d, %d]",
-        JoinPath(dir, kIndexFileName), idx->info.height, idx->info.width, idx->info.channels,
+        JoinPath(dir, kIndexFileName), idx.info.height, idx.info.width, idx.info.channels,
         height, width, channels));
   }
-  return idx->mean_image;
+  return std::move(idx.mean_image);
 }
 
 // ---- CIFAR-10 binary ------------------------------------------------------------------
@@ -292,8 +286,7 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
                                                    const ConvertOptions& o_in) {
   ConvertOptions o = o_in;
   o.channels = 3;
-  absl::Status s = CheckOptions(o);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CheckOptions(o));
   const auto t0 = Clock::now();
   constexpr int kRecord = 1 + 32 * 32 * 3;
   std::vector<std::string> class_names = {"airplane", "automobile", "bird", "cat", "deer",
@@ -326,22 +319,21 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
     std::string records;
     for (const std::string& f : split.files) {
       const std::string path = JoinPath(input_dir, f);
-      absl::StatusOr<std::string> data = ReadRegularFile(path, INT64_MAX);
-      if (!data.ok()) return data.status();
-      if (data->empty() || data->size() % kRecord != 0) {
+      ASSIGN_OR_RETURN(std::string data, ReadRegularFile(path, INT64_MAX));
+      if (data.empty() || data.size() % kRecord != 0) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: size %d bytes is not a positive multiple of the %d-byte record (truncated?)",
-            path, data->size(), kRecord));
+            path, data.size(), kRecord));
       }
-      const int64_t n = static_cast<int64_t>(data->size() / kRecord);
+      const int64_t n = static_cast<int64_t>(data.size() / kRecord);
       for (int64_t i = 0; i < n; ++i) {
-        const int label = static_cast<uint8_t>((*data)[i * kRecord]);
+        const int label = static_cast<uint8_t>(data[i * kRecord]);
         if (label >= 10) {
           return absl::InvalidArgumentError(absl::StrFormat(
               "%s: label: label %d at index %d is >= num_classes 10", path, label, i));
         }
       }
-      records += *data;
+      records += data;
     }
     const int64_t n = static_cast<int64_t>(records.size() / kRecord);
     std::function<Converted(int64_t)> produce = [&](int64_t i) {
@@ -362,25 +354,22 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
       return static_cast<int>(static_cast<uint8_t>(records[i * kRecord]));
     };
     const bool is_test = std::string(split.name) == "test";
-    absl::StatusOr<std::vector<float>> given = MeanFromOption(o, 32, 32);
-    if (!given.ok()) return given.status();
+    ASSIGN_OR_RETURN(std::vector<float> given, MeanFromOption(o, 32, 32));
     const std::vector<float>* mean = nullptr;
     std::string mean_source;
-    if (!given->empty()) {
-      mean = &*given;
+    if (!given.empty()) {
+      mean = &given;
       mean_source = o.mean_from;
     } else if (is_test) {
       mean = &written.front()->mean_image();
       mean_source = "train";
     }
-    absl::StatusOr<std::unique_ptr<DatasetWriter>> w =
-        WriteSplit(JoinPath(output_dir, split.name), o, 32, 32, class_names, n, produce,
-                   label_of, mean, mean_source, &report);
-    if (!w.ok()) return w.status();
-    written.push_back(std::move(*w));
+    ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> w,
+                     WriteSplit(JoinPath(output_dir, split.name), o, 32, 32, class_names, n,
+                                produce, label_of, mean, mean_source, &report));
+    written.push_back(std::move(w));
   }
-  s = CommitSplits(&written, &report);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CommitSplits(&written, &report));
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }
@@ -590,8 +579,7 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
                                                    const ConvertOptions& o_in) {
   ConvertOptions o = o_in;
   o.channels = synth.channels;
-  absl::Status s = CheckOptions(o);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CheckOptions(o));
   const auto t0 = Clock::now();
   ConvertReport report;
   std::vector<std::unique_ptr<DatasetWriter>> written;
@@ -602,9 +590,8 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
       if (test_size <= 0) break;
       so.size = test_size;
     }
-    absl::StatusOr<std::unique_ptr<Dataset>> ds = MakeSyntheticDataset(so);
-    if (!ds.ok()) return ds.status();
-    Dataset* d = ds->get();
+    ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, MakeSyntheticDataset(so));
+    Dataset* d = ds.get();
     const DatasetInfo& info = d->info();
     std::function<Converted(int64_t)> produce = [&](int64_t i) {
       Converted c;
@@ -618,15 +605,15 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
     };
     std::function<int(int64_t)> label_of = [d](int64_t i) { return d->Label(i); };
     const char* name = split == 0 ? "train" : "test";
-    absl::StatusOr<std::unique_ptr<DatasetWriter>> w = WriteSplit(
-        JoinPath(output_dir, name), o, info.height, info.width, info.class_names, info.size,
-        produce, label_of, split == 1 ? &written.front()->mean_image() : nullptr,
-        split == 1 ? "train" : "", &report);
-    if (!w.ok()) return w.status();
-    written.push_back(std::move(*w));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<DatasetWriter> w,
+        WriteSplit(JoinPath(output_dir, name), o, info.height, info.width, info.class_names,
+                   info.size, produce, label_of,
+                   split == 1 ? &written.front()->mean_image() : nullptr,
+                   split == 1 ? "train" : "", &report));
+    written.push_back(std::move(w));
   }
-  s = CommitSplits(&written, &report);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CommitSplits(&written, &report));
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }
