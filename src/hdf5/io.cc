@@ -114,23 +114,6 @@ absl::StatusOr<std::vector<hsize_t>> Extents(hid_t space, const std::string& fil
   return dims;
 }
 
-bool CheckedByteCount(const std::vector<hsize_t>& dims, uint64_t element_bytes,
-                      int64_t* bytes) {
-  int64_t n = 1;
-  for (hsize_t x : dims) {
-    if (x > static_cast<hsize_t>(INT64_MAX) ||
-        __builtin_mul_overflow(n, static_cast<int64_t>(x), &n)) {
-      return false;
-    }
-  }
-  if (element_bytes > static_cast<uint64_t>(INT64_MAX) ||
-      __builtin_mul_overflow(n, static_cast<int64_t>(element_bytes), &n)) {
-    return false;
-  }
-  *bytes = n;
-  return true;
-}
-
 // ---- attributes ----------------------------------------------------------------------------
 
 namespace {
