@@ -24,8 +24,10 @@
 // Strings are written in ONE encoding: fixed-length, null-padded UTF-8 (h5py returns them
 // as bytes: .decode() them). A fixed-length string lives in its object header, which the
 // 1.10 file format checksums; a variable-length one lives in the global heap, which has no
-// checksum. Readers accept both kinds, so files written by older builds (shards with
-// variable-length strings) still read.
+// checksum; and checkpoints were written that way from the start, so they stay byte for
+// byte what older builds write and read (tests/checkpoint/checkpoint_compat_test.cc).
+// Readers accept both kinds, so files written by older builds (shards with variable-length
+// strings) still read.
 #pragma once
 
 #include <hdf5.h>
