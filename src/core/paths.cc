@@ -18,6 +18,11 @@ std::string JoinPath(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
+bool IsDirectory(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
 absl::Status MakeDirs(const std::string& dir, const std::string& what) {
   if (dir.empty()) return absl::OkStatus();
   std::error_code ec;

@@ -13,6 +13,10 @@ namespace colonnade {
 // name of the caller's own making).
 std::string JoinPath(const std::string& dir, const std::string& name);
 
+// True when `path` is a directory (symlinks are followed); false when it is missing,
+// something else, or cannot be examined.
+bool IsDirectory(const std::string& path);
+
 // Creates `dir` and its missing parents (like mkdir -p). New directories get mode 0777
 // minus the process's umask, the rule of mkdir(1): the user's umask decides who may read
 // a checkpoint or shard directory (022: everyone reads, only the owner writes; 002 on a

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/paths.h"
 #include "core/philox.h"
 #include "core/status_macros.h"
 #include "data/files.h"
@@ -94,11 +95,6 @@ absl::Status RunOrdered(int64_t n, int threads, int64_t window,
   }
   stop_all();
   return status;
-}
-
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 // The largest image file read: any PNG or JPEG within the pixel limit is smaller (PNG at
@@ -388,11 +384,13 @@ struct FolderItem {
 // and everything else counted in report->ignored.
 absl::Status ListClassFolders(const std::string& root, std::vector<std::string>* classes,
                               std::vector<FolderItem>* items, ConvertReport* report) {
-  if (!IsDir(root)) return absl::NotFoundError(absl::StrCat(root, ": directory not found"));
+  if (!IsDirectory(root)) {
+    return absl::NotFoundError(absl::StrCat(root, ": directory not found"));
+  }
   ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDir(root));
   for (const std::string& e : entries) {
     const std::string dir = JoinPath(root, e);
-    if (!IsDir(dir)) {
+    if (!IsDirectory(dir)) {
       ++report->ignored;
       continue;
     }
@@ -400,7 +398,7 @@ absl::Status ListClassFolders(const std::string& root, std::vector<std::string>*
     const int label = static_cast<int>(classes->size());
     classes->push_back(e);
     for (const std::string& f : files) {
-      if (HasImageExtension(f) && !IsDir(JoinPath(dir, f))) {
+      if (HasImageExtension(f) && !IsDirectory(JoinPath(dir, f))) {
         items->push_back({JoinPath(dir, f), label});
       } else {
         ++report->ignored;

@@ -26,13 +26,9 @@ absl::StatusOr<std::string> ReadStringAttribute(hid_t f, const std::string& path
                                                 const char* name) {
   return hdf5::ReadStringAttr(f, name, path, absl::StrCat("'", name, "'"));
 }
+
 absl::StatusOr<int64_t> ReadIntAttribute(hid_t f, const std::string& path, const char* name) {
   return hdf5::ReadIntAttr(f, name, path, absl::StrCat("'", name, "'"));
-}
-
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 bool IsShardName(const std::string& n) {
@@ -150,7 +146,7 @@ absl::Status DatasetWriter::OpenShard() {
     H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
     H5Pset_obj_track_times(dcpl.get(), false);
     images_ = hdf5::DatasetHandle(H5Dcreate2(file_.get(), "/images", H5T_STD_U8LE, space.get(),
-                                           H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+                                             H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
     if (!images_.valid()) {
       return absl::InternalError(absl::StrCat(path, ": /images: cannot create dataset"));
     }
@@ -174,12 +170,15 @@ absl::Status DatasetWriter::CloseShard() {
     images_.Reset();
   } else {
     s = hdf5::WriteDataset(f, "/images", "/images", hdf5::Dtype::kUint8,
-                         {static_cast<int64_t>(jpeg_bytes_.size())}, jpeg_bytes_.data());
+                           {static_cast<int64_t>(jpeg_bytes_.size())}, jpeg_bytes_.data());
     if (s.ok()) {
-      s = hdf5::WriteDataset(f, "/offsets", "/offsets", hdf5::Dtype::kInt64, {n + 1}, offsets_.data());
+      s = hdf5::WriteDataset(f, "/offsets", "/offsets", hdf5::Dtype::kInt64, {n + 1},
+                             offsets_.data());
     }
   }
-  if (s.ok()) s = hdf5::WriteDataset(f, "/labels", "/labels", hdf5::Dtype::kInt32, {n}, labels_.data());
+  if (s.ok()) {
+    s = hdf5::WriteDataset(f, "/labels", "/labels", hdf5::Dtype::kInt32, {n}, labels_.data());
+  }
   if (s.ok()) s = hdf5::WriteStringAttr(f, "format", kShardFormat);
   if (s.ok()) s = hdf5::WriteIntAttr(f, "version", kShardFormatVersion);
   if (s.ok()) s = hdf5::WriteStringAttr(f, "encoding", o_.encoding);
@@ -188,7 +187,9 @@ absl::Status DatasetWriter::CloseShard() {
   if (s.ok()) s = hdf5::WriteIntAttr(f, "channels", o_.channels);
   if (s.ok()) s = hdf5::WriteIntAttr(f, "num_classes", o_.num_classes);
   if (s.ok()) s = hdf5::WriteIntAttr(f, "count", n);
-  if (s.ok()) s = hdf5::WriteIntAttr(f, "shard_index", static_cast<int64_t>(shard_files_.size()) - 1);
+  if (s.ok()) {
+    s = hdf5::WriteIntAttr(f, "shard_index", static_cast<int64_t>(shard_files_.size()) - 1);
+  }
   if (!s.ok()) return absl::InternalError(absl::StrCat(path, ": ", s.message()));
   if (H5Fflush(f, H5F_SCOPE_LOCAL) < 0) {
     return absl::InternalError(absl::StrCat(path, ": flush failed"));
@@ -306,21 +307,23 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
     if (s.ok()) s = hdf5::WriteIntAttr(id, "channels", o_.channels);
     if (s.ok()) s = hdf5::WriteIntAttr(id, "num_classes", o_.num_classes);
     if (s.ok()) s = hdf5::WriteIntAttr(id, "size", total_);
-    if (s.ok()) s = hdf5::WriteIntAttr(id, "num_shards", static_cast<int64_t>(shard_files_.size()));
+    if (s.ok()) {
+      s = hdf5::WriteIntAttr(id, "num_shards", static_cast<int64_t>(shard_files_.size()));
+    }
     if (s.ok()) s = hdf5::WriteStringAttr(id, "mean_source", source);
     if (s.ok()) s = hdf5::WriteStrings(id, "/class_names", o_.class_names);
     if (s.ok()) {
-      s = hdf5::WriteDataset(id, "/class_counts", "/class_counts", hdf5::Dtype::kInt64, {o_.num_classes},
-                           class_counts_.data());
+      s = hdf5::WriteDataset(id, "/class_counts", "/class_counts", hdf5::Dtype::kInt64,
+                             {o_.num_classes}, class_counts_.data());
     }
     if (s.ok()) {
       s = hdf5::WriteDataset(id, "/mean_image", "/mean_image", hdf5::Dtype::kFloat32,
-                           {o_.height, o_.width, o_.channels}, mean_image.data());
+                             {o_.height, o_.width, o_.channels}, mean_image.data());
     }
     if (s.ok()) s = hdf5::WriteStrings(id, "/shard_files", shard_files_);
     if (s.ok()) {
       s = hdf5::WriteDataset(id, "/shard_sizes", "/shard_sizes", hdf5::Dtype::kInt64,
-                           {static_cast<int64_t>(shard_sizes_.size())}, shard_sizes_.data());
+                             {static_cast<int64_t>(shard_sizes_.size())}, shard_sizes_.data());
     }
     if (!s.ok()) return absl::InternalError(absl::StrCat(tmp, ": ", s.message()));
     if (H5Fflush(id, H5F_SCOPE_LOCAL) < 0 || !f.Close()) {
@@ -482,7 +485,7 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::string path = JoinPath(dir, kIndexFileName);
-  if (!IsDir(dir)) {
+  if (!IsDirectory(dir)) {
     return absl::NotFoundError(absl::StrCat(dir, ": dataset directory not found"));
   }
   hdf5::Scope lock;
