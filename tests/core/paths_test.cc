@@ -53,6 +53,12 @@ TEST(Paths, MakeDirsCreatesParentsFollowsTheUmaskAndRefusesAFile) {
   std::system(("rm -rf '" + root + "'").c_str());
 }
 
+TEST(Paths, IsDirectory) {
+  EXPECT_TRUE(IsDirectory("/"));
+  EXPECT_FALSE(IsDirectory("/nonexistent/colonnade"));
+  EXPECT_FALSE(IsDirectory("/proc/self/status"));  // a file
+}
+
 TEST(Paths, CheckRegularFile) {
   EXPECT_TRUE(absl::IsNotFound(CheckRegularFile("/nonexistent/colonnade")));
   absl::Status s = CheckRegularFile("/");
