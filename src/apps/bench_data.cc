@@ -120,9 +120,9 @@ int main(int argc, char** argv) {
       "encoding,threads,batch,image_size,crop,images_per_s,mb_per_s_out,memcpy_images_per_s,"
       "fraction_of_memcpy,consumer_wait_s\n";
   for (const std::string& enc : encodings) {
-    const std::string path = colonnade::data::JoinPath(dir, enc);
+    const std::string path = colonnade::JoinPath(dir, enc);
     absl::StatusOr<std::unique_ptr<colonnade::data::Dataset>> ds =
-        colonnade::data::OpenDataset(colonnade::data::JoinPath(path, "train"));
+        colonnade::data::OpenDataset(colonnade::JoinPath(path, "train"));
     bool usable = ds.ok() && (*ds)->info().size == images && (*ds)->info().height == size;
     if (!usable) {
       colonnade::data::SyntheticOptions so;
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
       absl::StatusOr<colonnade::data::ConvertReport> r =
           colonnade::data::WriteSyntheticShards(so, 0, path, co);
       if (!r.ok()) Fail(r.status());
-      ds = colonnade::data::OpenDataset(colonnade::data::JoinPath(path, "train"));
+      ds = colonnade::data::OpenDataset(colonnade::JoinPath(path, "train"));
       if (!ds.ok()) Fail(ds.status());
     }
     for (int t : threads) {

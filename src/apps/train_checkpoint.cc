@@ -136,29 +136,14 @@ absl::Status SaveCheckpoint(Net& net, const Mesh& mesh, Communicator* mp_comm,
                             std::string* path, const checkpoint::DirectoryLock* lock) {
   absl::Status status;
   if (mesh.dp_rank() == 0) {
+    // Every rank of replica 0 takes part in the gathers of its mp group; rank 0 keeps them.
     std::vector<checkpoint::TensorEntry> entries;
-    for (const NamedParam& np : net.params()) {
-      const Param& p = *np.param;
-      checkpoint::TensorEntry e;
-      e.name = np.name;
-      e.shape = checkpoint::FullShape(p);
-      e.learnable = p.learnable;
-      absl::StatusOr<std::vector<float>> value = GatherFullParam(p, p.value, mp_comm);
-      if (!value.ok()) {
-        status = value.status();
-        break;
-      }
-      e.value = std::move(*value);
-      if (p.learnable) {
-        absl::StatusOr<std::vector<float>> velocity = GatherFullParam(p, p.velocity, mp_comm);
-        if (!velocity.ok()) {
-          status = velocity.status();
-          break;
-        }
-        e.velocity = std::move(*velocity);
-      }
-      if (mesh.world_rank() == 0) entries.push_back(std::move(e));
-    }
+    status = checkpoint::CollectFromNet(
+        net,
+        [mp_comm](const Param& p, const Tensor& shard) {
+          return GatherFullParam(p, shard, mp_comm);
+        },
+        mesh.world_rank() == 0 ? &entries : nullptr);
     if (status.ok() && mesh.world_rank() == 0) {
       std::vector<std::string> warnings;
       std::string written;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -210,10 +211,17 @@ ExpectedTensors ExpectedFromNet(const Net& net);
 // The model name and ExpectedFromNet of `net`: what Read and LoadLatestValid check
 // before they allocate a tensor.
 ExpectedModel ExpectedModelOf(const Net& net);
-// Entries of a net whose parameters are all whole (a single-process Net, or one not yet
-// column-split). FailedPrecondition naming the parameter if one is a shard: gather the
-// shards into full tensors first. Velocities are included for learnable parameters.
-absl::StatusOr<std::vector<TensorEntry>> CollectFromNet(const Net& net);
+// The full host copy of `shard` (p.value or p.velocity) of parameter `p`.
+using GatherFn =
+    std::function<absl::StatusOr<std::vector<float>>(const Param& p, const Tensor& shard)>;
+// An entry for every parameter of `net`, in the Net's order: full shape (FullShape), the
+// value and, for learnable parameters, the velocity, each made whole by `gather` (for a
+// column-split Net the parallel module's GatherFullParam, a collective over the mp group:
+// every rank of the group calls CollectFromNet alike). With `out` null the entries are
+// gathered and dropped one by one (a rank that takes part in the gathers but does not
+// write). FailedPrecondition for a Net not built, or a velocity of another size.
+absl::Status CollectFromNet(const Net& net, const GatherFn& gather,
+                            std::vector<TensorEntry>* out);
 // Copies a full tensor into `p`; when `p` is a shard (full_rows > 0) only its rows
 // [shard_offset, shard_offset + dim 0) are copied, which is the whole resharding on
 // resume (the column split shards along dim 0, and dim 0 is outermost). The velocity is

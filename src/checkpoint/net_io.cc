@@ -1,5 +1,5 @@
 // Net <-> checkpoint entries: host copies of full tensors, and the cut of a shard out of
-// a full tensor on resume. Kept apart from checkpoint.cc so that the file-format code
+// a full tensor on resume. Kept apart from read.cc and write.cc so that the file-format code
 // links without the Net and its ops.
 #include <cstring>
 
@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint.h"
+#include "core/status_macros.h"
 
 namespace colonnade::checkpoint {
 
@@ -24,34 +25,31 @@ ExpectedTensors ExpectedFromNet(const Net& net) {
 
 ExpectedModel ExpectedModelOf(const Net& net) { return {net.model_name(), ExpectedFromNet(net)}; }
 
-absl::StatusOr<std::vector<TensorEntry>> CollectFromNet(const Net& net) {
-  std::vector<TensorEntry> out;
+absl::Status CollectFromNet(const Net& net, const GatherFn& gather,
+                            std::vector<TensorEntry>* out) {
   for (const NamedParam& np : net.params()) {
     const Param& p = *np.param;
     if (p.value.empty()) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s has no storage: build the net (Net::Build) before collecting a checkpoint", np.name));
     }
-    if (p.full_rows > 0 && p.full_rows != p.value.shape()[0]) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s is a shard (rows %d..%d of %d): gather the shards into the full tensor first",
-          np.name, p.shard_offset, p.shard_offset + p.value.shape()[0], p.full_rows));
-    }
     TensorEntry e;
     e.name = np.name;
-    e.shape = p.value.shape().dims();
-    e.value = p.value.ToHost();
+    e.shape = FullShape(p);
     e.learnable = p.learnable;
+    ASSIGN_OR_RETURN(e.value, gather(p, p.value));
     if (p.learnable) {
       if (p.velocity.size() != p.value.size()) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "%s has %d values but a velocity of %d", np.name, p.value.size(), p.velocity.size()));
       }
-      e.velocity = p.velocity.ToHost();
+      ASSIGN_OR_RETURN(e.velocity, gather(p, p.velocity));
     }
-    out.push_back(std::move(e));
+    // Dropped at once when `out` is null: a rank that only takes part in the gathers never
+    // holds more than one full tensor.
+    if (out) out->push_back(std::move(e));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::Status LoadIntoParam(const TensorEntry& entry, Param& p) {

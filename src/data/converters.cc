@@ -20,7 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/paths.h"
 #include "core/philox.h"
+#include "core/status_macros.h"
 #include "data/files.h"
 #include "data/image.h"
 #include "data/sampler.h"
@@ -93,11 +95,6 @@ absl::Status RunOrdered(int64_t n, int threads, int64_t window,
   }
   stop_all();
   return status;
-}
-
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 // The largest image file read: any PNG or JPEG within the pixel limit is smaller (PNG at
@@ -209,8 +206,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> WriteSplit(
   wo.shard_size = o.shard_size;
   wo.force = o.force;
   wo.limits = o.limits;
-  absl::StatusOr<std::unique_ptr<DatasetWriter>> writer = DatasetWriter::Create(wo);
-  if (!writer.ok()) return writer.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> writer, DatasetWriter::Create(wo));
   int64_t last_progress = -1;
   auto last_time = Clock::now();
   if (o.progress) o.progress(dir, 0, n);
@@ -222,8 +218,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> WriteSplit(
         report->skipped_messages.push_back(std::string(c.status.message()));
       }
     } else {
-      absl::Status s = (*writer)->Add(c.image.pixels.data(), &c.encoded, label_of(i));
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(writer->Add(c.image.pixels.data(), &c.encoded, label_of(i)));
     }
     if (o.progress && (i + 1 == n || Clock::now() - last_time > std::chrono::milliseconds(200))) {
       last_time = Clock::now();
@@ -237,11 +232,9 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> WriteSplit(
   const int64_t image_bytes = static_cast<int64_t>(height) * width * o.channels;
   const int64_t window = std::min<int64_t>(std::max(64, 8 * o.threads),
                                            std::max<int64_t>(1, (int64_t{1} << 30) / image_bytes));
-  absl::Status s = RunOrdered<Converted>(n, o.threads, window, produce, consume);
-  if (!s.ok()) return s;
-  s = (*writer)->Prepare(mean, mean_source);
-  if (!s.ok()) return s;
-  return std::move(*writer);
+  RETURN_IF_ERROR(RunOrdered<Converted>(n, o.threads, window, produce, consume));
+  RETURN_IF_ERROR(writer->Prepare(mean, mean_source));
+  return writer;
 }
 
 // Commits the prepared splits, in order, and records them in the report. If one cannot be
@@ -272,16 +265,14 @@ absl::StatusOr<std::vector<float>> MeanFromOption(const ConvertOptions& o, int h
 
 absl::StatusOr<std::vector<float>> ReadMeanImage(const std::string& dir, int height, int width,
                                                  int channels, const ImageLimits& limits) {
-  absl::StatusOr<DatasetIndex> idx = ReadDatasetIndex(dir, limits);
-  if (!idx.ok()) return idx.status();
-  if (idx->info.height != height || idx->info.width != width ||
-      idx->info.channels != channels) {
+  ASSIGN_OR_RETURN(DatasetIndex idx, ReadDatasetIndex(dir, limits));
+  if (idx.info.height != height || idx.info.width != width || idx.info.channels != channels) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: /mean_image: shape is [%d, %d, %d], expected [%d, %d, %d]",
-        JoinPath(dir, kIndexFileName), idx->info.height, idx->info.width, idx->info.channels,
+        JoinPath(dir, kIndexFileName), idx.info.height, idx.info.width, idx.info.channels,
         height, width, channels));
   }
-  return idx->mean_image;
+  return std::move(idx.mean_image);
 }
 
 // ---- CIFAR-10 binary ------------------------------------------------------------------
@@ -291,8 +282,7 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
                                                    const ConvertOptions& o_in) {
   ConvertOptions o = o_in;
   o.channels = 3;
-  absl::Status s = CheckOptions(o);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CheckOptions(o));
   const auto t0 = Clock::now();
   constexpr int kRecord = 1 + 32 * 32 * 3;
   std::vector<std::string> class_names = {"airplane", "automobile", "bird", "cat", "deer",
@@ -325,22 +315,21 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
     std::string records;
     for (const std::string& f : split.files) {
       const std::string path = JoinPath(input_dir, f);
-      absl::StatusOr<std::string> data = ReadRegularFile(path, INT64_MAX);
-      if (!data.ok()) return data.status();
-      if (data->empty() || data->size() % kRecord != 0) {
+      ASSIGN_OR_RETURN(std::string data, ReadRegularFile(path, INT64_MAX));
+      if (data.empty() || data.size() % kRecord != 0) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "%s: size %d bytes is not a positive multiple of the %d-byte record (truncated?)",
-            path, data->size(), kRecord));
+            path, data.size(), kRecord));
       }
-      const int64_t n = static_cast<int64_t>(data->size() / kRecord);
+      const int64_t n = static_cast<int64_t>(data.size() / kRecord);
       for (int64_t i = 0; i < n; ++i) {
-        const int label = static_cast<uint8_t>((*data)[i * kRecord]);
+        const int label = static_cast<uint8_t>(data[i * kRecord]);
         if (label >= 10) {
           return absl::InvalidArgumentError(absl::StrFormat(
               "%s: label: label %d at index %d is >= num_classes 10", path, label, i));
         }
       }
-      records += *data;
+      records += data;
     }
     const int64_t n = static_cast<int64_t>(records.size() / kRecord);
     std::function<Converted(int64_t)> produce = [&](int64_t i) {
@@ -361,201 +350,221 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
       return static_cast<int>(static_cast<uint8_t>(records[i * kRecord]));
     };
     const bool is_test = std::string(split.name) == "test";
-    absl::StatusOr<std::vector<float>> given = MeanFromOption(o, 32, 32);
-    if (!given.ok()) return given.status();
+    ASSIGN_OR_RETURN(std::vector<float> given, MeanFromOption(o, 32, 32));
     const std::vector<float>* mean = nullptr;
     std::string mean_source;
-    if (!given->empty()) {
-      mean = &*given;
+    if (!given.empty()) {
+      mean = &given;
       mean_source = o.mean_from;
     } else if (is_test) {
       mean = &written.front()->mean_image();
       mean_source = "train";
     }
-    absl::StatusOr<std::unique_ptr<DatasetWriter>> w =
-        WriteSplit(JoinPath(output_dir, split.name), o, 32, 32, class_names, n, produce,
-                   label_of, mean, mean_source, &report);
-    if (!w.ok()) return w.status();
-    written.push_back(std::move(*w));
+    ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> w,
+                     WriteSplit(JoinPath(output_dir, split.name), o, 32, 32, class_names, n,
+                                produce, label_of, mean, mean_source, &report));
+    written.push_back(std::move(w));
   }
-  s = CommitSplits(&written, &report);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CommitSplits(&written, &report));
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }
 
 // ---- image folders ----------------------------------------------------------------------
 
-absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
-                                                 const std::string& output_dir,
-                                                 const ConvertOptions& o) {
-  absl::Status s = CheckOptions(o);
-  if (!s.ok()) return s;
-  const auto t0 = Clock::now();
-  if (!IsDir(root)) return absl::NotFoundError(absl::StrCat(root, ": directory not found"));
-  absl::StatusOr<std::vector<std::string>> entries = ListDir(root);
-  if (!entries.ok()) return entries.status();
-  ConvertReport report;
-  std::vector<std::string> classes;
-  struct Item {
-    std::string path;
-    int label;
-  };
-  std::vector<Item> items;
-  for (const std::string& e : *entries) {
+namespace {
+
+// One image file of a folder dataset and its class.
+struct FolderItem {
+  std::string path;
+  int label;
+};
+
+// ROOT/<class>/<image files>: classes in name order, their image files (by extension),
+// and everything else counted in report->ignored.
+absl::Status ListClassFolders(const std::string& root, std::vector<std::string>* classes,
+                              std::vector<FolderItem>* items, ConvertReport* report) {
+  if (!IsDirectory(root)) {
+    return absl::NotFoundError(absl::StrCat(root, ": directory not found"));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDir(root));
+  for (const std::string& e : entries) {
     const std::string dir = JoinPath(root, e);
-    if (!IsDir(dir)) {
-      ++report.ignored;
+    if (!IsDirectory(dir)) {
+      ++report->ignored;
       continue;
     }
-    absl::StatusOr<std::vector<std::string>> files = ListDir(dir);
-    if (!files.ok()) return files.status();
-    const int label = static_cast<int>(classes.size());
-    classes.push_back(e);
-    for (const std::string& f : *files) {
-      if (HasImageExtension(f) && !IsDir(JoinPath(dir, f))) {
-        items.push_back({JoinPath(dir, f), label});
+    ASSIGN_OR_RETURN(std::vector<std::string> files, ListDir(dir));
+    const int label = static_cast<int>(classes->size());
+    classes->push_back(e);
+    for (const std::string& f : files) {
+      if (HasImageExtension(f) && !IsDirectory(JoinPath(dir, f))) {
+        items->push_back({JoinPath(dir, f), label});
       } else {
-        ++report.ignored;
+        ++report->ignored;
       }
     }
   }
-  if (classes.empty()) {
+  if (classes->empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(root, ": no class directories (expected ROOT/<class>/<image files>)"));
   }
-  if (items.empty()) {
+  if (items->empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(root, ": no image files (.jpg, .jpeg, .png) in the class directories"));
   }
+  return absl::OkStatus();
+}
+
+// Without --resize every image must have the size of the first decodable one: that size,
+// and the path of that image in `source` (for the message about an image of another size).
+absl::Status FirstImageSize(const std::string& root, const std::vector<FolderItem>& items,
+                            const ConvertOptions& o, int* height, int* width,
+                            std::string* source) {
+  for (const FolderItem& it : items) {
+    absl::StatusOr<std::string> bytes = ReadRegularFile(it.path, MaxImageFileBytes(o.limits));
+    if (!bytes.ok()) continue;
+    Image img;
+    if (DecodeImage(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), o.channels,
+                    &img, 0, 0, o.limits)
+            .ok()) {
+      *height = img.height;
+      *width = img.width;
+      *source = it.path;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(root, ": no decodable image found"));
+}
+
+// The image at `path` as the dataset stores it: height x width (resized as the options
+// say), and with --encoding=jpeg the source stream itself when it decodes to exactly that.
+// `size_source` names the image that set the size when nothing is resized.
+Converted ConvertFolderImage(const std::string& path, const ConvertOptions& o, int height,
+                             int width, const std::string& size_source) {
+  Converted c;
+  const bool resizing = o.resize > 0 || o.resize_height > 0;
+  // Not a regular file (a FIFO named *.jpg), too big, unreadable: skipped and counted
+  // like an undecodable image (fatal with --strict).
+  absl::StatusOr<std::string> bytes = ReadRegularFile(path, MaxImageFileBytes(o.limits));
+  if (!bytes.ok()) {
+    c.status = bytes.status();
+    return c;
+  }
+  const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes->data());
+  Image img;
+  absl::Status d = DecodeImage(data, bytes->size(), o.channels, &img, resizing ? height : 0,
+                               resizing ? width : 0, o.limits);
+  if (!d.ok()) {
+    c.status = absl::Status(d.code(), absl::StrCat(path, ": ", d.message()));
+    return c;
+  }
+  const bool same_size = img.height == height && img.width == width;
+  if (same_size) {
+    c.image = std::move(img);
+    // Pass the source stream through only if it decodes to exactly c.image: a JPEG at
+    // full resolution (DCT-domain downscaling may have produced this size from a larger
+    // source).
+    int src_h = 0, src_w = 0;
+    if (o.encoding == "jpeg" && o.jpeg_passthrough &&
+        SniffFormat(data, bytes->size()) == ImageFormat::kJpeg &&
+        JpegSize(data, bytes->size(), &src_h, &src_w).ok() && src_h == height &&
+        src_w == width) {
+      c.encoded = std::move(*bytes);
+    }
+  } else if (o.resize > 0) {
+    c.image = ResizeShorterAndCenterCrop(img, o.resize);
+  } else if (o.resize_height > 0) {
+    c.image = Resize(img, o.resize_height, o.resize_width);
+  } else {
+    c.status = absl::InvalidArgumentError(absl::StrFormat(
+        "%s: image is %dx%d, but %s is %dx%d; pass --resize or --resize_exact", path,
+        img.width, img.height, size_source, width, height));
+    c.fatal = true;
+    return c;
+  }
+  EncodeIfNeeded(o, &c);
+  if (!c.status.ok()) {
+    c.status = absl::Status(c.status.code(), absl::StrCat(path, ": ", c.status.message()));
+  }
+  return c;
+}
+
+// --val_fraction: the first round(fraction * n_k) items of each class k (in storage order)
+// go to `val`, the rest to `train`.
+void SplitValidation(std::vector<FolderItem> items, size_t num_classes, double fraction,
+                     std::vector<FolderItem>* train, std::vector<FolderItem>* val) {
+  if (fraction <= 0) {
+    *train = std::move(items);
+    return;
+  }
+  std::vector<int64_t> per_class(num_classes, 0), val_target(num_classes, 0),
+      val_taken(num_classes, 0);
+  for (const FolderItem& it : items) ++per_class[it.label];
+  for (size_t k = 0; k < num_classes; ++k) {
+    val_target[k] = static_cast<int64_t>(std::llround(per_class[k] * fraction));
+  }
+  for (const FolderItem& it : items) {
+    if (val_taken[it.label] < val_target[it.label]) {
+      ++val_taken[it.label];
+      val->push_back(it);
+    } else {
+      train->push_back(it);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
+                                                 const std::string& output_dir,
+                                                 const ConvertOptions& o) {
+  RETURN_IF_ERROR(CheckOptions(o));
+  const auto t0 = Clock::now();
+  ConvertReport report;
+  std::vector<std::string> classes;
+  std::vector<FolderItem> items;
+  RETURN_IF_ERROR(ListClassFolders(root, &classes, &items, &report));
   // Storage order: a seeded permutation, so shards are not sorted by class.
   if (o.shuffle) {
     std::vector<int64_t> perm = EpochPermutation(
         static_cast<int64_t>(items.size()), MixKey(o.seed, StringHash("make_shards order")), 0);
-    std::vector<Item> shuffled;
+    std::vector<FolderItem> shuffled;
     shuffled.reserve(items.size());
     for (int64_t p : perm) shuffled.push_back(items[p]);
     items = std::move(shuffled);
   }
-  // Target size.
   int height = o.resize > 0 ? o.resize : o.resize_height;
   int width = o.resize > 0 ? o.resize : o.resize_width;
   std::string size_source;
-  if (height == 0) {
-    // Every image must have the size of the first decodable one.
-    for (const Item& it : items) {
-      absl::StatusOr<std::string> bytes = ReadRegularFile(it.path, MaxImageFileBytes(o.limits));
-      if (!bytes.ok()) continue;
-      Image img;
-      if (DecodeImage(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
-                      o.channels, &img, 0, 0, o.limits).ok()) {
-        height = img.height;
-        width = img.width;
-        size_source = it.path;
-        break;
-      }
-    }
-    if (height == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(root, ": no decodable image found"));
-    }
-  }
-  const bool resizing = o.resize > 0 || o.resize_height > 0;
-  // produce for the item list `list`.
-  auto make_produce = [&](const std::vector<Item>* list) {
-    return std::function<Converted(int64_t)>([&, list](int64_t i) {
-      Converted c;
-      const std::string& path = (*list)[i].path;
-      // Not a regular file (a FIFO named *.jpg), too big, unreadable: skipped and counted
-      // like an undecodable image (fatal with --strict).
-      absl::StatusOr<std::string> bytes = ReadRegularFile(path, MaxImageFileBytes(o.limits));
-      if (!bytes.ok()) {
-        c.status = bytes.status();
-        return c;
-      }
-      const uint8_t* data = reinterpret_cast<const uint8_t*>(bytes->data());
-      Image img;
-      absl::Status d = DecodeImage(data, bytes->size(), o.channels, &img,
-                                   resizing ? height : 0, resizing ? width : 0, o.limits);
-      if (!d.ok()) {
-        c.status = absl::Status(d.code(), absl::StrCat(path, ": ", d.message()));
-        return c;
-      }
-      const bool same_size = img.height == height && img.width == width;
-      if (same_size) {
-        c.image = std::move(img);
-        // Pass the source stream through only if it decodes to exactly c.image: a JPEG at
-        // full resolution (DCT-domain downscaling may have produced this size from a
-        // larger source).
-        int src_h = 0, src_w = 0;
-        if (o.encoding == "jpeg" && o.jpeg_passthrough &&
-            SniffFormat(data, bytes->size()) == ImageFormat::kJpeg &&
-            JpegSize(data, bytes->size(), &src_h, &src_w).ok() && src_h == height &&
-            src_w == width) {
-          c.encoded = std::move(*bytes);
-        }
-      } else if (o.resize > 0) {
-        c.image = ResizeShorterAndCenterCrop(img, o.resize);
-      } else if (o.resize_height > 0) {
-        c.image = Resize(img, o.resize_height, o.resize_width);
-      } else {
-        c.status = absl::InvalidArgumentError(absl::StrFormat(
-            "%s: image is %dx%d, but %s is %dx%d; pass --resize or --resize_exact", path,
-            img.width, img.height, size_source, width, height));
-        c.fatal = true;
-        return c;
-      }
-      EncodeIfNeeded(o, &c);
-      if (!c.status.ok()) {
-        c.status = absl::Status(c.status.code(), absl::StrCat(path, ": ", c.status.message()));
-      }
-      return c;
-    });
-  };
-  // Split.
-  std::vector<Item> train, val;
-  if (o.val_fraction > 0) {
-    std::vector<int64_t> per_class(classes.size(), 0), val_target(classes.size(), 0),
-        val_taken(classes.size(), 0);
-    for (const Item& it : items) ++per_class[it.label];
-    for (size_t k = 0; k < classes.size(); ++k) {
-      val_target[k] = static_cast<int64_t>(std::llround(per_class[k] * o.val_fraction));
-    }
-    for (const Item& it : items) {
-      if (val_taken[it.label] < val_target[it.label]) {
-        ++val_taken[it.label];
-        val.push_back(it);
-      } else {
-        train.push_back(it);
-      }
-    }
-  } else {
-    train = std::move(items);
-  }
-  absl::StatusOr<std::vector<float>> given = MeanFromOption(o, height, width);
-  if (!given.ok()) return given.status();
-  const std::vector<float>* mean = given->empty() ? nullptr : &*given;
+  if (height == 0) RETURN_IF_ERROR(FirstImageSize(root, items, o, &height, &width, &size_source));
+  std::vector<FolderItem> train, val;
+  SplitValidation(std::move(items), classes.size(), o.val_fraction, &train, &val);
+  ASSIGN_OR_RETURN(std::vector<float> given, MeanFromOption(o, height, width));
+  const std::vector<float>* mean = given.empty() ? nullptr : &given;
   std::vector<std::unique_ptr<DatasetWriter>> written;
-  auto write = [&](const std::string& dir, const std::vector<Item>& list,
+  auto write = [&](const std::string& dir, const std::vector<FolderItem>& list,
                    const std::vector<float>* m, const std::string& msrc) -> absl::Status {
+    std::function<Converted(int64_t)> produce = [&](int64_t i) {
+      return ConvertFolderImage(list[i].path, o, height, width, size_source);
+    };
     std::function<int(int64_t)> label_of = [&list](int64_t i) { return list[i].label; };
-    absl::StatusOr<std::unique_ptr<DatasetWriter>> w =
-        WriteSplit(dir, o, height, width, classes, static_cast<int64_t>(list.size()),
-                   make_produce(&list), label_of, m, msrc, &report);
-    if (!w.ok()) return w.status();
-    written.push_back(std::move(*w));
+    ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> w,
+                     WriteSplit(dir, o, height, width, classes,
+                                static_cast<int64_t>(list.size()), produce, label_of, m, msrc,
+                                &report));
+    written.push_back(std::move(w));
     return absl::OkStatus();
   };
   if (o.val_fraction > 0) {
-    s = write(JoinPath(output_dir, "train"), train, mean, o.mean_from);
-    if (!s.ok()) return s;
-    s = write(JoinPath(output_dir, "val"), val, mean ? mean : &written.front()->mean_image(),
-              mean ? o.mean_from : "train");
+    RETURN_IF_ERROR(write(JoinPath(output_dir, "train"), train, mean, o.mean_from));
+    RETURN_IF_ERROR(write(JoinPath(output_dir, "val"), val,
+                          mean ? mean : &written.front()->mean_image(),
+                          mean ? o.mean_from : "train"));
   } else {
-    s = write(output_dir, train, mean, o.mean_from);
+    RETURN_IF_ERROR(write(output_dir, train, mean, o.mean_from));
   }
-  if (!s.ok()) return s;
-  s = CommitSplits(&written, &report);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CommitSplits(&written, &report));
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }
@@ -568,8 +577,7 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
                                                    const ConvertOptions& o_in) {
   ConvertOptions o = o_in;
   o.channels = synth.channels;
-  absl::Status s = CheckOptions(o);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CheckOptions(o));
   const auto t0 = Clock::now();
   ConvertReport report;
   std::vector<std::unique_ptr<DatasetWriter>> written;
@@ -580,9 +588,8 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
       if (test_size <= 0) break;
       so.size = test_size;
     }
-    absl::StatusOr<std::unique_ptr<Dataset>> ds = MakeSyntheticDataset(so);
-    if (!ds.ok()) return ds.status();
-    Dataset* d = ds->get();
+    ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, MakeSyntheticDataset(so));
+    Dataset* d = ds.get();
     const DatasetInfo& info = d->info();
     std::function<Converted(int64_t)> produce = [&](int64_t i) {
       Converted c;
@@ -596,15 +603,15 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
     };
     std::function<int(int64_t)> label_of = [d](int64_t i) { return d->Label(i); };
     const char* name = split == 0 ? "train" : "test";
-    absl::StatusOr<std::unique_ptr<DatasetWriter>> w = WriteSplit(
-        JoinPath(output_dir, name), o, info.height, info.width, info.class_names, info.size,
-        produce, label_of, split == 1 ? &written.front()->mean_image() : nullptr,
-        split == 1 ? "train" : "", &report);
-    if (!w.ok()) return w.status();
-    written.push_back(std::move(*w));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<DatasetWriter> w,
+        WriteSplit(JoinPath(output_dir, name), o, info.height, info.width, info.class_names,
+                   info.size, produce, label_of,
+                   split == 1 ? &written.front()->mean_image() : nullptr,
+                   split == 1 ? "train" : "", &report));
+    written.push_back(std::move(w));
   }
-  s = CommitSplits(&written, &report);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(CommitSplits(&written, &report));
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return report;
 }

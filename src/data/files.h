@@ -11,11 +11,6 @@
 
 namespace colonnade::data {
 
-// OK for an existing regular file (symlinks are followed). NotFound when nothing is at
-// `path`; FailedPrecondition "path: is a FIFO, not a regular file" for a FIFO, socket,
-// device or directory; PermissionDenied when it cannot be examined.
-absl::Status CheckRegularFile(const std::string& path);
-
 // Reads a whole regular file. The file is opened non-blocking and checked with fstat
 // before any read, so a FIFO put in its place between a check and the open cannot block.
 // Files larger than `max_bytes` are refused (InvalidArgument) before reading.

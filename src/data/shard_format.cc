@@ -11,37 +11,24 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "data/files.h"
 
 namespace colonnade::data {
 
 std::string ShardFileName(int index) { return absl::StrFormat("shard-%05d.h5", index); }
 
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  if (dir.back() == '/') return dir + name;
-  return dir + "/" + name;
-}
-
 namespace {
 
-bool IsDir(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+// Shard files name their attributes 'height' in messages ("<file>: attribute 'height' is
+// missing"), as docs/DATA.md and the tests spell them.
+absl::StatusOr<std::string> ReadStringAttribute(hid_t f, const std::string& path,
+                                                const char* name) {
+  return hdf5::ReadStringAttr(f, name, path, absl::StrCat("'", name, "'"));
 }
 
-absl::Status MakeDirs(const std::string& path) {
-  if (path.empty() || IsDir(path)) return absl::OkStatus();
-  size_t slash = path.find_last_of('/');
-  if (slash != std::string::npos && slash > 0) {
-    absl::Status s = MakeDirs(path.substr(0, slash));
-    if (!s.ok()) return s;
-  }
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(path, ": cannot create directory: ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+absl::StatusOr<int64_t> ReadIntAttribute(hid_t f, const std::string& path, const char* name) {
+  return hdf5::ReadIntAttr(f, name, path, absl::StrCat("'", name, "'"));
 }
 
 bool IsShardName(const std::string& n) {
@@ -55,14 +42,14 @@ bool IsShardName(const std::string& n) {
 DatasetWriter::DatasetWriter(DatasetWriterOptions o) : o_(std::move(o)) {}
 
 DatasetWriter::~DatasetWriter() {
-  h5::Lock lock;
+  hdf5::Scope lock;
   images_.Reset();
   file_.Reset();
   if (!committed_ && !discarded_) Discard();
 }
 
 void DatasetWriter::Discard() {
-  h5::Lock lock;
+  hdf5::Scope lock;
   images_.Reset();
   file_.Reset();
   // Only files this writer created: Create refused (or, with force, deleted) every dataset
@@ -106,8 +93,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
     return absl::InvalidArgumentError(
         absl::StrFormat("shard_size %d is outside 1..%d", o.shard_size, kMaxDatasetImages));
   }
-  absl::Status s = MakeDirs(o.dir);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(MakeDirs(o.dir, "directory"));
   // Existing dataset files: refuse, or delete exactly those with force.
   std::vector<std::string> ours;
   if (DIR* d = ::opendir(o.dir.c_str())) {
@@ -143,9 +129,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
 absl::Status DatasetWriter::OpenShard() {
   std::string name = ShardFileName(static_cast<int>(shard_files_.size()));
   std::string path = JoinPath(o_.dir, name);
-  absl::StatusOr<h5::Handle> f = h5::CreateFile(path);
-  if (!f.ok()) return f.status();
-  file_ = std::move(*f);
+  ASSIGN_OR_RETURN(file_, hdf5::CreateFile(path));
   labels_.clear();
   jpeg_bytes_.clear();
   offsets_.assign(1, 0);
@@ -156,13 +140,13 @@ absl::Status DatasetWriter::OpenShard() {
     // One image per chunk: a random read touches exactly one chunk, uncompressed, so it
     // is a single contiguous read of H*W*C bytes with no decompression.
     hsize_t chunk[4] = {1, dims[1], dims[2], dims[3]};
-    h5::Handle space = h5::SpaceHandle(H5Screate_simple(4, dims, maxdims));
-    h5::Handle dcpl = h5::PlistHandle(H5Pcreate(H5P_DATASET_CREATE));
+    hdf5::Handle space = hdf5::SpaceHandle(H5Screate_simple(4, dims, maxdims));
+    hdf5::Handle dcpl = hdf5::PlistHandle(H5Pcreate(H5P_DATASET_CREATE));
     H5Pset_chunk(dcpl.get(), 4, chunk);
     H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
     H5Pset_obj_track_times(dcpl.get(), false);
-    images_ = h5::DatasetHandle(H5Dcreate2(file_.get(), "/images", H5T_STD_U8LE, space.get(),
-                                           H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+    images_ = hdf5::DatasetHandle(H5Dcreate2(file_.get(), "/images", H5T_STD_U8LE, space.get(),
+                                             H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
     if (!images_.valid()) {
       return absl::InternalError(absl::StrCat(path, ": /images: cannot create dataset"));
     }
@@ -185,22 +169,27 @@ absl::Status DatasetWriter::CloseShard() {
     }
     images_.Reset();
   } else {
-    s = h5::WriteDataset(f, "/images", h5::Dtype::kUint8,
-                         {static_cast<int64_t>(jpeg_bytes_.size())}, jpeg_bytes_.data());
+    s = hdf5::WriteDataset(f, "/images", "/images", hdf5::Dtype::kUint8,
+                           {static_cast<int64_t>(jpeg_bytes_.size())}, jpeg_bytes_.data());
     if (s.ok()) {
-      s = h5::WriteDataset(f, "/offsets", h5::Dtype::kInt64, {n + 1}, offsets_.data());
+      s = hdf5::WriteDataset(f, "/offsets", "/offsets", hdf5::Dtype::kInt64, {n + 1},
+                             offsets_.data());
     }
   }
-  if (s.ok()) s = h5::WriteDataset(f, "/labels", h5::Dtype::kInt32, {n}, labels_.data());
-  if (s.ok()) s = h5::WriteStringAttr(f, "format", kShardFormat);
-  if (s.ok()) s = h5::WriteIntAttr(f, "version", kShardFormatVersion);
-  if (s.ok()) s = h5::WriteStringAttr(f, "encoding", o_.encoding);
-  if (s.ok()) s = h5::WriteIntAttr(f, "height", o_.height);
-  if (s.ok()) s = h5::WriteIntAttr(f, "width", o_.width);
-  if (s.ok()) s = h5::WriteIntAttr(f, "channels", o_.channels);
-  if (s.ok()) s = h5::WriteIntAttr(f, "num_classes", o_.num_classes);
-  if (s.ok()) s = h5::WriteIntAttr(f, "count", n);
-  if (s.ok()) s = h5::WriteIntAttr(f, "shard_index", static_cast<int64_t>(shard_files_.size()) - 1);
+  if (s.ok()) {
+    s = hdf5::WriteDataset(f, "/labels", "/labels", hdf5::Dtype::kInt32, {n}, labels_.data());
+  }
+  if (s.ok()) s = hdf5::WriteStringAttr(f, "format", kShardFormat);
+  if (s.ok()) s = hdf5::WriteIntAttr(f, "version", kShardFormatVersion);
+  if (s.ok()) s = hdf5::WriteStringAttr(f, "encoding", o_.encoding);
+  if (s.ok()) s = hdf5::WriteIntAttr(f, "height", o_.height);
+  if (s.ok()) s = hdf5::WriteIntAttr(f, "width", o_.width);
+  if (s.ok()) s = hdf5::WriteIntAttr(f, "channels", o_.channels);
+  if (s.ok()) s = hdf5::WriteIntAttr(f, "num_classes", o_.num_classes);
+  if (s.ok()) s = hdf5::WriteIntAttr(f, "count", n);
+  if (s.ok()) {
+    s = hdf5::WriteIntAttr(f, "shard_index", static_cast<int64_t>(shard_files_.size()) - 1);
+  }
   if (!s.ok()) return absl::InternalError(absl::StrCat(path, ": ", s.message()));
   if (H5Fflush(f, H5F_SCOPE_LOCAL) < 0) {
     return absl::InternalError(absl::StrCat(path, ": flush failed"));
@@ -225,19 +214,18 @@ absl::Status DatasetWriter::Add(const uint8_t* pixels, const std::string* encode
         "%s: more than %d images (the largest dataset the reader accepts)", o_.dir,
         kMaxDatasetImages));
   }
-  h5::Lock lock;
+  hdf5::Scope lock;
   if (!file_.valid()) {
-    absl::Status s = OpenShard();
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(OpenShard());
   }
   const int64_t local = static_cast<int64_t>(labels_.size());
   if (o_.encoding == "raw") {
     hsize_t start[4] = {static_cast<hsize_t>(local), 0, 0, 0};
     hsize_t count[4] = {1, static_cast<hsize_t>(o_.height), static_cast<hsize_t>(o_.width),
                         static_cast<hsize_t>(o_.channels)};
-    h5::Handle fspace = h5::SpaceHandle(H5Dget_space(images_.get()));
+    hdf5::Handle fspace = hdf5::SpaceHandle(H5Dget_space(images_.get()));
     H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-    h5::Handle mspace = h5::SpaceHandle(H5Screate_simple(4, count, nullptr));
+    hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(4, count, nullptr));
     if (H5Dwrite(images_.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(), H5P_DEFAULT,
                  pixels) < 0) {
       return absl::InternalError(absl::StrCat(JoinPath(o_.dir, shard_files_.back()),
@@ -281,10 +269,9 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
     return absl::FailedPreconditionError("DatasetWriter: Prepare (or Finish) called twice");
   }
   finished_ = true;
-  h5::Lock lock;
+  hdf5::Scope lock;
   if (file_.valid()) {
-    absl::Status s = CloseShard();
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(CloseShard());
   }
   if (total_ == 0) {
     return absl::InvalidArgumentError(
@@ -310,35 +297,36 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
   // complete.
   const std::string tmp = TempIndexPath();
   {
-    absl::StatusOr<h5::Handle> f = h5::CreateFile(tmp);
-    if (!f.ok()) return f.status();
-    hid_t id = f->get();
-    absl::Status s = h5::WriteStringAttr(id, "format", kDatasetFormat);
-    if (s.ok()) s = h5::WriteIntAttr(id, "version", kShardFormatVersion);
-    if (s.ok()) s = h5::WriteStringAttr(id, "encoding", o_.encoding);
-    if (s.ok()) s = h5::WriteIntAttr(id, "height", o_.height);
-    if (s.ok()) s = h5::WriteIntAttr(id, "width", o_.width);
-    if (s.ok()) s = h5::WriteIntAttr(id, "channels", o_.channels);
-    if (s.ok()) s = h5::WriteIntAttr(id, "num_classes", o_.num_classes);
-    if (s.ok()) s = h5::WriteIntAttr(id, "size", total_);
-    if (s.ok()) s = h5::WriteIntAttr(id, "num_shards", static_cast<int64_t>(shard_files_.size()));
-    if (s.ok()) s = h5::WriteStringAttr(id, "mean_source", source);
-    if (s.ok()) s = h5::WriteStrings(id, "/class_names", o_.class_names);
+    ASSIGN_OR_RETURN(hdf5::Handle f, hdf5::CreateFile(tmp));
+    const hid_t id = f.get();
+    absl::Status s = hdf5::WriteStringAttr(id, "format", kDatasetFormat);
+    if (s.ok()) s = hdf5::WriteIntAttr(id, "version", kShardFormatVersion);
+    if (s.ok()) s = hdf5::WriteStringAttr(id, "encoding", o_.encoding);
+    if (s.ok()) s = hdf5::WriteIntAttr(id, "height", o_.height);
+    if (s.ok()) s = hdf5::WriteIntAttr(id, "width", o_.width);
+    if (s.ok()) s = hdf5::WriteIntAttr(id, "channels", o_.channels);
+    if (s.ok()) s = hdf5::WriteIntAttr(id, "num_classes", o_.num_classes);
+    if (s.ok()) s = hdf5::WriteIntAttr(id, "size", total_);
     if (s.ok()) {
-      s = h5::WriteDataset(id, "/class_counts", h5::Dtype::kInt64, {o_.num_classes},
-                           class_counts_.data());
+      s = hdf5::WriteIntAttr(id, "num_shards", static_cast<int64_t>(shard_files_.size()));
+    }
+    if (s.ok()) s = hdf5::WriteStringAttr(id, "mean_source", source);
+    if (s.ok()) s = hdf5::WriteStrings(id, "/class_names", o_.class_names);
+    if (s.ok()) {
+      s = hdf5::WriteDataset(id, "/class_counts", "/class_counts", hdf5::Dtype::kInt64,
+                             {o_.num_classes}, class_counts_.data());
     }
     if (s.ok()) {
-      s = h5::WriteDataset(id, "/mean_image", h5::Dtype::kFloat32,
-                           {o_.height, o_.width, o_.channels}, mean_image.data());
+      s = hdf5::WriteDataset(id, "/mean_image", "/mean_image", hdf5::Dtype::kFloat32,
+                             {o_.height, o_.width, o_.channels}, mean_image.data());
     }
-    if (s.ok()) s = h5::WriteStrings(id, "/shard_files", shard_files_);
+    if (s.ok()) s = hdf5::WriteStrings(id, "/shard_files", shard_files_);
     if (s.ok()) {
-      s = h5::WriteDataset(id, "/shard_sizes", h5::Dtype::kInt64,
-                           {static_cast<int64_t>(shard_sizes_.size())}, shard_sizes_.data());
+      s = hdf5::WriteDataset(id, "/shard_sizes", "/shard_sizes", hdf5::Dtype::kInt64,
+                             {static_cast<int64_t>(shard_sizes_.size())}, shard_sizes_.data());
     }
     if (!s.ok()) return absl::InternalError(absl::StrCat(tmp, ": ", s.message()));
-    if (H5Fflush(id, H5F_SCOPE_LOCAL) < 0 || !f->Close()) {
+    if (H5Fflush(id, H5F_SCOPE_LOCAL) < 0 || !f.Close()) {
       return absl::InternalError(absl::StrCat(tmp, ": flush failed (disk full?)"));
     }
   }
@@ -358,53 +346,34 @@ absl::Status Mismatch(const std::string& where, const char* attr, int64_t got, i
 
 }  // namespace
 
-absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
-                                              const ImageLimits& limits) {
-  std::string dir = dir_in;
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  DatasetIndex idx;
-  const std::string path = JoinPath(dir, kIndexFileName);
-  if (!IsDir(dir)) {
-    return absl::NotFoundError(absl::StrCat(dir, ": dataset directory not found"));
-  }
-  h5::Lock lock;
-  absl::StatusOr<h5::Handle> file = h5::OpenFileReadOnly(path);
-  if (!file.ok()) {
-    if (absl::IsNotFound(file.status())) {
-      return absl::NotFoundError(absl::StrCat(
-          path, ": file not found (not a dataset directory written by make_shards?)"));
-    }
-    return file.status();
-  }
-  hid_t f = file->get();
-  absl::StatusOr<std::string> format = h5::ReadStringAttr(f, path, "format");
-  if (!format.ok()) return format.status();
-  if (*format != kDatasetFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", *format,
+namespace {
+
+// The root attributes of dataset.h5 into idx.info (all but path), idx.mean_source and
+// `num_shards`, each claimed size bounded before anything is allocated for it (docs/LIMITS.md).
+absl::Status ReadIndexAttributes(hid_t f, const std::string& path, const ImageLimits& limits,
+                                 DatasetIndex& idx, int64_t* num_shards) {
+  ASSIGN_OR_RETURN(std::string format, ReadStringAttribute(f, path, "format"));
+  if (format != kDatasetFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", format,
                                                    "', expected '", kDatasetFormat, "'"));
   }
-  absl::StatusOr<int64_t> version = h5::ReadIntAttr(f, path, "version");
-  if (!version.ok()) return version.status();
-  if (*version != kShardFormatVersion) {
+  ASSIGN_OR_RETURN(int64_t version, ReadIntAttribute(f, path, "version"));
+  if (version != kShardFormatVersion) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: attribute 'version' is %d; this build reads version %d", path, *version,
+        "%s: attribute 'version' is %d; this build reads version %d", path, version,
         kShardFormatVersion));
   }
-  absl::StatusOr<std::string> encoding = h5::ReadStringAttr(f, path, "encoding");
-  if (!encoding.ok()) return encoding.status();
-  if (*encoding != "raw" && *encoding != "jpeg") {
+  ASSIGN_OR_RETURN(std::string encoding, ReadStringAttribute(f, path, "encoding"));
+  if (encoding != "raw" && encoding != "jpeg") {
     return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'encoding' is '",
-                                                   *encoding, "', expected raw or jpeg"));
+                                                   encoding, "', expected raw or jpeg"));
   }
   int64_t vals[6];
   const char* names[6] = {"height", "width", "channels", "num_classes", "size", "num_shards"};
   for (int i = 0; i < 6; ++i) {
-    absl::StatusOr<int64_t> v = h5::ReadIntAttr(f, path, names[i]);
-    if (!v.ok()) return v.status();
-    vals[i] = *v;
+    ASSIGN_OR_RETURN(vals[i], ReadIntAttribute(f, path, names[i]));
   }
   const int64_t H = vals[0], W = vals[1], C = vals[2], K = vals[3], N = vals[4], S = vals[5];
-  // Every claimed size is bounded before anything is allocated for it (docs/LIMITS.md).
   if (std::string why = ImageSizeProblem(H, W, limits); !why.empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: attributes 'height'x'width': %s", path, why));
@@ -430,47 +399,62 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: attribute 'num_shards' is %d, must be in 1..%d", path, S, kMaxShards));
   }
-  absl::StatusOr<std::string> mean_source = h5::ReadStringAttr(f, path, "mean_source");
-  if (!mean_source.ok()) return mean_source.status();
-  idx.mean_source = *mean_source;
+  ASSIGN_OR_RETURN(idx.mean_source, ReadStringAttribute(f, path, "mean_source"));
+  idx.info.size = N;
+  idx.info.height = static_cast<int>(H);
+  idx.info.width = static_cast<int>(W);
+  idx.info.channels = static_cast<int>(C);
+  idx.info.num_classes = static_cast<int>(K);
+  idx.info.encoding = encoding;
+  *num_shards = S;
+  return absl::OkStatus();
+}
 
-  std::vector<int64_t> dims;
-  absl::StatusOr<h5::Handle> d = h5::OpenChecked(f, path, "/class_names", h5::Dtype::kString,
-                                                 {K}, &dims);
-  if (!d.ok()) return d.status();
-  absl::StatusOr<std::vector<std::string>> names_read =
-      h5::ReadStrings(d->get(), path, "/class_names", K);
-  if (!names_read.ok()) return names_read.status();
-  idx.info.class_names = *names_read;
-
-  d = h5::OpenChecked(f, path, "/class_counts", h5::Dtype::kInt64, {K}, &dims);
-  if (!d.ok()) return d.status();
-  idx.info.class_counts.resize(K);
-  absl::Status s = h5::ReadAll(d->get(), path, "/class_counts", h5::Dtype::kInt64,
-                               idx.info.class_counts.data());
-  if (!s.ok()) return s;
-  int64_t count_sum = 0;
-  for (int64_t k = 0; k < K; ++k) {
-    if (idx.info.class_counts[k] < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: /class_counts: count %d of class %d is negative", path,
-          idx.info.class_counts[k], k));
+// Reads int64 dataset `name` of `n` entries (each >= 0) into `out` and checks that they
+// sum to `total` (attribute 'size'); `what` names an entry in messages ("count", "size").
+absl::Status ReadCounts(hid_t f, const std::string& path, const char* name, int64_t n,
+                        const char* what, const char* of, int64_t total,
+                        std::vector<int64_t>* out) {
+  ASSIGN_OR_RETURN(hdf5::Handle d,
+                   hdf5::OpenChecked(f, path, name, hdf5::Dtype::kInt64, {n}, nullptr));
+  out->resize(n);
+  RETURN_IF_ERROR(hdf5::ReadAll(d.get(), path, name, hdf5::Dtype::kInt64, out->data()));
+  int64_t sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if ((*out)[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: %s: %s %d of %s %d is negative",
+                                                        path, name, what, (*out)[i], of, i));
     }
-    if (!CheckedAdd(count_sum, idx.info.class_counts[k], &count_sum)) {
+    if (!CheckedAdd(sum, (*out)[i], &sum)) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: /class_counts: counts overflow a 64-bit sum", path));
+          absl::StrFormat("%s: %s: %ss overflow a 64-bit sum", path, name, what));
     }
   }
-  if (count_sum != N) {
+  if (sum != total) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: /class_counts: counts sum to %d, but attribute 'size' is %d", path, count_sum, N));
+        "%s: %s: %ss sum to %d, but attribute 'size' is %d", path, name, what, sum, total));
   }
+  return absl::OkStatus();
+}
 
-  d = h5::OpenChecked(f, path, "/mean_image", h5::Dtype::kFloat32, {H, W, C}, &dims);
-  if (!d.ok()) return d.status();
-  idx.mean_image.resize(H * W * C);
-  s = h5::ReadAll(d->get(), path, "/mean_image", h5::Dtype::kFloat32, idx.mean_image.data());
-  if (!s.ok()) return s;
+// The datasets of dataset.h5, after ReadIndexAttributes has bounded their shapes.
+absl::Status ReadIndexDatasets(hid_t f, const std::string& path, int64_t S, DatasetIndex& idx) {
+  const int64_t H = idx.info.height, W = idx.info.width, C = idx.info.channels;
+  const int64_t K = idx.info.num_classes, N = idx.info.size;
+  {
+    ASSIGN_OR_RETURN(hdf5::Handle d, hdf5::OpenChecked(f, path, "/class_names",
+                                                       hdf5::Dtype::kString, {K}, nullptr));
+    ASSIGN_OR_RETURN(idx.info.class_names, hdf5::ReadStrings(d.get(), path, "/class_names", K));
+  }
+  RETURN_IF_ERROR(
+      ReadCounts(f, path, "/class_counts", K, "count", "class", N, &idx.info.class_counts));
+  {
+    ASSIGN_OR_RETURN(hdf5::Handle d, hdf5::OpenChecked(f, path, "/mean_image",
+                                                       hdf5::Dtype::kFloat32, {H, W, C}, nullptr));
+    idx.mean_image.resize(H * W * C);
+    RETURN_IF_ERROR(hdf5::ReadAll(d.get(), path, "/mean_image", hdf5::Dtype::kFloat32,
+                                  idx.mean_image.data()));
+  }
   for (size_t i = 0; i < idx.mean_image.size(); ++i) {
     float m = idx.mean_image[i];
     if (!(m >= 0.f && m <= 255.f)) {
@@ -478,68 +462,103 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
           "%s: /mean_image: value %g at index %d is outside [0, 255]", path, m, i));
     }
   }
+  {
+    ASSIGN_OR_RETURN(hdf5::Handle d, hdf5::OpenChecked(f, path, "/shard_files",
+                                                       hdf5::Dtype::kString, {S}, nullptr));
+    ASSIGN_OR_RETURN(std::vector<std::string> files,
+                     hdf5::ReadStrings(d.get(), path, "/shard_files", S));
+    for (const std::string& name : files) {
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": /shard_files: '", name, "' is not a plain file name"));
+      }
+    }
+    idx.shard_files = std::move(files);
+  }
+  return ReadCounts(f, path, "/shard_sizes", S, "size", "shard", N, &idx.shard_sizes);
+}
 
-  d = h5::OpenChecked(f, path, "/shard_files", h5::Dtype::kString, {S}, &dims);
-  if (!d.ok()) return d.status();
-  absl::StatusOr<std::vector<std::string>> files = h5::ReadStrings(d->get(), path,
-                                                                   "/shard_files", S);
-  if (!files.ok()) return files.status();
-  for (const std::string& name : *files) {
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": /shard_files: '", name, "' is not a plain file name"));
-    }
+}  // namespace
+
+absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
+                                              const ImageLimits& limits) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string path = JoinPath(dir, kIndexFileName);
+  if (!IsDirectory(dir)) {
+    return absl::NotFoundError(absl::StrCat(dir, ": dataset directory not found"));
   }
-  idx.shard_files = *files;
-  d = h5::OpenChecked(f, path, "/shard_sizes", h5::Dtype::kInt64, {S}, &dims);
-  if (!d.ok()) return d.status();
-  idx.shard_sizes.resize(S);
-  s = h5::ReadAll(d->get(), path, "/shard_sizes", h5::Dtype::kInt64, idx.shard_sizes.data());
-  if (!s.ok()) return s;
-  int64_t size_sum = 0;
-  for (int64_t i = 0; i < S; ++i) {
-    if (idx.shard_sizes[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: /shard_sizes: size %d of shard %d is negative", path, idx.shard_sizes[i], i));
+  hdf5::Scope lock;
+  absl::StatusOr<hdf5::Handle> file = hdf5::OpenFileReadOnly(path);
+  if (!file.ok()) {
+    if (absl::IsNotFound(file.status())) {
+      return absl::NotFoundError(absl::StrCat(
+          path, ": file not found (not a dataset directory written by make_shards?)"));
     }
-    if (!CheckedAdd(size_sum, idx.shard_sizes[i], &size_sum)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: /shard_sizes: sizes overflow a 64-bit sum", path));
-    }
+    return file.status();
   }
-  if (size_sum != N) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: /shard_sizes: sizes sum to %d, but attribute 'size' is %d", path, size_sum, N));
-  }
-  idx.info.size = N;
-  idx.info.height = static_cast<int>(H);
-  idx.info.width = static_cast<int>(W);
-  idx.info.channels = static_cast<int>(C);
-  idx.info.num_classes = static_cast<int>(K);
-  idx.info.encoding = *encoding;
+  DatasetIndex idx;
+  int64_t num_shards = 0;
+  RETURN_IF_ERROR(ReadIndexAttributes(file->get(), path, limits, idx, &num_shards));
+  RETURN_IF_ERROR(ReadIndexDatasets(file->get(), path, num_shards, idx));
   idx.info.path = dir;
   return idx;
 }
+
+namespace {
+
+// A JPEG shard's /offsets: n + 1 increasing offsets from 0 to the bytes of /images.
+absl::Status ReadJpegOffsets(hid_t f, const std::string& path, int64_t n,
+                             std::vector<int64_t>* offsets) {
+  std::vector<int64_t> dims;
+  int64_t total = 0;
+  {
+    ASSIGN_OR_RETURN(hdf5::Handle d,
+                     hdf5::OpenChecked(f, path, "/images", hdf5::Dtype::kUint8, {-1}, &dims));
+    total = dims[0];
+  }
+  ASSIGN_OR_RETURN(hdf5::Handle o,
+                   hdf5::OpenChecked(f, path, "/offsets", hdf5::Dtype::kInt64, {n + 1}, &dims));
+  offsets->resize(n + 1);
+  RETURN_IF_ERROR(
+      hdf5::ReadAll(o.get(), path, "/offsets", hdf5::Dtype::kInt64, offsets->data()));
+  const std::vector<int64_t>& off = *offsets;
+  if (off[0] != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: /offsets: first offset is %d, expected 0", path, off[0]));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (off[i + 1] <= off[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: /offsets: image %d has %d bytes (offsets must increase)", path,
+                          i, off[i + 1] - off[i]));
+    }
+  }
+  if (off[n] != total) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: /offsets: last offset is %d, but /images holds %d bytes", path, off[n], total));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard_index) {
   const DatasetInfo& info = index.info;
   const std::string path = JoinPath(info.path, index.shard_files[shard_index]);
   const int64_t n = index.shard_sizes[shard_index];
-  h5::Lock lock;
-  absl::StatusOr<h5::Handle> file = h5::OpenFileReadOnly(path);
-  if (!file.ok()) return file.status();
-  hid_t f = file->get();
-  absl::StatusOr<std::string> format = h5::ReadStringAttr(f, path, "format");
-  if (!format.ok()) return format.status();
-  if (*format != kShardFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", *format,
+  hdf5::Scope lock;
+  ASSIGN_OR_RETURN(hdf5::Handle file, hdf5::OpenFileReadOnly(path));
+  const hid_t f = file.get();
+  ASSIGN_OR_RETURN(std::string format, ReadStringAttribute(f, path, "format"));
+  if (format != kShardFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", format,
                                                    "', expected '", kShardFormat, "'"));
   }
-  absl::StatusOr<std::string> encoding = h5::ReadStringAttr(f, path, "encoding");
-  if (!encoding.ok()) return encoding.status();
-  if (*encoding != info.encoding) {
+  ASSIGN_OR_RETURN(std::string encoding, ReadStringAttribute(f, path, "encoding"));
+  if (encoding != info.encoding) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'encoding' is '",
-                                                   *encoding, "', expected '", info.encoding,
+                                                   encoding, "', expected '", info.encoding,
                                                    "' (from dataset.h5)"));
   }
   struct Expect {
@@ -553,52 +572,21 @@ absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard
                  {"count", n},
                  {"shard_index", shard_index}};
   for (const Expect& e : expects) {
-    absl::StatusOr<int64_t> v = h5::ReadIntAttr(f, path, e.name);
-    if (!v.ok()) return v.status();
-    if (*v != e.want) return Mismatch(path, e.name, *v, e.want, " (from dataset.h5)");
+    ASSIGN_OR_RETURN(int64_t v, ReadIntAttribute(f, path, e.name));
+    if (v != e.want) return Mismatch(path, e.name, v, e.want, " (from dataset.h5)");
   }
   ShardContents out;
-  std::vector<int64_t> dims;
   if (info.encoding == "raw") {
-    absl::StatusOr<h5::Handle> d =
-        h5::OpenChecked(f, path, "/images", h5::Dtype::kUint8,
-                        {n, info.height, info.width, info.channels}, &dims);
-    if (!d.ok()) return d.status();
+    RETURN_IF_ERROR(hdf5::OpenChecked(f, path, "/images", hdf5::Dtype::kUint8,
+                                      {n, info.height, info.width, info.channels}, nullptr)
+                        .status());
   } else {
-    absl::StatusOr<h5::Handle> d =
-        h5::OpenChecked(f, path, "/images", h5::Dtype::kUint8, {-1}, &dims);
-    if (!d.ok()) return d.status();
-    const int64_t total = dims[0];
-    absl::StatusOr<h5::Handle> o =
-        h5::OpenChecked(f, path, "/offsets", h5::Dtype::kInt64, {n + 1}, &dims);
-    if (!o.ok()) return o.status();
-    out.offsets.resize(n + 1);
-    absl::Status s = h5::ReadAll(o->get(), path, "/offsets", h5::Dtype::kInt64,
-                                 out.offsets.data());
-    if (!s.ok()) return s;
-    if (out.offsets[0] != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: /offsets: first offset is %d, expected 0", path, out.offsets[0]));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      if (out.offsets[i + 1] <= out.offsets[i]) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: /offsets: image %d has %d bytes (offsets must increase)", path, i,
-            out.offsets[i + 1] - out.offsets[i]));
-      }
-    }
-    if (out.offsets[n] != total) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: /offsets: last offset is %d, but /images holds %d bytes", path, out.offsets[n],
-          total));
-    }
+    RETURN_IF_ERROR(ReadJpegOffsets(f, path, n, &out.offsets));
   }
-  absl::StatusOr<h5::Handle> l = h5::OpenChecked(f, path, "/labels", h5::Dtype::kInt32, {n},
-                                                 &dims);
-  if (!l.ok()) return l.status();
+  ASSIGN_OR_RETURN(hdf5::Handle l,
+                   hdf5::OpenChecked(f, path, "/labels", hdf5::Dtype::kInt32, {n}, nullptr));
   out.labels.resize(n);
-  absl::Status s = h5::ReadAll(l->get(), path, "/labels", h5::Dtype::kInt32, out.labels.data());
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(hdf5::ReadAll(l.get(), path, "/labels", hdf5::Dtype::kInt32, out.labels.data()));
   for (int64_t i = 0; i < n; ++i) {
     int32_t v = out.labels[i];
     if (v < 0) {
@@ -619,14 +607,14 @@ absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard
 struct ShardFileCache::Open {
   int shard = -1;
   uint64_t last_use = 0;
-  h5::Handle file, images, space;
+  hdf5::Handle file, images, space;
 };
 
 ShardFileCache::ShardFileCache(const DatasetIndex* index, int max_open_files)
     : index_(index), max_open_(std::max(1, max_open_files)) {}
 
 ShardFileCache::~ShardFileCache() {
-  h5::Lock lock;
+  hdf5::Scope lock;
   open_.clear();
 }
 
@@ -639,23 +627,22 @@ absl::StatusOr<ShardFileCache::Open*> ShardFileCache::Get(int shard) {
     }
   }
   const std::string path = JoinPath(index_->info.path, index_->shard_files[shard]);
-  absl::StatusOr<h5::Handle> file = h5::OpenFileReadOnly(path);
-  if (!file.ok()) return file.status();
+  ASSIGN_OR_RETURN(hdf5::Handle file, hdf5::OpenFileReadOnly(path));
   // Validated on open; checked again in case the file was replaced since.
-  if (std::string why = hdf5::NonHardLinkReason(file->get(), "/images"); !why.empty()) {
+  if (std::string why = hdf5::NonHardLinkReason(file.get(), "/images"); !why.empty()) {
     return absl::DataLossError(absl::StrCat(path, ": /images: ", why));
   }
   // No chunk cache: every chunk (one image) is read straight into the caller's buffer.
-  h5::Handle dapl = h5::PlistHandle(H5Pcreate(H5P_DATASET_ACCESS));
+  hdf5::Handle dapl = hdf5::PlistHandle(H5Pcreate(H5P_DATASET_ACCESS));
   H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
-  hid_t d = H5Dopen2(file->get(), "/images", dapl.get());
+  hid_t d = H5Dopen2(file.get(), "/images", dapl.get());
   if (d < 0) return absl::DataLossError(absl::StrCat(path, ": /images: cannot open"));
   auto o = std::make_unique<Open>();
   o->shard = shard;
   o->last_use = tick_;
-  o->file = std::move(*file);
-  o->images = h5::DatasetHandle(d);
-  o->space = h5::SpaceHandle(H5Dget_space(d));
+  o->file = std::move(file);
+  o->images = hdf5::DatasetHandle(d);
+  o->space = hdf5::SpaceHandle(H5Dget_space(d));
   if (static_cast<int>(open_.size()) >= max_open_) {
     auto lru = std::min_element(open_.begin(), open_.end(), [](const auto& a, const auto& b) {
       return a->last_use < b->last_use;
@@ -669,15 +656,14 @@ absl::StatusOr<ShardFileCache::Open*> ShardFileCache::Get(int shard) {
 
 absl::Status ShardFileCache::ReadRaw(int shard, int64_t local, uint8_t* out) {
   const DatasetInfo& info = index_->info;
-  h5::Lock lock;
-  absl::StatusOr<Open*> o = Get(shard);
-  if (!o.ok()) return o.status();
+  hdf5::Scope lock;
+  ASSIGN_OR_RETURN(Open* o, Get(shard));
   hsize_t start[4] = {static_cast<hsize_t>(local), 0, 0, 0};
   hsize_t count[4] = {1, static_cast<hsize_t>(info.height), static_cast<hsize_t>(info.width),
                       static_cast<hsize_t>(info.channels)};
-  H5Sselect_hyperslab((*o)->space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  h5::Handle mspace = h5::SpaceHandle(H5Screate_simple(4, count, nullptr));
-  if (H5Dread((*o)->images.get(), H5T_NATIVE_UINT8, mspace.get(), (*o)->space.get(),
+  H5Sselect_hyperslab(o->space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(4, count, nullptr));
+  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(),
               H5P_DEFAULT, out) < 0) {
     return absl::DataLossError(absl::StrFormat(
         "%s: /images: reading image %d failed (truncated or corrupt data)",
@@ -687,14 +673,13 @@ absl::Status ShardFileCache::ReadRaw(int shard, int64_t local, uint8_t* out) {
 }
 
 absl::Status ShardFileCache::ReadBytes(int shard, int64_t begin, int64_t end, std::string* out) {
-  h5::Lock lock;
-  absl::StatusOr<Open*> o = Get(shard);
-  if (!o.ok()) return o.status();
+  hdf5::Scope lock;
+  ASSIGN_OR_RETURN(Open* o, Get(shard));
   out->resize(end - begin);
   hsize_t start = static_cast<hsize_t>(begin), count = static_cast<hsize_t>(end - begin);
-  H5Sselect_hyperslab((*o)->space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr);
-  h5::Handle mspace = h5::SpaceHandle(H5Screate_simple(1, &count, nullptr));
-  if (H5Dread((*o)->images.get(), H5T_NATIVE_UINT8, mspace.get(), (*o)->space.get(),
+  H5Sselect_hyperslab(o->space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr);
+  hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(1, &count, nullptr));
+  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(),
               H5P_DEFAULT, out->data()) < 0) {
     return absl::DataLossError(absl::StrFormat(
         "%s: /images: reading bytes [%d, %d) failed (truncated or corrupt data)",

@@ -2,7 +2,7 @@
 //
 //   DIR/dataset.h5        index: attributes (format, version, encoding, height, width,
 //                         channels, num_classes, size, num_shards, mean_source) and datasets
-//                         /class_names (vlen UTF-8 strings), /class_counts int64 [K],
+//                         /class_names (UTF-8 strings, hdf5.h), /class_counts int64 [K],
 //                         /mean_image float32 [H][W][C], /shard_files (strings),
 //                         /shard_sizes int64 [S]
 //   DIR/shard-00000.h5    attributes (format, version, encoding, height, width, channels,
@@ -21,7 +21,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "data/dataset.h"
-#include "data/hdf5_util.h"
+#include "hdf5/hdf5.h"
+#include "core/paths.h"  // JoinPath, used with the names below
 #include "data/limits.h"
 
 namespace colonnade::data {
@@ -32,7 +33,6 @@ inline constexpr char kShardFormat[] = "colonnade-shard";
 inline constexpr char kIndexFileName[] = "dataset.h5";
 
 std::string ShardFileName(int index);  // "shard-00003.h5"
-std::string JoinPath(const std::string& dir, const std::string& name);
 
 // ---- writing ------------------------------------------------------------------------
 
@@ -100,7 +100,7 @@ class DatasetWriter {
   std::vector<std::string> shard_files_;
   std::vector<int64_t> shard_sizes_;
   // The open shard.
-  h5::Handle file_, images_;
+  hdf5::Handle file_, images_;
   std::vector<int32_t> labels_;
   std::string jpeg_bytes_;
   std::vector<int64_t> offsets_;

@@ -1,14 +1,45 @@
-// The HDF5 plumbing shared by the modules that read and write HDF5 files (src/data shards,
-// src/checkpoint checkpoints): an RAII handle for hid_t and the one scope every HDF5 call
-// of the project runs in. One scope for all modules matters: with an HDF5 build that is
-// not thread-safe, a checkpoint written on the main thread while reader threads read
-// shards must be serialised by a single lock, not one lock per module.
+// The one HDF5 layer of the project, used by every module that reads or writes HDF5 files
+// (src/data shards, src/checkpoint checkpoints, the trainer's predictions): an RAII handle
+// for hid_t, the one scope every HDF5 call of the project runs in, the checks every reader
+// of a user-supplied file applies, and attribute and dataset read/write with one string
+// encoding and one error mapping. One scope for all modules matters: with an HDF5 build
+// that is not thread-safe, a checkpoint written on the main thread while reader threads
+// read shards must be serialised by a single lock, not one lock per module.
+//
+// Error mapping (every function below that returns a Status follows it; callers map
+// codes to exit codes, docs/OPERATIONS.md):
+//   NotFound            nothing at the path given;
+//   FailedPrecondition  the path is not a regular file (FIFO, device, directory);
+//   DataLoss            a file handed to us is malformed: not HDF5, truncated, a missing
+//                       or ill-typed or ill-shaped attribute or dataset, a link or storage
+//                       the checks refuse, a failed read or checksum. A file is data, so
+//                       whatever is wrong inside it is damaged data, never a usage error;
+//   InvalidArgument     the caller's own argument is wrong (a value this layer cannot store);
+//   PermissionDenied    a file cannot be created;
+//   Internal            HDF5 failed to create, write, flush or close (a full disk).
+// Messages name the file (`file`, a path for messages) and the field as the caller shows it
+// (`label`: "'height'" for a shard, "/step" for a checkpoint), so each format keeps the
+// wording its users and tests know: "<file>: attribute <label> is missing".
+//
+// Strings are written in ONE encoding: fixed-length, null-padded UTF-8 (h5py returns them
+// as bytes: .decode() them). A fixed-length string lives in its object header, which the
+// 1.10 file format checksums; a variable-length one lives in the global heap, which has no
+// checksum; and checkpoints were written that way from the start, so they stay byte for
+// byte what older builds write and read (tests/checkpoint/checkpoint_compat_test.cc).
+// Readers accept both kinds, so files written by older builds (shards with variable-length
+// strings) still read.
 #pragma once
 
 #include <hdf5.h>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace colonnade::hdf5 {
 
@@ -73,6 +104,16 @@ class Handle {
   Closer closer_ = nullptr;
 };
 
+inline Handle FileHandle(hid_t id) { return Handle(id, H5Fclose); }
+inline Handle GroupHandle(hid_t id) { return Handle(id, H5Gclose); }
+inline Handle DatasetHandle(hid_t id) { return Handle(id, H5Dclose); }
+inline Handle SpaceHandle(hid_t id) { return Handle(id, H5Sclose); }
+inline Handle TypeHandle(hid_t id) { return Handle(id, H5Tclose); }
+inline Handle PlistHandle(hid_t id) { return Handle(id, H5Pclose); }
+inline Handle AttrHandle(hid_t id) { return Handle(id, H5Aclose); }
+// H5Oopen's result, a group or a dataset: H5Oclose closes either.
+inline Handle ObjectHandle(hid_t id) { return Handle(id, H5Oclose); }
+
 // ---- checks for files a user may hand us (shards, checkpoints) ---------------------------
 //
 // Both return "" when all is well, else a short reason for an error message of the caller
@@ -95,5 +136,93 @@ std::string MissingStorageReason(hid_t dset);
 // error detected by Fletcher32 checksum"), or "" when it is empty. Call right after the
 // failing HDF5 call: the next API call clears the stack.
 std::string LastError();
+// `what`, followed by " (LastError())" when HDF5 left a description.
+std::string WithLastError(const std::string& what);
+
+// ---- files ---------------------------------------------------------------------------------
+
+// Opens an existing regular file read-only. NotFound / FailedPrecondition /
+// PermissionDenied as core/paths.h's CheckRegularFile (checked before HDF5 opens it: a
+// FIFO would block in open() forever); DataLoss for a file that HDF5 cannot open
+// (truncated, corrupt, not HDF5).
+absl::StatusOr<Handle> OpenFileReadOnly(const std::string& path);
+// Creates (truncates) a file with object time tracking off, so output is deterministic.
+absl::StatusOr<Handle> CreateFile(const std::string& path);
+// The size in bytes of the file that object `loc` belongs to, or -1 when unknown.
+int64_t FileSizeOf(hid_t loc);
+
+// ---- types and shapes ----------------------------------------------------------------------
+
+// Element types of datasets.
+enum class Dtype { kUint8, kInt32, kInt64, kFloat32, kString };
+const char* DtypeName(Dtype t);  // "uint8", ...
+hid_t MemType(Dtype t);   // the native HDF5 memory type (not for kString)
+hid_t FileType(Dtype t);  // the little-endian file type (not for kString)
+// "uint8", "int32", "float32", "string", ... for messages.
+std::string DescribeType(hid_t type);
+// "[20, 8, 8, 3]"; -1 prints as "*" (any extent).
+std::string DescribeShape(const std::vector<int64_t>& dims);
+
+// The extents of a dataset's (or attribute's) dataspace `space`; DataLoss naming `file`
+// and `label` when unreadable.
+absl::StatusOr<std::vector<hsize_t>> Extents(hid_t space, const std::string& file,
+                                             const std::string& label);
+// The product of `dims` times `element_bytes`, or false when it exceeds 2^63 - 1: a
+// crafted file can claim any shape at no cost, so sizes are checked before allocating.
+bool CheckedByteCount(const std::vector<hsize_t>& dims, uint64_t element_bytes,
+                      int64_t* bytes);
+
+// ---- attributes ----------------------------------------------------------------------------
+//
+// `loc` holds attribute `name`; messages read "<file>: attribute <label> ...". Every
+// attribute must hold a single value of the requested class (DataLoss otherwise).
+
+absl::StatusOr<int64_t> ReadIntAttr(hid_t loc, const char* name, const std::string& file,
+                                    const std::string& label);
+absl::StatusOr<uint64_t> ReadUintAttr(hid_t loc, const char* name, const std::string& file,
+                                      const std::string& label);
+// Fixed- or variable-length, ASCII or UTF-8. A fixed-length string that claims more bytes
+// than its file has is refused before memory is allocated for it.
+absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const char* name, const std::string& file,
+                                           const std::string& label);
+// Little-endian int64 / uint64 scalars; Internal "cannot write attribute NAME" on failure.
+absl::Status WriteIntAttr(hid_t loc, const char* name, int64_t value);
+absl::Status WriteUintAttr(hid_t loc, const char* name, uint64_t value);
+// A fixed-length, null-padded UTF-8 scalar (see the top of this file).
+absl::Status WriteStringAttr(hid_t loc, const char* name, const std::string& value);
+
+// ---- datasets ------------------------------------------------------------------------------
+
+// Opens dataset `name` ("/labels") of `file_id` and checks its element type and shape. In
+// `expected_dims`, -1 accepts any extent. The actual dims are returned in `dims`. Refuses
+// soft and external links, virtual datasets and external raw storage, and a dataset whose
+// stored bytes do not cover its shape (never-written storage reads back as zeros), so a
+// caller may allocate for the returned dims: the bytes are in the file. Messages read
+// "<file>: <name>: ...".
+absl::StatusOr<Handle> OpenChecked(hid_t file_id, const std::string& file, const char* name,
+                                   Dtype dtype, const std::vector<int64_t>& expected_dims,
+                                   std::vector<int64_t>* dims);
+// Whole-dataset reads into host memory (after OpenChecked).
+absl::Status ReadAll(hid_t dset, const std::string& file, const char* name, Dtype dtype,
+                     void* out);
+absl::StatusOr<std::vector<std::string>> ReadStrings(hid_t dset, const std::string& file,
+                                                     const char* name, int64_t count);
+
+struct WriteOptions {
+  // 0: contiguous layout. > 0: chunked in whole rows (dim-0 slices), at most this many
+  // bytes per chunk but at least one row, each chunk with a Fletcher-32 checksum (which
+  // needs a chunked layout; readers verify it). Every element is written, so no fill.
+  int64_t checksummed_chunk_bytes = 0;
+  // Integer attributes written on the dataset before it is closed.
+  std::vector<std::pair<const char*, int64_t>> int_attrs;
+};
+// Creates dataset `name` in `loc` (type `dtype`, shape `dims`) and writes all of `data`
+// (nothing to write when an extent is 0), then closes it, checking the close. Errors are
+// Internal "<label>: cannot create dataset|write failed|... (HDF5's reason)".
+absl::Status WriteDataset(hid_t loc, const char* name, const std::string& label, Dtype dtype,
+                          const std::vector<int64_t>& dims, const void* data,
+                          const WriteOptions& options = {});
+// A 1-D dataset of strings, encoded as the attributes are (fixed-length UTF-8).
+absl::Status WriteStrings(hid_t loc, const char* name, const std::vector<std::string>& values);
 
 }  // namespace colonnade::hdf5

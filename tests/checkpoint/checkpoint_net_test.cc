@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint_test_util.h"
+#include "collect_whole.h"
 #include "core/backend.h"
 #include "core/models.h"
 #include "core/optimizer.h"

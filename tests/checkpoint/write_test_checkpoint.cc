@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "collect_whole.h"
 #include "core/models.h"
 #include "core/philox.h"
 

@@ -1,0 +1,534 @@
+// Reading and validating checkpoints (checkpoint.h, Read and CheckCompatible): every
+// attribute, every group's structure, every tensor's storage and checksum, and the model a
+// file is read for, before a tensor's memory is allocated.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/internal.h"
+#include "core/status_macros.h"
+#include "hdf5/hdf5.h"
+
+namespace colonnade::checkpoint {
+
+using hdf5::Handle;
+using hdf5::WithLastError;
+using internal::Errno;
+using internal::ShapeText;
+
+namespace {
+
+std::string BaseName(const std::string& path) {
+  size_t p = path.find_last_of('/');
+  return p == std::string::npos ? path : path.substr(p + 1);
+}
+
+absl::Status Corrupt(const std::string& path, const std::string& what) {
+  return absl::DataLossError(absl::StrFormat("%s: %s", path, what));
+}
+
+// What the reader knows while it walks a file: its path and size, how many of its bytes
+// the tensors read so far have claimed, and the model it is read for.
+struct ReadContext {
+  std::string path;
+  int64_t file_bytes = 0;
+  int64_t claimed_bytes = 0;  // 4 per element of every dataset inspected so far
+  const ExpectedModel* expected = nullptr;
+  bool model_mismatch = false;  // the error returned is "another model", not corruption
+
+  // A sound checkpoint of another model: not corruption, and reported as CheckCompatible
+  // reports it.
+  absl::Status Mismatch(absl::Status s) {
+    model_mismatch = true;
+    return s;
+  }
+};
+
+// Integer attribute `name` of `loc`, named `label` in messages, within [lo, hi].
+absl::StatusOr<int64_t> ReadIntInRange(hid_t loc, const std::string& path,
+                                       const std::string& label, const char* name, int64_t lo,
+                                       int64_t hi) {
+  ASSIGN_OR_RETURN(int64_t v, hdf5::ReadIntAttr(loc, name, path, label));
+  if (v < lo || v > hi) {
+    return Corrupt(path, absl::StrFormat("attribute %s = %d is out of range [%d, %d]", label, v,
+                                         lo, hi));
+  }
+  return v;
+}
+
+// Names of the links in group `g`, in creation order when the group tracks it. Every link
+// must be a hard link (no soft or external links into other files).
+absl::StatusOr<std::vector<std::string>> Children(hid_t g, const std::string& path,
+                                                  const std::string& where) {
+  H5G_info_t info;
+  if (H5Gget_info(g, &info) < 0) return Corrupt(path, WithLastError("cannot list group " + where));
+  H5_index_t index = H5_INDEX_NAME;
+  {
+    Handle gcpl = hdf5::PlistHandle(H5Gget_create_plist(g));
+    unsigned flags = 0;
+    if (gcpl.valid() && H5Pget_link_creation_order(gcpl.get(), &flags) >= 0 &&
+        (flags & H5P_CRT_ORDER_TRACKED)) {
+      index = H5_INDEX_CRT_ORDER;
+    }
+  }
+  std::vector<std::string> out;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    ssize_t len = H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (len < 0) return Corrupt(path, WithLastError("cannot list group " + where));
+    std::string name(static_cast<size_t>(len) + 1, '\0');
+    if (H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, i, name.data(), name.size(),
+                           H5P_DEFAULT) < 0) {
+      return Corrupt(path, WithLastError("cannot list group " + where));
+    }
+    name.resize(static_cast<size_t>(len));
+    H5L_info_t li;
+    if (H5Lget_info(g, name.c_str(), &li, H5P_DEFAULT) < 0) {
+      return Corrupt(path, WithLastError("cannot read link " + where + name));
+    }
+    if (li.type != H5L_TYPE_HARD) {
+      return Corrupt(path, absl::StrFormat("%s%s is a soft or external link, not stored data",
+                                           where, name));
+    }
+    out.push_back(std::move(name));
+  }
+  return out;
+}
+
+// Opens child `name` of `g` and checks it is a group (want_group) or a dataset.
+absl::StatusOr<Handle> OpenChild(hid_t g, const std::string& name, bool want_group,
+                                 const std::string& path, const std::string& full) {
+  Handle o = hdf5::ObjectHandle(H5Oopen(g, name.c_str(), H5P_DEFAULT));
+  if (!o.valid()) return Corrupt(path, WithLastError("cannot open " + full));
+  H5I_type_t t = H5Iget_type(o.get());
+  if (want_group && t != H5I_GROUP) return Corrupt(path, full + " is not a group");
+  if (!want_group && t != H5I_DATASET) return Corrupt(path, full + " is not a dataset");
+  return o;
+}
+
+// The checksum layout InspectFloatDataset requires: chunked, Fletcher-32 and no other
+// filter, every chunk present (a chunk never written reads back as zeros, no error).
+absl::Status CheckChecksummedChunks(hid_t d, hid_t space, const std::string& path,
+                                    const std::string& full, const std::vector<hsize_t>& dims) {
+  Handle dcpl = hdf5::PlistHandle(H5Dget_create_plist(d));
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) {
+    return Corrupt(path, full + " is not chunked, so it has no Fletcher-32 checksum");
+  }
+  unsigned flags = 0, config = 0;
+  size_t nelmts = 0;
+  if (H5Pget_filter_by_id2(dcpl.get(), H5Z_FILTER_FLETCHER32, &flags, &nelmts, nullptr, 0,
+                           nullptr, &config) < 0) {
+    return Corrupt(path, full + " has no Fletcher-32 checksum filter");
+  }
+  if (H5Pget_nfilters(dcpl.get()) != 1) {
+    return Corrupt(path, full + " has HDF5 filters besides Fletcher-32 (compression?); the "
+                                "format stores tensors uncompressed");
+  }
+  const int rank = static_cast<int>(dims.size());
+  std::vector<hsize_t> chunk(rank);
+  if (H5Pget_chunk(dcpl.get(), rank, chunk.data()) != rank) {
+    return Corrupt(path, WithLastError(full + ": cannot read its chunk shape"));
+  }
+  hsize_t want_chunks = 1;  // at most the element count (every chunk dim >= 1): no overflow
+  for (int i = 0; i < rank; ++i) {
+    if (chunk[i] < 1) return Corrupt(path, full + " has an empty chunk shape");
+    want_chunks *= (dims[i] + chunk[i] - 1) / chunk[i];
+  }
+  hsize_t have_chunks = 0;
+  if (H5Dget_num_chunks(d, space, &have_chunks) < 0) {
+    return Corrupt(path, WithLastError(full + ": cannot read its chunk index"));
+  }
+  if (have_chunks != want_chunks) {
+    return Corrupt(path, absl::StrFormat("%s stores %d of its %d chunks (data never written)",
+                                         full, have_chunks, want_chunks));
+  }
+  return absl::OkStatus();
+}
+
+// Checks a float32 dataset without allocating anything for its data: type, rank, shape
+// (element count with overflow checks), storage (CheckChecksummedChunks) and size: tensors
+// are stored uncompressed, so all the tensors of a file together cannot claim more bytes
+// than the file has. That bounds the memory a crafted shape can make the reader take (a
+// (2^32, 2^32) shape once overflowed to 0 elements and crashed in H5Dread). Returns the
+// element count.
+absl::StatusOr<int64_t> InspectFloatDataset(hid_t d, ReadContext& ctx, const std::string& full,
+                                            std::vector<int64_t>* shape) {
+  const std::string& path = ctx.path;
+  Handle t = hdf5::TypeHandle(H5Dget_type(d));
+  if (!t.valid() || H5Tget_class(t.get()) != H5T_FLOAT || H5Tget_size(t.get()) != 4) {
+    return Corrupt(path, full + " is not float32");
+  }
+  Handle sp = hdf5::SpaceHandle(H5Dget_space(d));
+  const int rank = sp.valid() ? H5Sget_simple_extent_ndims(sp.get()) : -1;
+  if (rank < 1 || rank > H5S_MAX_RANK) {
+    return Corrupt(path, absl::StrFormat("%s is not an array of rank 1 to %d", full, H5S_MAX_RANK));
+  }
+  ASSIGN_OR_RETURN(std::vector<hsize_t> dims, hdf5::Extents(sp.get(), path, full));
+  shape->clear();
+  std::vector<std::string> dims_text;  // hsize_t may exceed int64_t: print it as stored
+  for (hsize_t x : dims) dims_text.push_back(absl::StrCat(x));
+  const std::string shape_text =
+      absl::StrCat("(", absl::StrJoin(dims_text, ", "), rank == 1 ? ",)" : ")");
+  for (hsize_t x : dims) {
+    if (x < 1) return Corrupt(path, absl::StrFormat("%s has shape %s", full, shape_text));
+  }
+  int64_t bytes = 0;
+  if (!hdf5::CheckedByteCount(dims, 4, &bytes)) {
+    return Corrupt(path, absl::StrFormat("%s has shape %s: its size overflows 64 bits", full,
+                                         shape_text));
+  }
+  for (hsize_t x : dims) shape->push_back(static_cast<int64_t>(x));
+  if (bytes > ctx.file_bytes - ctx.claimed_bytes) {
+    return Corrupt(path, absl::StrFormat(
+        "%s has shape %s, %d bytes of float32, but the file is %d bytes long and the tensors "
+        "before it take %d (tensors are stored uncompressed): crafted or corrupt",
+        full, shape_text, bytes, ctx.file_bytes, ctx.claimed_bytes));
+  }
+  ctx.claimed_bytes += bytes;
+  RETURN_IF_ERROR(CheckChecksummedChunks(d, sp.get(), path, full, dims));
+  return bytes / 4;
+}
+
+// Reads the `n` elements of a dataset InspectFloatDataset accepted, with every chunk's
+// Fletcher-32 checksum verified, and checks that they are finite.
+absl::Status ReadFloatData(hid_t d, const ReadContext& ctx, const std::string& full, int64_t n,
+                           std::vector<float>* values) {
+  Handle dxpl = hdf5::PlistHandle(H5Pcreate(H5P_DATASET_XFER));
+  H5Pset_edc_check(dxpl.get(), H5Z_ENABLE_EDC);
+  values->assign(static_cast<size_t>(n), 0.0f);
+  if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, dxpl.get(), values->data()) < 0) {
+    return Corrupt(ctx.path, WithLastError(full + ": cannot read the data, the file is corrupt"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite((*values)[i])) {
+      return Corrupt(ctx.path, absl::StrFormat("%s holds a non-finite value (%g at index %d)",
+                                               full, (*values)[i], i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Opens `ctx.path` read-only after checking it is a regular file; sets ctx.file_bytes.
+absl::StatusOr<Handle> OpenForRead(ReadContext& ctx) {
+  const std::string& path = ctx.path;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    int e = errno;
+    if (e == ENOENT) {
+      return absl::NotFoundError(absl::StrFormat("%s: no such checkpoint file", path));
+    }
+    return absl::PermissionDeniedError(absl::StrFormat("%s: %s", path, Errno(e)));
+  }
+  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + ": not a regular file");
+  ctx.file_bytes = static_cast<int64_t>(st.st_size);
+  // Closing the file closes every object still open in it, even after an error.
+  Handle fapl = hdf5::PlistHandle(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
+  Handle file = hdf5::FileHandle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
+  if (!file.valid()) {
+    return Corrupt(path, WithLastError("not a readable HDF5 file (truncated or corrupt)"));
+  }
+  return file;
+}
+
+// The root attributes "format" and "format_version": is this a checkpoint we read?
+absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
+  const htri_t exists = H5Aexists(root, "format");
+  if (exists < 0) return Corrupt(path, WithLastError("cannot read the root group's attributes"));
+  if (exists == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: not a Colonnade checkpoint (no attribute /format)", path));
+  }
+  ASSIGN_OR_RETURN(std::string format, hdf5::ReadStringAttr(root, "format", path, "/format"));
+  if (format != kFormatName) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: not a Colonnade checkpoint (attribute /format is '%s', expected '%s')", path,
+        format, kFormatName));
+  }
+  ASSIGN_OR_RETURN(int64_t version,
+                   ReadIntInRange(root, path, "/format_version", "format_version", 0, INT64_MAX));
+  if (version != kFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: checkpoint format_version %d; this build reads version %d%s", path, version,
+        kFormatVersion, version > kFormatVersion ? " (written by a newer Colonnade)" : ""));
+  }
+  return version;
+}
+
+// Every root attribute after the format: the TrainState, num_params and
+// has_optimizer_state; the model against ctx.expected and the step against the file name.
+absl::Status ReadRootAttributes(hid_t root, ReadContext& ctx, Checkpoint& c,
+                                int64_t* num_params) {
+  const std::string& path = ctx.path;
+  constexpr int64_t kMax = INT64_MAX, kIntMax = INT32_MAX;
+  TrainState& s = c.state;
+  struct IntField {
+    const char* name;
+    int64_t max;
+    int64_t* out64;
+    int* out32;
+  };
+  int64_t has_opt = 0;
+  const IntField ints[] = {
+      {"step", kMax, &s.step, nullptr},
+      {"epoch", kMax, &s.epoch, nullptr},
+      {"cursor_epoch", kMax, &s.cursor_epoch, nullptr},
+      {"cursor_position", kMax, &s.cursor_position, nullptr},
+      {"columns", kIntMax, nullptr, &s.columns},
+      {"input_size", kIntMax, nullptr, &s.input_size},
+      {"num_classes", kIntMax, nullptr, &s.num_classes},
+      {"input_channels", kIntMax, nullptr, &s.input_channels},
+      {"num_params", kIntMax, num_params, nullptr},
+      {"has_optimizer_state", 1, &has_opt, nullptr},
+  };
+  for (const IntField& f : ints) {
+    ASSIGN_OR_RETURN(int64_t v, ReadIntInRange(root, path, absl::StrCat("/", f.name), f.name,
+                                               0, f.max));
+    if (f.out64) *f.out64 = v;
+    if (f.out32) *f.out32 = static_cast<int>(v);
+  }
+  ASSIGN_OR_RETURN(s.seed, hdf5::ReadUintAttr(root, "seed", path, "/seed"));
+  ASSIGN_OR_RETURN(s.model, hdf5::ReadStringAttr(root, "model", path, "/model"));
+  ASSIGN_OR_RETURN(s.flags, hdf5::ReadStringAttr(root, "flags", path, "/flags"));
+  RETURN_IF_ERROR(hdf5::ReadStringAttr(root, "rng", path, "/rng").status());
+  if (s.model.empty()) return Corrupt(path, "attribute /model is empty");
+  if (ctx.expected != nullptr && s.model != ctx.expected->model) {
+    return ctx.Mismatch(absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the checkpoint is of model %s, not %s", path, s.model, ctx.expected->model)));
+  }
+  c.has_optimizer_state = has_opt == 1;
+  const int64_t name_step = ParseCheckpointStep(BaseName(path));
+  if (name_step >= 0 && name_step != s.step) {
+    return Corrupt(path, absl::StrFormat("the file name says step %d but attribute /step is %d",
+                                         name_step, s.step));
+  }
+  return absl::OkStatus();
+}
+
+// Root objects: /params, and /optimizer exactly when has_optimizer_state.
+absl::Status CheckRootObjects(hid_t root, const std::string& path, const Checkpoint& c) {
+  ASSIGN_OR_RETURN(std::vector<std::string> top, Children(root, path, "/"));
+  bool saw_params = false, saw_opt = false;
+  for (const std::string& n : top) {
+    if (n == "params") {
+      saw_params = true;
+    } else if (n == "optimizer") {
+      saw_opt = true;
+    } else {
+      return Corrupt(path, absl::StrFormat("unexpected object /%s", n));
+    }
+  }
+  if (!saw_params) return Corrupt(path, "group /params is missing");
+  if (saw_opt != c.has_optimizer_state) {
+    return Corrupt(path, c.has_optimizer_state
+                             ? "attribute /has_optimizer_state is 1 but group /optimizer is missing"
+                             : "group /optimizer is present but /has_optimizer_state is 0");
+  }
+  return absl::OkStatus();
+}
+
+// The tensor's name and shape against the model the file is read for, before its data is
+// read: CheckCompatible's rules and messages.
+absl::Status CheckExpectedShape(ReadContext& ctx, const TensorEntry& e) {
+  if (ctx.expected == nullptr) return absl::OkStatus();
+  const ExpectedTensors& want = ctx.expected->tensors;
+  auto it = std::find_if(want.begin(), want.end(),
+                         [&](const auto& x) { return x.first == e.name; });
+  if (it == want.end()) {
+    return ctx.Mismatch(absl::FailedPreconditionError(
+        absl::StrFormat("%s: /params/%s %s is not a parameter of model %s", ctx.path, e.name,
+                        ShapeText(e.shape), ctx.expected->model)));
+  }
+  if (it->second != e.shape) {
+    return ctx.Mismatch(absl::FailedPreconditionError(absl::StrFormat(
+        "%s: /params/%s has shape %s but model %s expects %s", ctx.path, e.name,
+        ShapeText(e.shape), ctx.expected->model, ShapeText(it->second))));
+  }
+  return absl::OkStatus();
+}
+
+// Dataset /params/<layer>/<pn> into a new entry of `c`.
+absl::Status ReadParam(hid_t layer_group, const std::string& layer, const std::string& pn,
+                       ReadContext& ctx, Checkpoint& c, std::map<std::string, size_t>& index) {
+  const std::string full = "/params/" + layer + "/" + pn;
+  ASSIGN_OR_RETURN(Handle d, OpenChild(layer_group, pn, false, ctx.path, full));
+  TensorEntry e;
+  e.name = layer + "/" + pn;
+  ASSIGN_OR_RETURN(int64_t learnable,
+                   ReadIntInRange(d.get(), ctx.path, full + "@learnable", "learnable", 0, 1));
+  e.learnable = learnable == 1;
+  ASSIGN_OR_RETURN(int64_t n, InspectFloatDataset(d.get(), ctx, full, &e.shape));
+  RETURN_IF_ERROR(CheckExpectedShape(ctx, e));
+  RETURN_IF_ERROR(ReadFloatData(d.get(), ctx, full, n, &e.value));
+  index[e.name] = c.tensors.size();
+  c.tensors.push_back(std::move(e));
+  return absl::OkStatus();
+}
+
+// /params/<layer>/<param> in file order, each checked and read; then the count against
+// /num_params and, with ctx.expected, the model's tensors that the file lacks.
+absl::Status ReadParams(hid_t root, ReadContext& ctx, int64_t num_params, Checkpoint& c,
+                        std::map<std::string, size_t>& index) {
+  const std::string& path = ctx.path;
+  {
+    ASSIGN_OR_RETURN(Handle params, OpenChild(root, "params", true, path, "/params"));
+    ASSIGN_OR_RETURN(std::vector<std::string> layers, Children(params.get(), path, "/params/"));
+    for (const std::string& layer : layers) {
+      const std::string lpath = "/params/" + layer;
+      ASSIGN_OR_RETURN(Handle lg, OpenChild(params.get(), layer, true, path, lpath));
+      ASSIGN_OR_RETURN(std::vector<std::string> names, Children(lg.get(), path, lpath + "/"));
+      if (names.empty()) return Corrupt(path, lpath + " is an empty group");
+      for (const std::string& pn : names) {
+        RETURN_IF_ERROR(ReadParam(lg.get(), layer, pn, ctx, c, index));
+      }
+    }
+  }
+  if (static_cast<int64_t>(c.tensors.size()) != num_params) {
+    return Corrupt(path, absl::StrFormat("/params holds %d tensors but attribute /num_params is %d",
+                                         c.tensors.size(), num_params));
+  }
+  if (ctx.expected != nullptr) {  // a tensor of the model that the file lacks
+    if (auto cs = CheckCompatible(c, ctx.expected->tensors, ctx.expected->model); !cs.ok()) {
+      return ctx.Mismatch(cs);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// /optimizer/<layer>/<pn>/velocity into the entry of <layer>/<pn>.
+absl::Status ReadVelocity(hid_t layer_group, const std::string& layer, const std::string& pn,
+                          ReadContext& ctx, Checkpoint& c,
+                          const std::map<std::string, size_t>& index) {
+  const std::string& path = ctx.path;
+  const std::string ppath = "/optimizer/" + layer + "/" + pn;
+  auto it = index.find(layer + "/" + pn);
+  if (it == index.end() || !c.tensors[it->second].learnable) {
+    return Corrupt(path, absl::StrFormat("%s has no learnable parameter /params/%s/%s", ppath,
+                                         layer, pn));
+  }
+  TensorEntry& e = c.tensors[it->second];
+  ASSIGN_OR_RETURN(Handle pg, OpenChild(layer_group, pn, true, path, ppath));
+  ASSIGN_OR_RETURN(std::vector<std::string> leaf, Children(pg.get(), path, ppath + "/"));
+  if (leaf.size() != 1 || leaf[0] != "velocity") {
+    return Corrupt(path, absl::StrFormat("%s must hold exactly one dataset, 'velocity'", ppath));
+  }
+  const std::string vpath = ppath + "/velocity";
+  ASSIGN_OR_RETURN(Handle d, OpenChild(pg.get(), "velocity", false, path, vpath));
+  std::vector<int64_t> vshape;
+  ASSIGN_OR_RETURN(int64_t n, InspectFloatDataset(d.get(), ctx, vpath, &vshape));
+  if (vshape != e.shape) {
+    return Corrupt(path, absl::StrFormat("%s has shape %s but /params/%s has %s", vpath,
+                                         ShapeText(vshape), e.name, ShapeText(e.shape)));
+  }
+  return ReadFloatData(d.get(), ctx, vpath, n, &e.velocity);
+}
+
+// /optimizer: a velocity for every learnable parameter and nothing else.
+absl::Status ReadOptimizer(hid_t root, ReadContext& ctx, Checkpoint& c,
+                           const std::map<std::string, size_t>& index) {
+  const std::string& path = ctx.path;
+  ASSIGN_OR_RETURN(Handle opt, OpenChild(root, "optimizer", true, path, "/optimizer"));
+  ASSIGN_OR_RETURN(std::vector<std::string> layers, Children(opt.get(), path, "/optimizer/"));
+  for (const std::string& layer : layers) {
+    const std::string lpath = "/optimizer/" + layer;
+    ASSIGN_OR_RETURN(Handle lg, OpenChild(opt.get(), layer, true, path, lpath));
+    ASSIGN_OR_RETURN(std::vector<std::string> pnames, Children(lg.get(), path, lpath + "/"));
+    for (const std::string& pn : pnames) {
+      RETURN_IF_ERROR(ReadVelocity(lg.get(), layer, pn, ctx, c, index));
+    }
+  }
+  for (const TensorEntry& e : c.tensors) {
+    if (e.learnable && e.velocity.empty()) {
+      return Corrupt(path, absl::StrFormat("/optimizer/%s/velocity is missing", e.name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The whole file, in the order of the checks described in checkpoint.h (Read).
+absl::StatusOr<Checkpoint> ReadFile(ReadContext& ctx) {
+  ASSIGN_OR_RETURN(Handle file, OpenForRead(ctx));
+  const hid_t root = file.get();
+  Checkpoint c;
+  c.path = ctx.path;
+  ASSIGN_OR_RETURN(c.format_version, ReadFormat(root, ctx.path));
+  int64_t num_params = 0;
+  RETURN_IF_ERROR(ReadRootAttributes(root, ctx, c, &num_params));
+  RETURN_IF_ERROR(CheckRootObjects(root, ctx.path, c));
+  std::map<std::string, size_t> index;  // entry name -> position in c.tensors
+  RETURN_IF_ERROR(ReadParams(root, ctx, num_params, c, index));
+  if (c.has_optimizer_state) RETURN_IF_ERROR(ReadOptimizer(root, ctx, c, index));
+  return c;
+}
+
+}  // namespace
+
+namespace internal {
+
+absl::StatusOr<Checkpoint> ReadChecked(const std::string& path, const ExpectedModel* expected,
+                                       bool* model_mismatch) {
+  ReadContext ctx;
+  ctx.path = path;
+  ctx.expected = expected;
+  absl::StatusOr<Checkpoint> c;
+  {
+    hdf5::Scope scope;
+    c = ReadFile(ctx);
+  }
+  if (model_mismatch) *model_mismatch = ctx.model_mismatch;
+  return c;
+}
+
+}  // namespace internal
+
+absl::StatusOr<Checkpoint> Read(const std::string& path, const ExpectedModel* expected) {
+  return internal::ReadChecked(path, expected, nullptr);
+}
+
+const TensorEntry* Checkpoint::Find(const std::string& name) const {
+  for (const TensorEntry& e : tensors) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+absl::Status CheckCompatible(const Checkpoint& ckpt, const ExpectedTensors& expected,
+                             const std::string& model) {
+  const std::string& f = ckpt.path;
+  if (ckpt.state.model != model) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the checkpoint is of model %s, not %s", f, ckpt.state.model, model));
+  }
+  std::set<std::string> wanted;
+  for (const auto& [name, shape] : expected) {
+    wanted.insert(name);
+    const TensorEntry* e = ckpt.Find(name);
+    if (e == nullptr) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: /params/%s is missing but model %s has it with shape %s", f, name, model,
+          ShapeText(shape)));
+    }
+    if (e->shape != shape) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: /params/%s has shape %s but model %s expects %s", f, name, ShapeText(e->shape),
+          model, ShapeText(shape)));
+    }
+  }
+  for (const TensorEntry& e : ckpt.tensors) {
+    if (!wanted.count(e.name)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: /params/%s %s is not a parameter of model %s", f, e.name, ShapeText(e.shape),
+          model));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colonnade::checkpoint
