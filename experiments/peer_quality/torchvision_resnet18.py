@@ -61,7 +61,9 @@ class Shards:
 
     def __init__(self, root, limit=0):
         with h5py.File(os.path.join(root, "dataset.h5"), "r") as index:
-            a = index.attrs
+            # Strings are fixed-length (h5py: bytes) in shards written since the HDF5 layer
+            # was unified, variable-length (str) in older ones: accept both.
+            a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in index.attrs.items()}
             if a["encoding"] != "jpeg":
                 raise ValueError(f"{root}/dataset.h5: encoding is {a['encoding']}, expected jpeg")
             self.height, self.width = int(a["height"]), int(a["width"])
