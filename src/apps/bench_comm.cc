@@ -24,21 +24,18 @@
 //   bench_comm --predict --model=alexnet --compute_ms=30 --per_gpu_batch=256 --nodes=1,8,64
 #include <mpi.h>
 
-#ifdef COLONNADE_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/cli.h"
 #include "apps/output_file.h"
 #include "core/backend.h"
 #include "core/cpu_ops.h"
@@ -274,7 +271,15 @@ int Predict() {
 }
 
 int Main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  const Cli cli = {
+      "bench_comm", "src/apps/bench_comm",
+      "measures what the parallel layer communicates per training step and how much of "
+      "the gradient all-reduce hides behind backward, for every (dp, mp) layout the world "
+      "size allows; with --predict, prints the cost model's step time instead.\n\n"
+      "  mpirun -np 8 bench_comm --model=alexnet --batch_size=256 --device=cuda\n"
+      "  bench_comm --predict --model=alexnet --compute_ms=30 --per_gpu_batch=256"};
+  // Before MPI_Init: --predict needs no MPI, and a bad flag ends every rank alike.
+  if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
   if (absl::GetFlag(FLAGS_predict)) return Predict();
   if (absl::Status s = InitMpi(&argc, &argv); !s.ok()) {
     std::fprintf(stderr, "bench_comm: error: %s\n", std::string(s.message()).c_str());
@@ -309,10 +314,7 @@ int Main(int argc, char** argv) {
   }
   if (device == Device::kCUDA) {
     // One GPU per rank by local rank; more ranks than GPUs share them (then --comm=mpi).
-    int gpus = 0;
-#ifdef COLONNADE_WITH_CUDA
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-#endif
+    const int gpus = cuda::DeviceCount();
     absl::Status s = gpus > 0 ? cuda::RegisterBackend(local_rank % gpus)
                               : absl::FailedPreconditionError(
                                     "--device=cuda: no CUDA backend in this build or no GPU");

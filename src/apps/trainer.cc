@@ -3,15 +3,13 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "apps/cli.h"
 #include "apps/exit_codes.h"
-#include "apps/flag_check.h"
 #include "apps/train_session.h"
 #include "core/models.h"
 #include "parallel/mesh.h"
@@ -191,38 +189,23 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "apps/trainer.cc");
-  };
-  // Show "src/apps/trainer.cc", not the build machine's absolute path.
-  usage.normalize_filename = [](absl::string_view f) {
-    size_t at = f.rfind("src/apps/");
-    return std::string(at == absl::string_view::npos ? f : f.substr(at));
-  };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(absl::StrCat(
-      "trains a convolutional network.\n\n"
-      "  trainer --model=cifar10-80sec --data=synthetic --device=cpu --steps=200\n"
-      "  mpirun -np 8 trainer --model=alexnet --mp=2 --data=/scratch/imagenet-shards\n\n"
-      "Known models: ",
-      colonnade::KnownModels(),
-      ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
-      "4 --checkpoint_dir locked by another job, 75 stopped by a signal (SIGTERM, SIGUSR1, SIGINT): after a checkpoint once training "
-      "has started, at once before that; requeue and resume."));
-
-  if (colonnade::WantsHelp(argc, argv, "src/apps/trainer", rank == 0)) {
+  const colonnade::Cli cli = {
+      "trainer", "src/apps/trainer",
+      absl::StrCat(
+          "trains a convolutional network.\n\n"
+          "  trainer --model=cifar10-80sec --data=synthetic --device=cpu --steps=200\n"
+          "  mpirun -np 8 trainer --model=alexnet --mp=2 --data=/scratch/imagenet-shards\n\n"
+          "Known models: ",
+          colonnade::KnownModels(),
+          ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
+          "4 --checkpoint_dir locked by another job, 75 stopped by a signal (SIGTERM, "
+          "SIGUSR1, SIGINT): after a checkpoint once training has started, at once before "
+          "that; requeue and resume."),
+      kRanges};
+  // Every rank reads the same command line; rank 0 alone explains it.
+  if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli, rank == 0)) {
     colonnade::FinalizeMpi();
-    return colonnade::kExitOk;
-  }
-  if (!colonnade::ParseFlagsOrExplain(argc, argv, "trainer", rank == 0)) {
-    colonnade::FinalizeMpi();
-    return colonnade::kExitUsage;
-  }
-  if (absl::Status s = colonnade::CheckFlagRanges(kRanges); !s.ok()) {
-    if (rank == 0) std::fprintf(stderr, "trainer: error: %s\n", std::string(s.message()).c_str());
-    colonnade::FinalizeMpi();
-    return colonnade::kExitUsage;
+    return *code;
   }
 
   colonnade::TrainConfig c;
@@ -279,7 +262,7 @@ int main(int argc, char** argv) {
     bad = "--mean must be image, channel or none";
   if (c.comm != "auto" && c.comm != "mpi" && c.comm != "nccl") bad = "--comm must be auto, nccl or mpi";
   if (!bad.empty()) {
-    if (rank == 0) std::fprintf(stderr, "trainer: error: %s\n", bad.c_str());
+    if (rank == 0) colonnade::UsageError(cli, bad);
     colonnade::FinalizeMpi();
     return colonnade::kExitUsage;
   }
