@@ -36,7 +36,8 @@ ABSL_FLAG(std::string, threads_list, "",
           "Comma-separated reader thread counts to measure; empty = 1, 2, 4, ... up to the "
           "number of cores");
 ABSL_FLAG(std::string, encodings, "raw,jpeg", "Comma-separated shard encodings to measure");
-ABSL_FLAG(int32_t, batches, 12, "Measured batches per configuration (after queue_depth + 3 warm-up batches)");
+ABSL_FLAG(int32_t, batches, 12,
+          "Measured batches per configuration (after queue_depth + 3 warm-up batches)");
 ABSL_FLAG(int32_t, jpeg_quality, 90, "JPEG quality of the benchmark's JPEG shards");
 ABSL_FLAG(std::string, csv, "", "Also write the results as CSV to this file");
 

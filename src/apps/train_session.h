@@ -1,5 +1,7 @@
-// The training job behind `trainer`: set-up (mesh, device, data, model), the step loop
-// with progress output, evaluation, and the exit code. `trainer.cc` only parses flags.
+// The training job behind `trainer`, in named phases (train_session.cc lists them): set-up
+// (mesh, device, data, model shard), resume, the step loop with its progress lines,
+// checkpoints and evaluations, or eval / predict instead of training; and the exit code.
+// `trainer.cc` only parses flags.
 #pragma once
 
 #include <cstdint>
