@@ -145,13 +145,10 @@ absl::Status FromLead(const Layout& l, const absl::Status& lead_status) {
   return absl::Status(static_cast<absl::StatusCode>(code), message);
 }
 
-absl::StatusOr<Device> ResolveDevice(const std::string& name, const Mesh& mesh) {
-  if (name == "cpu") return Device::kCPU;
-  if (name != "cuda" && name != "auto") {
-    return absl::InvalidArgumentError("--device must be cpu, cuda or auto, got '" + name + "'");
-  }
+absl::StatusOr<Device> ResolveDevice(DeviceChoice choice, const Mesh& mesh) {
+  if (choice == DeviceChoice::kCpu) return Device::kCPU;
   if (!cuda::kBuilt) {
-    if (name == "auto") return Device::kCPU;
+    if (choice == DeviceChoice::kAuto) return Device::kCPU;
     return absl::FailedPreconditionError(
         "--device=cuda but this trainer was built without CUDA (configure with "
         "-DCOLONNADE_CUDA=ON)");
@@ -161,7 +158,7 @@ absl::StatusOr<Device> ResolveDevice(const std::string& name, const Mesh& mesh) 
     RETURN_IF_ERROR(cuda::RegisterBackend(mesh.GpuIndex(gpus)));
     return Device::kCUDA;
   }
-  if (name == "cuda") {
+  if (choice == DeviceChoice::kCuda) {
     return absl::FailedPreconditionError("--device=cuda but no CUDA GPU is visible");
   }
   return Device::kCPU;
@@ -235,7 +232,7 @@ EndCode SetUpLayout(Job& job) {
   absl::StatusOr<Mesh> mesh = Mesh::Create(MPI_COMM_WORLD, cfg.mp);
   if (!mesh.ok()) return AgreedError(l, mesh.status(), kExitUsage);
   job.mesh = *mesh;
-  if (cfg.mode == "predict") {
+  if (cfg.mode == RunMode::kPredict) {
     if (cfg.predictions.empty()) {
       return AgreedError(
           l, absl::InvalidArgumentError("--mode=predict needs --predictions=FILE.h5"), kExitUsage);
@@ -315,8 +312,9 @@ EndCode OpenData(Job& job) {
   synth.num_classes = cfg.num_classes > 0 ? cfg.num_classes : job.info->default_classes;
   synth.seed = cfg.seed;
   if (!job.training && cfg.val_data.empty()) {
-    return AgreedError(l, absl::InvalidArgumentError("--mode=" + cfg.mode + " needs --val_data"),
-                       kExitUsage);
+    return AgreedError(
+        l, absl::InvalidArgumentError("--mode=" + AbslUnparseFlag(cfg.mode) + " needs --val_data"),
+        kExitUsage);
   }
   if (!job.training) synth.held_out = true;
   // docs/OPERATIONS.md: a dataset whose files are unreadable or invalid (DataLoss) is a
@@ -366,12 +364,12 @@ EndCode BuildShard(Job& job) {
   const TrainConfig& cfg = job.cfg;
   const Layout& l = job.l;
   if (l.mp_size > 1) {
-    auto c = CreateCommunicator(cfg.comm, job.mesh->mp_comm(), job.device);
+    auto c = CreateCommunicator(AbslUnparseFlag(cfg.comm), job.mesh->mp_comm(), job.device);
     if (!c.ok()) return AgreedError(l, c.status(), kExitUsage);
     job.mp_comm = std::move(*c);
   }
   if (l.dp_size > 1) {
-    auto c = CreateCommunicator(cfg.comm, job.mesh->dp_comm(), job.device);
+    auto c = CreateCommunicator(AbslUnparseFlag(cfg.comm), job.mesh->dp_comm(), job.device);
     if (!c.ok()) return AgreedError(l, c.status(), kExitUsage);
     job.dp_comm = std::move(*c);
   }
@@ -411,7 +409,7 @@ EndCode Resume(Job& job, ResumePoint& at) {
     if (!job.training) {
       return AgreedError(l,
                          absl::InvalidArgumentError(
-                             "--mode=" + cfg.mode +
+                             "--mode=" + AbslUnparseFlag(cfg.mode) +
                              " needs a checkpoint: --resume=PATH, or --checkpoint_dir with "
                              "one in it"),
                          kExitUsage);
@@ -559,7 +557,7 @@ data::PipelineOptions EvalPipelineOptions(Job& job) {
   o.seed = job.cfg.seed;
   const int side = job.net().input_shape("data")[1];
   o.crop = side == job.data->info().height ? 0 : side;
-  o.mean = job.cfg.mean;
+  o.mean = data::AbslUnparseFlag(job.cfg.mean);  // the pipeline takes the word
   o.scale = job.info->recipe.input_scale;
   return o;
 }
@@ -761,7 +759,7 @@ EndCode Trainer::CreatePipeline() {
   po_.crop = job_.mo.input_size == dinfo.height ? 0 : job_.mo.input_size;
   po_.pad = cfg_.pad;  // training pipeline only; Evaluate's pipelines are never padded
   po_.mirror = cfg_.mirror;
-  po_.mean = cfg_.mean;
+  po_.mean = data::AbslUnparseFlag(cfg_.mean);
   po_.lighting = cfg_.lighting;
   po_.scale = job_.info->recipe.input_scale;
   po_.threads = cfg_.data_threads > 0 ? cfg_.data_threads
@@ -1090,14 +1088,14 @@ int RunTrainer(const TrainConfig& cfg) {
   MPI_Comm_size(MPI_COMM_WORLD, &l.world_size);
   if (l.world_size > 1) SetLogRank(l.world_rank);
   job.lead = l.world_rank == 0;
-  job.training = cfg.mode == "train";
+  job.training = cfg.mode == RunMode::kTrain;
   if (absl::Status s = checkpoint::InstallStopSignalHandlers(); !s.ok()) RankError(l, s);
   // Until the step loop polls for it, a stop signal ends the process at once: start-up may
   // block (a slow or FIFO file, a collective waiting for a rank), and there is nothing to
   // save yet. 75 as after a graceful stop: a requeued job starts over or resumes.
   checkpoint::ExitOnStopSignal(
       "trainer", job.training ? "before training started (nothing to save)"
-                              : "during --mode=" + cfg.mode,
+                              : "during --mode=" + AbslUnparseFlag(cfg.mode),
       kExitPreempted);
 
   for (auto phase : {SetUpLayout, SetUpOptimizer, SetUpDevice, OpenData, BuildShard}) {
@@ -1105,8 +1103,8 @@ int RunTrainer(const TrainConfig& cfg) {
   }
   ResumePoint at;
   if (EndCode end = Resume(job, at)) return *end;
-  if (cfg.mode == "eval") return RunEval(job, at.from);
-  if (cfg.mode == "predict") return RunPredict(job, at.from);
+  if (cfg.mode == RunMode::kEval) return RunEval(job, at.from);
+  if (cfg.mode == RunMode::kPredict) return RunPredict(job, at.from);
   Trainer trainer(job, at);
   if (EndCode end = trainer.Start()) return *end;
   return trainer.Run();
