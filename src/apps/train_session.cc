@@ -28,6 +28,7 @@
 #include "core/log.h"
 #include "core/models.h"
 #include "core/optimizer.h"
+#include "core/precision.h"
 #include "core/status_macros.h"
 #include "cuda/cuda_backend.h"
 #include "data/dataset.h"
@@ -191,6 +192,7 @@ struct Job {
   std::optional<LrSchedule> schedule;
   float base_lr = 0;
   SgdOptions sgd;
+  Precision precision = Precision::kFP32;
   int cores = 1;  // this process may use (a Slurm allocation or taskset may give fewer)
   Device device = Device::kCPU;
   // OpenData: the training data, or in eval and predict modes the validation set.
@@ -272,6 +274,12 @@ EndCode SetUpOptimizer(Job& job) {
     absl::StatusOr<DecayOn> on = ParseDecayOn(cfg.weight_decay_on);
     if (!on.ok()) return AgreedError(job.l, on.status(), kExitUsage);
     job.sgd.decay_on = *on;
+  }
+  if (!ParsePrecision(cfg.precision, &job.precision)) {
+    return AgreedError(job.l,
+                       absl::InvalidArgumentError(absl::StrFormat(
+                           "--precision must be fp32, tf32 or bf16, not '%s'", cfg.precision)),
+                       kExitUsage);
   }
   return std::nullopt;
 }
@@ -379,6 +387,10 @@ EndCode BuildShard(Job& job) {
   job.shard = std::move(*shard);
   Net& net = job.net();
   if (absl::Status s = net.Build(job.local_batch, job.device); !s.ok()) {
+    return AgreedError(l, s, kExitUsage);
+  }
+  // Evaluation and prediction run on the same Ops, so in the same precision.
+  if (absl::Status s = net.ops().SetPrecision(job.precision); !s.ok()) {
     return AgreedError(l, s, kExitUsage);
   }
   if (absl::Status s = InitShardParams(*job.shard, cfg.seed); !s.ok()) RankError(l, s);
@@ -827,8 +839,9 @@ void Trainer::PrintBanner() {
   const ModelOptions& mo = job_.mo;
   const Communicator* comm = job_.dp_comm ? job_.dp_comm.get() : job_.mp_comm.get();
   std::printf("Colonnade trainer\n");
-  std::printf("  layout     %s, device %s, comm %s\n", job_.mesh->ToString().c_str(),
-              DeviceName(job_.device), comm ? comm->backend() : "none");
+  std::printf("  layout     %s, device %s (%s), comm %s\n", job_.mesh->ToString().c_str(),
+              DeviceName(job_.device), PrecisionName(job_.precision),
+              comm ? comm->backend() : "none");
   std::printf("  model      %s, %d columns, input %dx%dx%d, %d classes, %s parameters\n",
               cfg_.model.c_str(), job_.columns, mo.input_channels, mo.input_size, mo.input_size,
               mo.num_classes, WithCommas(full_params_).c_str());
