@@ -24,27 +24,25 @@
 //   bench_comm --predict --model=alexnet --compute_ms=30 --per_gpu_batch=256 --nodes=1,8,64
 #include <mpi.h>
 
-#ifdef COLONNADE_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/cli.h"
 #include "apps/output_file.h"
 #include "core/backend.h"
 #include "core/cpu_ops.h"
 #include "core/log.h"
 #include "core/models.h"
 #include "core/philox.h"
+#include "core/status_macros.h"
 #include "cuda/cuda_backend.h"
 #include "parallel/communicator.h"
 #include "parallel/cost_model.h"
@@ -273,8 +271,99 @@ int Predict() {
   return 0;
 }
 
+// The layouts to measure: --layouts, or every (dp, mp) the world, the model's columns and
+// the node size allow.
+absl::StatusOr<std::vector<Layout>> ChooseLayouts(int world, int local) {
+  absl::StatusOr<std::unique_ptr<Net>> probe = BuildModel(absl::GetFlag(FLAGS_model), [] {
+    ModelOptions mo;
+    mo.input_size = absl::GetFlag(FLAGS_input_size);
+    mo.num_classes = absl::GetFlag(FLAGS_num_classes);
+    mo.columns = absl::GetFlag(FLAGS_columns);
+    return mo;
+  }());
+  if (!probe.ok()) return probe.status();
+  const int columns = (*probe)->columns();
+  probe->reset();
+  std::vector<Layout> layouts;
+  const std::string spec = absl::GetFlag(FLAGS_layouts);
+  if (spec == "all") {
+    for (int mp = 1; mp <= world; ++mp) {
+      if (world % mp == 0 && columns % mp == 0 && mp <= local &&
+          ValidateLayout(world, mp, columns, absl::GetFlag(FLAGS_batch_size)).ok()) {
+        layouts.push_back({world / mp, mp});
+      }
+    }
+  } else {
+    for (absl::string_view part : absl::StrSplit(spec, ',')) {
+      std::vector<std::string> dm = absl::StrSplit(part, 'x');
+      Layout lo{0, 0};
+      if (dm.size() != 2 || !absl::SimpleAtoi(dm[0], &lo.dp) ||
+          !absl::SimpleAtoi(dm[1], &lo.mp)) {
+        return absl::InvalidArgumentError("--layouts: bad layout '" + std::string(part) +
+                                          "' (expected DPxMP)");
+      }
+      if (lo.dp * lo.mp != world) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--layouts: %dx%d needs %d ranks, the world has %d", lo.dp, lo.mp,
+                            lo.dp * lo.mp, world));
+      }
+      layouts.push_back(lo);
+    }
+  }
+  for (const Layout& lo : layouts) {
+    RETURN_IF_ERROR(ValidateLayout(world, lo.mp, columns, absl::GetFlag(FLAGS_batch_size)));
+  }
+  if (layouts.empty()) return absl::InvalidArgumentError("no layout fits");
+  return layouts;
+}
+
+// The table on stdout, and with --csv as CSV (rank 0).
+absl::Status PrintRows(const std::vector<Row>& rows, int world, const std::string& dev) {
+  std::printf("bench_comm: %s, global batch %lld, %d rank(s), device %s, bucket %.3g MB\n",
+              absl::GetFlag(FLAGS_model).c_str(),
+              static_cast<long long>(absl::GetFlag(FLAGS_batch_size)), world, dev.c_str(),
+              absl::GetFlag(FLAGS_bucket_mb));
+  std::printf("%-7s %-9s %9s %9s %9s %11s %7s %11s %11s %11s %7s %9s\n", "dp x mp", "comm",
+              "fwd ms", "bwd ms", "sync ms", "overlap ms", "hidden", "mp MB/step",
+              "dp MB/step", "grad MB", "buckets", "img/s");
+  for (const Row& r : rows) {
+    // With dp = 1 there is no all-reduce to hide.
+    const std::string hidden =
+        r.layout.dp > 1 ? absl::StrFormat("%.0f%%", r.hidden * 100) : std::string("-");
+    std::printf("%-7s %-9s %9.2f %9.2f %9.2f %11.2f %7s %11.2f %11.2f %11.2f %7d %9.1f\n",
+                absl::StrFormat("%dx%d", r.layout.dp, r.layout.mp).c_str(), r.comm.c_str(),
+                r.fwd * 1e3, r.bwd * 1e3, r.sync * 1e3, r.overlap * 1e3, hidden.c_str(),
+                r.mp_mb, r.dp_mb, r.grad_mb, r.buckets, r.images_per_s);
+  }
+  const std::string csv = absl::GetFlag(FLAGS_csv);
+  if (!csv.empty()) {
+    std::string text =
+        "dp,mp,comm,fwd_ms,bwd_ms,sync_ms,overlap_ms,hidden_fraction,mp_mb_per_step,"
+        "dp_mb_per_step,grad_mb,buckets,images_per_s\n";
+    for (const Row& r : rows) {
+      text += absl::StrFormat("%d,%d,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%.2f\n",
+                              r.layout.dp, r.layout.mp, r.comm, r.fwd * 1e3, r.bwd * 1e3,
+                              r.sync * 1e3, r.overlap * 1e3, r.hidden, r.mp_mb, r.dp_mb,
+                              r.grad_mb, r.buckets, r.images_per_s);
+    }
+    // Replaces an earlier table, never a checkpoint, dataset or device; a failed write
+    // is an error (output_file.h).
+    RETURN_IF_ERROR(WriteTextOutputFile(csv, "--csv", ExistingOutput::kReplaceText, text));
+  }
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  const Cli cli = {
+      "bench_comm", "src/apps/bench_comm",
+      "measures what the parallel layer communicates per training step and how much of "
+      "the gradient all-reduce hides behind backward, for every (dp, mp) layout the world "
+      "size allows; with --predict, prints the cost model's step time instead.\n\n"
+      "  mpirun -np 8 bench_comm --model=alexnet --batch_size=256 --device=cuda\n"
+      "  bench_comm --predict --model=alexnet --compute_ms=30 --per_gpu_batch=256"};
+  // Before MPI_Init: --predict needs no MPI, and a bad flag ends every rank alike.
+  if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
   if (absl::GetFlag(FLAGS_predict)) return Predict();
   if (absl::Status s = InitMpi(&argc, &argv); !s.ok()) {
     std::fprintf(stderr, "bench_comm: error: %s\n", std::string(s.message()).c_str());
@@ -309,10 +398,7 @@ int Main(int argc, char** argv) {
   }
   if (device == Device::kCUDA) {
     // One GPU per rank by local rank; more ranks than GPUs share them (then --comm=mpi).
-    int gpus = 0;
-#ifdef COLONNADE_WITH_CUDA
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-#endif
+    const int gpus = cuda::DeviceCount();
     absl::Status s = gpus > 0 ? cuda::RegisterBackend(local_rank % gpus)
                               : absl::FailedPreconditionError(
                                     "--device=cuda: no CUDA backend in this build or no GPU");
@@ -324,89 +410,17 @@ int Main(int argc, char** argv) {
   }
 
   // Layouts.
-  absl::StatusOr<std::unique_ptr<Net>> probe = BuildModel(absl::GetFlag(FLAGS_model), [] {
-    ModelOptions mo;
-    mo.input_size = absl::GetFlag(FLAGS_input_size);
-    mo.num_classes = absl::GetFlag(FLAGS_num_classes);
-    mo.columns = absl::GetFlag(FLAGS_columns);
-    return mo;
-  }());
-  if (!probe.ok()) return fail(probe.status(), 2);
-  const int columns = (*probe)->columns();
-  probe->reset();
-  std::vector<Layout> layouts;
-  const std::string spec = absl::GetFlag(FLAGS_layouts);
-  if (spec == "all") {
-    for (int mp = 1; mp <= world; ++mp) {
-      if (world % mp == 0 && columns % mp == 0 && mp <= local &&
-          ValidateLayout(world, mp, columns, absl::GetFlag(FLAGS_batch_size)).ok()) {
-        layouts.push_back({world / mp, mp});
-      }
-    }
-  } else {
-    for (absl::string_view part : absl::StrSplit(spec, ',')) {
-      std::vector<std::string> dm = absl::StrSplit(part, 'x');
-      Layout lo{0, 0};
-      if (dm.size() != 2 || !absl::SimpleAtoi(dm[0], &lo.dp) || !absl::SimpleAtoi(dm[1], &lo.mp)) {
-        return fail(absl::InvalidArgumentError("--layouts: bad layout '" + std::string(part) +
-                                               "' (expected DPxMP)"),
-                    2);
-      }
-      if (lo.dp * lo.mp != world) {
-        return fail(absl::InvalidArgumentError(absl::StrFormat(
-                        "--layouts: %dx%d needs %d ranks, the world has %d", lo.dp, lo.mp,
-                        lo.dp * lo.mp, world)),
-                    2);
-      }
-      layouts.push_back(lo);
-    }
-  }
-  for (const Layout& lo : layouts) {
-    if (auto s = ValidateLayout(world, lo.mp, columns, absl::GetFlag(FLAGS_batch_size)); !s.ok())
-      return fail(s, 2);
-  }
-  if (layouts.empty()) return fail(absl::InvalidArgumentError("no layout fits"), 2);
-
+  absl::StatusOr<std::vector<Layout>> layouts = ChooseLayouts(world, local);
+  if (!layouts.ok()) return fail(layouts.status(), 2);
   std::vector<Row> rows;
-  for (const Layout& lo : layouts) {
+  for (const Layout& lo : *layouts) {
     absl::StatusOr<Row> r = RunLayout(lo, device, rank);
     if (!r.ok()) return fail(r.status(), 1);
     rows.push_back(*r);
   }
+  // Only rank 0 writes, so no other rank waits on a failed write.
   if (rank == 0) {
-    std::printf("bench_comm: %s, global batch %lld, %d rank(s), device %s, bucket %.3g MB\n",
-                absl::GetFlag(FLAGS_model).c_str(),
-                static_cast<long long>(absl::GetFlag(FLAGS_batch_size)), world, dev.c_str(),
-                absl::GetFlag(FLAGS_bucket_mb));
-    std::printf("%-7s %-9s %9s %9s %9s %11s %7s %11s %11s %11s %7s %9s\n", "dp x mp", "comm",
-                "fwd ms", "bwd ms", "sync ms", "overlap ms", "hidden", "mp MB/step",
-                "dp MB/step", "grad MB", "buckets", "img/s");
-    for (const Row& r : rows) {
-      // With dp = 1 there is no all-reduce to hide.
-      const std::string hidden =
-          r.layout.dp > 1 ? absl::StrFormat("%.0f%%", r.hidden * 100) : std::string("-");
-      std::printf("%-7s %-9s %9.2f %9.2f %9.2f %11.2f %7s %11.2f %11.2f %11.2f %7d %9.1f\n",
-                  absl::StrFormat("%dx%d", r.layout.dp, r.layout.mp).c_str(), r.comm.c_str(),
-                  r.fwd * 1e3, r.bwd * 1e3, r.sync * 1e3, r.overlap * 1e3, hidden.c_str(),
-                  r.mp_mb, r.dp_mb, r.grad_mb, r.buckets, r.images_per_s);
-    }
-    const std::string csv = absl::GetFlag(FLAGS_csv);
-    if (!csv.empty()) {
-      std::string text =
-          "dp,mp,comm,fwd_ms,bwd_ms,sync_ms,overlap_ms,hidden_fraction,mp_mb_per_step,"
-          "dp_mb_per_step,grad_mb,buckets,images_per_s\n";
-      for (const Row& r : rows) {
-        text += absl::StrFormat("%d,%d,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%.2f\n",
-                                r.layout.dp, r.layout.mp, r.comm, r.fwd * 1e3, r.bwd * 1e3,
-                                r.sync * 1e3, r.overlap * 1e3, r.hidden, r.mp_mb, r.dp_mb,
-                                r.grad_mb, r.buckets, r.images_per_s);
-      }
-      // Replaces an earlier table, never a checkpoint, dataset or device; a failed write
-      // is an error (output_file.h). Only rank 0 gets here, so no other rank waits.
-      absl::Status s = WriteTextOutputFile(csv, "--csv", ExistingOutput::kReplaceText, text);
-      if (!s.ok()) return fail(s, 1);
-    }
-    std::fflush(stdout);
+    if (absl::Status s = PrintRows(rows, world, dev); !s.ok()) return fail(s, 1);
   }
   FinalizeMpi();
   return 0;

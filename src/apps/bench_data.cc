@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,11 +19,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/cli.h"
 #include "apps/output_file.h"
+#include "core/paths.h"
 #include "data/converters.h"
 #include "data/pipeline.h"
 #include "data/shard_format.h"
-#include "data/tool_flags.h"
 
 ABSL_FLAG(std::string, data_dir, "/tmp/colonnade_bench_data",
           "Where the benchmark's synthetic shard datasets live (<data_dir>/raw, "
@@ -35,14 +37,14 @@ ABSL_FLAG(std::string, threads_list, "",
           "Comma-separated reader thread counts to measure; empty = 1, 2, 4, ... up to the "
           "number of cores");
 ABSL_FLAG(std::string, encodings, "raw,jpeg", "Comma-separated shard encodings to measure");
-ABSL_FLAG(int32_t, batches, 12, "Measured batches per configuration (after queue_depth + 3 warm-up batches)");
+ABSL_FLAG(int32_t, batches, 12,
+          "Measured batches per configuration (after queue_depth + 3 warm-up batches)");
 ABSL_FLAG(int32_t, jpeg_quality, 90, "JPEG quality of the benchmark's JPEG shards");
 ABSL_FLAG(std::string, csv, "", "Also write the results as CSV to this file");
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using colonnade::data::FlagError;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -70,42 +72,68 @@ double MemcpyImagesPerSecond(size_t bytes_per_image, int64_t batch) {
   return reps * batch / s;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  colonnade::data::ParseToolFlags(
-      argc, argv,
-      "bench_data: measures the data pipeline's images/s on synthetic raw and JPEG shards "
-      "(random crop + mirror + mean image + PCA lighting) for several reader thread counts, "
-      "next to a single-threaded memcpy of the same output bytes.",
-      "bench_data.cc");
-  const std::string dir = absl::GetFlag(FLAGS_data_dir);
-  const int64_t images = absl::GetFlag(FLAGS_images);
-  const int size = absl::GetFlag(FLAGS_image_size);
-  const int crop = absl::GetFlag(FLAGS_crop);
-  const int64_t batch = absl::GetFlag(FLAGS_batch);
-  const int batches = absl::GetFlag(FLAGS_batches);
-  if (images <= 0 || size <= 0 || batch <= 0 || batches <= 0) {
-    FlagError("--images, --image_size, --batch and --batches must be > 0");
-  }
-  if (crop <= 0 || crop > size) FlagError("--crop must be in 1..--image_size");
-  if (images < batch) FlagError("--images must be >= --batch");
+// What to measure, read from the flags.
+struct Settings {
+  std::string dir;
+  int64_t images = 0, batch = 0;
+  int size = 0, crop = 0, batches = 0;
+  int cores = 1;
   std::vector<int> threads;
-  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::string> encodings;
+};
+
+absl::Status Usage(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// The flags as Settings, or the usage error of the first bad one.
+absl::StatusOr<Settings> ReadSettings() {
+  Settings s;
+  s.dir = absl::GetFlag(FLAGS_data_dir);
+  s.images = absl::GetFlag(FLAGS_images);
+  s.size = absl::GetFlag(FLAGS_image_size);
+  s.crop = absl::GetFlag(FLAGS_crop);
+  s.batch = absl::GetFlag(FLAGS_batch);
+  s.batches = absl::GetFlag(FLAGS_batches);
+  if (s.images <= 0 || s.size <= 0 || s.batch <= 0 || s.batches <= 0) {
+    return Usage("--images, --image_size, --batch and --batches must be > 0");
+  }
+  if (s.crop <= 0 || s.crop > s.size) return Usage("--crop must be in 1..--image_size");
+  if (s.images < s.batch) return Usage("--images must be >= --batch");
+  s.cores = std::max(1u, std::thread::hardware_concurrency());
   if (absl::GetFlag(FLAGS_threads_list).empty()) {
-    for (int t = 1; t < cores; t *= 2) threads.push_back(t);
-    threads.push_back(cores);
+    for (int t = 1; t < s.cores; t *= 2) s.threads.push_back(t);
+    s.threads.push_back(s.cores);
   } else {
     for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_threads_list), ',')) {
       int t;
-      if (!absl::SimpleAtoi(p, &t) || t <= 0) FlagError("--threads_list must be positive integers");
-      threads.push_back(t);
+      if (!absl::SimpleAtoi(p, &t) || t <= 0) {
+        return Usage("--threads_list must be positive integers");
+      }
+      s.threads.push_back(t);
     }
   }
-  std::vector<std::string> encodings = absl::StrSplit(absl::GetFlag(FLAGS_encodings), ',');
-  for (const std::string& e : encodings) {
-    if (e != "raw" && e != "jpeg") FlagError("--encodings must list raw and/or jpeg");
+  s.encodings = absl::StrSplit(absl::GetFlag(FLAGS_encodings), ',');
+  for (const std::string& e : s.encodings) {
+    if (e != "raw" && e != "jpeg") return Usage("--encodings must list raw and/or jpeg");
   }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const colonnade::Cli cli = {
+      "bench_data", "src/apps/bench_data",
+      "measures the data pipeline's images/s on synthetic raw and JPEG shards "
+      "(random crop + mirror + mean image + PCA lighting) for several reader thread counts, "
+      "next to a single-threaded memcpy of the same output bytes.",
+      {}, colonnade::UsageStyle::kSeeHelp};
+  if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
+  absl::StatusOr<Settings> settings = ReadSettings();
+  if (!settings.ok()) return colonnade::UsageError(cli, settings.status().message());
+  const std::string& dir = settings->dir;
+  const int64_t images = settings->images, batch = settings->batch;
+  const int size = settings->size, crop = settings->crop, batches = settings->batches;
+  const int cores = settings->cores;
 
   const size_t out_bytes = static_cast<size_t>(3) * crop * crop * sizeof(float);
   std::printf("bench_data: %lld images %dx%d -> crop %d, batch %lld, %d cores\n",
@@ -119,7 +147,7 @@ int main(int argc, char** argv) {
   std::string csv =
       "encoding,threads,batch,image_size,crop,images_per_s,mb_per_s_out,memcpy_images_per_s,"
       "fraction_of_memcpy,consumer_wait_s\n";
-  for (const std::string& enc : encodings) {
+  for (const std::string& enc : settings->encodings) {
     const std::string path = colonnade::JoinPath(dir, enc);
     absl::StatusOr<std::unique_ptr<colonnade::data::Dataset>> ds =
         colonnade::data::OpenDataset(colonnade::JoinPath(path, "train"));
@@ -143,7 +171,7 @@ int main(int argc, char** argv) {
       ds = colonnade::data::OpenDataset(colonnade::JoinPath(path, "train"));
       if (!ds.ok()) Fail(ds.status());
     }
-    for (int t : threads) {
+    for (int t : settings->threads) {
       colonnade::data::PipelineOptions po;
       po.global_batch = batch;
       po.seed = 7;

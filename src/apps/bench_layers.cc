@@ -28,13 +28,14 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/cli.h"
 #include "apps/output_file.h"
 #include "core/backend.h"
 #include "core/layers.h"
@@ -457,6 +458,9 @@ class TcLayer {
   Tensor xf_, dyf_, w_, x_, dy_, y_, dx_, dw_;
 };
 
+// Long because it is the benchmark read top to bottom: the card's ceilings, then every
+// layer and batch size timed for our kernels and cuDNN's two layouts, then the table. Only
+// a GPU run can show that a split leaves the table unchanged.
 int Main() {
   if (!cuda::Available()) {
     std::fprintf(stderr, "bench_layers: no CUDA device\n");
@@ -668,6 +672,12 @@ int Main() {
 }  // namespace colonnade
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  const colonnade::Cli cli = {
+      "bench_layers", "src/apps/bench_layers",
+      "times the convolution layers of a model (forward, backward-data, backward-filter): "
+      "our CHWN kernels next to cuDNN (NCHW and NHWC) on the same shapes.\n\n"
+      "  bench_layers --batch_sizes=128,256 --csv=layers.csv\n"
+      "  bench_layers --precision=bf16 --batch_sizes=128,256 --csv=layers_bf16.csv"};
+  if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
   return colonnade::Main();
 }

@@ -12,13 +12,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/cli.h"
 #include "apps/output_file.h"
 #include "core/backend.h"
 #include "core/log.h"
@@ -229,6 +230,11 @@ int Main() {
 }  // namespace colonnade
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  const colonnade::Cli cli = {
+      "bench_train", "src/apps/bench_train",
+      "times the whole training step (forward, backward, SGD) of a model on one GPU: images "
+      "per second and peak device memory, on synthetic inputs.\n\n"
+      "  bench_train --model=alexnet --batch_sizes=128,256 --steps=30 --json=train.json"};
+  if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
   return colonnade::Main();
 }

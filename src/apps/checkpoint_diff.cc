@@ -5,20 +5,19 @@
 // equivalence tests; handy to compare two runs. It writes no files.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "apps/flag_check.h"
+#include "apps/cli.h"
 #include "checkpoint/checkpoint.h"
 
 namespace {
 
-// The valid values of the numeric flags (apps/flag_check.h): enforced and shown by --help.
+// The valid values of the numeric flags (apps/cli.h): enforced and shown by --help.
 // A NaN --rtol would make every comparison pass.
 const colonnade::FlagRange kRanges[] = {
     {"rtol", 0, 1e30},
@@ -50,15 +49,14 @@ double RelDiff(const std::vector<float>& a, const std::vector<float>& b, bool* i
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  const colonnade::Cli cli = {
+      "checkpoint_diff", "src/apps/checkpoint_diff",
       "compares two checkpoints: checkpoint_diff A.h5 B.h5 [--rtol=X] [--novelocity]\n"
-      "Exit codes: 0 same, 1 different, 2 usage or read error.");
-  if (colonnade::WantsHelp(argc, argv, "src/apps/checkpoint_diff", true)) return 0;
+      "Exit codes: 0 same, 1 different, 2 usage or read error.",
+      kRanges, colonnade::UsageStyle::kError, /*positional=*/true};
   std::vector<std::string> files;
-  if (!colonnade::ParseFlagsOrExplain(argc, argv, "checkpoint_diff", true, &files)) return 2;
-  if (absl::Status s = colonnade::CheckFlagRanges(kRanges); !s.ok()) {
-    std::fprintf(stderr, "checkpoint_diff: error: %s\n", std::string(s.message()).c_str());
-    return 2;
+  if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli, true, &files)) {
+    return *code;
   }
   if (files.size() != 2) {
     std::fprintf(stderr, "usage: checkpoint_diff A.h5 B.h5 [--rtol=X] [--novelocity]\n");

@@ -8,18 +8,23 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "apps/cli.h"
+#include "core/status_macros.h"
 #include "data/converters.h"
 #include "data/image.h"
 #include "data/limits.h"
-#include "data/tool_flags.h"
 
 ABSL_FLAG(std::string, source, "",
           "What to convert: 'cifar10' (the official binary batches data_batch_1.bin ... "
@@ -68,8 +73,6 @@ ABSL_FLAG(double, noise, 24.0, "synthetic: pixel noise amplitude (0..255 units)"
 
 namespace {
 
-using colonnade::data::FlagError;
-
 void Fail(const absl::Status& s) {
   std::fprintf(stderr, "make_shards: %s\n", std::string(s.message()).c_str());
   std::exit(1);
@@ -111,12 +114,159 @@ class ProgressBar {
   int last_decile_ = -1;
 };
 
+// What one run converts, read from the flags.
+struct Job {
+  std::string source, input, output;
+  colonnade::data::ConvertOptions convert;
+  colonnade::data::SyntheticOptions synthetic;  // --source=synthetic
+  int64_t test_size = 0;                        // --source=synthetic
+};
+
+absl::Status Usage(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// "--resize=20000: 20000x20000 is larger than ..." when h x w exceeds the image limits
+// (docs/LIMITS.md), else empty.
+std::string SizeProblem(const std::string& flag, int64_t h, int64_t w,
+                        const colonnade::data::ImageLimits& limits) {
+  std::string why = colonnade::data::ImageSizeProblem(h, w, limits);
+  return why.empty() ? why : flag + ": " + why;
+}
+
+// --resize_exact=HxW or N into *h, *w; false when malformed.
+bool ParseExactSize(const std::string& text, int* h, int* w) {
+  std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  if (parts.size() == 1) parts.push_back(parts[0]);  // N means NxN
+  return parts.size() == 2 && absl::SimpleAtoi(parts[0], h) &&
+         absl::SimpleAtoi(parts[1], w) && *h > 0 && *w > 0;
+}
+
+// The conversion flags, checked: every size flag against the image limits, so an absurd
+// value is one line and exit 2, never an allocation failure or a dataset the reader refuses.
+absl::Status ReadConvertOptions(colonnade::data::ConvertOptions* o) {
+  ASSIGN_OR_RETURN(o->limits, colonnade::data::ImageLimitsFromEnvironment());
+  o->encoding = absl::GetFlag(FLAGS_encoding);
+  if (o->encoding != "raw" && o->encoding != "jpeg") return Usage("--encoding must be raw or jpeg");
+  o->jpeg_quality = absl::GetFlag(FLAGS_jpeg_quality);
+  if (o->jpeg_quality < 1 || o->jpeg_quality > 100) {
+    return Usage("--jpeg_quality must be in 1..100");
+  }
+  o->jpeg_passthrough = absl::GetFlag(FLAGS_jpeg_passthrough);
+  o->resize = absl::GetFlag(FLAGS_resize);
+  if (o->resize < 0) return Usage("--resize must be >= 0");
+  if (o->resize > 0) {
+    std::string why =
+        SizeProblem("--resize=" + std::to_string(o->resize), o->resize, o->resize, o->limits);
+    if (!why.empty()) return Usage(why);
+  }
+  if (const std::string exact = absl::GetFlag(FLAGS_resize_exact); !exact.empty()) {
+    int h = 0, w = 0;
+    if (!ParseExactSize(exact, &h, &w)) {
+      return Usage("--resize_exact must be HxW or N with positive integers");
+    }
+    if (o->resize > 0) return Usage("--resize and --resize_exact are mutually exclusive");
+    std::string why = SizeProblem("--resize_exact=" + exact, h, w, o->limits);
+    if (!why.empty()) return Usage(why);
+    o->resize_height = h;
+    o->resize_width = w;
+  }
+  o->channels = absl::GetFlag(FLAGS_channels);
+  if (o->channels != 1 && o->channels != 3) return Usage("--channels must be 1 or 3");
+  o->shard_size = absl::GetFlag(FLAGS_shard_size);
+  if (o->shard_size <= 0 || o->shard_size > colonnade::data::kMaxDatasetImages) {
+    return Usage("--shard_size must be in 1.." +
+                 std::to_string(colonnade::data::kMaxDatasetImages));
+  }
+  o->threads = absl::GetFlag(FLAGS_threads);
+  if (o->threads < 0 || o->threads > colonnade::data::kMaxConvertThreads) {
+    return Usage("--threads must be in 0.." +
+                 std::to_string(colonnade::data::kMaxConvertThreads) + " (0 = all cores)");
+  }
+  if (o->threads == 0) {
+    o->threads = static_cast<int>(std::min<unsigned>(
+        colonnade::data::kMaxConvertThreads, std::max(1u, std::thread::hardware_concurrency())));
+  }
+  o->strict = absl::GetFlag(FLAGS_strict);
+  o->force = absl::GetFlag(FLAGS_force);
+  o->seed = absl::GetFlag(FLAGS_seed);
+  o->shuffle = absl::GetFlag(FLAGS_shuffle);
+  o->val_fraction = absl::GetFlag(FLAGS_val_fraction);
+  if (!(o->val_fraction >= 0 && o->val_fraction < 1)) {
+    return Usage("--val_fraction must be in [0, 1)");
+  }
+  o->mean_from = absl::GetFlag(FLAGS_mean_from);
+  return absl::OkStatus();
+}
+
+// The --source=synthetic flags, checked.
+absl::Status ReadSyntheticOptions(Job* job) {
+  colonnade::data::SyntheticOptions& so = job->synthetic;
+  so.size = absl::GetFlag(FLAGS_size);
+  so.height = absl::GetFlag(FLAGS_height);
+  so.width = absl::GetFlag(FLAGS_width);
+  so.num_classes = absl::GetFlag(FLAGS_classes);
+  so.noise = static_cast<float>(absl::GetFlag(FLAGS_noise));
+  so.seed = job->convert.seed;
+  so.channels = 3;
+  const int64_t max_images = colonnade::data::kMaxDatasetImages;
+  if (so.size <= 0 || so.size > max_images) {
+    return Usage("--size must be in 1.." + std::to_string(max_images));
+  }
+  job->test_size = absl::GetFlag(FLAGS_test_size);
+  if (job->test_size < 0 || job->test_size > max_images) {
+    return Usage("--test_size must be in 0.." + std::to_string(max_images));
+  }
+  if (so.height <= 0 || so.width <= 0) return Usage("--height and --width must be > 0");
+  std::string why = SizeProblem("--height x --width", so.height, so.width, job->convert.limits);
+  if (!why.empty()) return Usage(why);
+  if (so.num_classes <= 0 || so.num_classes > colonnade::data::kMaxClasses) {
+    return Usage("--classes must be in 1.." + std::to_string(colonnade::data::kMaxClasses));
+  }
+  // Checked as a double: a cast of NaN or 1e300 to float proves nothing.
+  const double noise = absl::GetFlag(FLAGS_noise);
+  if (!(noise >= 0 && noise <= 255)) return Usage("--noise must be in 0..255 (pixel units)");
+  return colonnade::data::CheckSyntheticOptions(so);
+}
+
+// The flags as a Job, or the usage error of the first bad one.
+absl::StatusOr<Job> ReadJob() {
+  Job job;
+  job.source = absl::GetFlag(FLAGS_source);
+  job.input = absl::GetFlag(FLAGS_input);
+  job.output = absl::GetFlag(FLAGS_output);
+  if (job.source != "cifar10" && job.source != "folder" && job.source != "synthetic") {
+    return Usage("--source must be cifar10, folder or synthetic");
+  }
+  if (job.output.empty()) return Usage("--output is required");
+  if (job.source != "synthetic" && job.input.empty()) {
+    return Usage("--input is required for --source=" + job.source);
+  }
+  RETURN_IF_ERROR(ReadConvertOptions(&job.convert));
+  if (job.source == "synthetic") RETURN_IF_ERROR(ReadSyntheticOptions(&job));
+  return job;
+}
+
+void PrintReport(const colonnade::data::ConvertReport& report) {
+  for (size_t i = 0; i < report.output_dirs.size(); ++i) {
+    std::printf("wrote %s: %lld images\n", report.output_dirs[i].c_str(),
+                static_cast<long long>(report.written[i]));
+  }
+  if (report.skipped > 0) {
+    std::printf("skipped %lld undecodable file(s) (--strict makes them fatal):\n",
+                static_cast<long long>(report.skipped));
+    for (const std::string& m : report.skipped_messages) std::printf("  %s\n", m.c_str());
+  }
+  if (report.ignored > 0) {
+    std::printf("ignored %lld non-image entries\n", static_cast<long long>(report.ignored));
+  }
+  std::printf("done in %.1f s\n", report.seconds);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  colonnade::data::ParseToolFlags(
-      argc, argv,
-      "make_shards: writes HDF5 shard datasets (docs/DATA.md) from CIFAR-10 binary batches, "
+  const colonnade::Cli cli = {
+      "make_shards", "src/apps/make_shards",
+      "writes HDF5 shard datasets (docs/DATA.md) from CIFAR-10 binary batches, "
       "image folders or synthetic data.\n"
       "  make_shards --source=cifar10 --input=DIR --output=OUT\n"
       "  make_shards --source=folder --input=ROOT --output=OUT [--resize=256] [--encoding=jpeg]\n"
@@ -129,129 +279,27 @@ int main(int argc, char** argv) {
       "PNG input is supported when built with libpng (this build: " +
           std::string(colonnade::data::HavePngSupport() ? "yes" : "no, 'png unsupported'") +
           ").",
-      "make_shards.cc");
-  const std::string source = absl::GetFlag(FLAGS_source);
-  const std::string input = absl::GetFlag(FLAGS_input);
-  const std::string output = absl::GetFlag(FLAGS_output);
-  if (source != "cifar10" && source != "folder" && source != "synthetic") {
-    FlagError("--source must be cifar10, folder or synthetic");
-  }
-  if (output.empty()) FlagError("--output is required");
-  if (source != "synthetic" && input.empty()) FlagError("--input is required for --source=" + source);
+      {}, colonnade::UsageStyle::kSeeHelp};
+  if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
+  absl::StatusOr<Job> job = ReadJob();
+  if (!job.ok()) return colonnade::UsageError(cli, job.status().message());
 
-  colonnade::data::ConvertOptions o;
-  absl::StatusOr<colonnade::data::ImageLimits> limits =
-      colonnade::data::ImageLimitsFromEnvironment();
-  if (!limits.ok()) FlagError(std::string(limits.status().message()));
-  o.limits = *limits;
-  // Every size flag is checked against the limits (docs/LIMITS.md) here, so an absurd value
-  // is one line and exit 2, never an allocation failure or a dataset the reader refuses.
-  auto check_size = [&](const std::string& flag, int64_t h, int64_t w) {
-    std::string why = colonnade::data::ImageSizeProblem(h, w, o.limits);
-    if (!why.empty()) FlagError(flag + ": " + why);
-  };
-  o.encoding = absl::GetFlag(FLAGS_encoding);
-  if (o.encoding != "raw" && o.encoding != "jpeg") FlagError("--encoding must be raw or jpeg");
-  o.jpeg_quality = absl::GetFlag(FLAGS_jpeg_quality);
-  if (o.jpeg_quality < 1 || o.jpeg_quality > 100) FlagError("--jpeg_quality must be in 1..100");
-  o.jpeg_passthrough = absl::GetFlag(FLAGS_jpeg_passthrough);
-  o.resize = absl::GetFlag(FLAGS_resize);
-  if (o.resize < 0) FlagError("--resize must be >= 0");
-  if (o.resize > 0) check_size("--resize=" + std::to_string(o.resize), o.resize, o.resize);
-  const std::string exact = absl::GetFlag(FLAGS_resize_exact);
-  if (!exact.empty()) {
-    std::vector<std::string> parts = absl::StrSplit(exact, 'x');
-    int h = 0, w = 0;
-    bool ok = false;
-    if (parts.size() == 1) {
-      ok = absl::SimpleAtoi(parts[0], &h) && h > 0;
-      w = h;
-    } else if (parts.size() == 2) {
-      ok = absl::SimpleAtoi(parts[0], &h) && absl::SimpleAtoi(parts[1], &w) && h > 0 && w > 0;
-    }
-    if (!ok) FlagError("--resize_exact must be HxW or N with positive integers");
-    if (o.resize > 0) FlagError("--resize and --resize_exact are mutually exclusive");
-    check_size("--resize_exact=" + exact, h, w);
-    o.resize_height = h;
-    o.resize_width = w;
-  }
-  o.channels = absl::GetFlag(FLAGS_channels);
-  if (o.channels != 1 && o.channels != 3) FlagError("--channels must be 1 or 3");
-  o.shard_size = absl::GetFlag(FLAGS_shard_size);
-  if (o.shard_size <= 0 || o.shard_size > colonnade::data::kMaxDatasetImages) {
-    FlagError("--shard_size must be in 1.." + std::to_string(colonnade::data::kMaxDatasetImages));
-  }
-  o.threads = absl::GetFlag(FLAGS_threads);
-  if (o.threads < 0 || o.threads > colonnade::data::kMaxConvertThreads) {
-    FlagError("--threads must be in 0.." + std::to_string(colonnade::data::kMaxConvertThreads) +
-              " (0 = all cores)");
-  }
-  if (o.threads == 0) {
-    o.threads = static_cast<int>(std::min<unsigned>(
-        colonnade::data::kMaxConvertThreads, std::max(1u, std::thread::hardware_concurrency())));
-  }
-  o.strict = absl::GetFlag(FLAGS_strict);
-  o.force = absl::GetFlag(FLAGS_force);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.shuffle = absl::GetFlag(FLAGS_shuffle);
-  o.val_fraction = absl::GetFlag(FLAGS_val_fraction);
-  if (!(o.val_fraction >= 0 && o.val_fraction < 1)) FlagError("--val_fraction must be in [0, 1)");
-  o.mean_from = absl::GetFlag(FLAGS_mean_from);
   ProgressBar bar;
   if (absl::GetFlag(FLAGS_progress)) {
-    o.progress = [&bar](const std::string& split, int64_t done, int64_t total) {
+    job->convert.progress = [&bar](const std::string& split, int64_t done, int64_t total) {
       bar.Update(split, done, total);
     };
   }
-
   absl::StatusOr<colonnade::data::ConvertReport> report;
-  if (source == "cifar10") {
-    report = colonnade::data::ConvertCifar10Binary(input, output, o);
-  } else if (source == "folder") {
-    report = colonnade::data::ConvertImageFolder(input, output, o);
+  if (job->source == "cifar10") {
+    report = colonnade::data::ConvertCifar10Binary(job->input, job->output, job->convert);
+  } else if (job->source == "folder") {
+    report = colonnade::data::ConvertImageFolder(job->input, job->output, job->convert);
   } else {
-    colonnade::data::SyntheticOptions so;
-    so.size = absl::GetFlag(FLAGS_size);
-    so.height = absl::GetFlag(FLAGS_height);
-    so.width = absl::GetFlag(FLAGS_width);
-    so.num_classes = absl::GetFlag(FLAGS_classes);
-    so.noise = static_cast<float>(absl::GetFlag(FLAGS_noise));
-    so.seed = o.seed;
-    so.channels = 3;
-    const int64_t max_images = colonnade::data::kMaxDatasetImages;
-    const double noise = absl::GetFlag(FLAGS_noise);
-    if (so.size <= 0 || so.size > max_images) {
-      FlagError("--size must be in 1.." + std::to_string(max_images));
-    }
-    const int64_t test_size = absl::GetFlag(FLAGS_test_size);
-    if (test_size < 0 || test_size > max_images) {
-      FlagError("--test_size must be in 0.." + std::to_string(max_images));
-    }
-    if (so.height <= 0 || so.width <= 0) FlagError("--height and --width must be > 0");
-    check_size("--height x --width", so.height, so.width);
-    if (so.num_classes <= 0 || so.num_classes > colonnade::data::kMaxClasses) {
-      FlagError("--classes must be in 1.." + std::to_string(colonnade::data::kMaxClasses));
-    }
-    // Checked as a double: a cast of NaN or 1e300 to float proves nothing.
-    if (!(noise >= 0 && noise <= 255)) FlagError("--noise must be in 0..255 (pixel units)");
-    if (absl::Status s = colonnade::data::CheckSyntheticOptions(so); !s.ok()) {
-      FlagError(std::string(s.message()));
-    }
-    report = colonnade::data::WriteSyntheticShards(so, absl::GetFlag(FLAGS_test_size), output, o);
+    report = colonnade::data::WriteSyntheticShards(job->synthetic, job->test_size, job->output,
+                                                   job->convert);
   }
   if (!report.ok()) Fail(report.status());
-  for (size_t i = 0; i < report->output_dirs.size(); ++i) {
-    std::printf("wrote %s: %lld images\n", report->output_dirs[i].c_str(),
-                static_cast<long long>(report->written[i]));
-  }
-  if (report->skipped > 0) {
-    std::printf("skipped %lld undecodable file(s) (--strict makes them fatal):\n",
-                static_cast<long long>(report->skipped));
-    for (const std::string& m : report->skipped_messages) std::printf("  %s\n", m.c_str());
-  }
-  if (report->ignored > 0) {
-    std::printf("ignored %lld non-image entries\n", static_cast<long long>(report->ignored));
-  }
-  std::printf("done in %.1f s\n", report->seconds);
+  PrintReport(*report);
   return 0;
 }

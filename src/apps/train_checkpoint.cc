@@ -13,8 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
+#include "apps/cli.h"
 #include "apps/exit_codes.h"
-#include "apps/flag_check.h"
 #include "parallel/param_shards.h"
 
 namespace colonnade {

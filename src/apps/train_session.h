@@ -1,71 +1,12 @@
-// The training job behind `trainer`: set-up (mesh, device, data, model), the step loop
-// with progress output, evaluation, and the exit code. `trainer.cc` only parses flags.
+// The training job behind `trainer`, in named phases (train_session.cc lists them): set-up
+// (mesh, device, data, model shard), resume, the step loop with its progress lines,
+// checkpoints and evaluations, or eval / predict instead of training; and the exit code.
+// `trainer.cc` only parses flags.
 #pragma once
 
-#include <cstdint>
-#include <string>
+#include "apps/train_config.h"
 
 namespace colonnade {
-
-// Limits of a run (trainer.cc's flag ranges, docs/OPERATIONS.md): a step count must fit
-// the step counter and the data cursor with room to spare (steps x batch < 2^63), and the
-// global batch stays below sizes whose buffers alone would exhaust a node.
-constexpr int64_t kMaxTrainingSteps = 1000000000000;  // 1e12
-constexpr int64_t kMaxGlobalBatch = 65536;
-
-struct TrainConfig {
-  // What to train.
-  std::string model = "cifar10-80sec";
-  int input_size = 0;  // 0: from the data (crop or image size) or the model's default
-  int num_classes = 0; // 0: from the data
-  int columns = 0;     // 0: the model's own
-  bool paper_init = false;  // AlexNet: the paper's biases of 1 (ModelOptions::paper_init)
-  // Where.
-  std::string device = "auto";  // cpu | cuda | auto
-  int cpu_threads = 0;           // 0: cores / ranks on this node
-  int mp = 1;
-  std::string comm = "auto";
-  double bucket_mb = 25.0;
-  // Data.
-  std::string data = "synthetic";
-  std::string val_data;          // empty: no evaluation
-  int64_t synthetic_size = 8192;
-  int crop = 0;
-  int pad = 0;                   // training only: data::PipelineOptions::pad
-  bool mirror = false;
-  std::string mean = "image";
-  float lighting = 0.0f;
-  int data_threads = 0;          // 0: automatic
-  // Optimisation.
-  int64_t batch_size = 0;  // global; 0: the model recipe's
-  int64_t steps = 0;       // 0: from epochs
-  double epochs = 0;       // 0 with steps 0: one epoch
-  float lr = -1;           // <0: the recipe's
-  std::string lr_schedule; // empty: the recipe's
-  float momentum = -1;
-  float weight_decay = -1;
-  std::string weight_decay_on;  // weights | all; empty: the recipe's
-  std::string precision = "fp32";  // fp32 | tf32 | bf16 (core/precision.h)
-  uint64_t seed = 1;
-  // Output.
-  int log_every = 10;
-  int64_t eval_every = 0;  // steps; 0: only at the end
-  std::string metrics_file;
-  std::string rank_log_dir;  // each rank appends its own progress to rank-NNNNN.log here
-  // Mode.
-  std::string mode = "train";  // train | eval | predict
-  std::string predictions;
-  bool overwrite = false;  // --predictions may replace an earlier predictions file
-  // Checkpoints.
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;
-  double checkpoint_secs = 0;
-  int keep_checkpoints = 3;
-  double checkpoint_lock_wait_s = 120;  // wait for another job's lock of checkpoint_dir
-  std::string resume = "auto";  // auto | none | PATH
-  // The command line as "--flag=value" lines, stored in checkpoints.
-  std::string flags_text;
-};
 
 // Runs the job on every rank of MPI_COMM_WORLD (MPI must be initialised) and returns the
 // process exit code (exit_codes.h). Errors are printed once, by rank 0 where every rank

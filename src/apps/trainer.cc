@@ -3,15 +3,13 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "apps/cli.h"
 #include "apps/exit_codes.h"
-#include "apps/flag_check.h"
 #include "apps/train_session.h"
 #include "core/models.h"
 #include "parallel/mesh.h"
@@ -75,7 +73,7 @@ ABSL_FLAG(bool, paper_init, false,
           "weights N(0, 0.01)). Default: Caffe's replication (biases 0.1, fc6/7 N(0, 0.005)); "
           "at lr 0.01 the paper's blows up and then stays at chance (docs/MODELS.md).");
 // ---- placement --------------------------------------------------------------------------
-ABSL_FLAG(std::string, device, "auto",
+ABSL_FLAG(colonnade::DeviceChoice, device, colonnade::DeviceChoice::kAuto,
           "cpu, cuda, or auto (the GPU of this rank's local index when one is visible).");
 ABSL_FLAG(int, cpu_threads, 0,
           Help("cpu_threads", "Threads for CPU ops per rank; 0: cores / ranks on the node."));
@@ -83,7 +81,7 @@ ABSL_FLAG(int, mp, 1,
           Help("mp",
                "Model-parallel ranks per group (must divide the world size and the columns); "
                "the rest of the world is data-parallel: dp = world / mp."));
-ABSL_FLAG(std::string, comm, "auto",
+ABSL_FLAG(colonnade::CommChoice, comm, colonnade::CommChoice::kAuto,
           "Collective backend: nccl (GPUs, one rank per GPU), mpi (host memory; required when "
           "several ranks share a GPU), or auto (nccl on GPUs when built with it, else mpi).");
 ABSL_FLAG(double, bucket_mb, 25.0,
@@ -108,7 +106,7 @@ ABSL_FLAG(int, pad, 0,
                "Training: pad every side by P mean-valued pixels before the random crop "
                "(CIFAR: --pad=4 with 32x32 crops); evaluation is not padded."));
 ABSL_FLAG(bool, mirror, false, "Random horizontal mirroring in training.");
-ABSL_FLAG(std::string, mean, "image",
+ABSL_FLAG(colonnade::data::MeanMode, mean, colonnade::data::MeanMode::kImage,
           "Mean subtraction: image (the dataset's mean image), channel (per-channel mean), none.");
 ABSL_FLAG(double, lighting, 0.0,
           Help("lighting", "AlexNet's PCA lighting noise sigma (the paper: 0.1); 0: off."));
@@ -178,7 +176,7 @@ ABSL_FLAG(std::string, resume, "auto",
           "auto: continue from the newest valid checkpoint in --checkpoint_dir (skipping "
           "partial or corrupt ones), or start fresh if there is none; none: start fresh; or the "
           "path of a checkpoint. Resuming under another (dp, mp) layout works.");
-ABSL_FLAG(std::string, mode, "train",
+ABSL_FLAG(colonnade::RunMode, mode, colonnade::RunMode::kTrain,
           "train; eval (top-1/top-5 error of a checkpoint on --val_data); predict (also write "
           "the logits to --predictions).");
 ABSL_FLAG(std::string, predictions, "",
@@ -197,38 +195,23 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "apps/trainer.cc");
-  };
-  // Show "src/apps/trainer.cc", not the build machine's absolute path.
-  usage.normalize_filename = [](absl::string_view f) {
-    size_t at = f.rfind("src/apps/");
-    return std::string(at == absl::string_view::npos ? f : f.substr(at));
-  };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(absl::StrCat(
-      "trains a convolutional network.\n\n"
-      "  trainer --model=cifar10-80sec --data=synthetic --device=cpu --steps=200\n"
-      "  mpirun -np 8 trainer --model=alexnet --mp=2 --data=/scratch/imagenet-shards\n\n"
-      "Known models: ",
-      colonnade::KnownModels(),
-      ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
-      "4 --checkpoint_dir locked by another job, 75 stopped by a signal (SIGTERM, SIGUSR1, SIGINT): after a checkpoint once training "
-      "has started, at once before that; requeue and resume."));
-
-  if (colonnade::WantsHelp(argc, argv, "src/apps/trainer", rank == 0)) {
+  const colonnade::Cli cli = {
+      "trainer", "src/apps/trainer",
+      absl::StrCat(
+          "trains a convolutional network.\n\n"
+          "  trainer --model=cifar10-80sec --data=synthetic --device=cpu --steps=200\n"
+          "  mpirun -np 8 trainer --model=alexnet --mp=2 --data=/scratch/imagenet-shards\n\n"
+          "Known models: ",
+          colonnade::KnownModels(),
+          ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
+          "4 --checkpoint_dir locked by another job, 75 stopped by a signal (SIGTERM, "
+          "SIGUSR1, SIGINT): after a checkpoint once training has started, at once before "
+          "that; requeue and resume."),
+      kRanges};
+  // Every rank reads the same command line; rank 0 alone explains it.
+  if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli, rank == 0)) {
     colonnade::FinalizeMpi();
-    return colonnade::kExitOk;
-  }
-  if (!colonnade::ParseFlagsOrExplain(argc, argv, "trainer", rank == 0)) {
-    colonnade::FinalizeMpi();
-    return colonnade::kExitUsage;
-  }
-  if (absl::Status s = colonnade::CheckFlagRanges(kRanges); !s.ok()) {
-    if (rank == 0) std::fprintf(stderr, "trainer: error: %s\n", std::string(s.message()).c_str());
-    colonnade::FinalizeMpi();
-    return colonnade::kExitUsage;
+    return *code;
   }
 
   colonnade::TrainConfig c;
@@ -277,16 +260,10 @@ int main(int argc, char** argv) {
   c.overwrite = absl::GetFlag(FLAGS_overwrite);
   for (int i = 1; i < argc; ++i) absl::StrAppend(&c.flags_text, argv[i], "\n");
 
-  // Numeric flags were checked against kRanges above; what is left are the words.
-  std::string bad;
-  if (c.mode != "train" && c.mode != "eval" && c.mode != "predict")
-    bad = "--mode must be train, eval or predict";
-  if (c.resume.empty()) bad = "--resume must be auto, none or a checkpoint path";
-  if (c.mean != "image" && c.mean != "channel" && c.mean != "none")
-    bad = "--mean must be image, channel or none";
-  if (c.comm != "auto" && c.comm != "mpi" && c.comm != "nccl") bad = "--comm must be auto, nccl or mpi";
-  if (!bad.empty()) {
-    if (rank == 0) std::fprintf(stderr, "trainer: error: %s\n", bad.c_str());
+  // Numeric flags were checked against kRanges and the closed sets of words (--mode,
+  // --device, --comm, --mean) parsed into enums with the command line; --resume is open.
+  if (c.resume.empty()) {
+    if (rank == 0) colonnade::UsageError(cli, "--resume must be auto, none or a checkpoint path");
     colonnade::FinalizeMpi();
     return colonnade::kExitUsage;
   }

@@ -91,7 +91,7 @@ class Layer {
   virtual absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& inputs) = 0;
   // Allocates parameters on `device` (after Setup). Initial values are written by
   // InitParams.
-  virtual void AllocateParams(Device device) {}
+  virtual void AllocateParams(Device /*device*/) {}
 
   virtual void Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                        const std::vector<Tensor*>& y) = 0;

@@ -94,13 +94,15 @@ CudaBackend* g_backend = nullptr;
 
 }  // namespace
 
-bool Available() {
+bool Available() { return DeviceCount() > 0; }
+
+int DeviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return n > 0;
+  return n;
 }
 
 absl::Status RegisterBackend(int device_ordinal) {

@@ -20,8 +20,12 @@ namespace colonnade::cuda {
 
 #if defined(COLONNADE_WITH_CUDA) && COLONNADE_WITH_CUDA
 
+inline constexpr bool kBuilt = true;  // this build has the CUDA backend
 // True when the CUDA runtime finds at least one GPU.
 bool Available();
+// GPUs the CUDA runtime sees; 0 when there are none or the runtime fails. Programs choose a
+// rank's GPU from it (Mesh::GpuIndex) without including CUDA headers.
+int DeviceCount();
 // Makes `device_ordinal` current for the calling process and registers the Backend for
 // Device::kCUDA. Calling it again with the same ordinal is a no-op; another ordinal is an
 // error (one GPU per process, as the rank layout in DESIGN.md prescribes).
@@ -44,7 +48,9 @@ std::string DeviceDescription();
 
 #else
 
+inline constexpr bool kBuilt = false;
 inline bool Available() { return false; }
+inline int DeviceCount() { return 0; }
 inline absl::Status RegisterBackend(int) {
   return absl::UnavailableError("this build has no CUDA backend (configure with CUDA)");
 }

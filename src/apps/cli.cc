@@ -1,22 +1,42 @@
-#include "apps/flag_check.h"
+#include "apps/cli.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-
 #include <iostream>
 
 #include "absl/flags/internal/program_name.h"
 #include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "apps/exit_codes.h"
+#include "core/status_macros.h"
 
 namespace colonnade {
+namespace {
+
+// Abseil's help flags: every one of them prints this program's help (exit 0).
+bool IsHelpFlag(absl::string_view name) {
+  return name == "help" || name == "helpfull" || name == "helpshort" || name == "helppackage" ||
+         name == "helpon" || name == "helpmatch" || name == "h";
+}
+
+// Abseil's flags that its own ParseCommandLine handles; those of them that take a value
+// take it as the next argument when it is not given with '='.
+bool IsAbseilFlag(absl::string_view name, bool* takes_value) {
+  *takes_value = name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
+                 name == "undefok";
+  return *takes_value || IsHelpFlag(name) || name == "version" || name == "only_check_args";
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>& args,
                                                   std::vector<std::string>* positional) {
@@ -46,11 +66,8 @@ absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>
       has_value = true;
     }
     // Abseil's built-in help and flag-file flags are handled by ParseCommandLine itself.
-    if (absl::StartsWith(name, "help") || name == "version" || name == "only_check_args" ||
-        name == "flagfile" || name == "fromenv" || name == "tryfromenv" || name == "undefok") {
-      if (!has_value && (name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
-                         name == "undefok"))
-        ++i;
+    if (bool takes_value = false; IsAbseilFlag(name, &takes_value)) {
+      if (takes_value && !has_value) ++i;
       continue;
     }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
@@ -59,10 +76,7 @@ absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>
       flag = absl::FindCommandLineFlag(name.substr(2));
       negated = flag != nullptr;
     }
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, "; run with --help to list the flags"));
-    }
+    if (flag == nullptr) return absl::NotFoundError(absl::StrCat("unknown flag --", name));
     const bool is_bool = flag->IsOfType<bool>();
     if (negated) {
       if (!is_bool || has_value) {
@@ -86,13 +100,16 @@ absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>
   return out;
 }
 
+namespace {
+
+// An error naming the first unknown flag or unparsable value in argv (and the first
+// argument that is not a flag unless `allow_positional`). Sets no flag.
 absl::Status CheckFlags(int argc, char** argv, bool allow_positional) {
   std::vector<std::string> positional;
-  absl::StatusOr<std::vector<FlagArg>> flags =
-      ResolveFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc),
-                   allow_positional ? &positional : nullptr);
-  if (!flags.ok()) return flags.status();
-  for (const FlagArg& f : *flags) {
+  ASSIGN_OR_RETURN(const std::vector<FlagArg> flags,
+                   ResolveFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc),
+                                allow_positional ? &positional : nullptr));
+  for (const FlagArg& f : flags) {
     // Parse into a scratch copy of the value so the check changes nothing.
     std::string error;
     std::string saved = f.flag->CurrentValue();
@@ -104,8 +121,6 @@ absl::Status CheckFlags(int argc, char** argv, bool allow_positional) {
   }
   return absl::OkStatus();
 }
-
-namespace {
 
 // 1024 -> "1024", 0.5 -> "0.5", 1e12 -> "1e+12": integers as integers while short.
 std::string FormatBound(double v) {
@@ -165,33 +180,72 @@ absl::Status CheckFlagRanges(absl::Span<const FlagRange> ranges) {
   return absl::OkStatus();
 }
 
-bool WantsHelp(int argc, char** argv, const char* source_file, bool print) {
+namespace {
+
+// True when argv asks for help in any of Abseil's spellings (or -h).
+bool WantsHelp(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-help" || a == "--helpshort" || a == "-h") {
-      // Abseil's own --help exits with status 1; a request for help is not an error.
-      if (print) {
-        absl::flags_internal::SetProgramInvocationName(argv[0]);
-        absl::flags_internal::FlagsHelp(std::cout, source_file,
-                                        absl::flags_internal::HelpFormat::kHumanReadable,
-                                        absl::ProgramUsageMessage());
-      }
-      return true;
-    }
+    absl::string_view a = argv[i];
+    if (!absl::ConsumePrefix(&a, "--")) absl::ConsumePrefix(&a, "-");
+    if (IsHelpFlag(a.substr(0, a.find('=')))) return true;
   }
   return false;
 }
 
-bool ParseFlagsOrExplain(int argc, char** argv, const char* program, bool print,
-                         std::vector<std::string>* positional) {
-  absl::Status s = CheckFlags(argc, argv, positional != nullptr);
-  if (!s.ok()) {
-    if (print) std::fprintf(stderr, "%s: error: %s\n", program, std::string(s.message()).c_str());
-    return false;
+// --help shows "src/apps/trainer.cc", not the build machine's absolute path, and only
+// the program's own flags.
+void ConfigureUsage(const Cli& cli) {
+  absl::FlagsUsageConfig usage;
+  const std::string flags_file = cli.flags_file;
+  usage.contains_help_flags = [flags_file](absl::string_view file) {
+    return absl::StrContains(file, flags_file);
+  };
+  usage.normalize_filename = [](absl::string_view f) {
+    size_t at = f.rfind("src/apps/");
+    return std::string(at == absl::string_view::npos ? f : f.substr(at));
+  };
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(cli.usage);
+}
+
+}  // namespace
+
+int UsageError(const Cli& cli, absl::string_view message) {
+  if (cli.style == UsageStyle::kSeeHelp) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", cli.program, std::string(message).c_str());
+  } else {
+    std::fprintf(stderr, "%s: error: %s\n", cli.program, std::string(message).c_str());
   }
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (positional != nullptr && !rest.empty()) positional->assign(rest.begin() + 1, rest.end());
-  return true;
+  return kExitUsage;
+}
+
+std::optional<int> ParseCommandLine(int argc, char** argv, const Cli& cli, bool print,
+                                    std::vector<std::string>* positional) {
+  ConfigureUsage(cli);
+  if (WantsHelp(argc, argv)) {
+    // Abseil's own --help exits with status 1; a request for help is not an error.
+    if (print) {
+      absl::flags_internal::SetProgramInvocationName(argv[0]);
+      absl::flags_internal::FlagsHelp(std::cout, cli.flags_file,
+                                      absl::flags_internal::HelpFormat::kHumanReadable,
+                                      cli.usage);
+    }
+    return kExitOk;
+  }
+  absl::Status s = CheckFlags(argc, argv, cli.positional);
+  if (absl::IsNotFound(s) && cli.style == UsageStyle::kError) {
+    s = absl::NotFoundError(absl::StrCat(s.message(), "; run with --help to list the flags"));
+  }
+  if (s.ok()) {
+    std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+    if (cli.positional && positional != nullptr && !rest.empty()) {
+      positional->assign(rest.begin() + 1, rest.end());
+    }
+    s = CheckFlagRanges(cli.ranges);
+  }
+  if (s.ok()) return std::nullopt;
+  if (print) UsageError(cli, s.message());
+  return kExitUsage;
 }
 
 }  // namespace colonnade

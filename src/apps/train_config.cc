@@ -1,0 +1,75 @@
+#include "apps/train_config.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+
+namespace colonnade {
+namespace {
+
+// One closed set of flag words: each word and its enum value, in the order --help and
+// error messages list them.
+template <typename E>
+using Words = absl::Span<const std::pair<const char*, E>>;
+
+template <typename E>
+bool ParseWord(absl::string_view text, Words<E> words, E* out, std::string* error) {
+  for (const auto& [word, value] : words) {
+    if (text == word) {
+      *out = value;
+      return true;
+    }
+  }
+  // "must be train, eval or predict"
+  *error = "must be ";
+  for (size_t i = 0; i < words.size(); ++i) {
+    absl::StrAppend(error, i == 0 ? "" : i + 1 == words.size() ? " or " : ", ", words[i].first);
+  }
+  return false;
+}
+
+template <typename E>
+std::string WordOf(E value, Words<E> words) {
+  for (const auto& [word, v] : words) {
+    if (v == value) return word;
+  }
+  return absl::StrCat(static_cast<int>(value));  // not reached: the sets are complete
+}
+
+constexpr std::pair<const char*, RunMode> kModes[] = {
+    {"train", RunMode::kTrain}, {"eval", RunMode::kEval}, {"predict", RunMode::kPredict}};
+constexpr std::pair<const char*, DeviceChoice> kDevices[] = {
+    {"cpu", DeviceChoice::kCpu}, {"cuda", DeviceChoice::kCuda}, {"auto", DeviceChoice::kAuto}};
+constexpr std::pair<const char*, CommChoice> kComms[] = {
+    {"auto", CommChoice::kAuto}, {"nccl", CommChoice::kNccl}, {"mpi", CommChoice::kMpi}};
+constexpr std::pair<const char*, data::MeanMode> kMeans[] = {{"image", data::MeanMode::kImage},
+                                                             {"channel", data::MeanMode::kChannel},
+                                                             {"none", data::MeanMode::kNone}};
+
+}  // namespace
+
+bool AbslParseFlag(absl::string_view text, RunMode* mode, std::string* error) {
+  return ParseWord<RunMode>(text, kModes, mode, error);
+}
+std::string AbslUnparseFlag(RunMode mode) { return WordOf<RunMode>(mode, kModes); }
+
+bool AbslParseFlag(absl::string_view text, DeviceChoice* device, std::string* error) {
+  return ParseWord<DeviceChoice>(text, kDevices, device, error);
+}
+std::string AbslUnparseFlag(DeviceChoice device) { return WordOf<DeviceChoice>(device, kDevices); }
+
+bool AbslParseFlag(absl::string_view text, CommChoice* comm, std::string* error) {
+  return ParseWord<CommChoice>(text, kComms, comm, error);
+}
+std::string AbslUnparseFlag(CommChoice comm) { return WordOf<CommChoice>(comm, kComms); }
+
+namespace data {
+
+bool AbslParseFlag(absl::string_view text, MeanMode* mean, std::string* error) {
+  return ParseWord<MeanMode>(text, kMeans, mean, error);
+}
+std::string AbslUnparseFlag(MeanMode mean) { return WordOf<MeanMode>(mean, kMeans); }
+
+}  // namespace data
+}  // namespace colonnade
