@@ -279,11 +279,8 @@ int RunEvalOrPredict(const TrainConfig& cfg, const Layout& l, Net& net, data::Da
     }
     return kExitOk;
   }
-  // The classifier's logits: the first input of the loss layer (replicated on every mp
-  // rank after the column split's gather).
-  std::string logits_blob;
-  for (const LayerEntry& e : net.layers())
-    if (std::string(e.layer->type()) == "softmax_loss") logits_blob = e.inputs[0];
+  // The classifier's logits (replicated on every mp rank by the column split).
+  const std::string logits_blob = kLogitsBlob;
   o.train = false;
   o.shuffle = false;
   o.drop_last = false;
