@@ -67,9 +67,9 @@ class Net {
 
   // Writes every parameter's initial value from (seed, layer name, parameter name,
   // element index): identical for any device, split or rank. A shard (Param::is_shard)
-  // takes the elements of its rows of the full parameter (Param::full_offset). (A sharded parameter whose init
-  // depends on fan_out should be initialised by parallel's InitShardParams, which knows
-  // the full layer's fan-out.)
+  // takes the elements of its rows of the full parameter (Param::full_offset). (A sharded
+  // parameter whose init depends on fan_out should be initialised by parallel's
+  // InitShardParams, which knows the full layer's fan-out.)
   void InitParams(uint64_t seed);
 
   // Runs all layers. The caller fills the input blobs first.
