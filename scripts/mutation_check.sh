@@ -17,8 +17,15 @@ WORK=${1:-/tmp/colonnade-mutation}
 SRC=$WORK/src BUILD=$WORK/build
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$WORK"
-rsync -a --delete --exclude '/build*' --exclude '/.git' --exclude '/.deps' --exclude '/.gpu_data' \
-  "$ROOT"/ "$SRC"/ || { echo "rsync failed" >&2; exit 2; }
+# A fresh copy each run (tar keeps modification times, so the kept build stays incremental);
+# tar rather than rsync, which a minimal Debian lacks.
+rm -rf "$SRC"
+mkdir -p "$SRC"
+if ! tar -C "$ROOT" --exclude='./build*' --exclude=./.git --exclude=./.deps --exclude=./.gpu_data \
+     -cf - . | tar -C "$SRC" -xf -; then
+  echo "copying the tree to $SRC failed" >&2
+  exit 2
+fi
 
 # name | file | exact text (must occur once) | replacement | build targets | ctest regex
 MUTATIONS=(
