@@ -638,11 +638,8 @@ class PredictionGather {
 // --mode=predict: the logits of every image on --val_data, written to --predictions.
 int RunPredict(Job& job, const std::string& checkpoint_path) {
   Net& net = job.net();
-  // The classifier's logits: the first input of the loss layer (replicated on every mp
-  // rank after the column split's gather).
-  std::string logits_blob;
-  for (const LayerEntry& e : net.layers())
-    if (std::string(e.layer->type()) == "softmax_loss") logits_blob = e.inputs[0];
+  // The classifier's logits (replicated on every mp rank by the column split).
+  const std::string logits_blob = kLogitsBlob;
   PredictionGather gather(job.l, net.blob(logits_blob).c());
   absl::Status s = ForEachEvalBatch(
       net, *job.data, EvalPipelineOptions(job), job.local_batch,

@@ -2,7 +2,8 @@
 // shapes from input shapes, forward, backward, and expose parameters.
 //
 // A layer never knows which device it runs on (it calls Ops) nor how many ranks exist
-// (the column split is applied to the Net by src/parallel using each layer's ColumnInfo).
+// (the column split is applied to the Net by src/parallel using each layer's ColumnInfo and
+// ChannelSplit).
 #pragma once
 
 #include <cstdint>
@@ -58,12 +59,41 @@ struct Param {
   // Parameters that are not learned (batch-norm running statistics) are saved and
   // restored but skipped by the optimiser and by gradient all-reduce.
   bool learnable = true;
-  // Set by the parallel column split: this tensor holds rows [shard_offset, shard_offset +
-  // dim 0) of the full parameter, which has full_rows rows along dim 0 (conv filters, fc
-  // outputs, channels). full_rows == 0 means the tensor is the whole parameter. Checkpoints
-  // gather shards into the full, canonical tensor with this.
+  // Set by the parallel column split (MarkShard): this tensor holds rows [shard_offset,
+  // shard_offset + dim 0) of the full parameter, which has full_rows rows along dim 0 (conv
+  // filters, fc outputs, channels). full_rows == 0 means the tensor is the whole
+  // parameter. Checkpoints gather shards into the full, canonical tensor with
+  // full_shape() and full_offset().
   int64_t shard_offset = 0;
   int64_t full_rows = 0;
+
+  void MarkShard(int64_t row_offset, int64_t rows_in_full) {
+    shard_offset = row_offset;
+    full_rows = rows_in_full;
+  }
+  bool is_shard() const { return full_rows > 0; }
+  // The whole (unsharded) parameter's shape: value's shape with dim 0 = full_rows.
+  Shape full_shape() const {
+    Shape s = value.shape();
+    if (is_shard() && s.rank() > 0) s[0] = full_rows;
+    return s;
+  }
+  // Index, in the whole parameter's canonical (row-major) layout, of value's first
+  // element; 0 for a whole parameter.
+  int64_t full_offset() const {
+    if (!is_shard() || value.shape().rank() == 0 || value.shape()[0] == 0) return 0;
+    return shard_offset * (value.size() / value.shape()[0]);
+  }
+  // Learning settings (init kind and value, multipliers, flags) taken from `from`, for a
+  // layer re-created with other shapes: shapes and fans are re-derived by Setup.
+  void CopySettingsFrom(const Param& from) {
+    init.kind = from.init.kind;
+    init.value = from.init.value;
+    lr_mult = from.lr_mult;
+    wd_mult = from.wd_mult;
+    is_weight = from.is_weight;
+    learnable = from.learnable;
+  }
 };
 
 // How a layer relates to the model's columns (AlexNet's two GPUs, generalised to K).
@@ -75,6 +105,47 @@ struct ColumnInfo {
   Role role = kNone;
   int columns = 1;
 };
+
+// How a layer can run on a block of its input's channels, as the layer describes itself;
+// src/parallel decides from it where to split, gather or replicate (core knows no ranks).
+struct ChannelSplit {
+  enum Kind {
+    // Needs every input channel and computes whole outputs: runs replicated on gathered
+    // inputs (the loss; also the default for a layer that states nothing).
+    kWholeInput,
+    // Channel by channel or element by element (ReLU, pooling, within-map norm, dropout,
+    // batch norm): runs unchanged on any block; see Layer::SetChannelBlock.
+    kPerChannel,
+    // Mixes channels within `groups` groups only (cross-channel LRN): runs on a block of
+    // whole groups (SetChannelBlock).
+    kChannelGroups,
+    // Combines several inputs channel by channel (residual add): runs on a block when
+    // every input is split alike.
+    kSameBlockInputs,
+    // Computes `outputs` output channels (conv filters, fc outputs) from its input's
+    // channels, in `groups` groups: splits along the outputs (Layer::MakeOutputBlock).
+    kOutputChannels,
+  };
+  Kind kind = kWholeInput;
+  int64_t outputs = 0;  // kOutputChannels: filters or outputs of the whole layer
+  int groups = 1;       // kOutputChannels: conv groups; kChannelGroups: LRN groups
+  // kOutputChannels: what the outputs are called in the split plan ("filters").
+  const char* output_noun = "outputs";
+  // kWholeInput: why, for the split plan; null: the layer type has no rule.
+  const char* why_whole = nullptr;
+};
+
+// The overrides every layer type declares: its type name (an expression of the class's
+// members is fine), Setup, Forward and Backward. A macro so that each class in layers.h
+// shows only what sets it apart.
+#define COLONNADE_LAYER_OVERRIDES(type_name)                                               \
+  const char* type() const override { return type_name; }                                   \
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;          \
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,                 \
+               const std::vector<Tensor*>& y) override;                                     \
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,                \
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,   \
+                const std::vector<Tensor*>& dx) override
 
 class Layer {
  public:
@@ -104,6 +175,20 @@ class Layer {
 
   virtual std::vector<Param*> params() { return {}; }
   virtual ColumnInfo column_info() const { return {}; }
+  virtual ChannelSplit channel_split() const { return {}; }
+  // The layer will run on channels [first, first + count) of its `total` input channels
+  // (kPerChannel, kChannelGroups): dropout keys its mask by the global channel, LRN keeps
+  // count/total of its groups, batch norm marks its parameters as shards. Default: nothing.
+  virtual void SetChannelBlock(int64_t first, int64_t count, int64_t total) {}
+  // kOutputChannels: a new layer computing output block `part` of `parts` equal blocks,
+  // with the same settings and its parameters marked as shards (Param::MarkShard). A
+  // grouped layer keeps groups/parts groups and then reads only its input block.
+  virtual std::unique_ptr<Layer> MakeOutputBlock(int part, int parts) const { return nullptr; }
+  // Forward multiply-adds x 2 per image, from the shapes Setup saw (x: inputs, y: outputs;
+  // N ignored). Only conv and fc count: the memory-bound layers are folded into them.
+  virtual double FlopsPerImage(const std::vector<Shape>& x, const std::vector<Shape>& y) const {
+    return 0;
+  }
   // True when Forward may write y over x (in-place ReLU saves a buffer).
   virtual bool in_place_ok() const { return false; }
 

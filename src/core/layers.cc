@@ -94,6 +94,36 @@ std::vector<Param*> ConvLayer::params() {
   return {&weight_};
 }
 
+ChannelSplit ConvLayer::channel_split() const {
+  ChannelSplit s;
+  s.kind = ChannelSplit::kOutputChannels;
+  s.outputs = filters_;
+  s.groups = p_.groups;
+  s.output_noun = "filters";
+  return s;
+}
+
+std::unique_ptr<Layer> ConvLayer::MakeOutputBlock(int part, int parts) const {
+  const int filters = filters_ / parts;
+  ConvParams p = p_;
+  if (p.groups > 1) p.groups /= parts;  // the block's columns, on its input block
+  ColumnInfo columns = columns_;
+  if (columns.columns % parts == 0) columns.columns /= parts;
+  auto block = std::make_unique<ConvLayer>(name(), filters, p, has_bias_, columns, bias_init_);
+  block->weight_.CopySettingsFrom(weight_);
+  block->weight_.MarkShard(static_cast<int64_t>(part) * filters, filters_);
+  if (has_bias_) {
+    block->bias_.CopySettingsFrom(bias_);
+    block->bias_.MarkShard(static_cast<int64_t>(part) * filters, filters_);
+  }
+  return block;
+}
+
+double ConvLayer::FlopsPerImage(const std::vector<Shape>& x, const std::vector<Shape>& y) const {
+  return 2.0 * filters_ * (x[0].c() / p_.groups) * p_.kernel_h * p_.kernel_w * y[0].h() *
+         y[0].w();
+}
+
 // ---------------------------------------------------------------------------------------
 FullyConnectedLayer::FullyConnectedLayer(std::string name, int outputs, ColumnInfo columns,
                                          float bias_init)
@@ -142,6 +172,30 @@ void FullyConnectedLayer::Backward(Ops& ops, const RunContext&,
     ops.Gemm(true, false, inputs_, n, outputs_, 1.0f, weight_.value.data(), dy[0]->data(), 0.0f,
              dx[0]->data());
   }
+}
+
+ChannelSplit FullyConnectedLayer::channel_split() const {
+  ChannelSplit s;
+  s.kind = ChannelSplit::kOutputChannels;
+  s.outputs = outputs_;
+  return s;
+}
+
+std::unique_ptr<Layer> FullyConnectedLayer::MakeOutputBlock(int part, int parts) const {
+  const int outputs = outputs_ / parts;
+  ColumnInfo columns = columns_;
+  if (columns.columns % parts == 0) columns.columns /= parts;
+  auto block = std::make_unique<FullyConnectedLayer>(name(), outputs, columns, bias_init_);
+  block->weight_.CopySettingsFrom(weight_);
+  block->bias_.CopySettingsFrom(bias_);
+  block->weight_.MarkShard(static_cast<int64_t>(part) * outputs, outputs_);
+  block->bias_.MarkShard(static_cast<int64_t>(part) * outputs, outputs_);
+  return block;
+}
+
+double FullyConnectedLayer::FlopsPerImage(const std::vector<Shape>& x,
+                                          const std::vector<Shape>&) const {
+  return 2.0 * outputs_ * x[0].c() * x[0].h() * x[0].w();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -214,6 +268,17 @@ void LrnCrossLayer::Backward(Ops& ops, const RunContext&, const std::vector<cons
                              const std::vector<const Tensor*>& y,
                              const std::vector<const Tensor*>& dy, const std::vector<Tensor*>& dx) {
   if (dx[0]) ops.LrnCrossBackward(*x[0], *y[0], denom_, *dy[0], *dx[0], p_);
+}
+
+ChannelSplit LrnCrossLayer::channel_split() const {
+  ChannelSplit s;
+  s.kind = ChannelSplit::kChannelGroups;
+  s.groups = p_.groups;
+  return s;
+}
+
+void LrnCrossLayer::SetChannelBlock(int64_t, int64_t count, int64_t total) {
+  p_.groups = static_cast<int>(p_.groups * count / total);
 }
 
 absl::StatusOr<std::vector<Shape>> LrnWithinLayer::Setup(const std::vector<Shape>& in) {
@@ -371,6 +436,10 @@ void BatchNormLayer::AllocateParams(Device d) {
   save_invstd_ = Tensor(Shape{channels_}, d);
 }
 
+void BatchNormLayer::SetChannelBlock(int64_t first, int64_t, int64_t total) {
+  for (Param* p : params()) p->MarkShard(first, total);
+}
+
 void BatchNormLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                              const std::vector<Tensor*>& y) {
   if (ctx.phase == Phase::kTrain) {
@@ -401,6 +470,12 @@ absl::StatusOr<std::vector<Shape>> SoftmaxLossLayer::Setup(const std::vector<Sha
                         name(), logits.ToString(), in[1].ToString()));
   }
   return std::vector<Shape>{Shape::CHWN(1, 1, 1, logits.n()), logits};
+}
+
+ChannelSplit SoftmaxLossLayer::channel_split() const {
+  ChannelSplit s;
+  s.why_whole = "the loss on gathered logits";
+  return s;
 }
 
 void SoftmaxLossLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,

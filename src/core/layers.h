@@ -15,16 +15,13 @@ class ConvLayer : public Layer {
  public:
   ConvLayer(std::string name, int filters, ConvParams p, bool bias = true,
             ColumnInfo columns = {}, float bias_init = 0.0f);
-  const char* type() const override { return "conv"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  COLONNADE_LAYER_OVERRIDES("conv");
   void AllocateParams(Device d) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
   std::vector<Param*> params() override;
   ColumnInfo column_info() const override { return columns_; }
+  ChannelSplit channel_split() const override;
+  std::unique_ptr<Layer> MakeOutputBlock(int part, int parts) const override;
+  double FlopsPerImage(const std::vector<Shape>& x, const std::vector<Shape>& y) const override;
   const ConvParams& conv_params() const { return p_; }
   int filters() const { return filters_; }
   Param& weight() { return weight_; }
@@ -47,16 +44,13 @@ class FullyConnectedLayer : public Layer {
  public:
   FullyConnectedLayer(std::string name, int outputs, ColumnInfo columns = {},
                       float bias_init = 0.0f);
-  const char* type() const override { return "fc"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  COLONNADE_LAYER_OVERRIDES("fc");
   void AllocateParams(Device d) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
   std::vector<Param*> params() override { return {&weight_, &bias_}; }
   ColumnInfo column_info() const override { return columns_; }
+  ChannelSplit channel_split() const override;
+  std::unique_ptr<Layer> MakeOutputBlock(int part, int parts) const override;
+  double FlopsPerImage(const std::vector<Shape>& x, const std::vector<Shape>& y) const override;
   int outputs() const { return outputs_; }
   Param& weight() { return weight_; }
   Param& bias() { return bias_; }
@@ -73,13 +67,8 @@ class FullyConnectedLayer : public Layer {
 class PoolLayer : public Layer {
  public:
   PoolLayer(std::string name, PoolParams p) : Layer(std::move(name)), p_(p) {}
-  const char* type() const override { return p_.kind == PoolParams::kMax ? "maxpool" : "avgpool"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES(p_.kind == PoolParams::kMax ? "maxpool" : "avgpool");
+  ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   const PoolParams& pool_params() const { return p_; }
 
  private:
@@ -89,29 +78,19 @@ class PoolLayer : public Layer {
 class GlobalAvgPoolLayer : public Layer {
  public:
   using Layer::Layer;
-  const char* type() const override { return "global_avgpool"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("global_avgpool");
+  ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
 };
 
 // Response normalisation across channels (AlexNet's LRN); keeps a denominator buffer.
 class LrnCrossLayer : public Layer {
  public:
   LrnCrossLayer(std::string name, LrnCrossParams p) : Layer(std::move(name)), p_(p) {}
-  const char* type() const override { return "lrn"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("lrn");
+  ChannelSplit channel_split() const override;
+  // Keeps the groups of its block (the split checks that whole groups fall in it).
+  void SetChannelBlock(int64_t first, int64_t count, int64_t total) override;
   const LrnCrossParams& lrn_params() const { return p_; }
-  // The parallel split gives each rank a slice of whole groups.
-  void set_groups(int groups) { p_.groups = groups; }
 
  private:
   LrnCrossParams p_;
@@ -122,13 +101,8 @@ class LrnCrossLayer : public Layer {
 class LrnWithinLayer : public Layer {
  public:
   LrnWithinLayer(std::string name, LrnWithinParams p) : Layer(std::move(name)), p_(p) {}
-  const char* type() const override { return "rnorm"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("rnorm");
+  ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
 
  private:
   LrnWithinParams p_;
@@ -138,13 +112,8 @@ class LrnWithinLayer : public Layer {
 class ReluLayer : public Layer {
  public:
   using Layer::Layer;
-  const char* type() const override { return "relu"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("relu");
+  ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   bool in_place_ok() const override { return true; }
 };
 
@@ -153,13 +122,9 @@ class ReluLayer : public Layer {
 class DropoutLayer : public Layer {
  public:
   DropoutLayer(std::string name, float p) : Layer(std::move(name)), p_(p) {}
-  const char* type() const override { return "dropout"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("dropout");
+  ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
+  void SetChannelBlock(int64_t first, int64_t, int64_t) override { set_channel_slice(first); }
   float rate() const { return p_; }
   void set_channel_slice(int64_t offset) { channel_offset_ = offset; }
 
@@ -173,26 +138,15 @@ class DropoutLayer : public Layer {
 class ConcatLayer : public Layer {
  public:
   using Layer::Layer;
-  const char* type() const override { return "concat"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("concat");
 };
 
 // Element-wise sum of two inputs of one shape (residual connections).
 class AddLayer : public Layer {
  public:
   using Layer::Layer;
-  const char* type() const override { return "add"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("add");
+  ChannelSplit channel_split() const override { return {ChannelSplit::kSameBlockInputs}; }
 };
 
 // Batch normalisation per channel; learnable gamma/beta, running statistics as
@@ -200,14 +154,11 @@ class AddLayer : public Layer {
 class BatchNormLayer : public Layer {
  public:
   BatchNormLayer(std::string name, BatchNormParams p = {}) : Layer(std::move(name)), p_(p) {}
-  const char* type() const override { return "batchnorm"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
+  COLONNADE_LAYER_OVERRIDES("batchnorm");
+  ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
+  // Statistics are per channel: the block's parameters are rows [first, first + count).
+  void SetChannelBlock(int64_t first, int64_t count, int64_t total) override;
   void AllocateParams(Device d) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
   std::vector<Param*> params() override { return {&gamma_, &beta_, &running_mean_, &running_var_}; }
 
  private:
@@ -223,13 +174,8 @@ class BatchNormLayer : public Layer {
 class SoftmaxLossLayer : public Layer {
  public:
   using Layer::Layer;
-  const char* type() const override { return "softmax_loss"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("softmax_loss");
+  ChannelSplit channel_split() const override;
 };
 
 }  // namespace colonnade

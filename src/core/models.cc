@@ -3,34 +3,19 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/layers.h"
+#include "core/zoo_builders.h"
 #include "core/zoo_imagenet.h"
 
 namespace colonnade {
 namespace {
 
+using zoo::AddLoss;
+using zoo::Conv;
+using zoo::NewNet;
+using zoo::Pool;
+
 ColumnInfo Isolated(int k) { return {ColumnInfo::kIsolated, k}; }
 ColumnInfo Cross(int k) { return {ColumnInfo::kCross, k}; }
-
-ConvParams Conv(int kernel, int stride, int pad, int groups = 1) {
-  ConvParams p;
-  p.kernel_h = p.kernel_w = kernel;
-  p.stride = stride;
-  p.pad = pad;
-  p.groups = groups;
-  return p;
-}
-
-PoolParams Pool(PoolParams::Kind kind, int size, int stride) {
-  PoolParams p;
-  p.kind = kind;
-  p.size = size;
-  p.stride = stride;
-  return p;
-}
-
-void AddInputsAndLoss(Net& net, const ModelOptions& o, const std::string& logits) {
-  net.Emplace<SoftmaxLossLayer>({logits, "label"}, {"loss", "probs"}, "loss");
-}
 
 // Krizhevsky, Sutskever & Hinton (2012), the table of section 3.5 / figure 2: five conv
 // layers and three fully connected ones, split in K columns (the paper's two GPUs).
@@ -40,11 +25,9 @@ void AddInputsAndLoss(Net& net, const ModelOptions& o, const std::string& logits
 // (bvlc_alexnet); with o.paper_init those biases are 1 and fc6/fc7 N(0, 0.01), as in
 // section 5 of the paper (see ModelOptions::paper_init for why that is not the default).
 std::unique_ptr<Net> BuildAlexNet(const ModelOptions& o) {
-  auto net = std::make_unique<Net>("alexnet");
+  auto net = NewNet("alexnet", o);
   const int k = o.columns;
   net->set_columns(k);
-  net->AddInput("data", Shape{o.input_channels, o.input_size, o.input_size});
-  net->AddInput("label", Shape{1, 1, 1});
   LrnCrossParams lrn;  // the paper's constants: n = 5, alpha = 1e-4, beta = 0.75, k = 2
   lrn.groups = k;
   auto conv = [&](const std::string& name, const std::string& in, int filters, ConvParams p,
@@ -55,9 +38,9 @@ std::unique_ptr<Net> BuildAlexNet(const ModelOptions& o) {
   };
   const float one = o.paper_init ? 1.0f : 0.1f;        // the non-zero biases
   const float hidden_std = o.paper_init ? 0.01f : 0.005f;  // fc6, fc7 weights
-  auto fc = [&](const std::string& name, const std::string& in, int outputs, float bias,
-                float std) {
-    auto* l = net->Emplace<FullyConnectedLayer>({in}, {name}, name, outputs, Cross(k), bias);
+  auto fc = [&](const std::string& name, const std::string& in, const std::string& out,
+                int outputs, float bias, float std) {
+    auto* l = net->Emplace<FullyConnectedLayer>({in}, {out}, name, outputs, Cross(k), bias);
     l->set_weight_std(std);
   };
   // conv1 sees the whole image in every column; its 96 filters are split over columns.
@@ -71,14 +54,14 @@ std::unique_ptr<Net> BuildAlexNet(const ModelOptions& o) {
   conv("conv4", "conv3", 384, Conv(3, 1, 1, k), Isolated(k), one);
   conv("conv5", "conv4", 256, Conv(3, 1, 1, k), Isolated(k), one);
   net->Emplace<PoolLayer>({"conv5"}, {"pool5"}, "pool5", Pool(PoolParams::kMax, 3, 2));
-  fc("fc6", "pool5", 4096, one, hidden_std);
+  fc("fc6", "pool5", "fc6", 4096, one, hidden_std);
   net->Emplace<ReluLayer>({"fc6"}, {"fc6"}, "fc6_relu");
   net->Emplace<DropoutLayer>({"fc6"}, {"drop6"}, "drop6", 0.5f);
-  fc("fc7", "drop6", 4096, one, hidden_std);
+  fc("fc7", "drop6", "fc7", 4096, one, hidden_std);
   net->Emplace<ReluLayer>({"fc7"}, {"fc7"}, "fc7_relu");
   net->Emplace<DropoutLayer>({"fc7"}, {"drop7"}, "drop7", 0.5f);
-  fc("fc8", "drop7", o.num_classes, 0.0f, 0.01f);
-  AddInputsAndLoss(*net, o, "fc8");
+  fc("fc8", "drop7", kLogitsBlob, o.num_classes, 0.0f, 0.01f);
+  AddLoss(*net);
   return net;
 }
 
@@ -90,9 +73,7 @@ std::unique_ptr<Net> BuildAlexNet(const ModelOptions& o) {
 // 18pct's fc10 (layer-params-18pct.cfg). For 80sec's fc64 and fc10 we use 0.03, a value
 // we could not check against the original config.
 std::unique_ptr<Net> BuildCifarNet(const ModelOptions& o, bool with_norms) {
-  auto net = std::make_unique<Net>(with_norms ? "cifar10-18pct" : "cifar10-80sec");
-  net->AddInput("data", Shape{o.input_channels, o.input_size, o.input_size});
-  net->AddInput("label", Shape{1, 1, 1});
+  auto net = NewNet(with_norms ? "cifar10-18pct" : "cifar10-80sec", o);
   LrnWithinParams rnorm;  // size 3, alpha 5e-5, beta 0.75
   auto conv = [&](const std::string& name, const std::string& in, int filters, float init_std) {
     auto* l = net->Emplace<ConvLayer>({in}, {name}, name, filters, Conv(5, 1, 2));
@@ -128,11 +109,12 @@ std::unique_ptr<Net> BuildCifarNet(const ModelOptions& o, bool with_norms) {
     net->Emplace<ReluLayer>({"fc64"}, {"fc64"}, "fc64_relu");
     logits_in = "fc64";
   }
-  auto* fc10 = net->Emplace<FullyConnectedLayer>({logits_in}, {"fc10"}, "fc10", o.num_classes);
+  auto* fc10 =
+      net->Emplace<FullyConnectedLayer>({logits_in}, {kLogitsBlob}, "fc10", o.num_classes);
   fc10->set_weight_std(with_norms ? 1e-2f : 0.1f);
   fc10->weight().wd_mult = (with_norms ? 1.0f : 0.03f) / 0.004f;
   fc10->bias().lr_mult = 2.0f;
-  AddInputsAndLoss(*net, o, "fc10");
+  AddLoss(*net);
   return net;
 }
 

@@ -42,6 +42,11 @@ struct Recipe {
   std::string note;               // where the numbers come from
 };
 
+// The blob every zoo model writes its classifier's outputs to (K x 1 x 1 x N, before the
+// softmax): the trainer reads it for predictions, and the column split keeps it
+// replicated under this name. Parameter names stay the layer's ("fc8/weight").
+inline constexpr char kLogitsBlob[] = "logits";
+
 struct ModelInfo {
   std::string name;
   std::string description;
@@ -50,7 +55,7 @@ struct ModelInfo {
   int default_columns;
   Recipe recipe;
   // Builds the Net. Blobs: inputs "data" (C x S x S) and "label" (1 x 1 x 1); outputs
-  // "logits", "loss" (per image) and "probs".
+  // kLogitsBlob, "loss" (per image) and "probs".
   std::unique_ptr<Net> (*build)(const ModelOptions& resolved);
   // Whether --columns may differ from 1 (the split layers use groups = columns).
   bool splittable = false;

@@ -8,6 +8,7 @@
 #include "core/backend.h"
 #include "core/log.h"
 #include "core/philox.h"
+#include "core/status_macros.h"
 
 namespace colonnade {
 
@@ -30,21 +31,12 @@ Shape Net::input_shape(const std::string& name) const {
 
 Ops& Net::ops() const { return OpsFor(device_); }
 
-absl::Status Net::Build(int64_t batch, Device device) {
-  if (batch < 1) return absl::InvalidArgumentError("batch size must be at least 1");
-  if (GetBackend(device) == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("device %s is not available in this build", DeviceName(device)));
-  }
-  if (params_allocated_ && device != device_) {
-    return absl::FailedPreconditionError("a built Net cannot change device");
-  }
+absl::StatusOr<std::map<std::string, Shape>> Net::InferShapes(int64_t batch) {
   std::map<std::string, Shape> shapes;
   for (const std::string& name : input_names_) {
     const Shape& s = input_shapes_[name];
     shapes[name] = Shape::CHWN(s[0], s[1], s[2], batch);
   }
-  consumers_.clear();
   std::set<std::string> seen_layers;
   for (LayerEntry& e : layers_) {
     if (!seen_layers.insert(e.layer->name()).second) {
@@ -58,16 +50,14 @@ absl::Status Net::Build(int64_t batch, Device device) {
             "layer %s reads blob '%s' that no earlier layer writes", e.layer->name(), b));
       }
       in.push_back(it->second);
-      consumers_[b]++;
     }
-    absl::StatusOr<std::vector<Shape>> out = e.layer->Setup(in);
-    if (!out.ok()) return out.status();
-    if (out->size() != e.outputs.size()) {
+    ASSIGN_OR_RETURN(const std::vector<Shape> out, e.layer->Setup(in));
+    if (out.size() != e.outputs.size()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "layer %s produces %d outputs but %d blob names were given", e.layer->name(),
-          out->size(), e.outputs.size()));
+          out.size(), e.outputs.size()));
     }
-    for (size_t i = 0; i < out->size(); ++i) {
+    for (size_t i = 0; i < out.size(); ++i) {
       const std::string& b = e.outputs[i];
       bool in_place = i < e.inputs.size() && e.inputs[i] == b;
       if (in_place && !e.layer->in_place_ok()) {
@@ -77,9 +67,22 @@ absl::Status Net::Build(int64_t batch, Device device) {
         return absl::InvalidArgumentError(
             absl::StrFormat("blob '%s' is written twice (layer %s)", b, e.layer->name()));
       }
-      shapes[b] = (*out)[i];
+      shapes[b] = out[i];
     }
   }
+  return shapes;
+}
+
+absl::Status Net::Build(int64_t batch, Device device) {
+  if (batch < 1) return absl::InvalidArgumentError("batch size must be at least 1");
+  if (GetBackend(device) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("device %s is not available in this build", DeviceName(device)));
+  }
+  if (params_allocated_ && device != device_) {
+    return absl::FailedPreconditionError("a built Net cannot change device");
+  }
+  ASSIGN_OR_RETURN(const auto shapes, InferShapes(batch));
   // Allocate blobs (keeping those whose shape is unchanged).
   for (auto& [name, shape] : shapes) {
     Tensor& t = blobs_[name];
@@ -134,11 +137,8 @@ void Net::InitParams(uint64_t seed) {
   for (const NamedParam& np : params()) {
     Param& p = *np.param;
     std::vector<float> v(p.value.size());
-    int64_t first = 0;
-    if (p.full_rows > 0 && p.value.shape().rank() > 0 && p.value.shape()[0] > 0) {
-      first = p.shard_offset * (p.value.size() / p.value.shape()[0]);
-    }
-    InitParamValues(seed, np.name, p.init, first, static_cast<int64_t>(v.size()), v.data());
+    InitParamValues(seed, np.name, p.init, p.full_offset(), static_cast<int64_t>(v.size()),
+                    v.data());
     p.value.CopyFromHost(v);
     p.velocity.Fill(0.0f);
     p.grad.Fill(0.0f);

@@ -29,7 +29,7 @@ struct NamedParam {
 // Writes elements [first, first + count) of the parameter called `name` ("layer/param"),
 // initialised by `spec` from `seed`; indices are in the full parameter's canonical layout.
 // Net::InitParams uses it, and so does the parallel column split, which initialises a
-// shard as the rows of the full parameter it holds (Param::shard_offset).
+// shard as the rows of the full parameter it holds (Param::full_offset).
 void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spec,
                      int64_t first, int64_t count, float* out);
 
@@ -56,15 +56,20 @@ class Net {
   // Derives every shape for `batch` images, allocates blobs, gradients and parameters on
   // `device`. Parameters keep their values when called again with another batch.
   absl::Status Build(int64_t batch, Device device);
+  // The shape inference Build uses, without allocating: calls each layer's Setup in order
+  // and returns every blob's shape for `batch` images. Checks that layer names are unique,
+  // that every input was written before, and the outputs (count, in-place use, no blob
+  // written twice). The column split runs it on the full model (batch 1).
+  absl::StatusOr<std::map<std::string, Shape>> InferShapes(int64_t batch);
   int64_t batch() const { return batch_; }
   Device device() const { return device_; }
   Ops& ops() const;
 
   // Writes every parameter's initial value from (seed, layer name, parameter name,
-  // element index): identical for any device, split or rank. A shard (full_rows > 0)
-  // takes the elements of its rows of the full parameter. (A sharded parameter whose init
-  // depends on fan_out should be initialised by parallel's InitShardParams, which knows
-  // the full layer's fan-out.)
+  // element index): identical for any device, split or rank. A shard (Param::is_shard)
+  // takes the elements of its rows of the full parameter (Param::full_offset). (A sharded
+  // parameter whose init depends on fan_out should be initialised by parallel's
+  // InitShardParams, which knows the full layer's fan-out.)
   void InitParams(uint64_t seed);
 
   // Runs all layers. The caller fills the input blobs first.
@@ -94,7 +99,6 @@ class Net {
   std::vector<std::string> input_names_;
   std::map<std::string, Shape> input_shapes_;
   std::map<std::string, Tensor> blobs_, grads_, scratch_;
-  std::map<std::string, int> consumers_;
   int64_t batch_ = 0;
   Device device_ = Device::kCPU;
   int columns_ = 1;

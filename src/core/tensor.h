@@ -1,4 +1,8 @@
-// Tensor: a dense float32 array with an owning buffer on one device.
+// Tensor: a dense float32 array on one device, a handle to shared storage. Copying a
+// Tensor (and Reshaped, Channels) gives another handle to the same storage, kept alive
+// while any handle exists; writes through one are seen through all. Deep copies are
+// explicit: To() and CopyFrom(). GradientSync relies on this: it points each Param::grad
+// at a view into its bucket, so the layers' gradient writes land in the bucket.
 //
 // Activations are CHWN (channels x height x width x batch, batch innermost), the layout
 // of cuda-convnet: consecutive threads of a warp read consecutive images at one pixel, so
@@ -88,7 +92,7 @@ class Tensor {
  private:
   Shape shape_;
   Device device_ = Device::kCPU;
-  std::shared_ptr<void> buffer_;  // owns the allocation; views share it
+  std::shared_ptr<void> buffer_;  // the allocation, shared by copies and views
   float* data_ = nullptr;
 };
 

@@ -5,38 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/layers.h"
+#include "core/zoo_builders.h"
 
 namespace colonnade {
 namespace {
 
-ConvParams Conv(int kernel, int stride, int pad, int groups = 1) {
-  ConvParams p;
-  p.kernel_h = p.kernel_w = kernel;
-  p.stride = stride;
-  p.pad = pad;
-  p.groups = groups;
-  return p;
-}
-
-PoolParams Pool(PoolParams::Kind kind, int size, int stride, int pad = 0) {
-  PoolParams p;
-  p.kind = kind;
-  p.size = size;
-  p.stride = stride;
-  p.pad = pad;
-  return p;
-}
-
-std::unique_ptr<Net> NewNet(const std::string& name, const ModelOptions& o) {
-  auto net = std::make_unique<Net>(name);
-  net->AddInput("data", Shape{o.input_channels, o.input_size, o.input_size});
-  net->AddInput("label", Shape{1, 1, 1});
-  return net;
-}
-
-void AddLoss(Net& net, const std::string& logits) {
-  net.Emplace<SoftmaxLossLayer>({logits, "label"}, {"loss", "probs"}, "loss");
-}
+using zoo::AddLoss;
+using zoo::Conv;
+using zoo::NewNet;
+using zoo::Pool;
 
 // conv (+ bias) + ReLU in place; returns the output blob. Weights He-normal, or
 // N(0, weight_std^2) when weight_std > 0.
@@ -61,22 +38,22 @@ std::string ConvBn(Net& net, const std::string& name, const std::string& in, int
 }
 
 // Two hidden fc layers of `width` with ReLU and dropout 0.5, then the classifier; all
-// cross-column. Returns the logits blob. Weights as in ConvRelu.
-std::string Classifier(Net& net, const std::string& in, int width, int classes, int columns,
+// cross-column; the classifier writes kLogitsBlob. Weights as in ConvRelu.
+void Classifier(Net& net, const std::string& in, int width, int classes, int columns,
                        float weight_std = 0.0f) {
   ColumnInfo cross{ColumnInfo::kCross, columns};
-  auto fc = [&](const std::string& name, const std::string& input, int outputs) {
-    auto* l = net.Emplace<FullyConnectedLayer>({input}, {name}, name, outputs, cross);
+  auto fc = [&](const std::string& name, const std::string& input, const std::string& out,
+                int outputs) {
+    auto* l = net.Emplace<FullyConnectedLayer>({input}, {out}, name, outputs, cross);
     if (weight_std > 0.0f) l->set_weight_std(weight_std);
   };
-  fc("fc6", in, width);
+  fc("fc6", in, "fc6", width);
   net.Emplace<ReluLayer>({"fc6"}, {"fc6"}, "fc6_relu");
   net.Emplace<DropoutLayer>({"fc6"}, {"drop6"}, "drop6", 0.5f);
-  fc("fc7", "drop6", width);
+  fc("fc7", "drop6", "fc7", width);
   net.Emplace<ReluLayer>({"fc7"}, {"fc7"}, "fc7_relu");
   net.Emplace<DropoutLayer>({"fc7"}, {"drop7"}, "drop7", 0.5f);
-  fc("fc8", "drop7", classes);
-  return "fc8";
+  fc("fc8", "drop7", kLogitsBlob, classes);
 }
 
 }  // namespace
@@ -108,7 +85,8 @@ std::unique_ptr<Net> BuildZfNet(const ModelOptions& o) {
   ConvRelu(*net, "conv4", "conv3", 384, Conv(3, 1, 1, k), iso, kStd);
   ConvRelu(*net, "conv5", "conv4", 256, Conv(3, 1, 1, k), iso, kStd);
   net->Emplace<PoolLayer>({"conv5"}, {"pool5"}, "pool5", Pool(PoolParams::kMax, 3, 2));
-  AddLoss(*net, Classifier(*net, "pool5", 4096, o.num_classes, k, kStd));
+  Classifier(*net, "pool5", 4096, o.num_classes, k, kStd);
+  AddLoss(*net);
   return net;
 }
 
@@ -138,7 +116,8 @@ static std::unique_ptr<Net> BuildVgg(const ModelOptions& o, const std::string& n
     net->Emplace<PoolLayer>({x}, {p}, p, Pool(PoolParams::kMax, 2, 2));
     x = p;
   }
-  AddLoss(*net, Classifier(*net, x, 4096, o.num_classes, k));
+  Classifier(*net, x, 4096, o.num_classes, k);
+  AddLoss(*net);
   return net;
 }
 
@@ -192,8 +171,8 @@ std::unique_ptr<Net> BuildGoogLeNet(const ModelOptions& o) {
   x = inception("inception5b", x, 384, 192, 384, 48, 128, 128);
   net->Emplace<GlobalAvgPoolLayer>({x}, {"avgpool"}, "avgpool");
   net->Emplace<DropoutLayer>({"avgpool"}, {"dropout"}, "dropout", 0.2f);
-  net->Emplace<FullyConnectedLayer>({"dropout"}, {"fc"}, "fc", o.num_classes);
-  AddLoss(*net, "fc");
+  net->Emplace<FullyConnectedLayer>({"dropout"}, {kLogitsBlob}, "fc", o.num_classes);
+  AddLoss(*net);
   return net;
 }
 
@@ -242,8 +221,8 @@ static std::unique_ptr<Net> BuildResNet(const ModelOptions& o, const std::string
     }
   }
   net->Emplace<GlobalAvgPoolLayer>({x}, {"avgpool"}, "avgpool");
-  net->Emplace<FullyConnectedLayer>({"avgpool"}, {"fc"}, "fc", o.num_classes);
-  AddLoss(*net, "fc");
+  net->Emplace<FullyConnectedLayer>({"avgpool"}, {kLogitsBlob}, "fc", o.num_classes);
+  AddLoss(*net);
   return net;
 }
 

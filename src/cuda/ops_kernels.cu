@@ -102,16 +102,17 @@ __global__ void AxpbyKernel(const AxpbyParams p) {
   }
 }
 
-// Kernel BinaryKernel: y[i] = a[i] op b[i] (op 0: add, 1: multiply); y may alias a or b.
+// Kernel BinaryKernel: y[i] = a[i] op b[i]; y may alias a or b.
+enum class BinaryOp { kAdd, kMultiply };
 struct BinaryParams {
   const float* a;
   const float* b;
   float* y;
   int64_t n;
-  int op;
+  BinaryOp op;
 };
 __global__ void BinaryKernel(const BinaryParams p) {
-  if (p.op == 0) {
+  if (p.op == BinaryOp::kAdd) {
     GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.a[i] + p.b[i];
   } else {
     GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.a[i] * p.b[i];
@@ -915,11 +916,13 @@ void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta,
 }
 
 void AddGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
-  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, BinaryParams{a, b, y, n, 0});
+  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream,
+         BinaryParams{a, b, y, n, BinaryOp::kAdd});
 }
 
 void MulGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
-  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, BinaryParams{a, b, y, n, 1});
+  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream,
+         BinaryParams{a, b, y, n, BinaryOp::kMultiply});
 }
 
 double SumGpu(const DeviceContext& ctx, const float* x, int64_t n) {

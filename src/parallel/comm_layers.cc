@@ -26,7 +26,7 @@ void CheckComm(const absl::Status& s, const Layer& l) {
 // ---------------------------------------------------------------------------------------
 AllGatherChannelsLayer::AllGatherChannelsLayer(std::string name, Communicator* comm,
                                                BackwardMode mode)
-    : Layer(std::move(name)), comm_(comm), mode_(mode) {}
+    : CommLayer(std::move(name)), comm_(comm), mode_(mode) {}
 
 absl::StatusOr<std::vector<Shape>> AllGatherChannelsLayer::Setup(const std::vector<Shape>& in) {
   if (auto s = OneCHWNInput(*this, in); !s.ok()) return s;
@@ -56,7 +56,7 @@ void AllGatherChannelsLayer::Backward(Ops& ops, const RunContext&,
 
 // ---------------------------------------------------------------------------------------
 SliceChannelsLayer::SliceChannelsLayer(std::string name, Communicator* comm)
-    : Layer(std::move(name)), comm_(comm) {}
+    : CommLayer(std::move(name)), comm_(comm) {}
 
 absl::StatusOr<std::vector<Shape>> SliceChannelsLayer::Setup(const std::vector<Shape>& in) {
   if (auto s = OneCHWNInput(*this, in); !s.ok()) return s;
@@ -85,7 +85,7 @@ void SliceChannelsLayer::Backward(Ops&, const RunContext&, const std::vector<con
 
 // ---------------------------------------------------------------------------------------
 GradSumLayer::GradSumLayer(std::string name, Communicator* comm)
-    : Layer(std::move(name)), comm_(comm) {}
+    : CommLayer(std::move(name)), comm_(comm) {}
 
 absl::StatusOr<std::vector<Shape>> GradSumLayer::Setup(const std::vector<Shape>& in) {
   if (auto s = OneCHWNInput(*this, in); !s.ok()) return s;

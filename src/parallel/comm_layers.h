@@ -19,23 +19,36 @@
 
 namespace colonnade {
 
+// The collectives a communication layer runs, for the cost model. Each moves the full
+// (gathered) blob: the larger of the layer's input and output.
+struct Collectives {
+  enum Kind { kNone, kAllGather, kReduceScatter, kAllReduce };
+  Kind forward = kNone;
+  Kind backward = kNone;
+};
+
+// The layers below: each states its collectives, so the cost model needs no type names.
+class CommLayer : public Layer {
+ public:
+  using Layer::Layer;
+  virtual Collectives collectives() const = 0;
+};
+
 // Forward: all-gather the channel blocks of a split blob into the full blob.
 // Backward, by what reads the gathered blob:
 //   kSlice          replicated computation (e.g. the loss on gathered logits): the
 //                   gradient is already full and identical on every rank; take own block.
 //   kReduceScatter  one sharded cross layer: each rank's gradient is a partial sum;
 //                   reduce-scatter sums them and leaves each rank its block.
-class AllGatherChannelsLayer : public Layer {
+class AllGatherChannelsLayer : public CommLayer {
  public:
   enum BackwardMode { kSlice, kReduceScatter };
   AllGatherChannelsLayer(std::string name, Communicator* comm, BackwardMode mode);
-  const char* type() const override { return "allgather_channels"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("allgather_channels");
+  Collectives collectives() const override {
+    return {Collectives::kAllGather,
+            mode_ == kReduceScatter ? Collectives::kReduceScatter : Collectives::kNone};
+  }
   BackwardMode mode() const { return mode_; }
 
  private:
@@ -46,16 +59,11 @@ class AllGatherChannelsLayer : public Layer {
 // Forward: take this rank's channel block of a replicated blob (an isolated layer reading
 // a blob every rank computed in full). Backward: all-gather the blocks' gradients into
 // the full, replicated gradient.
-class SliceChannelsLayer : public Layer {
+class SliceChannelsLayer : public CommLayer {
  public:
   SliceChannelsLayer(std::string name, Communicator* comm);
-  const char* type() const override { return "slice_channels"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("slice_channels");
+  Collectives collectives() const override { return {Collectives::kNone, Collectives::kAllGather}; }
 
  private:
   Communicator* comm_;
@@ -65,16 +73,11 @@ class SliceChannelsLayer : public Layer {
 // in front of a sharded cross layer that reads a replicated blob computed by earlier
 // layers, whose partial input gradients must be summed before they join the blob's other
 // gradients (Megatron-LM's "f" operator).
-class GradSumLayer : public Layer {
+class GradSumLayer : public CommLayer {
  public:
   GradSumLayer(std::string name, Communicator* comm);
-  const char* type() const override { return "grad_allreduce"; }
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-               const std::vector<Tensor*>& y) override;
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
-                const std::vector<Tensor*>& dx) override;
+  COLONNADE_LAYER_OVERRIDES("grad_allreduce");
+  Collectives collectives() const override { return {Collectives::kNone, Collectives::kAllReduce}; }
 
  private:
   Communicator* comm_;

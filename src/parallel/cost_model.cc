@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "absl/strings/str_format.h"
-#include "core/layers.h"
+#include "core/status_macros.h"
 #include "parallel/comm_layers.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/model_split.h"
@@ -32,34 +32,27 @@ class ShapeOnlyCommunicator : public Communicator {
 // Per image: forward FLOPs and the bytes of the full blobs the mp collectives move.
 struct LayerCost {
   double flops = 0;
-  enum Comm { kNone, kAllGather, kReduceScatter, kAllReduce };
-  Comm fwd = kNone, bwd = kNone;
+  Collectives::Kind fwd = Collectives::kNone, bwd = Collectives::kNone;
   double bytes = 0;
 };
 
+// Each layer states its cost: FLOPs (Layer::FlopsPerImage) and, for the communication
+// layers, their collectives (CommLayer).
 std::vector<LayerCost> Costs(Net& net) {
   std::vector<LayerCost> out;
   for (const LayerEntry& e : net.layers()) {
     LayerCost c;
-    const Shape x = net.blob(e.inputs[0]).shape();
-    const Shape y = net.blob(e.outputs[0]).shape();
-    const std::string type = e.layer->type();
-    if (auto* conv = dynamic_cast<ConvLayer*>(e.layer.get())) {
-      const ConvParams& p = conv->conv_params();
-      c.flops = 2.0 * conv->filters() * (x.c() / p.groups) * p.kernel_h * p.kernel_w * y.h() * y.w();
-    } else if (auto* fc = dynamic_cast<FullyConnectedLayer*>(e.layer.get())) {
-      c.flops = 2.0 * fc->outputs() * x.c() * x.h() * x.w();
-    } else if (auto* g = dynamic_cast<AllGatherChannelsLayer*>(e.layer.get())) {
-      c.fwd = LayerCost::kAllGather;
-      c.bwd = g->mode() == AllGatherChannelsLayer::kReduceScatter ? LayerCost::kReduceScatter
-                                                                   : LayerCost::kNone;
-      c.bytes = 4.0 * y.elements() / y.n();
-    } else if (type == "slice_channels") {
-      c.bwd = LayerCost::kAllGather;
-      c.bytes = 4.0 * x.elements() / x.n();
-    } else if (type == "grad_allreduce") {
-      c.bwd = LayerCost::kAllReduce;
-      c.bytes = 4.0 * x.elements() / x.n();
+    std::vector<Shape> x, y;
+    for (const std::string& b : e.inputs) x.push_back(net.blob(b).shape());
+    for (const std::string& b : e.outputs) y.push_back(net.blob(b).shape());
+    c.flops = e.layer->FlopsPerImage(x, y);
+    if (auto* comm = dynamic_cast<const CommLayer*>(e.layer.get())) {
+      const Collectives k = comm->collectives();
+      c.fwd = k.forward;
+      c.bwd = k.backward;
+      // The full blob: the gathered output of an all-gather, the input of a slice.
+      const Shape& full = x[0].elements() >= y[0].elements() ? x[0] : y[0];
+      c.bytes = 4.0 * full.elements() / full.n();
     }
     out.push_back(c);
   }
@@ -85,18 +78,13 @@ absl::StatusOr<Built> BuildForModel(const std::string& model, const ModelOptions
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   ShapeOnlyCommunicator comm(mp);
-  absl::StatusOr<std::unique_ptr<Net>> full = BuildModel(model, options);
-  if (!full.ok()) return full.status();
-  absl::StatusOr<ModelShard> shard = SplitNet(std::move(*full), mp, 0, mp > 1 ? &comm : nullptr);
-  if (!shard.ok()) return shard.status();
-  if (auto s = shard->net->Build(1, Device::kCPU); !s.ok()) return s;
+  ASSIGN_OR_RETURN(std::unique_ptr<Net> full, BuildModel(model, options));
+  ASSIGN_OR_RETURN(ModelShard shard, SplitNet(std::move(full), mp, 0, mp > 1 ? &comm : nullptr));
+  RETURN_IF_ERROR(shard.net->Build(1, Device::kCPU));
   Built b;
-  b.costs = Costs(*shard->net);
+  b.costs = Costs(*shard.net);
   for (const LayerCost& c : b.costs) b.flops += c.flops;
-  absl::StatusOr<std::vector<GradientSync::BucketInfo>> plan =
-      GradientSync::PlanBuckets(*shard->net, bucket_mb);
-  if (!plan.ok()) return plan.status();
-  b.buckets = std::move(*plan);
+  ASSIGN_OR_RETURN(b.buckets, GradientSync::PlanBuckets(*shard.net, bucket_mb));
   cache[key] = b;
   return b;
 }
@@ -111,11 +99,9 @@ absl::StatusOr<StepPrediction> PredictStep(const std::string& model, const Model
         "cost model: %d node(s), mp %d: mp must divide the %d GPUs of a node", nodes, mp,
         cl.gpus_per_node));
   }
-  absl::StatusOr<Built> one = BuildForModel(model, options, 1, cm.bucket_mb);
-  if (!one.ok()) return one.status();
-  const double flops_ref = one->flops * cm.per_gpu_batch;  // one GPU's forward work
-  absl::StatusOr<Built> b = BuildForModel(model, options, mp, cm.bucket_mb);
-  if (!b.ok()) return b.status();
+  ASSIGN_OR_RETURN(const Built one, BuildForModel(model, options, 1, cm.bucket_mb));
+  const double flops_ref = one.flops * cm.per_gpu_batch;  // one GPU's forward work
+  ASSIGN_OR_RETURN(const Built built, BuildForModel(model, options, mp, cm.bucket_mb));
 
   const int d = cl.gpus_per_node / mp;  // dp ranks per node
   StepPrediction p;
@@ -127,9 +113,9 @@ absl::StatusOr<StepPrediction> PredictStep(const std::string& model, const Model
   const double ms_per_flop_fwd = cm.compute_ms * (1 - cm.bwd_fraction) / flops_ref;
   const double ms_per_flop_bwd = cm.compute_ms * cm.bwd_fraction / flops_ref;
   const double nvl = cl.nvlink_gbs * 1e6, ib = cl.ib_gbs * 1e6;  // bytes per ms
-  auto mp_time = [&](LayerCost::Comm kind, double bytes, double* wire) {
-    if (kind == LayerCost::kNone || mp == 1) return 0.0;
-    double share = (mp - 1.0) / mp * bytes * (kind == LayerCost::kAllReduce ? 2 : 1);
+  auto mp_time = [&](Collectives::Kind kind, double bytes, double* wire) {
+    if (kind == Collectives::kNone || mp == 1) return 0.0;
+    double share = (mp - 1.0) / mp * bytes * (kind == Collectives::kAllReduce ? 2 : 1);
     *wire += share;
     return cl.alpha_intra_us * 1e-3 + share / nvl;
   };
@@ -144,15 +130,15 @@ absl::StatusOr<StepPrediction> PredictStep(const std::string& model, const Model
   };
 
   double wire = 0, t = 0;
-  for (const LayerCost& c : b->costs) {
+  for (const LayerCost& c : built.costs) {
     double comm_ms = mp_time(c.fwd, c.bytes * replica, &wire);
     p.mp_comm_ms += comm_ms;
     t += c.flops * replica * ms_per_flop_fwd + comm_ms;
   }
   p.fwd_ms = t;
-  std::vector<double> done(b->costs.size(), 0);
-  for (int i = static_cast<int>(b->costs.size()) - 1; i >= 0; --i) {
-    const LayerCost& c = b->costs[i];
+  std::vector<double> done(built.costs.size(), 0);
+  for (int i = static_cast<int>(built.costs.size()) - 1; i >= 0; --i) {
+    const LayerCost& c = built.costs[i];
     double comm_ms = mp_time(c.bwd, c.bytes * replica, &wire);
     p.mp_comm_ms += comm_ms;
     t += c.flops * replica * ms_per_flop_bwd + comm_ms;
@@ -162,7 +148,7 @@ absl::StatusOr<StepPrediction> PredictStep(const std::string& model, const Model
   p.mp_mb = wire / 1e6;
   double end = 0, grad_bytes = 0;
   if (p.dp > 1) {
-    for (const GradientSync::BucketInfo& bucket : b->buckets) {
+    for (const GradientSync::BucketInfo& bucket : built.buckets) {
       const double bytes = 4.0 * bucket.elements;
       const double cost = allreduce_ms(bytes);
       end = std::max(end, done[bucket.ready_layer]) + cost;
@@ -170,7 +156,7 @@ absl::StatusOr<StepPrediction> PredictStep(const std::string& model, const Model
       grad_bytes += bytes;
     }
   }
-  p.buckets = static_cast<int>(b->buckets.size());
+  p.buckets = static_cast<int>(built.buckets.size());
   p.dp_mb = p.dp > 1 ? 2.0 * (p.dp - 1) / p.dp * grad_bytes / 1e6 : 0;
   p.exposed_ms = std::max(0.0, end - t);
   p.step_ms = t + p.exposed_ms;

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/layers.h"
 #include "core/log.h"
+#include "core/status_macros.h"
 #include "parallel/comm_layers.h"
 
 namespace colonnade {
@@ -18,51 +18,16 @@ struct BlobInfo {
   int64_t channels = 0;    // in the full model
 };
 
-// Learning settings a re-created layer inherits (shapes and fans are re-derived).
-void CopySettings(const Param& from, Param& to) {
-  to.init.kind = from.init.kind;
-  to.init.value = from.init.value;
-  to.lr_mult = from.lr_mult;
-  to.wd_mult = from.wd_mult;
-  to.is_weight = from.is_weight;
-  to.learnable = from.learnable;
-}
-
-void MarkShard(Param& p, int64_t offset, int64_t full_rows) {
-  p.shard_offset = offset;
-  p.full_rows = full_rows;
-}
-
 class Splitter {
  public:
   Splitter(Net& full, int mp, int rank, Communicator* comm)
       : full_(full), mp_(mp), rank_(rank), comm_(comm) {}
 
-  // Derives the full model's shapes (Setup only: nothing is allocated) and records every
-  // parameter's full InitSpec.
+  // Derives the full model's shapes (Net's shape inference for one image: nothing is
+  // allocated) and records every parameter's full InitSpec.
   absl::Status WalkFullModel(std::map<std::string, InitSpec>* full_init) {
-    for (const std::string& name : full_.input_names()) {
-      Shape s = full_.input_shape(name);
-      shapes_[name] = Shape::CHWN(s[0], s[1], s[2], 1);
-    }
+    ASSIGN_OR_RETURN(shapes_, full_.InferShapes(1));
     for (LayerEntry& e : full_.layers()) {
-      std::vector<Shape> in;
-      for (const std::string& b : e.inputs) {
-        auto it = shapes_.find(b);
-        if (it == shapes_.end()) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "layer %s reads blob '%s' that no earlier layer writes", e.layer->name(), b));
-        }
-        in.push_back(it->second);
-      }
-      absl::StatusOr<std::vector<Shape>> out = e.layer->Setup(in);
-      if (!out.ok()) return out.status();
-      if (out->size() != e.outputs.size()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "layer %s produces %d outputs but %d blob names were given", e.layer->name(),
-            out->size(), e.outputs.size()));
-      }
-      for (size_t i = 0; i < out->size(); ++i) shapes_[e.outputs[i]] = (*out)[i];
       for (Param* p : e.layer->params()) (*full_init)[e.layer->name() + "/" + p->name] = p->init;
     }
     return absl::OkStatus();
@@ -76,9 +41,7 @@ class Splitter {
       net_->AddInput(name, full_.input_shape(name));
       info_[name] = {false, true, full_.input_shape(name)[0]};
     }
-    for (LayerEntry& e : full_.layers()) {
-      if (auto s = Place(e); !s.ok()) return s;
-    }
+    for (LayerEntry& e : full_.layers()) RETURN_IF_ERROR(Place(e));
     shard.plan = std::move(plan_);
     return absl::OkStatus();
   }
@@ -157,11 +120,13 @@ class Splitter {
 
   // Adds `layer` reading `inputs` (shard names). Outputs keep the full model's names,
   // except an in-place output whose input was substituted: it is renamed and later
-  // readers follow the new name.
+  // readers follow the new name. A split kLogitsBlob is renamed too, and gathered at once
+  // into the replicated blob of that name, which the trainer reads on every rank.
   void Emit(std::unique_ptr<Layer> layer, const LayerEntry& e, std::vector<std::string> inputs,
             bool split_out) {
     const std::string lname = layer->name();
     std::vector<std::string> outputs;
+    std::vector<std::string> gather_logits;  // the split block of kLogitsBlob, if any
     for (size_t k = 0; k < e.outputs.size(); ++k) {
       const std::string& o = e.outputs[k];
       std::string name = o;
@@ -171,6 +136,9 @@ class Splitter {
         } else {
           name = o + "@" + lname;
         }
+      } else if (o == kLogitsBlob && split_out) {
+        name = o + "@block";
+        gather_logits.push_back(name);
       }
       if (name != o) {
         rename_[o] = name;
@@ -182,9 +150,25 @@ class Splitter {
       gathered_.erase(name);  // written (in place): an earlier gathered copy is stale
     }
     net_->Add(std::move(layer), std::move(inputs), std::move(outputs));
+    for (const std::string& block : gather_logits) {
+      net_->Add(std::make_unique<AllGatherChannelsLayer>(std::string(kLogitsBlob) + "/gather",
+                                                         comm_, AllGatherChannelsLayer::kSlice),
+                {block}, {kLogitsBlob});
+      info_[kLogitsBlob] = {false, false, Info(block).channels};
+      gathered_[block] = kLogitsBlob;
+    }
   }
 
   absl::Status Place(LayerEntry& e);
+  absl::Status PlaceOutputChannels(LayerEntry& e, const std::vector<std::string>& in);
+  // Runs the layer unchanged on every rank, on gathered inputs.
+  absl::Status Replicate(LayerEntry& e, const std::vector<std::string>& in,
+                         const std::string& why);
+  // Runs the layer on the rank's block of a split input (or on the whole replicated one).
+  absl::Status Follow(LayerEntry& e, const std::vector<std::string>& in);
+  void Note(const std::string& layer, const std::string& what) {
+    plan_.push_back(layer + ": " + what);
+  }
 
   Net& full_;
   int mp_, rank_;
@@ -197,139 +181,101 @@ class Splitter {
   std::vector<std::string> plan_;
 };
 
+absl::Status Splitter::Replicate(LayerEntry& e, const std::vector<std::string>& in,
+                                 const std::string& why) {
+  std::vector<std::string> rin;
+  for (const std::string& b : in) rin.push_back(Replicated(b));
+  Note(e.layer->name(), "replicated (" + why + ")");
+  Emit(std::move(e.layer), e, std::move(rin), false);
+  return absl::OkStatus();
+}
+
+absl::Status Splitter::Follow(LayerEntry& e, const std::vector<std::string>& in) {
+  const bool split = !in.empty() && Info(in[0]).split;
+  Note(e.layer->name(), split ? "column-local" : "replicated");
+  Emit(std::move(e.layer), e, in, split);
+  return absl::OkStatus();
+}
+
+// A layer that computes output channels (conv, fc): isolated (grouped by column, on the
+// rank's input block), cross (all input channels, the rank's outputs) or replicated.
+absl::Status Splitter::PlaceOutputChannels(LayerEntry& e, const std::vector<std::string>& in) {
+  const std::string lname = e.layer->name();
+  const ChannelSplit split = e.layer->channel_split();
+  const ColumnInfo ci = e.layer->column_info();
+  const int64_t f = split.outputs;
+  const int g = split.groups;
+  const char* noun = split.output_noun;
+  std::string how, input;
+  if (ci.role == ColumnInfo::kIsolated && g > 1 && g % mp_ == 0) {
+    ASSIGN_OR_RETURN(input, SplitInput(in[0], lname, &how));
+    Note(lname, absl::StrFormat("isolated, %s %d/%d in %d/%d groups, %s", noun, f / mp_, f,
+                                g / mp_, g, how));
+  } else if (ci.role != ColumnInfo::kNone && g == 1 && f % mp_ == 0) {
+    input = CrossInput(in[0], lname, &how);
+    Note(lname, absl::StrFormat("cross, %s %d/%d, %s", noun, f / mp_, f, how));
+  } else if (ci.role == ColumnInfo::kNone) {
+    return Replicate(e, in, "no column information");
+  } else if (g > 1) {
+    return Replicate(e, in, absl::StrFormat("%d %s in %d groups do not split over %d ranks", f,
+                                            noun, g, mp_));
+  } else {
+    return Replicate(e, in, absl::StrFormat("%d %s do not split over %d ranks", f, noun, mp_));
+  }
+  std::unique_ptr<Layer> block = e.layer->MakeOutputBlock(rank_, mp_);
+  if (!block) {
+    return absl::InternalError(absl::StrFormat(
+        "layer %s (%s) splits along its outputs but makes no output block", lname,
+        e.layer->type()));
+  }
+  Emit(std::move(block), e, {input}, true);
+  return absl::OkStatus();
+}
+
+// Asks the layer how it splits (ChannelSplit) and places it: no type names here.
 absl::Status Splitter::Place(LayerEntry& e) {
-  Layer* layer = e.layer.get();
-  const std::string lname = layer->name();
-  const std::string type = layer->type();
   std::vector<std::string> in;
   for (const std::string& b : e.inputs) in.push_back(Cur(b));
-  auto note = [&](const std::string& what) { plan_.push_back(lname + ": " + what); };
-  // Runs the layer unchanged on every rank, on gathered inputs.
-  auto replicate = [&](const std::string& why) {
-    std::vector<std::string> rin;
-    for (const std::string& b : in) rin.push_back(Replicated(b));
-    note("replicated (" + why + ")");
-    Emit(std::move(e.layer), e, std::move(rin), false);
-    return absl::OkStatus();
+  if (mp_ == 1) return Follow(e, in);
+  const ChannelSplit split = e.layer->channel_split();
+  const bool split_in = !in.empty() && Info(in[0]).split;
+  // The rank's block of the first input's channels, for SetChannelBlock.
+  auto set_block = [&] {
+    const int64_t channels = Info(in[0]).channels, block = channels / mp_;
+    e.layer->SetChannelBlock(rank_ * block, block, channels);
   };
-  // Runs the layer on the rank's block of a split input (or on the whole replicated one).
-  auto follow = [&]() {
-    bool split = !in.empty() && Info(in[0]).split;
-    note(split ? "column-local" : "replicated");
-    Emit(std::move(e.layer), e, in, split);
-    return absl::OkStatus();
-  };
-
-  if (mp_ == 1) return follow();
-
-  if (type == "conv") {
-    auto* c = dynamic_cast<ConvLayer*>(layer);
-    CHECK(c != nullptr) << lname << " has type conv but is not a ConvLayer";
-    const ConvParams p = c->conv_params();
-    const int F = c->filters();
-    const ColumnInfo ci = c->column_info();
-    const bool bias = c->params().size() == 2;
-    const float bias_init = bias ? c->bias().init.value : 0.0f;
-    std::string how, input;
-    ConvParams lp = p;
-    ColumnInfo lci = ci;
-    if (ci.role == ColumnInfo::kIsolated && p.groups > 1 && p.groups % mp_ == 0) {
-      absl::StatusOr<std::string> s = SplitInput(in[0], lname, &how);
-      if (!s.ok()) return s.status();
-      input = *s;
-      lp.groups = p.groups / mp_;
-      note(absl::StrFormat("isolated, filters %d/%d in %d/%d groups, %s", F / mp_, F, lp.groups,
-                           p.groups, how));
-    } else if (ci.role != ColumnInfo::kNone && p.groups == 1 && F % mp_ == 0) {
-      input = CrossInput(in[0], lname, &how);
-      note(absl::StrFormat("cross, filters %d/%d, %s", F / mp_, F, how));
-    } else {
-      return replicate(ci.role == ColumnInfo::kNone
-                           ? std::string("no column information")
-                           : absl::StrFormat("%d filters in %d groups do not split over %d ranks",
-                                             F, p.groups, mp_));
+  switch (split.kind) {
+    case ChannelSplit::kOutputChannels:
+      return PlaceOutputChannels(e, in);
+    case ChannelSplit::kPerChannel:
+      if (split_in) set_block();
+      return Follow(e, in);
+    case ChannelSplit::kChannelGroups: {
+      if (!split_in) return Follow(e, in);
+      const int g = split.groups;
+      if (g % mp_ != 0) {
+        return Replicate(e, in, absl::StrFormat("its windows cross the column blocks: %d "
+                                                "group(s) do not split over %d ranks",
+                                                g, mp_));
+      }
+      set_block();
+      Note(e.layer->name(), absl::StrFormat("column-local, %d/%d groups", g / mp_, g));
+      Emit(std::move(e.layer), e, in, true);
+      return absl::OkStatus();
     }
-    if (ci.columns % mp_ == 0) lci.columns = ci.columns / mp_;
-    auto shard = std::make_unique<ConvLayer>(lname, F / mp_, lp, bias, lci, bias_init);
-    CopySettings(c->weight(), shard->weight());
-    MarkShard(shard->weight(), static_cast<int64_t>(rank_) * (F / mp_), F);
-    if (bias) {
-      CopySettings(c->bias(), shard->bias());
-      MarkShard(shard->bias(), static_cast<int64_t>(rank_) * (F / mp_), F);
+    case ChannelSplit::kSameBlockInputs: {
+      bool all_split = true;
+      for (const std::string& b : in) all_split = all_split && Info(b).split;
+      if (all_split) return Follow(e, in);
+      return Replicate(e, in, "inputs not all split alike");
     }
-    Emit(std::move(shard), e, {input}, true);
-    return absl::OkStatus();
+    case ChannelSplit::kWholeInput:
+      break;
   }
-
-  if (type == "fc") {
-    auto* f = dynamic_cast<FullyConnectedLayer*>(layer);
-    CHECK(f != nullptr) << lname << " has type fc but is not a FullyConnectedLayer";
-    const int F = f->outputs();
-    const ColumnInfo ci = f->column_info();
-    if (ci.role == ColumnInfo::kNone) return replicate("no column information");
-    if (F % mp_ != 0) {
-      return replicate(absl::StrFormat("%d outputs do not split over %d ranks", F, mp_));
-    }
-    std::string how;
-    std::string input = CrossInput(in[0], lname, &how);
-    note(absl::StrFormat("cross, outputs %d/%d, %s", F / mp_, F, how));
-    ColumnInfo lci = ci;
-    if (ci.columns % mp_ == 0) lci.columns = ci.columns / mp_;
-    auto shard = std::make_unique<FullyConnectedLayer>(lname, F / mp_, lci, f->bias().init.value);
-    CopySettings(f->weight(), shard->weight());
-    CopySettings(f->bias(), shard->bias());
-    MarkShard(shard->weight(), static_cast<int64_t>(rank_) * (F / mp_), F);
-    MarkShard(shard->bias(), static_cast<int64_t>(rank_) * (F / mp_), F);
-    Emit(std::move(shard), e, {input}, true);
-    return absl::OkStatus();
-  }
-
-  if (type == "relu" || type == "maxpool" || type == "avgpool" || type == "rnorm" ||
-      type == "global_avgpool") {
-    return follow();
-  }
-
-  if (type == "dropout") {
-    auto* d = dynamic_cast<DropoutLayer*>(layer);
-    CHECK(d != nullptr) << lname << " has type dropout but is not a DropoutLayer";
-    const BlobInfo& b = Info(in[0]);
-    if (b.split) d->set_channel_slice(static_cast<int64_t>(rank_) * (b.channels / mp_));
-    return follow();
-  }
-
-  if (type == "lrn") {
-    auto* l = dynamic_cast<LrnCrossLayer*>(layer);
-    CHECK(l != nullptr) << lname << " has type lrn but is not an LrnCrossLayer";
-    if (!Info(in[0]).split) return follow();
-    const int g = l->lrn_params().groups;
-    if (g % mp_ != 0) {
-      return replicate(absl::StrFormat(
-          "its windows cross the column blocks: %d group(s) do not split over %d ranks", g, mp_));
-    }
-    l->set_groups(g / mp_);
-    plan_.push_back(absl::StrFormat("%s: column-local, %d/%d groups", lname, g / mp_, g));
-    Emit(std::move(e.layer), e, in, true);
-    return absl::OkStatus();
-  }
-
-  if (type == "batchnorm") {
-    const BlobInfo& b = Info(in[0]);
-    if (b.split) {
-      const int64_t block = b.channels / mp_;
-      for (Param* p : layer->params()) MarkShard(*p, rank_ * block, b.channels);
-    }
-    return follow();
-  }
-
-  if (type == "add") {
-    bool all_split = true;
-    for (const std::string& b : in) all_split = all_split && Info(b).split;
-    if (all_split) return follow();
-    return replicate("inputs not all split alike");
-  }
-
-  if (type == "softmax_loss") return replicate("the loss on gathered logits");
-  return replicate("layer type '" + type + "' has no column rule");
+  return Replicate(e, in,
+                   split.why_whole != nullptr
+                       ? std::string(split.why_whole)
+                       : "layer type '" + std::string(e.layer->type()) + "' has no column rule");
 }
 
 }  // namespace
@@ -350,22 +296,21 @@ absl::StatusOr<ModelShard> SplitNet(std::unique_ptr<Net> full, int mp, int mp_ra
   shard.mp = mp;
   shard.mp_rank = mp_rank;
   Splitter splitter(*full, mp, mp_rank, mp_comm);
-  if (auto s = splitter.WalkFullModel(&shard.full_init); !s.ok()) return s;
-  if (auto s = splitter.Split(shard); !s.ok()) return s;
+  RETURN_IF_ERROR(splitter.WalkFullModel(&shard.full_init));
+  RETURN_IF_ERROR(splitter.Split(shard));
   return shard;
 }
 
 absl::StatusOr<ModelShard> BuildModelShard(const std::string& model, const ModelOptions& options,
                                            const Mesh& mesh, Communicator* mp_comm) {
-  absl::StatusOr<std::unique_ptr<Net>> full = BuildModel(model, options);
-  if (!full.ok()) return full.status();
-  if ((*full)->columns() % mesh.mp() != 0) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Net> full, BuildModel(model, options));
+  if (full->columns() % mesh.mp() != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "model %s has %d column(s), not divisible by --mp=%d: each model-parallel rank must own "
         "whole columns",
-        model, (*full)->columns(), mesh.mp()));
+        model, full->columns(), mesh.mp()));
   }
-  return SplitNet(std::move(*full), mesh.mp(), mesh.mp_rank(), mp_comm);
+  return SplitNet(std::move(full), mesh.mp(), mesh.mp_rank(), mp_comm);
 }
 
 absl::Status InitShardParams(ModelShard& shard, uint64_t seed) {
@@ -380,11 +325,9 @@ absl::Status InitShardParams(ModelShard& shard, uint64_t seed) {
     if (it == shard.full_init.end()) {
       return absl::InternalError("InitShardParams: no full-model init for " + np.name);
     }
-    const int64_t rows = p.value.shape().rank() > 0 ? p.value.shape()[0] : 1;
-    const int64_t row_elems = rows > 0 ? p.value.size() / rows : 0;
-    const int64_t first = p.full_rows > 0 ? p.shard_offset * row_elems : 0;
     std::vector<float> v(p.value.size());
-    InitParamValues(seed, np.name, it->second, first, static_cast<int64_t>(v.size()), v.data());
+    InitParamValues(seed, np.name, it->second, p.full_offset(), static_cast<int64_t>(v.size()),
+                    v.data());
     p.value.CopyFromHost(v);
     p.grad.Fill(0.0f);
     p.velocity.Fill(0.0f);

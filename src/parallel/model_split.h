@@ -3,7 +3,9 @@
 // ranks (each rank owns K/mp columns).
 //
 // Every blob is either replicated (each rank holds all its channels: "data", "label",
-// the loss) or split (rank r holds the equal channel block r of mp). Layer by layer:
+// the loss) or split (rank r holds the equal channel block r of mp). Each layer states how
+// it splits (Layer::channel_split: along its output channels, per channel, by channel
+// groups, on inputs split alike, or needing its whole input); by that:
 //
 //   isolated conv (groups = K)  on its split input: F/mp filters and K/mp groups on the
 //                               rank's channel block; no communication.
@@ -40,10 +42,12 @@ namespace colonnade {
 
 struct ModelShard {
   // This rank's part: the full model's layer, blob and parameter names (sharded
-  // parameters carry Param::shard_offset / full_rows), plus communication layers named
-  // "<layer>/gather_in", "<layer>/grad_sum", "<layer>/slice_in", "<blob>/gather".
-  // Replicated blobs keep their names ("data", "label", "loss", "probs"); the trainer
-  // reads only those.
+  // parameters carry Param::shard_offset / full_rows: Param::full_shape, full_offset),
+  // plus communication layers named "<layer>/gather_in", "<layer>/grad_sum",
+  // "<layer>/slice_in", "<blob>/gather". Replicated blobs keep their names ("data",
+  // "label", "loss", "probs", and kLogitsBlob: a split one is gathered right after the
+  // layer that computes it, its block renamed "logits@block"); the trainer reads only
+  // those.
   std::unique_ptr<Net> net;
   // Each parameter's InitSpec in the full model (fan-in and fan-out of the full layer),
   // so that InitShardParams reproduces Net::InitParams of the full model exactly.

@@ -1,8 +1,9 @@
-// Moving parameters between the sharded layout of a model-parallel group and the full,
-// canonical layout of checkpoints (DESIGN.md, "Checkpoint layout"). A sharded Param holds
-// rows [shard_offset, shard_offset + rows) of a full parameter of full_rows rows along
-// dim 0; the mp ranks hold equal, consecutive blocks in mp_rank order. A parameter with
-// full_rows == 0 is whole on every rank (replicated).
+// Gathering a parameter from the sharded layout of a model-parallel group into the full,
+// canonical layout of checkpoints (DESIGN.md, "Checkpoint layout"); the way back is a
+// local copy from Param::full_offset(). A sharded Param (Param::is_shard) holds rows
+// [shard_offset, shard_offset + rows) of a full parameter of shape Param::full_shape();
+// the mp ranks hold equal, consecutive blocks in mp_rank order. Any other parameter is
+// whole on every rank (replicated).
 #pragma once
 
 #include <vector>
@@ -14,18 +15,11 @@
 
 namespace colonnade {
 
-// The full parameter's shape (the shard's shape with dim 0 = full_rows).
-Shape FullParamShape(const Param& p);
-
 // The full tensor of which `shard` (p.value, p.velocity or anything laid out like p) holds
 // this rank's rows. Collective over the mp group when p is sharded (every rank of the
 // group must call it, in the same order); every rank receives the full host copy. A
 // replicated parameter needs no communication (mp_comm may then be null).
 absl::StatusOr<std::vector<float>> GatherFullParam(const Param& p, const Tensor& shard,
                                                    Communicator* mp_comm);
-
-// Copies this rank's rows of `full` (the whole parameter, canonical layout, e.g. read from
-// a checkpoint written under any layout) into `shard`. Local: no communication.
-absl::Status ScatterFullParam(const Param& p, const std::vector<float>& full, Tensor& shard);
 
 }  // namespace colonnade

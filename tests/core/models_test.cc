@@ -1,5 +1,6 @@
 // Model zoo: published parameter counts, derived shapes, column variants, and a forward /
 // backward pass of AlexNet at a small batch.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -49,7 +50,7 @@ TEST(Models, AlexNetShapesFollowThePaper) {
   EXPECT_EQ((*net)->blob("pool2").shape(), Shape::CHWN(256, 13, 13, 2));
   EXPECT_EQ((*net)->blob("conv5").shape(), Shape::CHWN(256, 13, 13, 2));
   EXPECT_EQ((*net)->blob("pool5").shape(), Shape::CHWN(256, 6, 6, 2));
-  EXPECT_EQ((*net)->blob("fc8").shape(), Shape::CHWN(1000, 1, 1, 2));
+  EXPECT_EQ((*net)->blob(kLogitsBlob).shape(), Shape::CHWN(1000, 1, 1, 2));
   EXPECT_EQ((*net)->columns(), 2);
 }
 
@@ -98,6 +99,30 @@ TEST(Models, AlexNetInitialisation) {
   EXPECT_NE(vgg.status().message().find("alexnet only"), std::string::npos) << vgg.status();
 }
 
+// models.h promises kLogitsBlob: the classifier's outputs, K x 1 x 1 x N, read by the loss.
+// Parameter names stay the layer's (checkpoints written before the blob was renamed).
+TEST(Models, EveryModelWritesLogits) {
+  for (const ModelInfo& m : ModelZoo()) {
+    ModelOptions o;
+    o.num_classes = 7;
+    auto net = BuildModel(m.name, o);
+    ASSERT_TRUE(net.ok()) << net.status();
+    auto shapes = (*net)->InferShapes(2);  // no allocation: VGG's 138M parameters stay unbuilt
+    ASSERT_TRUE(shapes.ok()) << m.name << ": " << shapes.status();
+    ASSERT_TRUE(shapes->count(kLogitsBlob)) << m.name;
+    EXPECT_EQ(shapes->at(kLogitsBlob), Shape::CHWN(7, 1, 1, 2)) << m.name;
+    const LayerEntry& loss = (*net)->layers().back();
+    EXPECT_STREQ(loss.layer->type(), "softmax_loss") << m.name;
+    EXPECT_EQ(loss.inputs[0], kLogitsBlob) << m.name;
+  }
+  auto alexnet = BuildModel("alexnet", {});
+  ASSERT_TRUE(alexnet.ok());
+  std::vector<std::string> names;
+  for (const NamedParam& p : (*alexnet)->params()) names.push_back(p.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "fc8/weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "fc8/bias"), names.end());
+}
+
 TEST(Models, CifarNetsPoolCoverTheBorder) {
   for (const char* name : {"cifar10-18pct", "cifar10-80sec"}) {
     auto net = BuildModel(name, {});
@@ -106,7 +131,7 @@ TEST(Models, CifarNetsPoolCoverTheBorder) {
     EXPECT_EQ((*net)->blob("pool1").shape(), Shape::CHWN(32, 16, 16, 3)) << name;
     EXPECT_EQ((*net)->blob("pool2").shape(), Shape::CHWN(32, 8, 8, 3)) << name;
     EXPECT_EQ((*net)->blob("pool3").shape(), Shape::CHWN(64, 4, 4, 3)) << name;
-    EXPECT_EQ((*net)->blob("fc10").shape(), Shape::CHWN(10, 1, 1, 3)) << name;
+    EXPECT_EQ((*net)->blob(kLogitsBlob).shape(), Shape::CHWN(10, 1, 1, 3)) << name;
   }
 }
 
@@ -121,7 +146,7 @@ TEST(Models, ShapesFollowInputSizeAndClasses) {
   EXPECT_EQ((*net)->blob("conv1").shape(), Shape::CHWN(96, 16, 16, 1));
   EXPECT_EQ((*net)->blob("pool1").shape(), Shape::CHWN(96, 8, 8, 1));
   EXPECT_EQ((*net)->blob("pool5").shape(), Shape::CHWN(256, 2, 2, 1));
-  EXPECT_EQ((*net)->blob("fc8").shape(), Shape::CHWN(7, 1, 1, 1));
+  EXPECT_EQ((*net)->blob(kLogitsBlob).shape(), Shape::CHWN(7, 1, 1, 1));
 }
 
 TEST(Models, ColumnsResplitTheFilters) {

@@ -44,7 +44,9 @@ Full FullModel() {
   CHECK((*net)->Build(1, Device::kCPU).ok());
   Full f;
   f.params = (*net)->num_learnable();
-  for (const char* b : {"pool2", "pool5", "fc6", "fc7", "fc8"}) f.per_image[b] = (*net)->blob(b).size();
+  for (const char* b : {"pool2", "pool5", "fc6", "fc7", kLogitsBlob}) {
+    f.per_image[b] = (*net)->blob(b).size();
+  }
   return f;
 }
 
@@ -80,7 +82,8 @@ TEST(CostModel, ColumnSplitTraffic) {
   const auto& a = f.per_image;
   // Forward all-gathers: conv3, fc6, fc7, fc8 inputs and the logits; backward
   // reduce-scatters of the four inputs. Replica batch 2 x 4 images; each rank sends half.
-  const double floats = 2 * (a.at("pool2") + a.at("pool5") + a.at("fc6") + a.at("fc7")) + a.at("fc8");
+  const double floats =
+      2 * (a.at("pool2") + a.at("pool5") + a.at("fc6") + a.at("fc7")) + a.at(kLogitsBlob);
   const double wire = 0.5 * 8 * 4 * floats;
   EXPECT_NEAR(p->mp_mb, wire / 1e6, 1e-9);
   EXPECT_NEAR(p->mp_comm_ms, 9 * 0.010 + wire / 1e8, 1e-9);

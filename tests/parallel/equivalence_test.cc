@@ -212,6 +212,39 @@ TEST(Equivalence, InPlaceWriteAfterGather) {
   CheckAllLayouts(make, spec, {1, 2}, "in-place-after-gather net", true);
 }
 
+// AlexNet's classifier fc8 is split over the mp ranks, yet the shard exposes the full
+// model's logits, replicated, under kLogitsBlob: the trainer's predictions read it there.
+TEST(Equivalence, ShardExposesReplicatedLogits) {
+  if (WorldSize() % 2 != 0) return;
+  absl::StatusOr<Mesh> mesh = Mesh::Create(MPI_COMM_WORLD, 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto mp_comm = CreateMpiCommunicator(mesh->mp_comm());
+  ASSERT_TRUE(mp_comm.ok());
+  ModelOptions o;
+  o.input_size = 67;
+  o.num_classes = 8;
+  auto shard = BuildModelShard("alexnet", o, *mesh, mp_comm->get());
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  Net& net = *shard->net;
+  ASSERT_TRUE(net.Build(2, Device::kCPU).ok());
+  ASSERT_TRUE(InitShardParams(*shard, 5).ok());
+  EXPECT_TRUE(net.params()[net.params().size() - 2].param->is_shard());  // fc8/weight
+  auto full = BuildModel("alexnet", o);
+  ASSERT_TRUE(full.ok());
+  ASSERT_TRUE((*full)->Build(2, Device::kCPU).ok());
+  (*full)->InitParams(5);
+  FillBatch(net, 3, 0, 2, 0, o.num_classes);
+  FillBatch(**full, 3, 0, 2, 0, o.num_classes);
+  RunContext ctx;
+  ctx.phase = Phase::kEval;
+  net.Forward(ctx);
+  (*full)->Forward(ctx);
+  ASSERT_EQ(net.blob(kLogitsBlob).shape(), Shape::CHWN(8, 1, 1, 2));
+  // The fc GEMMs over column blocks sum in another order: equal to rounding.
+  EXPECT_LE(RelativeL2(net.blob(kLogitsBlob).ToHost(), (*full)->blob(kLogitsBlob).ToHost()),
+            1e-5);
+}
+
 // Shards are initialised as the rows of the full model's Net::InitParams, bit for bit.
 TEST(Equivalence, ShardInitIsTheFullModelsInit) {
   const int world = WorldSize();
@@ -237,7 +270,7 @@ TEST(Equivalence, ShardInitIsTheFullModelsInit) {
       auto got = GatherFullParam(*sp[i].param, sp[i].param->value, mp_comm->get());
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_EQ(*got, fp[i].param->value.ToHost()) << sp[i].name << " with mp " << mp;
-      EXPECT_EQ(FullParamShape(*sp[i].param), fp[i].param->value.shape()) << sp[i].name;
+      EXPECT_EQ(sp[i].param->full_shape(), fp[i].param->value.shape()) << sp[i].name;
       // And back: scattering the full tensor gives the shard.
       Tensor back(sp[i].param->value.shape());
       ASSERT_TRUE(ScatterFullParam(*sp[i].param, fp[i].param->value.ToHost(), back).ok());

@@ -36,6 +36,21 @@
 
 namespace colonnade::testing_parallel {
 
+// The inverse of GatherFullParam: copies this rank's rows of `full` (the whole parameter,
+// canonical layout) into `shard`. Checkpoints restore shards the same way
+// (Param::full_offset).
+inline absl::Status ScatterFullParam(const Param& p, const std::vector<float>& full,
+                                     Tensor& shard) {
+  const Shape fs = p.full_shape();
+  if (static_cast<int64_t>(full.size()) != fs.elements() || shard.size() != p.value.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ScatterFullParam %s: %d values for a full parameter of shape %s (shard %s)", p.name,
+        full.size(), fs.ToString(), p.value.shape().ToString()));
+  }
+  shard.CopyFromHost(full.data() + p.full_offset(), shard.size());
+  return absl::OkStatus();
+}
+
 // ---- a device that is host memory ------------------------------------------------------------
 // Registered as Device::kCUDA so that tensors on it take the communicators' staging paths
 // (pinned host buffers, device copies) on a machine without a GPU. Counts the copies.
