@@ -58,7 +58,13 @@ OUT=$(cd "$OUT" && pwd)
 R=$OUT/results
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$R/summary.txt"; }
-pack() { tar czf "$OUT/results.tgz" -C "$OUT" results 2>/dev/null; }
+# Every results file names the commit it measured (scripts/check_results.sh): the tables
+# written by show_filters.py do not know it, so stamp the folder before packing it.
+pack() {
+  "$PYTHON" "$ROOT/scripts/record_commit.py" "$COMMIT" "$R" > /dev/null 2>&1 ||
+    echo "run.sh: could not stamp $R with commit $COMMIT" >&2
+  tar czf "$OUT/results.tgz" -C "$OUT" results 2>/dev/null
+}
 trap pack EXIT
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -75,7 +81,7 @@ done
   { echo "run.sh: $PYTHON lacks h5py, numpy or matplotlib (set PYTHON=)" >&2; exit 2; }
 [ "$COMMIT" = unknown ] && say "WARNING: no COMMIT given and no git here: records say commit 'unknown'"
 
-{ date -u; echo "commit $COMMIT"; nproc; nvidia-smi 2>&1; } > "$R/environment.txt"
+{ date -u; echo "commit: $COMMIT"; nproc; nvidia-smi 2>&1; } > "$R/environment.txt"
 
 # ---- build (not counted in BUDGET) ---------------------------------------------------------
 if [ ! -x "$BUILD/trainer" ]; then

@@ -14,6 +14,7 @@ Modes (each timed at every batch size):
   fp32      strict FP32: TF32 off for matmul and cuDNN, NCHW
   fp32_cl   strict FP32, channels_last (NHWC) memory format
   tf32      TF32 tensor cores allowed
+  bf16_cl   bf16 autocast, channels_last, eager (TF32 allowed)
   bf16_compile  bf16 autocast + torch.compile (TF32 allowed)
 cudnn.benchmark is on in all modes (PyTorch picks its fastest algorithms).
 
@@ -69,7 +70,7 @@ def run(mode, batch, warmup, steps):
     torch.manual_seed(0)
     dev = torch.device("cuda")
     model = AlexNet().to(dev)
-    cl = mode == "fp32_cl"
+    cl = mode in ("fp32_cl", "bf16_cl")
     if cl:
         model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
@@ -77,7 +78,7 @@ def run(mode, batch, warmup, steps):
     if cl:
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (batch,), device=dev)
-    use_bf16 = mode == "bf16_compile"
+    use_bf16 = mode in ("bf16_compile", "bf16_cl")
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -87,7 +88,7 @@ def run(mode, batch, warmup, steps):
         opt.step()
         return loss
 
-    if use_bf16:
+    if mode == "bf16_compile":
         model = torch.compile(model, dynamic=False)
     fn = step
     t0 = time.time()

@@ -35,6 +35,9 @@ ABSL_FLAG(int, steps, 30, "timed steps");
 ABSL_FLAG(double, lr, 0.01, "learning rate");
 ABSL_FLAG(bool, breakdown, true, "also print per-layer forward/backward times");
 ABSL_FLAG(std::string, json, "", "append one JSON line per batch size here");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
+          "products (docs/PRECISION.md); tensors and weights stay FP32");
 
 namespace colonnade {
 namespace {
@@ -116,12 +119,21 @@ void Breakdown(Net& net, int64_t batch, SgdOptimizer& opt, float lr) {
 }
 
 int Main() {
+  Precision precision;
+  if (!ParsePrecision(absl::GetFlag(FLAGS_precision), &precision)) {
+    std::fprintf(stderr, "bench_train: --precision must be fp32, tf32 or bf16, not %s\n",
+                 absl::GetFlag(FLAGS_precision).c_str());
+    return 2;
+  }
   if (!cuda::Available()) {
     std::fprintf(stderr, "bench_train: no CUDA device\n");
     return 1;
   }
   absl::Status st = cuda::RegisterBackend(0);
   CHECK(st.ok()) << st;
+  st = OpsFor(Device::kCUDA).SetPrecision(precision);
+  CHECK(st.ok()) << st;
+  std::printf("precision: %s\n", PrecisionName(precision));
   std::printf("device: %s\n", cuda::DeviceDescription().c_str());
   const std::string model = absl::GetFlag(FLAGS_model);
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
@@ -181,18 +193,19 @@ int Main() {
     const cuda::MemoryStats mem = cuda::GetMemoryStats();
     const double ips = batch * steps / (total_ms * 1e-3);
     std::printf(
-        "%s batch %lld: %.0f img/s (%.2f ms/step mean, %.2f median) | peak device memory %.2f GiB "
+        "%s %s batch %lld: %.0f img/s (%.2f ms/step mean, %.2f median) | peak device memory %.2f GiB "
         "in use, %.2f GiB reserved | cudaMalloc calls during timed steps: %zu | loss %.4f -> %.4f\n",
-        model.c_str(), static_cast<long long>(batch), ips, total_ms / steps, per[steps / 2],
+        model.c_str(), PrecisionName(precision), static_cast<long long>(batch), ips, total_ms / steps, per[steps / 2],
         mem.peak_bytes_in_use / 1073741824.0, mem.peak_bytes_reserved / 1073741824.0,
         mem.device_allocations - mallocs_before, first_loss, last_loss);
     std::fflush(stdout);
     lines.push_back(absl::StrFormat(
-        "{\"impl\": \"colonnade\", \"model\": \"%s\", \"batch\": %d, \"img_per_s\": %.1f, "
+        "{\"impl\": \"colonnade\", \"model\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
+        "\"img_per_s\": %.1f, "
         "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
         "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
         "\"loss_last\": %.5f, \"device\": \"%s\"}",
-        model, batch, ips, total_ms / steps, per[steps / 2], mem.peak_bytes_in_use,
+        model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2], mem.peak_bytes_in_use,
         mem.peak_bytes_reserved, mem.device_allocations - mallocs_before, first_loss, last_loss,
         cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);

@@ -416,6 +416,11 @@ int RunTrainer(const TrainConfig& cfg) {
     if (!on.ok()) return AgreedError(l, on.status(), kExitUsage);
     sgd.decay_on = *on;
   }
+  Precision precision;
+  if (!ParsePrecision(cfg.precision, &precision)) {
+    return AgreedError(l, absl::InvalidArgumentError(absl::StrFormat(
+        "--precision must be fp32, tf32 or bf16, not '%s'", cfg.precision)), kExitUsage);
+  }
 
   // Cores this process may use (a Slurm allocation or taskset may give fewer than the
   // machine has), shared by the ranks of the node. COLONNADE_CPU_THREADS, when set, is
@@ -504,6 +509,10 @@ int RunTrainer(const TrainConfig& cfg) {
   if (!shard.ok()) return AgreedError(l, shard.status(), kExitUsage);
   Net& net = *shard->net;
   if (absl::Status s = net.Build(local_batch, *device); !s.ok()) return AgreedError(l, s, kExitUsage);
+  // Evaluation and prediction run on the same Ops, so in the same precision.
+  if (absl::Status s = net.ops().SetPrecision(precision); !s.ok()) {
+    return AgreedError(l, s, kExitUsage);
+  }
   if (absl::Status s = InitShardParams(*shard, cfg.seed); !s.ok()) RankError(l, s);
   absl::StatusOr<std::unique_ptr<GradientSync>> sync =
       GradientSync::Create(net, dp_comm.get(), cfg.bucket_mb);
@@ -622,8 +631,8 @@ int RunTrainer(const TrainConfig& cfg) {
 
   if (lead) {
     std::printf("Colonnade trainer\n");
-    std::printf("  layout     %s, device %s, comm %s\n", mesh->ToString().c_str(),
-                DeviceName(*device),
+    std::printf("  layout     %s, device %s (%s), comm %s\n", mesh->ToString().c_str(),
+                DeviceName(*device), PrecisionName(precision),
                 dp_comm ? dp_comm->backend() : (mp_comm ? mp_comm->backend() : "none"));
     std::printf("  model      %s, %d columns, input %dx%dx%d, %d classes, %s parameters\n",
                 cfg.model.c_str(), columns, mo.input_channels, mo.input_size, mo.input_size,

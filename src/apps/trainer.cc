@@ -136,6 +136,12 @@ ABSL_FLAG(std::string, weight_decay_on, "",
           "biases or batch-norm gamma/beta: the cuda-convnet/Caffe rule, every recipe's) or "
           "'all' (every learnable parameter, as PyTorch's SGD(model.parameters(), "
           "weight_decay=...)). Empty: the model's recipe.");
+ABSL_FLAG(std::string, precision, "fp32",
+          "Arithmetic of convolutions and fully connected products (docs/PRECISION.md): "
+          "'fp32' (strict FP32, bitwise reproducible; the default), 'tf32' or 'bf16' "
+          "(tensor cores, FP32 accumulation; --device=cuda only). Weights, momentum, "
+          "activations and checkpoints stay FP32 in every mode, so a run may resume in "
+          "another precision.");
 ABSL_FLAG(uint64_t, seed, 1,
           "Seed of every random draw (init, data order, augmentation, dropout). The same seed "
           "and global batch give the same run for any (dp, mp) layout.");
@@ -253,6 +259,7 @@ int main(int argc, char** argv) {
   c.momentum = static_cast<float>(absl::GetFlag(FLAGS_momentum));
   c.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   c.weight_decay_on = absl::GetFlag(FLAGS_weight_decay_on);
+  c.precision = absl::GetFlag(FLAGS_precision);
   c.seed = absl::GetFlag(FLAGS_seed);
   c.log_every = absl::GetFlag(FLAGS_log_every);
   c.eval_every = absl::GetFlag(FLAGS_eval_every);

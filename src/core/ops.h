@@ -8,6 +8,9 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "core/precision.h"
 #include "core/tensor.h"
 
 namespace colonnade {
@@ -195,6 +198,15 @@ class Ops {
 
   // Waits until all work queued by this Ops has finished.
   virtual void Synchronize() = 0;
+
+  // Selects the arithmetic of the convolutions and products that follow (core/precision.h).
+  // A backend without tensor cores computes in FP32 only and refuses anything else.
+  virtual absl::Status SetPrecision(Precision p) {
+    if (p == Precision::kFP32) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "precision %s needs the CUDA backend (--device=cuda); this device computes in fp32 only",
+        PrecisionName(p)));
+  }
 };
 
 }  // namespace colonnade

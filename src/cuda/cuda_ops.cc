@@ -132,6 +132,19 @@ void CudaOps::BiasBackward(const Tensor& dy, Tensor& db) {
   RowSumGpu(ctx_, dy.data(), db.data(), dy.shape()[0], Inner(dy));
 }
 
+absl::Status CudaOps::SetPrecision(Precision p) {
+  switch (p) {
+    case Precision::kFP32: conv_math_ = MathMode::kFP32; break;
+    case Precision::kTF32: conv_math_ = MathMode::kTF32; break;
+    case Precision::kBF16: conv_math_ = MathMode::kBF16; break;
+  }
+  // Pedantic keeps FP32 products strict even under NVIDIA_TF32_OVERRIDE; the TF32 mode
+  // lets cuBLAS round the operands to TF32 on the tensor cores, accumulating in FP32.
+  COLONNADE_CUBLAS_CHECK(cublasSetMathMode(
+      blas_, p == Precision::kFP32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_TF32_TENSOR_OP_MATH));
+  return absl::OkStatus();
+}
+
 void CudaOps::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float* a, const float* b, float beta, float* c) {
   // Row-major C (m x n) is column-major C^T: C^T = op(B)^T op(A)^T, so B goes first.

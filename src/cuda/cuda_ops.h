@@ -64,11 +64,15 @@ class CudaOps : public Ops {
                                    Tensor& dlogits) override;
   void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) override;
   void Synchronize() override;
+  // kFP32: the FP32 kernels and cuBLAS in pedantic FP32 (bitwise as always); kTF32 / kBF16:
+  // convolutions on the tensor-core kernels in that math mode, fully connected products
+  // through cuBLAS's TF32 tensor-core math in both (bf16 products are future work).
+  absl::Status SetPrecision(Precision p) override;
 
   // Convolutions on the tensor cores in this math mode (kTF32 or kBF16: the float tensors
   // are rounded on their way into the tensor cores, FP32 accumulation; conv_tc_kernels.cu),
-  // or the FP32 kernels (kFP32, the default: results bitwise as always). Used by tests and
-  // benchmarks until the trainer's --precision selects it.
+  // or the FP32 kernels (kFP32, the default: results bitwise as always). SetPrecision sets it for
+  // runs; tests set it alone.
   void set_conv_math(MathMode m) { conv_math_ = m; }
   MathMode conv_math() const { return conv_math_; }
 

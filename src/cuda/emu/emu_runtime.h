@@ -185,7 +185,8 @@ typedef struct EmuBlas* cublasHandle_t;
 typedef int cublasStatus_t;
 enum : int { CUBLAS_STATUS_SUCCESS = 0 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
-enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2 };
+// The emulator computes every product in FP32, whatever the mode asks for.
+enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_PEDANTIC_MATH = 2, CUBLAS_TF32_TENSOR_OP_MATH = 3 };
 cublasStatus_t cublasCreate(cublasHandle_t* h);
 cublasStatus_t cublasDestroy(cublasHandle_t h);
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
