@@ -22,14 +22,11 @@
 // Index arithmetic is 32-bit: every tensor must have fewer than 2^31 elements (checked).
 
 #include <algorithm>
-#include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <string>
 #include <vector>
 
 #include "core/log.h"
+#include "cuda/autotune.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 
@@ -604,20 +601,12 @@ void CheckSizes(const ConvDims& d) {
 }
 
 // ---- forward / backward data: version choice ----------------------------------------------
-// 0: time the versions on the first call of each shape and keep the fastest (the results
-// are bit-identical); 1, 2 or 3: always that version. COLONNADE_CONV_GEMM=v1|v2|v3 sets it.
-std::mutex g_variant_mu;
-int g_variant = -1;
-std::map<std::vector<int>, int> g_tuned;
-
-int VariantSetting() {
-  std::lock_guard<std::mutex> lock(g_variant_mu);
-  if (g_variant < 0) {
-    const char* e = std::getenv("COLONNADE_CONV_GEMM");
-    const std::string v = e == nullptr ? "" : e;
-    g_variant = v == "v1" ? 1 : v == "v2" ? 2 : v == "v3" ? 3 : 0;
-  }
-  return g_variant;
+// The versions are bit-identical; the autotuner (autotune.h) times them on the first call of
+// each shape and keeps the fastest, unless one is forced (SetConvGemmVersion,
+// COLONNADE_CONV_GEMM=v1|v2|v3). The emulator runs version 2.
+KernelAutotuner& GemmTuner() {
+  static KernelAutotuner* tuner = new KernelAutotuner("COLONNADE_CONV_GEMM", {1, 2, 3}, 2);
+  return *tuner;
 }
 
 void (*GemmKernel(int version, int bm, bool vec))(ConvGemmParams) {
@@ -634,47 +623,14 @@ void (*GemmKernel(int version, int bm, bool vec))(ConvGemmParams) {
                                                            : ConvGemmKernel<64, true>;
 }
 
-// Which version to run for this problem (times both once per shape when tuning).
+// Which version to run for this problem (the float4 path; the scalar one has version 1 only).
 int ChooseVersion(const DeviceContext& ctx, const ConvGemmParams& q, dim3 grid, int bm) {
-  const int setting = VariantSetting();
-  if (setting != 0) return setting;
-#if defined(COLONNADE_CUDA_EMULATE)
-  return 2;
-#else
   const std::vector<int> key = {q.n, q.h, q.w, q.oh, q.ow, q.kh, q.kw, q.stride, q.pad_h, q.pad_w,
                                 q.cg, q.m, q.k, q.j, q.out_h, q.out_w, q.out_s, bm,
                                 static_cast<int>(grid.z)};
-  {
-    std::lock_guard<std::mutex> lock(g_variant_mu);
-    auto it = g_tuned.find(key);
-    if (it != g_tuned.end()) return it->second;
-  }
-  constexpr int kVersions = 3;
-  cudaEvent_t e[kVersions + 1];
-  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventCreate(&x));
-  for (int v = 1; v <= kVersions; ++v)  // first launches load the modules
-    Launch(GemmKernel(v, bm, true), grid, dim3(kThreads), ctx.stream, q);
-  COLONNADE_CUDA_CHECK(cudaEventRecord(e[0], ctx.stream));
-  for (int v = 1; v <= kVersions; ++v) {
-    for (int i = 0; i < 3; ++i) Launch(GemmKernel(v, bm, true), grid, dim3(kThreads), ctx.stream, q);
-    COLONNADE_CUDA_CHECK(cudaEventRecord(e[v], ctx.stream));
-  }
-  COLONNADE_CUDA_CHECK(cudaEventSynchronize(e[kVersions]));
-  int best = 1;
-  float best_ms = 1e30f;
-  for (int v = 1; v <= kVersions; ++v) {
-    float ms = 0;
-    COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&ms, e[v - 1], e[v]));
-    if (ms < best_ms) {
-      best_ms = ms;
-      best = v;
-    }
-  }
-  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventDestroy(x));
-  std::lock_guard<std::mutex> lock(g_variant_mu);
-  g_tuned[key] = best;
-  return best;
-#endif
+  return GemmTuner().Choose(ctx.stream, key, [&](int version) {
+    Launch(GemmKernel(version, bm, true), grid, dim3(kThreads), ctx.stream, q);
+  });
 }
 
 // Runs one implicit GEMM (forward, or one phase of backward data): arranges the filter
@@ -711,10 +667,7 @@ ConvLaunchInfo RunConvGemm(const DeviceContext& ctx, ConvGemmParams q, int group
 
 }  // namespace
 
-void SetConvGemmVersion(int version) {
-  std::lock_guard<std::mutex> lock(g_variant_mu);
-  g_variant = version;
-}
+void SetConvGemmVersion(int version) { GemmTuner().Force(version); }
 
 ConvLaunchInfo ConvForwardGpu(const DeviceContext& ctx, const ConvDims& d, const ConvParams& p,
                               const float* x, const float* w, float* y) {
