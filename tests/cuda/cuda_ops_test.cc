@@ -145,9 +145,10 @@ class ConvTest : public CudaTest, public ::testing::WithParamInterface<ConvCase>
   }
 };
 
-// Forward and backward data run each kernel version (1: register-staged, 2 and 3: cp.async
-// pipeline with 8- and 16-deep slices); each must match the CPU, and all of them each other
-// bit for bit.
+// Forward and backward data run each kernel version the autotuner races (2 and 3: cp.async
+// pipeline with 8- and 16-deep slices; shapes whose batch is not a multiple of 4 take the
+// general path, version 1, whatever is forced); each must match the CPU, and the versions
+// each other bit for bit.
 TEST_P(ConvTest, Forward) {
   const ConvParams p = Params();
   Tensor x = RandomCpu(XShape(), 1), w = RandomCpu(WShape(), 2);
@@ -155,7 +156,7 @@ TEST_P(ConvTest, Forward) {
   Cpu().ConvForward(x, w, ref, p);
   Tensor gx = OnGpu(x), gw = OnGpu(w);
   std::vector<std::vector<float>> outs;
-  for (int version : {1, 2, 3}) {
+  for (int version : {2, 3}) {
     cuda::SetConvGemmVersion(version);
     Tensor gy = Poisoned(YShape(), Device::kCUDA);
     Gpu().ConvForward(gx, gw, gy, p);
@@ -163,8 +164,7 @@ TEST_P(ConvTest, Forward) {
     outs.push_back(gy.ToHost());
   }
   cuda::SetConvGemmVersion(0);
-  EXPECT_EQ(outs[0], outs[1]) << "versions 1 and 2 differ";
-  EXPECT_EQ(outs[0], outs[2]) << "versions 1 and 3 differ";
+  EXPECT_EQ(outs[0], outs[1]) << "versions 2 and 3 differ";
 }
 
 TEST_P(ConvTest, BackwardData) {
@@ -174,7 +174,7 @@ TEST_P(ConvTest, BackwardData) {
   Cpu().ConvBackwardData(dy, w, ref, p);
   Tensor gdy = OnGpu(dy), gw = OnGpu(w);
   std::vector<std::vector<float>> outs;
-  for (int version : {1, 2, 3}) {
+  for (int version : {2, 3}) {
     cuda::SetConvGemmVersion(version);
     Tensor gdx = Poisoned(XShape(), Device::kCUDA);
     Gpu().ConvBackwardData(gdy, gw, gdx, p);
@@ -182,8 +182,7 @@ TEST_P(ConvTest, BackwardData) {
     outs.push_back(gdx.ToHost());
   }
   cuda::SetConvGemmVersion(0);
-  EXPECT_EQ(outs[0], outs[1]) << "versions 1 and 2 differ";
-  EXPECT_EQ(outs[0], outs[2]) << "versions 1 and 3 differ";
+  EXPECT_EQ(outs[0], outs[1]) << "versions 2 and 3 differ";
 }
 
 TEST_P(ConvTest, BackwardFilter) {
