@@ -20,7 +20,9 @@ TEST_P(CpuOpsShapes, Refused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, CpuOpsShapes, ::testing::ValuesIn(BadOpsCalls()),
-                         [](const ::testing::TestParamInfo<BadOpsCall>& i) { return i.param.name; });
+                         [](const ::testing::TestParamInfo<BadOpsCall>& i) {
+                           return i.param.name;
+                         });
 
 // The sizes the layers infer are accepted, in both pooling modes.
 TEST(CpuOpsShapes, PoolAcceptsTheInferredSizeInBothModes) {
