@@ -340,7 +340,7 @@ struct Row {
   int batch;
   double flops, bytes;
   double ours_ms, nchw_ms, nhwc_ms;
-  double v1_ms = NAN, v2_ms = NAN, v3_ms = NAN;  // fwd / bwd data: each kernel version forced
+  double v2_ms = NAN, v3_ms = NAN;  // fwd / bwd data: each kernel version forced
   std::string nchw_algo, nhwc_algo;
   double rel_err = NAN;  // tf32 / bf16: ours against our FP32 kernels
   std::string tile;      // tf32 / bf16: block tile, vector loads, split-K
@@ -579,8 +579,6 @@ int Main() {
           auto run = [&] {
             if (op == 0) ops.ConvForward(x, w, y, p); else ops.ConvBackwardData(dy, w, dx, p);
           };
-          cuda::SetConvGemmVersion(1);
-          r.v1_ms = TimeMs(run, warmup, iters);
           cuda::SetConvGemmVersion(2);
           r.v2_ms = TimeMs(run, warmup, iters);
           cuda::SetConvGemmVersion(3);
@@ -607,10 +605,10 @@ int Main() {
                       r.tile_ms[2]);
         } else {
           std::printf("%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s | cuDNN NCHW %8.3f ms "
-                      "(%s) NHWC %8.3f ms (%s) | ours/best %.2f | v1 %.3f v2 %.3f v3 %.3f\n",
+                      "(%s) NHWC %8.3f ms (%s) | ours/best %.2f | v2 %.3f v3 %.3f\n",
                       r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
                       flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
-                      r.nhwc_algo.c_str(), r.ours_ms / best, r.v1_ms, r.v2_ms, r.v3_ms);
+                      r.nhwc_algo.c_str(), r.ours_ms / best, r.v2_ms, r.v3_ms);
         }
         std::fflush(stdout);
         rows.push_back(r);
@@ -639,15 +637,15 @@ int Main() {
   if (!csv.empty()) {
     std::string text =
         "layer,batch,op,shape,gflop,min_mbytes,ours_ms,ours_tflops,cudnn_nchw_ms,cudnn_nchw_algo,"
-        "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v1_ms,ours_v2_ms,ours_v3_ms";
+        "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v2_ms,ours_v3_ms";
     if (tc) text += ",precision,tc_gemm_tflops,rel_err_vs_fp32,tile,ms_128x128,ms_64x128,ms_128x256";
     text += "\n";
     for (const Row& r : rows) {
       text += absl::StrFormat(
-          "%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f,%.4f", r.layer,
+          "%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f", r.layer,
           r.batch, r.op, r.shape, r.flops / 1e9, r.bytes / 1e6, r.ours_ms,
           r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo, r.nhwc_ms, r.nhwc_algo,
-          ceil.copy_tbs, ceil.sgemm_tflops, r.v1_ms, r.v2_ms, r.v3_ms);
+          ceil.copy_tbs, ceil.sgemm_tflops, r.v2_ms, r.v3_ms);
       if (tc)
         text += absl::StrFormat(",%s,%.1f,%.2e,%s,%.4f,%.4f,%.4f", pname, ceil.tc_tflops,
                                 r.rel_err, r.tile, r.tile_ms[0], r.tile_ms[1], r.tile_ms[2]);

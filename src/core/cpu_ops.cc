@@ -27,13 +27,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "core/log.h"
+#include "core/op_shapes.h"
 #include "core/philox.h"
 
 namespace colonnade {
@@ -206,14 +206,8 @@ float* Scratch(ScratchSlot slot, int64_t floats) {
 // Helpers
 // ---------------------------------------------------------------------------------------
 
-void CheckSameSize(const Tensor& a, const Tensor& b, const char* what) {
-  CHECK_EQ(a.size(), b.size()) << what << ": " << a.shape().ToString() << " vs "
-                               << b.shape().ToString();
-}
-
-void CheckCHWN(const Tensor& t, const char* what) {
-  CHECK_EQ(t.shape().rank(), 4) << what << " must be CHWN, got " << t.shape().ToString();
-}
+// Shape checks are shared with every other backend: core/op_shapes.h.
+using op_shapes::SameSize;
 
 int BlasInt(int64_t v) {
   CHECK(v >= 0 && v <= INT_MAX) << "GEMM dimension " << v << " does not fit a BLAS int";
@@ -273,24 +267,13 @@ struct ConvGeom {
 };
 
 ConvGeom MakeConvGeom(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p) {
-  CheckCHWN(x, "conv input");
-  CheckCHWN(y, "conv output");
-  CHECK_EQ(w.shape().rank(), 4) << "conv weight must be [F][C/g][KH][KW]";
+  op_shapes::Conv(x, w, y, p);
   ConvGeom g;
   g.C = x.c(); g.H = x.h(); g.W = x.w(); g.N = x.n();
   g.F = y.c(); g.OH = y.h(); g.OW = y.w();
   g.KH = p.kernel_h; g.KW = p.kernel_w; g.stride = p.stride; g.pad = p.pad; g.groups = p.groups;
-  CHECK(g.groups >= 1 && g.C % g.groups == 0 && g.F % g.groups == 0)
-      << "conv: C=" << g.C << " F=" << g.F << " groups=" << g.groups;
-  CHECK_GE(g.stride, 1);
   g.Cg = g.C / g.groups;
   g.Fg = g.F / g.groups;
-  CHECK_EQ(y.n(), g.N) << "conv: batch of output";
-  CHECK_EQ(g.OH, ConvOutSize(g.H, p.kernel_h, p.stride, p.pad)) << "conv output height";
-  CHECK_EQ(g.OW, ConvOutSize(g.W, p.kernel_w, p.stride, p.pad)) << "conv output width";
-  CHECK(w.shape() == Shape({g.F, g.Cg, g.KH, g.KW}))
-      << "conv weight " << w.shape().ToString() << ", expected [" << g.F << "][" << g.Cg << "]["
-      << g.KH << "][" << g.KW << "]";
   g.K = g.Cg * g.KH * g.KW;
   g.P = g.OH * g.OW;
   return g;
@@ -407,19 +390,6 @@ inline void PoolWindow(int64_t o, int64_t in, const PoolParams& p, int64_t* lo, 
   *hi = std::min<int64_t>(start + p.size, in);
 }
 
-void CheckPoolShapes(const Tensor& x, const Tensor& y, const PoolParams& p) {
-  CheckCHWN(x, "pool input");
-  CheckCHWN(y, "pool output");
-  CHECK(p.size >= 1 && p.stride >= 1 && p.pad >= 0 && p.pad < p.size)
-      << "pool size " << p.size << " stride " << p.stride << " pad " << p.pad;
-  // The output size comes from y (ceil or floor mode is the layer's choice); every window
-  // must start inside the image so that it holds at least one pixel.
-  CHECK(y.c() == x.c() && y.n() == x.n() && y.h() >= 1 && y.w() >= 1 &&
-        (y.h() - 1) * p.stride - p.pad < x.h() && (y.w() - 1) * p.stride - p.pad < x.w())
-      << "pool " << x.shape().ToString() << " -> " << y.shape().ToString() << " (size "
-      << p.size << ", stride " << p.stride << ", pad " << p.pad << ")";
-}
-
 // Box sum along one axis of a CHWN block, vectorised over the contiguous inner run:
 //   out[o][j] = sum_{i in [o + off, o + off + size) ∩ [0, len)} in[i][j]
 // for o in [0, len), where rows are `inner` floats apart ("in" and "out" are
@@ -487,7 +457,7 @@ void CpuOps::Fill(Tensor& y, float value) {
 }
 
 void CpuOps::Copy(const Tensor& x, Tensor& y) {
-  CheckSameSize(x, y, "Copy");
+  SameSize(x, y, "Copy");
   if (x.data() == y.data() || x.size() == 0) return;
   std::memcpy(y.data(), x.data(), x.bytes());
 }
@@ -495,7 +465,7 @@ void CpuOps::Copy(const Tensor& x, Tensor& y) {
 // y = alpha x + beta y. As in BLAS, beta == 0 means y is not read (so stale NaNs in a
 // fresh buffer do not leak). x may alias y.
 void CpuOps::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
-  CheckSameSize(x, y, "Axpby");
+  SameSize(x, y, "Axpby");
   const float* xs = x.data();
   float* ys = y.data();
   ParallelFor(x.size(), 2, [&](int64_t b, int64_t e) {
@@ -509,8 +479,8 @@ void CpuOps::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
 
 // y = a + b; y may alias a or b (the Net accumulates gradients this way).
 void CpuOps::Add(const Tensor& a, const Tensor& b, Tensor& y) {
-  CheckSameSize(a, b, "Add");
-  CheckSameSize(a, y, "Add");
+  SameSize(a, b, "Add");
+  SameSize(a, y, "Add");
   const float* as = a.data();
   const float* bs = b.data();
   float* ys = y.data();
@@ -522,21 +492,13 @@ void CpuOps::Add(const Tensor& a, const Tensor& b, Tensor& y) {
 // In CHWN a range of channels is one contiguous block, so concatenation along channels
 // is a single memcpy per input.
 void CpuOps::CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) {
-  CheckCHWN(x, "CopyChannelsIn x");
-  CheckCHWN(y, "CopyChannelsIn y");
-  CHECK(x.h() == y.h() && x.w() == y.w() && x.n() == y.n() && c0 >= 0 && c0 + x.c() <= y.c())
-      << "CopyChannelsIn " << x.shape().ToString() << " at " << c0 << " into "
-      << y.shape().ToString();
+  op_shapes::CopyChannels(x, c0, y, "CopyChannelsIn");
   if (x.size() == 0) return;
   std::memcpy(y.data() + c0 * y.h() * y.w() * y.n(), x.data(), x.bytes());
 }
 
 void CpuOps::CopyChannelsOut(const Tensor& y, int64_t c0, Tensor& x) {
-  CheckCHWN(x, "CopyChannelsOut x");
-  CheckCHWN(y, "CopyChannelsOut y");
-  CHECK(x.h() == y.h() && x.w() == y.w() && x.n() == y.n() && c0 >= 0 && c0 + x.c() <= y.c())
-      << "CopyChannelsOut " << x.shape().ToString() << " at " << c0 << " from "
-      << y.shape().ToString();
+  op_shapes::CopyChannels(x, c0, y, "CopyChannelsOut");
   if (x.size() == 0) return;
   std::memcpy(x.data(), y.data() + c0 * y.h() * y.w() * y.n(), x.bytes());
 }
@@ -644,8 +606,8 @@ void CpuOps::ConvBackwardFilter(const Tensor& x, const Tensor& dy, Tensor& dw,
 
 // y[c][...] += b[c]: each channel is one contiguous block of H*W*N.
 void CpuOps::AddBias(Tensor& y, const Tensor& b) {
+  op_shapes::Bias(y, b, "AddBias");
   const int64_t C = y.shape()[0], S = y.size() / std::max<int64_t>(C, 1);
-  CHECK_EQ(b.size(), C) << "AddBias: bias of " << b.size() << " for " << y.shape().ToString();
   float* ys = y.data();
   const float* bs = b.data();
   ParallelFor(C, S, [&](int64_t c0, int64_t c1) {
@@ -659,9 +621,8 @@ void CpuOps::AddBias(Tensor& y, const Tensor& b) {
 
 // db[c] = sum of channel c's block, accumulated in double (one thread per channel).
 void CpuOps::BiasBackward(const Tensor& dy, Tensor& db) {
+  op_shapes::Bias(dy, db, "BiasBackward");
   const int64_t C = dy.shape()[0], S = dy.size() / std::max<int64_t>(C, 1);
-  CHECK_EQ(db.size(), C) << "BiasBackward: bias of " << db.size() << " for "
-                         << dy.shape().ToString();
   const float* d = dy.data();
   float* out = db.data();
   ParallelFor(C, S, [&](int64_t c0, int64_t c1) {
@@ -687,7 +648,7 @@ void CpuOps::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
 // Parallel over (channel, output row) pairs, which write disjoint rows of y. For each
 // output pixel the N images are reduced together over the window's in-image pixels.
 void CpuOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
-  CheckPoolShapes(x, y, p);
+  op_shapes::Pool(x, y, p);
   const int64_t C = x.c(), H = x.h(), W = x.w(), N = x.n(), OH = y.h(), OW = y.w();
   const float* xs = x.data();
   float* ys = y.data();
@@ -734,9 +695,7 @@ void CpuOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
 // Windows overlap, so the split is over channels only: a thread owns dx of its channels.
 void CpuOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                           const PoolParams& p) {
-  CheckPoolShapes(x, y, p);
-  CheckSameSize(y, dy, "PoolBackward dy");
-  CheckSameSize(x, dx, "PoolBackward dx");
+  op_shapes::PoolBackward(x, y, dy, dx, p);
   const int64_t C = x.c(), H = x.h(), W = x.w(), N = x.n(), OH = y.h(), OW = y.w();
   const float* xs = x.data();
   const float* ys = y.data();
@@ -789,9 +748,8 @@ void CpuOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Te
 
 // y[c][n] = mean over the H*W pixels of x[c][.][.][n], accumulated in double per image.
 void CpuOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
-  CheckCHWN(x, "GlobalAvgPool x");
+  op_shapes::GlobalAvgPool(x, y, "GlobalAvgPoolForward");
   const int64_t C = x.c(), P = x.h() * x.w(), N = x.n();
-  CHECK_EQ(y.size(), C * N) << "GlobalAvgPool y " << y.shape().ToString();
   const float* xs = x.data();
   float* ys = y.data();
   ParallelFor(C, P * N, [&](int64_t c0, int64_t c1) {
@@ -809,9 +767,8 @@ void CpuOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
 
 // dx[c][.][.][n] = dy[c][n] / (H*W).
 void CpuOps::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
-  CheckCHWN(dx, "GlobalAvgPool dx");
+  op_shapes::GlobalAvgPool(dx, dy, "GlobalAvgPoolBackward");
   const int64_t C = dx.c(), P = dx.h() * dx.w(), N = dx.n();
-  CHECK_EQ(dy.size(), C * N) << "GlobalAvgPool dy " << dy.shape().ToString();
   const float* g = dy.data();
   float* d = dx.data();
   const float inv = 1.0f / static_cast<float>(P);
@@ -845,9 +802,6 @@ struct LrnCrossGeom {
 };
 
 LrnCrossGeom MakeLrnCrossGeom(const Tensor& x, const LrnCrossParams& p) {
-  CheckCHWN(x, "LRN input");
-  CHECK(p.groups >= 1 && x.c() % p.groups == 0 && p.size >= 1)
-      << "LRN: " << x.c() << " channels, groups " << p.groups << ", size " << p.size;
   LrnCrossGeom g;
   g.C = x.c();
   g.S = x.h() * x.w() * x.n();
@@ -860,9 +814,8 @@ LrnCrossGeom MakeLrnCrossGeom(const Tensor& x, const LrnCrossParams& p) {
 
 // denom[c][s] = k + alpha' * sum_{c' in window(c)} x[c'][s]^2;  y = x * denom^-beta.
 void CpuOps::LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) {
+  op_shapes::LrnCross(x, p, {&y, &denom}, "LrnCrossForward");
   const LrnCrossGeom g = MakeLrnCrossGeom(x, p);
-  CheckSameSize(x, y, "LrnCrossForward y");
-  CheckSameSize(x, denom, "LrnCrossForward denom");
   const float* xs = x.data();
   float* ys = y.data();
   float* ds = denom.data();
@@ -897,11 +850,8 @@ void CpuOps::LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const Lr
 // (window symmetry turns "all c whose window holds j" into window(j)).
 void CpuOps::LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
                               const Tensor& dy, Tensor& dx, const LrnCrossParams& p) {
+  op_shapes::LrnCross(x, p, {&y, &denom, &dy, &dx}, "LrnCrossBackward");
   const LrnCrossGeom g = MakeLrnCrossGeom(x, p);
-  CheckSameSize(x, y, "LrnCrossBackward y");
-  CheckSameSize(x, denom, "LrnCrossBackward denom");
-  CheckSameSize(x, dy, "LrnCrossBackward dy");
-  CheckSameSize(x, dx, "LrnCrossBackward dx");
   const float* xs = x.data();
   const float* ys = y.data();
   const float* ds = denom.data();
@@ -943,19 +893,10 @@ void CpuOps::LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& de
 // computed separably (along x, then along y) with the N images as the contiguous inner
 // run. Window of pixel y: [y - size/2, y - size/2 + size) clipped to [0, H).
 // ---------------------------------------------------------------------------------------
-namespace {
-void CheckLrnWithin(const Tensor& x, const LrnWithinParams& p) {
-  CheckCHWN(x, "rnorm input");
-  CHECK_GE(p.size, 1) << "rnorm size";
-}
-}  // namespace
-
 // denom = k + alpha/size^2 * sum_{window} x^2;  y = x * denom^-beta.
 void CpuOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
                               const LrnWithinParams& p) {
-  CheckLrnWithin(x, p);
-  CheckSameSize(x, y, "LrnWithinForward y");
-  CheckSameSize(x, denom, "LrnWithinForward denom");
+  op_shapes::LrnWithin(x, p, {&y, &denom}, "LrnWithinForward");
   const int64_t C = x.c(), H = x.h(), W = x.w(), N = x.n(), S = H * W * N;
   const int64_t off = -(p.size / 2);
   const float a = p.alpha / static_cast<float>(p.size * p.size);
@@ -986,11 +927,7 @@ void CpuOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
 // window (the same one for odd sizes), again summed separably.
 void CpuOps::LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
                                const Tensor& dy, Tensor& dx, const LrnWithinParams& p) {
-  CheckLrnWithin(x, p);
-  CheckSameSize(x, y, "LrnWithinBackward y");
-  CheckSameSize(x, denom, "LrnWithinBackward denom");
-  CheckSameSize(x, dy, "LrnWithinBackward dy");
-  CheckSameSize(x, dx, "LrnWithinBackward dx");
+  op_shapes::LrnWithin(x, p, {&y, &denom, &dy, &dx}, "LrnWithinBackward");
   const int64_t C = x.c(), H = x.h(), W = x.w(), N = x.n(), S = H * W * N;
   const int64_t off = p.size / 2 - p.size + 1;
   const float scale = 2.0f * p.alpha / static_cast<float>(p.size * p.size) * p.beta;
@@ -1026,12 +963,10 @@ void CpuOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const T
                                    Tensor& y, Tensor& running_mean, Tensor& running_var,
                                    Tensor& save_mean, Tensor& save_invstd,
                                    const BatchNormParams& p) {
-  CheckCHWN(x, "BatchNorm x");
-  CheckSameSize(x, y, "BatchNorm y");
+  op_shapes::BatchNorm(x, {&y},
+                       {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd},
+                       "BatchNormForwardTrain");
   const int64_t C = x.c(), S = x.h() * x.w() * x.n();
-  for (const Tensor* t : std::initializer_list<const Tensor*>{
-           &gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd})
-    CHECK_EQ(t->size(), C) << "BatchNorm per-channel tensor " << t->shape().ToString();
   const float* xs = x.data();
   float* ys = y.data();
   ParallelFor(C, 4 * S, [&](int64_t c0, int64_t c1) {
@@ -1067,11 +1002,9 @@ void CpuOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const T
 void CpuOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    const Tensor& running_mean, const Tensor& running_var,
                                    Tensor& y, const BatchNormParams& p) {
-  CheckCHWN(x, "BatchNorm x");
-  CheckSameSize(x, y, "BatchNorm y");
+  op_shapes::BatchNorm(x, {&y}, {&gamma, &beta, &running_mean, &running_var},
+                       "BatchNormForwardInfer");
   const int64_t C = x.c(), S = x.h() * x.w() * x.n();
-  for (const Tensor* t : {&gamma, &beta, &running_mean, &running_var})
-    CHECK_EQ(t->size(), C) << "BatchNorm per-channel tensor " << t->shape().ToString();
   const float* xs = x.data();
   float* ys = y.data();
   ParallelFor(C, S, [&](int64_t c0, int64_t c1) {
@@ -1092,13 +1025,9 @@ void CpuOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const T
 void CpuOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                const Tensor& save_invstd, const Tensor& dy, Tensor& dx,
                                Tensor& dgamma, Tensor& dbeta) {
-  CheckCHWN(x, "BatchNorm x");
-  CheckSameSize(x, dy, "BatchNorm dy");
-  CheckSameSize(x, dx, "BatchNorm dx");
+  op_shapes::BatchNorm(x, {&dy, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},
+                       "BatchNormBackward");
   const int64_t C = x.c(), S = x.h() * x.w() * x.n();
-  for (const Tensor* t :
-       std::initializer_list<const Tensor*>{&gamma, &save_mean, &save_invstd, &dgamma, &dbeta})
-    CHECK_EQ(t->size(), C) << "BatchNorm per-channel tensor " << t->shape().ToString();
   const float* xs = x.data();
   const float* gs = dy.data();
   float* dxs = dx.data();
@@ -1130,7 +1059,7 @@ void CpuOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tenso
 
 // y = max(x, 0); x and y may be the same buffer (in-place ReLU).
 void CpuOps::ReluForward(const Tensor& x, Tensor& y) {
-  CheckSameSize(x, y, "ReluForward");
+  SameSize(x, y, "ReluForward");
   const float* xs = x.data();
   float* ys = y.data();
   ParallelFor(x.size(), 1, [&](int64_t b, int64_t e) {
@@ -1140,8 +1069,8 @@ void CpuOps::ReluForward(const Tensor& x, Tensor& y) {
 
 // dx = dy where y > 0, else 0 (y is the output, so this works after an in-place forward).
 void CpuOps::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  CheckSameSize(y, dy, "ReluBackward dy");
-  CheckSameSize(y, dx, "ReluBackward dx");
+  SameSize(y, dy, "ReluBackward dy");
+  SameSize(y, dx, "ReluBackward dx");
   const float* ys = y.data();
   const float* gs = dy.data();
   float* d = dx.data();
@@ -1159,14 +1088,9 @@ void CpuOps::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 //   y     = x * mask
 // Parallel over (c, h, w) rows of N images.
 void CpuOps::DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) {
-  CheckCHWN(x, "Dropout x");
-  CheckSameSize(x, y, "Dropout y");
-  CheckSameSize(x, mask, "Dropout mask");
+  op_shapes::Dropout(x, y, mask, p);
   const int64_t C = x.c(), H = x.h(), W = x.w(), N = x.n();
   const int64_t gb = p.global_batch > 0 ? p.global_batch : N;
-  CHECK(p.image_offset >= 0 && p.image_offset + N <= gb)
-      << "dropout: images [" << p.image_offset << ", " << p.image_offset + N
-      << ") outside the global batch of " << gb;
   const float keep_scale = 1.0f / (1.0f - p.p);
   const float* xs = x.data();
   float* ys = y.data();
@@ -1189,8 +1113,8 @@ void CpuOps::DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const Drop
 
 // dx = dy * mask (the mask already holds 0 or 1/(1-p)).
 void CpuOps::DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
-  CheckSameSize(dy, mask, "DropoutBackward mask");
-  CheckSameSize(dy, dx, "DropoutBackward dx");
+  SameSize(dy, mask, "DropoutBackward mask");
+  SameSize(dy, dx, "DropoutBackward dx");
   const float* g = dy.data();
   const float* m = mask.data();
   float* d = dx.data();
@@ -1218,11 +1142,9 @@ int64_t LabelOf(const float* labels, int64_t n, int64_t K) {
 // which never takes the log of an underflowed probability.
 void CpuOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels,
                                         Tensor& probs, Tensor& loss_per_image) {
-  const int64_t N = logits.shape()[logits.shape().rank() - 1];
-  const int64_t K = logits.size() / std::max<int64_t>(N, 1);
-  CHECK_EQ(labels.size(), N) << "softmax labels " << labels.shape().ToString();
-  CheckSameSize(logits, probs, "softmax probs");
-  CHECK_EQ(loss_per_image.size(), N) << "softmax loss " << loss_per_image.shape().ToString();
+  const op_shapes::SoftmaxDims dims =
+      op_shapes::Softmax(logits, labels, probs, &loss_per_image, "SoftmaxCrossEntropyForward");
+  const int64_t N = dims.batch, K = dims.classes;
   const float* z = logits.data();
   float* pr = probs.data();
   std::vector<float> mx(N, -INFINITY);
@@ -1247,10 +1169,9 @@ void CpuOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labe
 // dlogits = scale * (probs - onehot(label)).
 void CpuOps::SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
                                          Tensor& dlogits) {
-  const int64_t N = probs.shape()[probs.shape().rank() - 1];
-  const int64_t K = probs.size() / std::max<int64_t>(N, 1);
-  CHECK_EQ(labels.size(), N) << "softmax labels " << labels.shape().ToString();
-  CheckSameSize(probs, dlogits, "softmax dlogits");
+  const op_shapes::SoftmaxDims dims =
+      op_shapes::Softmax(probs, labels, dlogits, nullptr, "SoftmaxCrossEntropyBackward");
+  const int64_t N = dims.batch, K = dims.classes;
   const float* pr = probs.data();
   float* d = dlogits.data();
   for (int64_t i = 0; i < K * N; ++i) d[i] = scale * pr[i];
@@ -1266,8 +1187,8 @@ void CpuOps::SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labe
 
 // v = momentum v - lr (grad + weight_decay w);  w = w + v   (element-wise, in float).
 void CpuOps::SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) {
-  CheckSameSize(w, grad, "SgdUpdate grad");
-  CheckSameSize(w, velocity, "SgdUpdate velocity");
+  SameSize(w, grad, "SgdUpdate grad");
+  SameSize(w, velocity, "SgdUpdate velocity");
   float* ws = w.data();
   const float* g = grad.data();
   float* v = velocity.data();

@@ -34,7 +34,8 @@ inline int64_t ConvOutSize(int64_t in, int kernel, int stride, int pad) {
 // that runs past the image is clipped. Average pooling divides by the number of pixels
 // of the window that lie inside the image.
 // With ceil_mode false the output is floor((in + 2*pad - size) / stride) + 1 (PyTorch's
-// default, used by torchvision's ResNet stem). Kernels take the output size from y.
+// default, used by torchvision's ResNet stem). y must have exactly that size, the one
+// PoolLayer::Setup infers (every backend checks it: core/op_shapes.h).
 struct PoolParams {
   enum Kind { kMax, kAvg };
   Kind kind = kMax;

@@ -13,8 +13,9 @@
 //                    with p' = K-1-p at stride 1; at stride s, one such product per stride
 //                    phase of dx (see ConvBackwardDataGpu)
 //   backward filter  dw[f][(c,ky,kx)]  = sum_{(oy,ox,n)} dy[f][oy][ox][n] * x[c][oy*s-p+ky][ox*s-p+kx][n]
-// Forward and backward data share one kernel (ConvGemmKernel, and ConvGemmKernelV2 with a
-// cp.async pipeline: the filter operand is pre-arranged k-major and zero-padded by
+// Forward and backward data share one kernel (ConvGemmKernelV2, a cp.async pipeline, when
+// the batch is a multiple of 4 and the tensors are 16-byte aligned, else ConvGemmKernel:
+// the filter operand is pre-arranged k-major and zero-padded by
 // ArrangeWeightsKernel, the image operand is a gather). Backward filter (ConvWgradKernel) reduces over pixels x images, which is long
 // (55*55*256 for AlexNet's conv1), so it splits that sum over blocks (split-K) into a
 // workspace that ReduceSplitsKernel adds up in a fixed order: deterministic results.
@@ -22,14 +23,11 @@
 // Index arithmetic is 32-bit: every tensor must have fewer than 2^31 elements (checked).
 
 #include <algorithm>
-#include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <string>
 #include <vector>
 
 #include "core/log.h"
+#include "cuda/autotune.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 
@@ -189,23 +187,24 @@ __device__ __forceinline__ void StoreTile(const ConvGemmParams& p, int g, int m0
   }
 }
 
-// Kernel ConvGemmKernel<BM, kVec> (version 1: register-staged double buffering)
+// Kernel ConvGemmKernel<BM> (version 1, the general path: any batch, any alignment;
+// register-staged double buffering, scalar loads)
 //   in : (G*cg) x h x w x n          (CHWN; x for forward, dy for backward data)
 //   at : G x kp x mp                 (k-major filters, zero rows/cols beyond k/m)
 //   out: (G*m) x out_h x out_w x n   (CHWN; column (oy, ox, img) -> see OutColumn)
 // Grid: x = ceil(oh*ow*n / 128) column tiles, y = mp / BM row tiles, z = group.
 // Block: 256 threads = 16 x 16; thread (ty = tid/16, tx = tid%16) accumulates BM/16 output
-// rows (filters) x 8 output columns (pixel, image pairs; with n % 4 == 0 these are runs of 4
-// consecutive images). Per 8-deep slice of the reduction, the block stages
+// rows (filters) x 8 output columns (pixel, image pairs). Per 8-deep slice of the
+// reduction, the block stages
 //   As[8][BM]  filter taps (one float4 per thread), Bs[8][128] gathered image values:
-//   kVec: thread t loads row t/32, columns 4*(t%32)..+3 as one float4 (4 images, 1 pixel);
-//   else: thread t loads row t/32, columns t%32 + 32*i (i < 4) as scalars.
+//   thread t loads row t/32, columns t%32 + 32*i (i < 4) as scalars.
 // Two shared-memory stages: the next slice's global loads are in flight in registers
-// while the current slice is multiplied.
-template <int BM, bool kVec>
+// while the current slice is multiplied. (Its float4 variant for n % 4 == 0 lost every
+// timing against ConvGemmKernelV2 and was removed: src/cuda/README.md.)
+template <int BM>
 __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernel(const ConvGemmParams p) {
   constexpr int TM = BM / 16;
-  constexpr int kBCols = kVec ? 1 : 4;  // column groups per thread in the B loader
+  constexpr int kBCols = 4;  // column groups per thread in the B loader
   alignas(16) __shared__ float As[2][kBK][BM];
   alignas(16) __shared__ float Bs[2][kBK][kBN];
 
@@ -221,8 +220,7 @@ __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernel(const ConvGemmPara
   const int brow = tid / 32;  // row of the B tile this thread loads
   GatherColumn cols[kBCols];
 #pragma unroll
-  for (int i = 0; i < kBCols; ++i)
-    cols[i] = MakeColumn(p, kVec ? j0 + 4 * (tid % 32) : j0 + (tid % 32) + 32 * i);
+  for (int i = 0; i < kBCols; ++i) cols[i] = MakeColumn(p, j0 + (tid % 32) + 32 * i);
 
   float4 ra = make_float4(0.f, 0.f, 0.f, 0.f);
   float rb[4];
@@ -238,24 +236,13 @@ __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernel(const ConvGemmPara
     for (int i = 0; i < kBCols; ++i) {
       bool ok;
       const int offset = GatherOffset(p, hwn, tap, cols[i], &ok);
-      if constexpr (kVec) {
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (ok) v = __ldg(reinterpret_cast<const float4*>(in + offset));
-        rb[0] = v.x; rb[1] = v.y; rb[2] = v.z; rb[3] = v.w;
-      } else {
-        rb[i] = ok ? __ldg(in + offset) : 0.0f;
-      }
+      rb[i] = ok ? __ldg(in + offset) : 0.0f;
     }
   };
   auto store = [&](int buf) {
     if (a_loader) *reinterpret_cast<float4*>(&As[buf][a_row][a_col]) = ra;
-    if constexpr (kVec) {
-      *reinterpret_cast<float4*>(&Bs[buf][brow][4 * (tid % 32)]) =
-          make_float4(rb[0], rb[1], rb[2], rb[3]);
-    } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) Bs[buf][brow][(tid % 32) + 32 * i] = rb[i];
-    }
+    for (int i = 0; i < 4; ++i) Bs[buf][brow][(tid % 32) + 32 * i] = rb[i];
   };
 
   float acc[TM][8];
@@ -275,18 +262,20 @@ __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernel(const ConvGemmPara
     if (t + 1 < ktiles) store(cur ^ 1);
     __syncthreads();
   }
-  StoreTile<BM, kVec>(p, g, m0, j0, ty, tx, acc);
+  StoreTile<BM, false>(p, g, m0, j0, ty, tx, acc);
 }
 
 // Kernel ConvGemmKernelV2<BM, BK> (version 2 with BK = 8, version 3 with BK = 16:
 // three-stage cp.async pipeline, n % 4 == 0)
-//   Same operands, grid, block and thread tile as ConvGemmKernel<BM, true>, and the same
-//   accumulation order, so the results are bit-identical. Tiles go straight from global to
-//   shared memory (cp.async, 16 bytes per copy, zero-filled for padding) two slices ahead of
-//   the multiply instead of one slice ahead through registers: more load latency hidden and
-//   no staging registers. Per BK-deep slice: wait for slice t, one barrier (which also
-//   retires slice t-1's buffer), issue slice t+2, multiply slice t. Thread t copies B rows
-//   t/32 + 8*r (r < BK/8), columns 4*(t%32)..+3, and float4s t + 256*r of the A slice.
+//   Same operands, grid, block and thread tile as ConvGemmKernel<BM>, and the same
+//   accumulation order, so the results are bit-identical; with n % 4 == 0 each thread's 8
+//   columns are two runs of 4 consecutive images of one pixel (float4 copies). Tiles go
+//   straight from global to shared memory (cp.async, 16 bytes per copy, zero-filled for
+//   padding) two slices ahead of the multiply instead of one slice ahead through registers:
+//   more load latency hidden and no staging registers. Per BK-deep slice: wait for slice t,
+//   one barrier (which also retires slice t-1's buffer), issue slice t+2, multiply slice t.
+//   Thread t copies B rows t/32 + 8*r (r < BK/8), columns 4*(t%32)..+3, and float4s
+//   t + 256*r of the A slice.
 template <int BM, int BK>
 __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernelV2(const ConvGemmParams p) {
   constexpr int TM = BM / 16;
@@ -604,77 +593,33 @@ void CheckSizes(const ConvDims& d) {
 }
 
 // ---- forward / backward data: version choice ----------------------------------------------
-// 0: time the versions on the first call of each shape and keep the fastest (the results
-// are bit-identical); 1, 2 or 3: always that version. COLONNADE_CONV_GEMM=v1|v2|v3 sets it.
-std::mutex g_variant_mu;
-int g_variant = -1;
-std::map<std::vector<int>, int> g_tuned;
-
-int VariantSetting() {
-  std::lock_guard<std::mutex> lock(g_variant_mu);
-  if (g_variant < 0) {
-    const char* e = std::getenv("COLONNADE_CONV_GEMM");
-    const std::string v = e == nullptr ? "" : e;
-    g_variant = v == "v1" ? 1 : v == "v2" ? 2 : v == "v3" ? 3 : 0;
-  }
-  return g_variant;
+// The versions are bit-identical; the autotuner (autotune.h) times them on the first call of
+// each shape and keeps the fastest, unless one is forced (SetConvGemmVersion,
+// COLONNADE_CONV_GEMM=v2|v3). The emulator runs version 2.
+KernelAutotuner& GemmTuner() {
+  static KernelAutotuner* tuner = new KernelAutotuner("COLONNADE_CONV_GEMM", {2, 3}, 2);
+  return *tuner;
 }
 
 void (*GemmKernel(int version, int bm, bool vec))(ConvGemmParams) {
-  if (!vec) return ConvGemmKernel<64, false>;
+  if (!vec) return ConvGemmKernel<64>;
   if (version == 2) {
     return bm == 128 ? ConvGemmKernelV2<128, 8> : bm == 96 ? ConvGemmKernelV2<96, 8>
                                                            : ConvGemmKernelV2<64, 8>;
   }
-  if (version == 3) {
-    return bm == 128 ? ConvGemmKernelV2<128, 16> : bm == 96 ? ConvGemmKernelV2<96, 16>
-                                                            : ConvGemmKernelV2<64, 16>;
-  }
-  return bm == 128 ? ConvGemmKernel<128, true> : bm == 96 ? ConvGemmKernel<96, true>
-                                                           : ConvGemmKernel<64, true>;
+  CHECK_EQ(version, 3) << "no float4 convolution GEMM version " << version;
+  return bm == 128 ? ConvGemmKernelV2<128, 16> : bm == 96 ? ConvGemmKernelV2<96, 16>
+                                                          : ConvGemmKernelV2<64, 16>;
 }
 
-// Which version to run for this problem (times both once per shape when tuning).
+// Which version to run for this problem (the float4 path; the scalar one has version 1 only).
 int ChooseVersion(const DeviceContext& ctx, const ConvGemmParams& q, dim3 grid, int bm) {
-  const int setting = VariantSetting();
-  if (setting != 0) return setting;
-#if defined(COLONNADE_CUDA_EMULATE)
-  return 2;
-#else
   const std::vector<int> key = {q.n, q.h, q.w, q.oh, q.ow, q.kh, q.kw, q.stride, q.pad_h, q.pad_w,
                                 q.cg, q.m, q.k, q.j, q.out_h, q.out_w, q.out_s, bm,
                                 static_cast<int>(grid.z)};
-  {
-    std::lock_guard<std::mutex> lock(g_variant_mu);
-    auto it = g_tuned.find(key);
-    if (it != g_tuned.end()) return it->second;
-  }
-  constexpr int kVersions = 3;
-  cudaEvent_t e[kVersions + 1];
-  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventCreate(&x));
-  for (int v = 1; v <= kVersions; ++v)  // first launches load the modules
-    Launch(GemmKernel(v, bm, true), grid, dim3(kThreads), ctx.stream, q);
-  COLONNADE_CUDA_CHECK(cudaEventRecord(e[0], ctx.stream));
-  for (int v = 1; v <= kVersions; ++v) {
-    for (int i = 0; i < 3; ++i) Launch(GemmKernel(v, bm, true), grid, dim3(kThreads), ctx.stream, q);
-    COLONNADE_CUDA_CHECK(cudaEventRecord(e[v], ctx.stream));
-  }
-  COLONNADE_CUDA_CHECK(cudaEventSynchronize(e[kVersions]));
-  int best = 1;
-  float best_ms = 1e30f;
-  for (int v = 1; v <= kVersions; ++v) {
-    float ms = 0;
-    COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&ms, e[v - 1], e[v]));
-    if (ms < best_ms) {
-      best_ms = ms;
-      best = v;
-    }
-  }
-  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventDestroy(x));
-  std::lock_guard<std::mutex> lock(g_variant_mu);
-  g_tuned[key] = best;
-  return best;
-#endif
+  return GemmTuner().Choose(ctx.stream, key, [&](int version) {
+    Launch(GemmKernel(version, bm, true), grid, dim3(kThreads), ctx.stream, q);
+  });
 }
 
 // Runs one implicit GEMM (forward, or one phase of backward data): arranges the filter
@@ -711,10 +656,7 @@ ConvLaunchInfo RunConvGemm(const DeviceContext& ctx, ConvGemmParams q, int group
 
 }  // namespace
 
-void SetConvGemmVersion(int version) {
-  std::lock_guard<std::mutex> lock(g_variant_mu);
-  g_variant = version;
-}
+void SetConvGemmVersion(int version) { GemmTuner().Force(version); }
 
 ConvLaunchInfo ConvForwardGpu(const DeviceContext& ctx, const ConvDims& d, const ConvParams& p,
                               const float* x, const float* w, float* y) {

@@ -1,6 +1,7 @@
 #include "cuda/cuda_ops.h"
 
 #include "core/log.h"
+#include "core/op_shapes.h"
 
 namespace colonnade::cuda {
 namespace {
@@ -8,10 +9,8 @@ namespace {
 void CheckOnDevice(const Tensor& t, const char* what) {
   CHECK(t.device() == Device::kCUDA) << what << " must live on the GPU";
 }
-void CheckSameSize(const Tensor& a, const Tensor& b, const char* op) {
-  CHECK_EQ(a.size(), b.size()) << op << ": " << a.shape().ToString() << " vs "
-                               << b.shape().ToString();
-}
+// Shape checks are shared with every other backend: core/op_shapes.h.
+using op_shapes::SameSize;
 int I32(int64_t v, const char* what) {
   CHECK(v >= 0 && v < (int64_t(1) << 31)) << what << " = " << v << " does not fit in 32 bits";
   return static_cast<int>(v);
@@ -20,17 +19,7 @@ int I32(int64_t v, const char* what) {
 int64_t Inner(const Tensor& t) { return t.shape().rank() == 0 ? 0 : t.size() / t.shape()[0]; }
 
 ConvDims Dims(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p) {
-  CHECK_EQ(x.shape().rank(), 4);
-  CHECK_EQ(y.shape().rank(), 4);
-  CHECK_EQ(w.shape().rank(), 4);
-  CHECK(p.groups >= 1 && x.c() % p.groups == 0 && y.c() % p.groups == 0)
-      << "channels " << x.c() << " and filters " << y.c() << " must divide into " << p.groups
-      << " groups";
-  CHECK(w.shape() == Shape({y.c(), x.c() / p.groups, p.kernel_h, p.kernel_w}))
-      << "conv weight " << w.shape().ToString();
-  CHECK_EQ(y.h(), ConvOutSize(x.h(), p.kernel_h, p.stride, p.pad));
-  CHECK_EQ(y.w(), ConvOutSize(x.w(), p.kernel_w, p.stride, p.pad));
-  CHECK_EQ(x.n(), y.n());
+  op_shapes::Conv(x, w, y, p);
   ConvDims d;
   d.n = I32(x.n(), "batch");
   d.c = I32(x.c(), "channels");
@@ -50,36 +39,32 @@ void CudaOps::Fill(Tensor& y, float value) {
 }
 
 void CudaOps::Copy(const Tensor& x, Tensor& y) {
-  CheckSameSize(x, y, "Copy");
+  SameSize(x, y, "Copy");
   if (x.data() == y.data() || x.size() == 0) return;
   COLONNADE_CUDA_CHECK(cudaMemcpyAsync(y.data(), x.data(), x.bytes(), cudaMemcpyDeviceToDevice,
                                        ctx_.stream));
 }
 
 void CudaOps::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
-  CheckSameSize(x, y, "Axpby");
+  SameSize(x, y, "Axpby");
   AxpbyGpu(ctx_, alpha, x.data(), beta, y.data(), y.size());
 }
 
 void CudaOps::Add(const Tensor& a, const Tensor& b, Tensor& y) {
-  CheckSameSize(a, y, "Add");
-  CheckSameSize(b, y, "Add");
+  SameSize(a, b, "Add");
+  SameSize(a, y, "Add");
   AddGpu(ctx_, a.data(), b.data(), y.data(), y.size());
 }
 
 void CudaOps::CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) {
-  CHECK(x.h() == y.h() && x.w() == y.w() && x.n() == y.n() && c0 >= 0 && c0 + x.c() <= y.c())
-      << "CopyChannelsIn " << x.shape().ToString() << " at " << c0 << " into "
-      << y.shape().ToString();
+  op_shapes::CopyChannels(x, c0, y, "CopyChannelsIn");
   if (x.size() == 0) return;
   COLONNADE_CUDA_CHECK(cudaMemcpyAsync(y.data() + c0 * x.h() * x.w() * x.n(), x.data(), x.bytes(),
                                        cudaMemcpyDeviceToDevice, ctx_.stream));
 }
 
 void CudaOps::CopyChannelsOut(const Tensor& y, int64_t c0, Tensor& x) {
-  CHECK(x.h() == y.h() && x.w() == y.w() && x.n() == y.n() && c0 >= 0 && c0 + x.c() <= y.c())
-      << "CopyChannelsOut " << y.shape().ToString() << " at " << c0 << " into "
-      << x.shape().ToString();
+  op_shapes::CopyChannels(x, c0, y, "CopyChannelsOut");
   if (x.size() == 0) return;
   COLONNADE_CUDA_CHECK(cudaMemcpyAsync(x.data(), y.data() + c0 * x.h() * x.w() * x.n(), x.bytes(),
                                        cudaMemcpyDeviceToDevice, ctx_.stream));
@@ -138,12 +123,12 @@ void CudaOps::ConvBackwardFilter(const Tensor& x, const Tensor& dy, Tensor& dw,
 }
 
 void CudaOps::AddBias(Tensor& y, const Tensor& b) {
-  CHECK_EQ(b.size(), y.shape()[0]) << "bias of " << b.size() << " for " << y.shape().ToString();
+  op_shapes::Bias(y, b, "AddBias");
   AddBiasGpu(ctx_, y.data(), b.data(), y.shape()[0], Inner(y));
 }
 
 void CudaOps::BiasBackward(const Tensor& dy, Tensor& db) {
-  CHECK_EQ(db.size(), dy.shape()[0]);
+  op_shapes::Bias(dy, db, "BiasBackward");
   RowSumGpu(ctx_, dy.data(), db.data(), dy.shape()[0], Inner(dy));
 }
 
@@ -172,61 +157,54 @@ void CudaOps::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 }
 
 void CudaOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
-  CHECK(y.c() == x.c() && y.n() == x.n() &&
-        y.h() == PoolOutSize(x.h(), p.size, p.stride, p.pad, p.ceil_mode) &&
-        y.w() == PoolOutSize(x.w(), p.size, p.stride, p.pad, p.ceil_mode))
-      << "pool " << x.shape().ToString() << " -> " << y.shape().ToString();
+  op_shapes::Pool(x, y, p);
   PoolForwardGpu(ctx_, x.data(), y.data(), I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"),
                  I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), p);
 }
 
 void CudaOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                            const PoolParams& p) {
-  CheckSameSize(x, dx, "PoolBackward");
-  CheckSameSize(y, dy, "PoolBackward");
+  op_shapes::PoolBackward(x, y, dy, dx, p);
   PoolBackwardGpu(ctx_, x.data(), y.data(), dy.data(), dx.data(), I32(x.c(), "c"),
                   I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"),
                   I32(y.w(), "ow"), p);
 }
 
 void CudaOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
-  CHECK(y.c() == x.c() && y.n() == x.n() && y.size() == x.c() * x.n());
+  op_shapes::GlobalAvgPool(x, y, "GlobalAvgPoolForward");
   GlobalAvgPoolForwardGpu(ctx_, x.data(), y.data(), I32(x.c(), "c"), I32(x.h() * x.w(), "hw"),
                           I32(x.n(), "n"));
 }
 
 void CudaOps::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
-  CHECK(dy.c() == dx.c() && dy.n() == dx.n() && dy.size() == dx.c() * dx.n());
+  op_shapes::GlobalAvgPool(dx, dy, "GlobalAvgPoolBackward");
   GlobalAvgPoolBackwardGpu(ctx_, dy.data(), dx.data(), I32(dx.c(), "c"),
                            I32(dx.h() * dx.w(), "hw"), I32(dx.n(), "n"));
 }
 
 void CudaOps::LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) {
-  CheckSameSize(x, y, "LrnCrossForward");
-  CheckSameSize(x, denom, "LrnCrossForward");
-  CHECK(p.groups >= 1 && x.c() % p.groups == 0);
+  op_shapes::LrnCross(x, p, {&y, &denom}, "LrnCrossForward");
   LrnCrossForwardGpu(ctx_, x.data(), y.data(), denom.data(), I32(x.c(), "c"),
                      I32(x.h() * x.w() * x.n(), "hwn"), p);
 }
 
 void CudaOps::LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
                                const Tensor& dy, Tensor& dx, const LrnCrossParams& p) {
-  CheckSameSize(x, dx, "LrnCrossBackward");
+  op_shapes::LrnCross(x, p, {&y, &denom, &dy, &dx}, "LrnCrossBackward");
   LrnCrossBackwardGpu(ctx_, x.data(), y.data(), denom.data(), dy.data(), dx.data(),
                       I32(x.c(), "c"), I32(x.h() * x.w() * x.n(), "hwn"), p);
 }
 
 void CudaOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
                                const LrnWithinParams& p) {
-  CheckSameSize(x, y, "LrnWithinForward");
-  CheckSameSize(x, denom, "LrnWithinForward");
+  op_shapes::LrnWithin(x, p, {&y, &denom}, "LrnWithinForward");
   LrnWithinForwardGpu(ctx_, x.data(), y.data(), denom.data(), I32(x.c(), "c"), I32(x.h(), "h"),
                       I32(x.w(), "w"), I32(x.n(), "n"), p);
 }
 
 void CudaOps::LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
                                 const Tensor& dy, Tensor& dx, const LrnWithinParams& p) {
-  CheckSameSize(x, dx, "LrnWithinBackward");
+  op_shapes::LrnWithin(x, p, {&y, &denom, &dy, &dx}, "LrnWithinBackward");
   LrnWithinBackwardGpu(ctx_, x.data(), y.data(), denom.data(), dy.data(), dx.data(),
                        I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"), p);
 }
@@ -235,8 +213,9 @@ void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const 
                                     Tensor& y, Tensor& running_mean, Tensor& running_var,
                                     Tensor& save_mean, Tensor& save_invstd,
                                     const BatchNormParams& p) {
-  CheckSameSize(x, y, "BatchNormForwardTrain");
-  CHECK_EQ(gamma.size(), x.shape()[0]);
+  op_shapes::BatchNorm(x, {&y},
+                       {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd},
+                       "BatchNormForwardTrain");
   BatchNormForwardTrainGpu(ctx_, x.data(), gamma.data(), beta.data(), y.data(),
                            running_mean.data(), running_var.data(), save_mean.data(),
                            save_invstd.data(), I32(x.shape()[0], "c"), Inner(x), p);
@@ -245,8 +224,8 @@ void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const 
 void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     const Tensor& running_mean, const Tensor& running_var,
                                     Tensor& y, const BatchNormParams& p) {
-  CheckSameSize(x, y, "BatchNormForwardInfer");
-  CHECK_EQ(gamma.size(), x.shape()[0]);
+  op_shapes::BatchNorm(x, {&y}, {&gamma, &beta, &running_mean, &running_var},
+                       "BatchNormForwardInfer");
   BatchNormForwardInferGpu(ctx_, x.data(), gamma.data(), beta.data(), running_mean.data(),
                            running_var.data(), y.data(), I32(x.shape()[0], "c"), Inner(x), p);
 }
@@ -254,62 +233,58 @@ void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const 
 void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                 const Tensor& save_invstd, const Tensor& dy, Tensor& dx,
                                 Tensor& dgamma, Tensor& dbeta) {
-  CheckSameSize(x, dx, "BatchNormBackward");
-  CheckSameSize(x, dy, "BatchNormBackward");
+  op_shapes::BatchNorm(x, {&dy, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},
+                       "BatchNormBackward");
   BatchNormBackwardGpu(ctx_, x.data(), gamma.data(), save_mean.data(), save_invstd.data(),
                        dy.data(), dx.data(), dgamma.data(), dbeta.data(), I32(x.shape()[0], "c"),
                        Inner(x));
 }
 
 void CudaOps::ReluForward(const Tensor& x, Tensor& y) {
-  CheckSameSize(x, y, "ReluForward");
+  SameSize(x, y, "ReluForward");
   ReluForwardGpu(ctx_, x.data(), y.data(), x.size());
 }
 
 void CudaOps::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  CheckSameSize(y, dx, "ReluBackward");
-  CheckSameSize(dy, dx, "ReluBackward");
+  SameSize(y, dy, "ReluBackward dy");
+  SameSize(y, dx, "ReluBackward dx");
   ReluBackwardGpu(ctx_, y.data(), dy.data(), dx.data(), dx.size());
 }
 
 void CudaOps::DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) {
-  CheckSameSize(x, y, "DropoutForward");
-  CheckSameSize(x, mask, "DropoutForward");
-  CHECK_EQ(x.shape().rank(), 4);
+  op_shapes::Dropout(x, y, mask, p);
   DropoutForwardGpu(ctx_, x.data(), y.data(), mask.data(), I32(x.c(), "c"), I32(x.h(), "h"),
                     I32(x.w(), "w"), I32(x.n(), "n"), p);
 }
 
 void CudaOps::DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
-  CheckSameSize(dy, dx, "DropoutBackward");
-  CheckSameSize(mask, dx, "DropoutBackward");
+  SameSize(dy, mask, "DropoutBackward mask");
+  SameSize(dy, dx, "DropoutBackward dx");
   MulGpu(ctx_, dy.data(), mask.data(), dx.data(), dx.size());
 }
 
 void CudaOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels,
                                          Tensor& probs, Tensor& loss_per_image) {
-  const int64_t n = logits.shape()[logits.shape().rank() - 1];
-  const int64_t k = logits.size() / n;
-  CHECK_EQ(labels.size(), n);
-  CHECK_EQ(loss_per_image.size(), n);
-  CheckSameSize(logits, probs, "SoftmaxCrossEntropyForward");
+  const op_shapes::SoftmaxDims d =
+      op_shapes::Softmax(logits, labels, probs, &loss_per_image, "SoftmaxCrossEntropyForward");
+  if (d.batch == 0) return;  // nothing to launch (as on the CPU)
   SoftmaxCrossEntropyForwardGpu(ctx_, logits.data(), labels.data(), probs.data(),
-                                loss_per_image.data(), I32(k, "classes"), I32(n, "batch"));
+                                loss_per_image.data(), I32(d.classes, "classes"),
+                                I32(d.batch, "batch"));
 }
 
 void CudaOps::SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
                                           Tensor& dlogits) {
-  const int64_t n = probs.shape()[probs.shape().rank() - 1];
-  const int64_t k = probs.size() / n;
-  CHECK_EQ(labels.size(), n);
-  CheckSameSize(probs, dlogits, "SoftmaxCrossEntropyBackward");
+  const op_shapes::SoftmaxDims d =
+      op_shapes::Softmax(probs, labels, dlogits, nullptr, "SoftmaxCrossEntropyBackward");
+  if (d.batch == 0) return;
   SoftmaxCrossEntropyBackwardGpu(ctx_, probs.data(), labels.data(), scale, dlogits.data(),
-                                 I32(k, "classes"), I32(n, "batch"));
+                                 I32(d.classes, "classes"), I32(d.batch, "batch"));
 }
 
 void CudaOps::SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) {
-  CheckSameSize(w, grad, "SgdUpdate");
-  CheckSameSize(w, velocity, "SgdUpdate");
+  SameSize(w, grad, "SgdUpdate grad");
+  SameSize(w, velocity, "SgdUpdate velocity");
   SgdUpdateGpu(ctx_, w.data(), grad.data(), velocity.data(), w.size(), p);
 }
 

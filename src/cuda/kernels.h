@@ -27,12 +27,13 @@ struct ConvLaunchInfo {
   int bm = 0;        // rows of the block tile
   bool vec = false;  // float4 batch loads (N % 4 == 0)
   int splits = 1;    // split-K factor (backward filter)
-  int version = 1;   // 1: ConvGemmKernel, 2/3: ConvGemmKernelV2 with 8/16-deep slices
+  int version = 1;   // 1: ConvGemmKernel (general path), 2/3: ConvGemmKernelV2, 8/16-deep slices
 };
 
-// Forward/backward-data kernel version: 0 picks per shape by timing them on first use
-// (default; the results are bit-identical), 1, 2 or 3 forces one (also
-// COLONNADE_CONV_GEMM=v1|v2|v3).
+// Forward/backward-data kernel version on the float4 path (batch a multiple of 4, aligned
+// tensors): 0 picks per shape by timing them on first use (default; the results are
+// bit-identical; autotune.h), 2 or 3 forces one (also COLONNADE_CONV_GEMM=v2|v3). The
+// general path has one version, 1.
 void SetConvGemmVersion(int version);
 
 ConvLaunchInfo ConvForwardGpu(const DeviceContext& ctx, const ConvDims& d, const ConvParams& p,

@@ -10,15 +10,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <string>
 #include <vector>
 
 #include "core/log.h"
 #include "core/philox.h"
+#include "cuda/autotune.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 
@@ -852,59 +849,17 @@ __global__ void SgdKernel(const SgdKernelParams p) {
 
 // ================================ launchers ========================================================
 
-// Max-pool backward version: 0 (default) times versions 2 and 3 on the first call of each
-// shape and keeps the faster (bit-identical results); 2 or 3 forces one (also
-// COLONNADE_POOL_BWD=v2|v3).
+// Max-pool backward versions 2 and 3 are bit-identical; the autotuner (autotune.h) times
+// them on the first call of each shape and keeps the faster, unless one is forced
+// (SetPoolBackwardVersion, COLONNADE_POOL_BWD=v2|v3). The emulator runs version 3.
 namespace {
-std::mutex g_pool_mu;
-int g_pool_version = -1;
-std::map<std::vector<int>, int> g_pool_tuned;
-
-template <typename Run>
-int ChoosePoolVersion(const DeviceContext& ctx, const std::vector<int>& key, const Run& run) {
-  {
-    std::lock_guard<std::mutex> lock(g_pool_mu);
-    if (g_pool_version < 0) {
-      const char* e = std::getenv("COLONNADE_POOL_BWD");
-      const std::string v = e == nullptr ? "" : e;
-      g_pool_version = v == "v2" ? 2 : v == "v3" ? 3 : 0;
-    }
-    if (g_pool_version != 0) return g_pool_version;
-    auto it = g_pool_tuned.find(key);
-    if (it != g_pool_tuned.end()) return it->second;
-  }
-#if defined(COLONNADE_CUDA_EMULATE)
-  (void)ctx;
-  (void)run;
-  return 3;
-#else
-  run(2);  // first launches load the modules
-  run(3);
-  cudaEvent_t e[3];
-  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventCreate(&x));
-  COLONNADE_CUDA_CHECK(cudaEventRecord(e[0], ctx.stream));
-  for (int i = 0; i < 3; ++i) run(2);
-  COLONNADE_CUDA_CHECK(cudaEventRecord(e[1], ctx.stream));
-  for (int i = 0; i < 3; ++i) run(3);
-  COLONNADE_CUDA_CHECK(cudaEventRecord(e[2], ctx.stream));
-  COLONNADE_CUDA_CHECK(cudaEventSynchronize(e[2]));
-  float t2 = 0, t3 = 0;
-  COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&t2, e[0], e[1]));
-  COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&t3, e[1], e[2]));
-  for (auto& x : e) COLONNADE_CUDA_CHECK(cudaEventDestroy(x));
-  const int best = t3 < t2 ? 3 : 2;
-  std::lock_guard<std::mutex> lock(g_pool_mu);
-  g_pool_tuned[key] = best;
-  return best;
-#endif
+KernelAutotuner& PoolBackwardTuner() {
+  static KernelAutotuner* tuner = new KernelAutotuner("COLONNADE_POOL_BWD", {2, 3}, 3);
+  return *tuner;
 }
 }  // namespace
 
-void SetPoolBackwardVersion(int version) {
-  std::lock_guard<std::mutex> lock(g_pool_mu);
-  g_pool_version = version;
-}
-
+void SetPoolBackwardVersion(int version) { PoolBackwardTuner().Force(version); }
 
 void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v) {
   Launch(FillKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, FillParams{y, n, v});
@@ -995,7 +950,7 @@ void PoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* y, c
       Launch(PoolMaxGatherKernel, in_grid, dim3(kBlock), ctx.stream, a);
     }
   };
-  run(ChoosePoolVersion(ctx, {c, h, w, n, pp.size, pp.stride, pp.pad}, run));
+  run(PoolBackwardTuner().Choose(ctx.stream, {c, h, w, n, pp.size, pp.stride, pp.pad}, run));
 }
 
 void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../op_shapes_cases.h"
 #include "absl/strings/str_format.h"
 #include "core/backend.h"
 #include "core/cpu_ops.h"
@@ -144,9 +145,10 @@ class ConvTest : public CudaTest, public ::testing::WithParamInterface<ConvCase>
   }
 };
 
-// Forward and backward data run each kernel version (1: register-staged, 2 and 3: cp.async
-// pipeline with 8- and 16-deep slices); each must match the CPU, and all of them each other
-// bit for bit.
+// Forward and backward data run each kernel version the autotuner races (2 and 3: cp.async
+// pipeline with 8- and 16-deep slices; shapes whose batch is not a multiple of 4 take the
+// general path, version 1, whatever is forced); each must match the CPU, and the versions
+// each other bit for bit.
 TEST_P(ConvTest, Forward) {
   const ConvParams p = Params();
   Tensor x = RandomCpu(XShape(), 1), w = RandomCpu(WShape(), 2);
@@ -154,7 +156,7 @@ TEST_P(ConvTest, Forward) {
   Cpu().ConvForward(x, w, ref, p);
   Tensor gx = OnGpu(x), gw = OnGpu(w);
   std::vector<std::vector<float>> outs;
-  for (int version : {1, 2, 3}) {
+  for (int version : {2, 3}) {
     cuda::SetConvGemmVersion(version);
     Tensor gy = Poisoned(YShape(), Device::kCUDA);
     Gpu().ConvForward(gx, gw, gy, p);
@@ -162,8 +164,7 @@ TEST_P(ConvTest, Forward) {
     outs.push_back(gy.ToHost());
   }
   cuda::SetConvGemmVersion(0);
-  EXPECT_EQ(outs[0], outs[1]) << "versions 1 and 2 differ";
-  EXPECT_EQ(outs[0], outs[2]) << "versions 1 and 3 differ";
+  EXPECT_EQ(outs[0], outs[1]) << "versions 2 and 3 differ";
 }
 
 TEST_P(ConvTest, BackwardData) {
@@ -173,7 +174,7 @@ TEST_P(ConvTest, BackwardData) {
   Cpu().ConvBackwardData(dy, w, ref, p);
   Tensor gdy = OnGpu(dy), gw = OnGpu(w);
   std::vector<std::vector<float>> outs;
-  for (int version : {1, 2, 3}) {
+  for (int version : {2, 3}) {
     cuda::SetConvGemmVersion(version);
     Tensor gdx = Poisoned(XShape(), Device::kCUDA);
     Gpu().ConvBackwardData(gdy, gw, gdx, p);
@@ -181,8 +182,7 @@ TEST_P(ConvTest, BackwardData) {
     outs.push_back(gdx.ToHost());
   }
   cuda::SetConvGemmVersion(0);
-  EXPECT_EQ(outs[0], outs[1]) << "versions 1 and 2 differ";
-  EXPECT_EQ(outs[0], outs[2]) << "versions 1 and 3 differ";
+  EXPECT_EQ(outs[0], outs[1]) << "versions 2 and 3 differ";
 }
 
 TEST_P(ConvTest, BackwardFilter) {
@@ -718,6 +718,44 @@ TEST_F(CudaTest, Cifar18TrainsLikeCpu) {
 TEST_F(CudaTest, AlexNetTwentyStepsLikeCpu) {
   if (kEmulated) GTEST_SKIP() << "AlexNet is too large for the emulator";
   ExpectSameTraining("alexnet", 224, 1000, 32, 20, 1e-4f, /*update_tol=*/1e-2, /*param_tol=*/0.1);
+}
+
+// ---- shape checks shared with CpuOps (core/op_shapes.h) --------------------------------------
+// Every call of tests/op_shapes_cases.h dies with the message the CPU gives (tests/core,
+// op_shapes_test.cc): the backends accept exactly the same calls.
+class CudaOpsShapes : public CudaTest, public ::testing::WithParamInterface<testing::BadOpsCall> {};
+
+TEST_P(CudaOpsShapes, Refused) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the backend (and emulator) run threads
+  const testing::BadOpsCall& c = GetParam();
+  EXPECT_DEATH(c.call(Gpu(), Device::kCUDA), c.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, CudaOpsShapes, ::testing::ValuesIn(testing::BadOpsCalls()),
+                         [](const ::testing::TestParamInfo<testing::BadOpsCall>& i) {
+                           return i.param.name;
+                         });
+
+// Floor-mode pooling (ResNet's stem) on the GPU, against the CPU: its output size is the
+// floor one, which the GPU used to check against the ceil-mode size only when asked.
+TEST_F(CudaTest, PoolingFloorMode) {
+  for (PoolParams::Kind kind : {PoolParams::kMax, PoolParams::kAvg}) {
+    PoolParams p = testing::MaxPool(3, 2, 1, false);
+    p.kind = kind;
+    const Shape xs{3, 8, 8, 5};
+    const int64_t o = PoolOutSize(8, 3, 2, 1, false);
+    const Shape ys{3, o, o, 5};
+    Tensor x = RandomCpu(xs, 81), y(ys, Device::kCPU);
+    Cpu().PoolForward(x, y, p);
+    Tensor gy = Poisoned(ys, Device::kCUDA);
+    Gpu().PoolForward(OnGpu(x), gy, p);
+    EXPECT_CLOSE(gy, y);
+    Tensor dy = RandomCpu(ys, 82), dx(xs, Device::kCPU);
+    Cpu().PoolBackward(x, y, dy, dx, p);
+    Tensor gdx = Poisoned(xs, Device::kCUDA);
+    Gpu().PoolBackward(OnGpu(x), OnGpu(y), OnGpu(dy), gdx, p);
+    EXPECT_CLOSE(gdx, dx);
+  }
 }
 
 }  // namespace
