@@ -403,6 +403,8 @@ struct ConvWgradParams {
 //                stored transposed), Bs[8][128+4]: x gathered at the taps of 128 columns
 //                (kVec: thread t owns column t/2 and loads 4 consecutive images as a float4).
 // Rows are padded by 4 floats so that the transposed stores do not share banks.
+// Long because the staging, the unrolled multiply and the split-K store share registers and
+// shared-memory indices: split into functions, nvcc spills (measured in earlier versions).
 template <int BM, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2) ConvWgradKernel(const ConvWgradParams p) {
   constexpr int TM = BM / 16;

@@ -359,6 +359,8 @@ __device__ __forceinline__ int64_t OutColumn(const TcGemmParams& p, int jj) {
 // Loads per stage: thread t copies A chunks t + T*i (row q / 4, chunk q % 4) and B chunks
 // t + T*i: K-row q / (BN/E), column chunk t % (BN/E) (fixed: E consecutive images of one
 // pixel with kVec, else E columns gathered one by one).
+// Long because the pipeline prologue, the main loop and the epilogue share the fragment
+// registers and the stage ring; each part is a commented block below.
 template <class Math, class Tl, class TIn, class TOut, bool kVec>
 __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcGemmKernel(const TcGemmParams p) {
   using S = typename Math::Smem;
@@ -607,6 +609,8 @@ struct TcWgradParams {
 // loads A chunks (rows t / 4 + (T/4)*i, chunk t % 4) and B chunks (columns t / 4 + (T/4)*i,
 // chunk t % 4): one j range per thread and slice, decomposed once (kVec: E images of one
 // pixel) or per element.
+// Long because, as in TcGemmKernel, the pipeline stages, the multiply and the split-K store
+// share fragment registers; each part is a commented block below.
 template <class Math, class Tl, class TX, class TD, bool kVec>
 __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const TcWgradParams p) {
   using S = typename Math::Smem;
