@@ -19,12 +19,6 @@
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 
-#if defined(COLONNADE_CUDA_EMULATE)
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-#endif
-
 namespace colonnade::cuda {
 namespace {
 

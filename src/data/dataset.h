@@ -22,6 +22,8 @@ struct DatasetInfo {
   std::vector<int64_t> class_counts;     // images per class
 };
 
+struct SyntheticRecipe;
+
 class Dataset {  // random access; Read is thread-safe
  public:
   virtual ~Dataset();
@@ -34,6 +36,9 @@ class Dataset {  // random access; Read is thread-safe
   // Mean image (height x width x channels float, pixel units 0..255) as stored with the
   // dataset; synthetic: computed at construction (see SyntheticOptions).
   virtual const std::vector<float>& mean_image() const = 0;
+  // For a dataset whose images are a pure function of their index that another device
+  // can compute (the synthetic one): how Read makes them. nullptr for stored datasets.
+  virtual const SyntheticRecipe* synthetic_recipe() const { return nullptr; }
 };
 
 // The synthetic dataset: class k is a smooth random colour pattern keyed by (seed, k);
@@ -53,6 +58,30 @@ struct SyntheticOptions {
   // mean_image() is computed (on its first call) over the first min(size, mean_images)
   // images.
   int64_t mean_images = 4096;
+};
+
+// Everything SyntheticDataset::Read computes an image from, as plain values, so that a GPU
+// kernel (src/cuda/feed_kernels.cu) can generate the same bytes without this module
+// linking CUDA. Image `index` (H x W x C uint8, interleaved):
+//   class k = index mod num_classes; r = Philox4x32(image_key, 0, index);
+//   dy, dx = multiply-shift of r.v[0], r.v[1] onto [0, 2*max_shift] - max_shift;
+//   contrast = 0.75 + 0.5 * u(r.v[2]); brightness = -20 + 40 * u(r.v[3]);
+//   pattern(y, x, c) = bilinear over the periodic kGrid x kGrid cell grid of class k at
+//   fy = y * kGrid / H, fx = x * kGrid / W (float), the shifted pixel ((y+dy) mod H,
+//   (x+dx) mod W); element e = (y*W + x)*C + c takes two bytes of noise word e of
+//   Philox4x32(image_key, 1 + index, e / 8): tri = (b0 + b1) / 255 - 1;
+//   v = 128 + (pattern - 128) * contrast + brightness + noise * tri, clamped to [0, 255],
+//   rounded half up. All in float, each operation rounded on its own (no FMA).
+struct SyntheticRecipe {
+  static constexpr int kGrid = 4;
+  int height = 0, width = 0, channels = 0;
+  int num_classes = 0;
+  uint64_t image_key = 0;
+  int max_shift = 0;  // resolved (never -1)
+  float noise = 0.f;
+  // grid[((k * kGrid + gy) * kGrid + gx) * 3 + c]: the colour of cell (gy, gx) of class k
+  // (3 entries per cell whatever the channel count; c < channels are used).
+  std::vector<float> grid;
 };
 
 // spec: "synthetic" (options from `synth`), "synthetic:train" / "synthetic:test" (same,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -67,6 +68,9 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
     return bad("pinned=true needs PipelineOptions::pinned_allocator (this module does not "
                "link CUDA)");
   }
+  if (o.pinned && o.output == BatchOutput::kSourceUint8 && !o.pinned_bytes_allocator) {
+    return bad("pinned=true with uint8 output needs PipelineOptions::pinned_bytes_allocator");
+  }
   // The batch tensor of this rank (queue_depth + 2 of them live at once): its size is
   // checked before anything is allocated, with overflow-checked products.
   {
@@ -79,6 +83,16 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
           "a batch of %d images of %dx%dx%d per rank is more than the limit of %d values "
           "(docs/LIMITS.md)", o.global_batch / o.dp_size, info.channels, side_h, side_w,
           kMaxBatchValues));
+    }
+    // The uint8 output holds the uncropped source images: the same limit, in bytes.
+    int64_t bytes = 0;
+    if (o.output == BatchOutput::kSourceUint8 &&
+        (!CheckedMul(static_cast<int64_t>(info.height) * info.width, info.channels, &bytes) ||
+         !CheckedMul(bytes, o.global_batch / o.dp_size, &bytes) || bytes > kMaxBatchValues)) {
+      return bad(absl::StrFormat(
+          "a uint8 batch of %d source images of %dx%dx%d per rank is more than the limit of "
+          "%d bytes (docs/LIMITS.md)", o.global_batch / o.dp_size, info.height, info.width,
+          info.channels, kMaxBatchValues));
     }
   }
   const size_t image_values = static_cast<size_t>(info.height) * info.width * info.channels;
@@ -162,10 +176,25 @@ Tensor BatchPipeline::AllocateLocked(const Shape& shape, bool images) {
   return Tensor(shape, Device::kCPU);
 }
 
+HostBytes BatchPipeline::AllocateBytesLocked(size_t bytes) {
+  for (size_t i = 0; i < free_pixels_.size(); ++i) {
+    if (free_pixels_[i].size() == bytes) {
+      HostBytes b = std::move(free_pixels_[i]);
+      free_pixels_.erase(free_pixels_.begin() + i);
+      return b;
+    }
+  }
+  if (o_.pinned) return o_.pinned_bytes_allocator(bytes);
+  return HostBytes(bytes);
+}
+
 void BatchPipeline::Recycle(Batch&& batch) {
   std::lock_guard<std::mutex> lock(mu_);
   // Keep at most a queue's worth: enough to reach a steady state without allocations.
   const size_t cap = static_cast<size_t>(o_.queue_depth) + 2;
+  if (!batch.pixels.empty() && free_pixels_.size() < cap) {
+    free_pixels_.push_back(std::move(batch.pixels));
+  }
   if (!batch.images.empty() && free_images_.size() < cap) {
     free_images_.push_back(std::move(batch.images));
   }
@@ -195,7 +224,14 @@ bool BatchPipeline::MaybeCreateJobLocked() {
   b.cursor = c;
   b.next = sampler_.Advance(c);
   b.global_count = count;
-  b.images = AllocateLocked(Shape::CHWN(cfg_.channels, cfg_.crop_h, cfg_.crop_w, job->n), true);
+  if (o_.output == BatchOutput::kFloatCHWN) {
+    b.images = AllocateLocked(Shape::CHWN(cfg_.channels, cfg_.crop_h, cfg_.crop_w, job->n), true);
+  } else {
+    b.augments.resize(job->n);
+  }
+  if (o_.output == BatchOutput::kSourceUint8) {
+    b.pixels = AllocateBytesLocked(static_cast<size_t>(job->n) * ImageBytes());
+  }
   b.labels = AllocateLocked(Shape::CHWN(1, 1, 1, job->n), false);
   b.indices.resize(job->n);
   next_job_cursor_ = b.next;
@@ -239,11 +275,14 @@ void BatchPipeline::ProcessChunk(Job* job, int64_t begin, int64_t end,
   const uint8_t* ptrs[kChunk];
   ImageAugment augs[kChunk];
   float* labels = b.labels.data();
+  const size_t image_bytes = ImageBytes();
   for (int j = 0; j < count; ++j) {
     const int64_t n = begin + j;
     const int64_t position = b.cursor.position + job->local_begin + n;  // global position
     const int64_t index = job->order ? (*job->order)[position] : position;
-    absl::StatusOr<int> label = ds_->Read(index, &(*px)[j]);
+    absl::StatusOr<int> label = o_.output == BatchOutput::kIndicesOnly
+                                    ? absl::StatusOr<int>(ds_->Label(index))
+                                    : ds_->Read(index, &(*px)[j]);
     if (!label.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (job->status.ok()) job->status = label.status();
@@ -254,8 +293,14 @@ void BatchPipeline::ProcessChunk(Job* job, int64_t begin, int64_t end,
     ptrs[j] = (*px)[j].data();
     augs[j] = DrawAugment(cfg_, o_.seed, b.cursor.epoch, position, o_.train, o_.mirror,
                           o_.lighting);
+    if (o_.output != BatchOutput::kFloatCHWN) b.augments[n] = augs[j];
+    if (o_.output == BatchOutput::kSourceUint8) {
+      std::memcpy(b.pixels.data() + static_cast<size_t>(n) * image_bytes, ptrs[j], image_bytes);
+    }
   }
-  WriteChunkCHWN(ptrs, augs, count, cfg_, b.images.data(), job->n, begin);
+  if (o_.output == BatchOutput::kFloatCHWN) {
+    WriteChunkCHWN(ptrs, augs, count, cfg_, b.images.data(), job->n, begin);
+  }
 }
 
 absl::StatusOr<Batch> BatchPipeline::Next() {

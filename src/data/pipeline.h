@@ -2,6 +2,14 @@
 // CHWN float batches in host memory (pinned when the caller supplies a pinned allocator).
 // The device copy is the trainer's job.
 //
+// Two other outputs serve a GPU feed that augments on the device (docs/DATA.md, "The GPU
+// feed"): BatchOutput::kSourceUint8 hands the decoded source images as uint8 plus each
+// image's ImageAugment (a quarter of the bytes of the float batch, and no float work on
+// the host); BatchOutput::kIndicesOnly hands only indices, labels and augments, for a
+// dataset the device generates itself (the synthetic one, Dataset::synthetic_recipe).
+// The augments are exactly the ones the float output applies, so a device that applies
+// them as WriteImageCHWN does produces the float batch bit for bit.
+//
 // What a rank receives is a pure function of (dataset, seed, global_batch, dp_rank,
 // dp_size, cursor): thread count, queue depth and timing never change a bit of it, and
 // the concatenation of the dp slices of a global batch is exactly the dp=1 batch.
@@ -22,6 +30,7 @@
 #include "core/tensor.h"
 #include "data/augment.h"
 #include "data/dataset.h"
+#include "data/host_bytes.h"
 #include "data/sampler.h"
 
 namespace colonnade::data {
@@ -30,6 +39,14 @@ namespace colonnade::data {
 // PipelineOptions::pinned is set. The trainer supplies one that allocates page-locked
 // memory (e.g. through the CUDA backend); this module never links CUDA.
 using HostTensorAllocator = std::function<Tensor(const Shape&)>;
+
+// What a Batch carries for its images.
+enum class BatchOutput {
+  kFloatCHWN,    // Batch::images: the augmented, normalised CHWN float batch (default)
+  kSourceUint8,  // Batch::pixels (the source images, uint8) + Batch::augments
+  kIndicesOnly,  // Batch::augments only: nothing is read, the consumer generates the
+                 // images from Batch::indices (labels come from Dataset::Label)
+};
 
 struct PipelineOptions {
   int64_t global_batch = 0;
@@ -60,13 +77,23 @@ struct PipelineOptions {
   int queue_depth = 4;    // batches prepared ahead of the consumer (ready or in progress)
   int64_t epochs = 0;     // stop after this many epochs from the start cursor (Next()
                           // returns OutOfRange); 0 = endless
-  bool pinned = false;    // allocate batches with `pinned_allocator` (required then)
+  bool pinned = false;    // allocate batches with `pinned_allocator` (required then) and,
+                          // for kSourceUint8, pixels with `pinned_bytes_allocator` (required)
   HostTensorAllocator pinned_allocator;
+  HostBytesAllocator pinned_bytes_allocator;
+  BatchOutput output = BatchOutput::kFloatCHWN;
 };
 
 struct Batch {
-  Tensor images;  // CHWN float, C x crop x crop x n, host (n = this rank's share)
+  Tensor images;  // kFloatCHWN: CHWN float, C x crop x crop x n, host (n = this rank's
+                  // share); empty in the other outputs
   Tensor labels;  // 1 x 1 x 1 x n, float class ids
+  // kSourceUint8: the n source images, n x H x W x C uint8 (image j at j*H*W*C,
+  // interleaved as Dataset::Read gives them); empty in the other outputs.
+  HostBytes pixels;
+  // kSourceUint8 and kIndicesOnly: image j's augmentation (DrawAugment, as the float
+  // output applies it; n entries); empty for kFloatCHWN.
+  std::vector<ImageAugment> augments;
   int64_t epoch = 0;
   int64_t index_in_epoch = 0;  // the global batch's position / global_batch
   Cursor cursor;               // cursor of this batch (its first global position)
@@ -100,7 +127,10 @@ class BatchPipeline {
   int64_t batches_per_epoch() const;
   // Images per batch of this rank for a full global batch.
   int64_t local_batch() const { return o_.global_batch / o_.dp_size; }
+  // The geometry and normalisation the pipeline applies (kFloatCHWN) or that a consumer
+  // of the other outputs must apply with each batch's augments.
   const AugmentConfig& augment_config() const { return cfg_; }
+  BatchOutput output() const { return o_.output; }
 
  private:
   struct Job;
@@ -110,6 +140,10 @@ class BatchPipeline {
   bool MaybeCreateJobLocked();
   void ProcessChunk(Job* job, int64_t begin, int64_t end, std::vector<std::vector<uint8_t>>* px);
   Tensor AllocateLocked(const Shape& shape, bool images);
+  HostBytes AllocateBytesLocked(size_t bytes);
+  size_t ImageBytes() const {  // one source image, H x W x C uint8
+    return static_cast<size_t>(cfg_.height) * cfg_.width * cfg_.channels;
+  }
 
   Dataset* ds_;
   PipelineOptions o_;
@@ -125,6 +159,7 @@ class BatchPipeline {
   bool stop_ = false;
   absl::Status failed_;
   std::vector<Tensor> free_images_, free_labels_;
+  std::vector<HostBytes> free_pixels_;
   std::vector<std::thread> threads_;
 };
 

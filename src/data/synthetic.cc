@@ -12,7 +12,8 @@
 namespace colonnade::data {
 namespace {
 
-constexpr int kGrid = 4;  // class patterns are bilinear on a periodic kGrid x kGrid grid
+constexpr int kGrid = SyntheticRecipe::kGrid;  // class patterns are bilinear on a periodic
+                                               // kGrid x kGrid grid
 
 class SyntheticDataset : public Dataset {
  public:
@@ -33,6 +34,7 @@ class SyntheticDataset : public Dataset {
     class_key_ = MixKey(MixKey(o.seed, static_cast<uint64_t>(RandomPurpose::kSynthetic)), 0);
     image_key_ = MixKey(MixKey(o.seed, static_cast<uint64_t>(RandomPurpose::kSynthetic)),
                         o.held_out ? 2 : 1);
+    BuildRecipe();
     BuildPatterns();
   }
 
@@ -41,6 +43,7 @@ class SyntheticDataset : public Dataset {
     std::call_once(mean_once_, [this] { ComputeMean(); });
     return mean_;
   }
+  const SyntheticRecipe* synthetic_recipe() const override { return &recipe_; }
   int Label(int64_t index) const override {
     return static_cast<int>(index % o_.num_classes);
   }
@@ -55,21 +58,37 @@ class SyntheticDataset : public Dataset {
   }
 
  private:
+  // The recipe's grid holds every class's cell colours; the patterns below are built from
+  // it, so the host and a device that reads the recipe start from the same floats.
+  void BuildRecipe() {
+    recipe_.height = o_.height;
+    recipe_.width = o_.width;
+    recipe_.channels = o_.channels;
+    recipe_.num_classes = o_.num_classes;
+    recipe_.image_key = image_key_;
+    recipe_.max_shift = max_shift_;
+    recipe_.noise = o_.noise;
+    recipe_.grid.assign(static_cast<size_t>(o_.num_classes) * kGrid * kGrid * 3, 0.f);
+    for (int k = 0; k < o_.num_classes; ++k) {
+      for (int gy = 0; gy < kGrid; ++gy) {
+        for (int gx = 0; gx < kGrid; ++gx) {
+          for (int c = 0; c < o_.channels; ++c) {
+            recipe_.grid[((static_cast<size_t>(k) * kGrid + gy) * kGrid + gx) * 3 + c] =
+                40.f + 175.f * PhiloxUniform(class_key_, k, (gy * kGrid + gx) * 3 + c);
+          }
+        }
+      }
+    }
+  }
+
   // Class patterns at full resolution: values in [40, 215] from a periodic grid of random
   // colours, bilinearly interpolated (smooth, and periodic so circular shifts are seamless).
   void BuildPatterns() {
     const int H = o_.height, W = o_.width, C = o_.channels;
     patterns_.resize(static_cast<size_t>(o_.num_classes) * H * W * C);
     for (int k = 0; k < o_.num_classes; ++k) {
-      float grid[kGrid][kGrid][3];
-      for (int gy = 0; gy < kGrid; ++gy) {
-        for (int gx = 0; gx < kGrid; ++gx) {
-          for (int c = 0; c < C; ++c) {
-            grid[gy][gx][c] =
-                40.f + 175.f * PhiloxUniform(class_key_, k, (gy * kGrid + gx) * 3 + c);
-          }
-        }
-      }
+      const float(*grid)[kGrid][3] = reinterpret_cast<const float(*)[kGrid][3]>(
+          recipe_.grid.data() + static_cast<size_t>(k) * kGrid * kGrid * 3);
       float* p = patterns_.data() + static_cast<size_t>(k) * H * W * C;
       for (int y = 0; y < H; ++y) {
         float fy = static_cast<float>(y) * kGrid / H;
@@ -144,6 +163,7 @@ class SyntheticDataset : public Dataset {
   DatasetInfo info_;
   int max_shift_ = 0;
   uint64_t class_key_ = 0, image_key_ = 0;
+  SyntheticRecipe recipe_;
   std::vector<float> patterns_;
   mutable std::once_flag mean_once_;
   mutable std::vector<float> mean_;  // computed on first use

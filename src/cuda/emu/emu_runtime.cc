@@ -409,6 +409,7 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
 
 // ---- runtime ------------------------------------------------------------------------------
 struct EmuStream {};
+struct EmuEvent {};
 struct EmuBlas {};
 
 const char* cudaGetErrorString(cudaError_t e) { return e == 0 ? "no error" : "emulated error"; }
@@ -473,6 +474,19 @@ cudaError_t cudaMemGetInfo(size_t* f, size_t* t) {
   *f = *t = size_t(1) << 32;
   return cudaSuccess;
 }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  *e = new EmuEvent;
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 
 cublasStatus_t cublasCreate(cublasHandle_t* h) {
   *h = new EmuBlas;

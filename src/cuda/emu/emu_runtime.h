@@ -68,6 +68,11 @@ inline T __ldg(const T* p) {
   return *p;
 }
 inline float __fdividef(float a, float b) { return a / b; }
+// Individually rounded float operations: what the CPU does anyway (x86-64 without FMA).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline unsigned __float_as_uint(float f) {
   unsigned u;
   std::memcpy(&u, &f, 4);
@@ -179,6 +184,17 @@ cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+// Events. Every emulated operation completes before its call returns, so an event is
+// complete as soon as it is recorded and waiting on one returns at once: the emulator
+// checks what is computed, not the ordering between streams (the GPU tests do that).
+enum { cudaEventDefault = 0, cudaEventDisableTiming = 2 };
+enum : int { cudaErrorNotReady = 600 };
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
 
 // ---- cuBLAS (column-major SGEMM only) ------------------------------------------------------
 typedef struct EmuBlas* cublasHandle_t;

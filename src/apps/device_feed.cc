@@ -1,0 +1,128 @@
+#include "apps/device_feed.h"
+
+#include <vector>
+
+#include "core/backend.h"
+#include "core/status_macros.h"
+
+namespace colonnade {
+
+namespace {
+
+cuda::FeedMean FeedMeanOf(data::MeanMode m) {
+  switch (m) {
+    case data::MeanMode::kImage: return cuda::FeedMean::kImage;
+    case data::MeanMode::kChannel: return cuda::FeedMean::kChannel;
+    case data::MeanMode::kNone: break;
+  }
+  return cuda::FeedMean::kNone;
+}
+
+cuda::FeedAugment FeedAugmentOf(const data::ImageAugment& a) {
+  cuda::FeedAugment f;
+  f.y0 = a.y0;
+  f.x0 = a.x0;
+  f.mirror = a.mirror ? 1 : 0;
+  for (int c = 0; c < 3; ++c) f.light[c] = a.light[c];
+  return f;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceFeed>> DeviceFeed::Create(const data::Dataset& ds,
+                                                               data::BatchPipeline* pipe) {
+  if (pipe == nullptr || pipe->output() == data::BatchOutput::kFloatCHWN) {
+    return absl::InvalidArgumentError("GPU feed: the pipeline must hand uint8 batches");
+  }
+  const data::AugmentConfig& a = pipe->augment_config();
+  cuda::FeedConfig cfg;
+  cfg.height = a.height;
+  cfg.width = a.width;
+  cfg.channels = a.channels;
+  cfg.crop_h = a.crop_h;
+  cfg.crop_w = a.crop_w;
+  cfg.mean = FeedMeanOf(a.mean);
+  cfg.scale = a.scale;
+  if (a.mean == data::MeanMode::kImage) cfg.mean_image = a.mean_image;
+  if (a.mean == data::MeanMode::kChannel) cfg.channel_mean = a.channel_mean;
+  cfg.max_batch = static_cast<int>(pipe->local_batch());
+  if (pipe->output() == data::BatchOutput::kIndicesOnly) {
+    const data::SyntheticRecipe* r = ds.synthetic_recipe();
+    if (r == nullptr) {
+      return absl::InvalidArgumentError(
+          "GPU feed: indices-only batches need a dataset the device can generate (synthetic)");
+    }
+    cfg.synthetic = true;
+    cuda::SyntheticGeometry& g = cfg.synthetic_geometry;
+    g.height = r->height;
+    g.width = r->width;
+    g.channels = r->channels;
+    g.num_classes = r->num_classes;
+    g.image_key = r->image_key;
+    g.max_shift = r->max_shift;
+    g.noise = r->noise;
+    cfg.synthetic_grid = r->grid;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::BatchFeed> feed, cuda::BatchFeed::Create(cfg));
+  return std::unique_ptr<DeviceFeed>(new DeviceFeed(pipe, std::move(feed)));
+}
+
+DeviceFeed::~DeviceFeed() { RecycleCopied(/*wait=*/true); }
+
+absl::Status DeviceFeed::Stage(const data::Batch& b) {
+  const int n = static_cast<int>(b.indices.size());
+  std::vector<cuda::FeedAugment> augs(b.augments.size());
+  for (size_t j = 0; j < augs.size(); ++j) augs[j] = FeedAugmentOf(b.augments[j]);
+  cuda::HostBatch hb;
+  hb.n = n;
+  hb.pixels = b.pixels.empty() ? nullptr : b.pixels.data();
+  hb.indices = b.indices.data();
+  hb.augments = augs.data();
+  hb.labels = b.labels.data();
+  ASSIGN_OR_RETURN(uint64_t ticket, feed_->Stage(hb));
+  tickets_.emplace_back(b.labels.data(), ticket);
+  return absl::OkStatus();
+}
+
+absl::Status DeviceFeed::Produce(Tensor* images, Tensor* labels) {
+  RETURN_IF_ERROR(feed_->Produce(images, labels));
+  RecycleCopied(/*wait=*/false);
+  return absl::OkStatus();
+}
+
+void DeviceFeed::Recycle(data::Batch&& b) {
+  uint64_t ticket = 0;
+  for (auto it = tickets_.begin(); it != tickets_.end(); ++it) {
+    if (it->first == b.labels.data()) {
+      ticket = it->second;
+      tickets_.erase(it);
+      break;
+    }
+  }
+  held_.emplace_back(ticket, std::move(b));
+  RecycleCopied(/*wait=*/false);
+}
+
+void DeviceFeed::RecycleCopied(bool wait) {
+  while (!held_.empty()) {
+    const uint64_t ticket = held_.front().first;
+    if (wait) {
+      feed_->WaitHostBatch(ticket);
+    } else if (!feed_->HostBatchDone(ticket)) {
+      return;  // copies finish in order: the later ones are not done either
+    }
+    pipe_->Recycle(std::move(held_.front().second));
+    held_.pop_front();
+  }
+}
+
+data::HostBytesAllocator PinnedBytesAllocator(Device for_device) {
+  return [for_device](size_t n) {
+    Backend* backend = GetBackend(for_device);
+    void* p = backend != nullptr ? backend->AllocateHostPinned(n > 0 ? n : 1) : nullptr;
+    if (p == nullptr) return data::HostBytes(n);
+    return data::HostBytes(p, n, [backend](void* q) { backend->FreeHostPinned(q); });
+  };
+}
+
+}  // namespace colonnade

@@ -1,0 +1,215 @@
+#include "cuda/batch_feed.h"
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/feed_kernels.h"
+#include "cuda/port.h"
+
+namespace colonnade::cuda {
+
+// One device slot: the buffers a staged batch is copied into, the pinned staging of its
+// augments and indices, and the two events that order the slot's reuse.
+struct BatchFeed::Slot {
+  uint8_t* pixels = nullptr;      // device, max_batch images (also the synthetic output)
+  FeedAugment* augs = nullptr;    // device
+  int64_t* indices = nullptr;     // device
+  float* labels = nullptr;        // device
+  FeedAugment* host_augs = nullptr;  // pinned
+  int64_t* host_indices = nullptr;   // pinned
+  cudaEvent_t copied = nullptr;    // copy stream: this slot's last copy has finished
+  cudaEvent_t consumed = nullptr;  // compute stream: the last Produce from it has finished
+  int n = 0;
+  uint64_t ticket = 0;  // of the batch it holds (0: none yet)
+};
+
+namespace {
+cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BatchFeed>> BatchFeed::Create(const FeedConfig& cfg) {
+  auto bad = [](const std::string& m) { return absl::InvalidArgumentError("GPU feed: " + m); };
+  if (ComputeStream() == nullptr) {
+    return absl::FailedPreconditionError("GPU feed: the CUDA backend is not registered");
+  }
+  if (cfg.height <= 0 || cfg.width <= 0 || cfg.channels <= 0 || cfg.channels > 4 ||
+      cfg.crop_h <= 0 || cfg.crop_w <= 0 || cfg.max_batch <= 0 || cfg.slots < 1) {
+    return bad(absl::StrFormat("invalid geometry %dx%dx%d crop %dx%d batch %d slots %d",
+                               cfg.height, cfg.width, cfg.channels, cfg.crop_h, cfg.crop_w,
+                               cfg.max_batch, cfg.slots));
+  }
+  const size_t image_values = static_cast<size_t>(cfg.height) * cfg.width * cfg.channels;
+  if (cfg.mean == FeedMean::kImage && cfg.mean_image.size() != image_values) {
+    return bad("the mean image has the wrong size");
+  }
+  if (cfg.mean == FeedMean::kChannel && cfg.channel_mean.size() != static_cast<size_t>(cfg.channels)) {
+    return bad("the channel mean has the wrong size");
+  }
+  if (cfg.synthetic) {
+    const SyntheticGeometry& s = cfg.synthetic_geometry;
+    if (s.height != cfg.height || s.width != cfg.width || s.channels != cfg.channels ||
+        s.num_classes <= 0 || s.max_shift < 0 ||
+        cfg.synthetic_grid.size() != static_cast<size_t>(s.num_classes) * 4 * 4 * 3) {
+      return bad("the synthetic recipe does not match the images");
+    }
+  }
+  return std::unique_ptr<BatchFeed>(new BatchFeed(cfg));
+}
+
+BatchFeed::BatchFeed(const FeedConfig& cfg) : cfg_(cfg) {
+  compute_stream_ = ComputeStream();
+  cudaStream_t copy = nullptr;
+  COLONNADE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
+  copy_stream_ = copy;
+  geometry_.height = cfg.height;
+  geometry_.width = cfg.width;
+  geometry_.channels = cfg.channels;
+  geometry_.crop_h = cfg.crop_h;
+  geometry_.crop_w = cfg.crop_w;
+  geometry_.mean = cfg.mean;
+  geometry_.scale = cfg.scale;
+  // The constant inputs, uploaded once (synchronously: they are small and used by every
+  // batch).
+  std::vector<float> means = cfg.mean_image;
+  means.insert(means.end(), cfg.channel_mean.begin(), cfg.channel_mean.end());
+  if (!means.empty()) {
+    COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_mean_), means.size() * 4));
+    COLONNADE_CUDA_CHECK(cudaMemcpy(device_mean_, means.data(), means.size() * 4,
+                                    cudaMemcpyHostToDevice));
+    geometry_.mean_image = device_mean_;
+    geometry_.channel_mean = device_mean_ + cfg.mean_image.size();
+  }
+  if (cfg.synthetic) {
+    synthetic_ = cfg.synthetic_geometry;
+    const size_t bytes = cfg.synthetic_grid.size() * 4;
+    COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_grid_), bytes));
+    COLONNADE_CUDA_CHECK(cudaMemcpy(device_grid_, cfg.synthetic_grid.data(), bytes,
+                                    cudaMemcpyHostToDevice));
+    synthetic_.grid = device_grid_;
+  }
+  const size_t n = static_cast<size_t>(cfg.max_batch);
+  const size_t image_bytes = static_cast<size_t>(cfg.height) * cfg.width * cfg.channels;
+  for (int i = 0; i < cfg.slots; ++i) {
+    auto s = std::make_unique<Slot>();
+    COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s->pixels), n * image_bytes));
+    COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s->augs), n * sizeof(FeedAugment)));
+    COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s->indices), n * sizeof(int64_t)));
+    COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s->labels), n * sizeof(float)));
+    COLONNADE_CUDA_CHECK(
+        cudaMallocHost(reinterpret_cast<void**>(&s->host_augs), n * sizeof(FeedAugment)));
+    COLONNADE_CUDA_CHECK(
+        cudaMallocHost(reinterpret_cast<void**>(&s->host_indices), n * sizeof(int64_t)));
+    COLONNADE_CUDA_CHECK(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming));
+    COLONNADE_CUDA_CHECK(cudaEventCreateWithFlags(&s->consumed, cudaEventDisableTiming));
+    slots_.push_back(std::move(s));
+  }
+}
+
+BatchFeed::~BatchFeed() {
+  for (auto& s : slots_) {
+    COLONNADE_CUDA_CHECK(cudaEventSynchronize(s->copied));
+    COLONNADE_CUDA_CHECK(cudaEventSynchronize(s->consumed));
+    COLONNADE_CUDA_CHECK(cudaEventDestroy(s->copied));
+    COLONNADE_CUDA_CHECK(cudaEventDestroy(s->consumed));
+    COLONNADE_CUDA_CHECK(cudaFree(s->pixels));
+    COLONNADE_CUDA_CHECK(cudaFree(s->augs));
+    COLONNADE_CUDA_CHECK(cudaFree(s->indices));
+    COLONNADE_CUDA_CHECK(cudaFree(s->labels));
+    COLONNADE_CUDA_CHECK(cudaFreeHost(s->host_augs));
+    COLONNADE_CUDA_CHECK(cudaFreeHost(s->host_indices));
+  }
+  if (device_mean_) COLONNADE_CUDA_CHECK(cudaFree(device_mean_));
+  if (device_grid_) COLONNADE_CUDA_CHECK(cudaFree(device_grid_));
+  COLONNADE_CUDA_CHECK(cudaStreamDestroy(AsStream(copy_stream_)));
+}
+
+absl::StatusOr<uint64_t> BatchFeed::Stage(const HostBatch& b) {
+  if (staged_ >= static_cast<int>(slots_.size())) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "GPU feed: all %d slots hold a staged batch; Produce one first", slots_.size()));
+  }
+  if (b.n < 0 || b.n > cfg_.max_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("GPU feed: batch of %d images, the feed holds %d", b.n, cfg_.max_batch));
+  }
+  if (b.n > 0 && (b.augments == nullptr || b.labels == nullptr ||
+                  (cfg_.synthetic ? b.indices == nullptr : b.pixels == nullptr))) {
+    return absl::InvalidArgumentError("GPU feed: the batch lacks a buffer");
+  }
+  const uint64_t ticket = ++tickets_;
+  Slot& s = *slots_[(ticket - 1) % slots_.size()];
+  cudaStream_t copy = AsStream(copy_stream_);
+  // The staging buffers are refilled below: the slot's previous copy must have read them.
+  COLONNADE_CUDA_CHECK(cudaEventSynchronize(s.copied));
+  // The device buffers are overwritten: the compute stream must be done with them.
+  COLONNADE_CUDA_CHECK(cudaStreamWaitEvent(copy, s.consumed, 0));
+  s.n = b.n;
+  s.ticket = ticket;
+  const size_t n = static_cast<size_t>(b.n);
+  if (n > 0) {
+    std::memcpy(s.host_augs, b.augments, n * sizeof(FeedAugment));
+    COLONNADE_CUDA_CHECK(cudaMemcpyAsync(s.augs, s.host_augs, n * sizeof(FeedAugment),
+                                         cudaMemcpyHostToDevice, copy));
+    if (cfg_.synthetic) {
+      std::memcpy(s.host_indices, b.indices, n * sizeof(int64_t));
+      COLONNADE_CUDA_CHECK(cudaMemcpyAsync(s.indices, s.host_indices, n * sizeof(int64_t),
+                                           cudaMemcpyHostToDevice, copy));
+    } else {
+      const size_t bytes = n * cfg_.height * cfg_.width * cfg_.channels;
+      COLONNADE_CUDA_CHECK(
+          cudaMemcpyAsync(s.pixels, b.pixels, bytes, cudaMemcpyHostToDevice, copy));
+    }
+    COLONNADE_CUDA_CHECK(cudaMemcpyAsync(s.labels, b.labels, n * sizeof(float),
+                                         cudaMemcpyHostToDevice, copy));
+  }
+  COLONNADE_CUDA_CHECK(cudaEventRecord(s.copied, copy));
+  ++staged_;
+  return ticket;
+}
+
+absl::Status BatchFeed::Produce(Tensor* images, Tensor* labels) {
+  if (staged_ == 0) return absl::FailedPreconditionError("GPU feed: no batch is staged");
+  Slot& s = *slots_[produced_ % slots_.size()];
+  const Shape want = Shape::CHWN(cfg_.channels, cfg_.crop_h, cfg_.crop_w, s.n);
+  if (images == nullptr || labels == nullptr || images->device() != Device::kCUDA ||
+      labels->device() != Device::kCUDA || images->shape() != want || labels->size() != s.n) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "GPU feed: Produce needs CUDA tensors of %s and %d labels", want.ToString(), s.n));
+  }
+  cudaStream_t compute = AsStream(compute_stream_);
+  COLONNADE_CUDA_CHECK(cudaStreamWaitEvent(compute, s.copied, 0));
+  if (cfg_.synthetic) SyntheticImagesGpu(compute, synthetic_, s.indices, s.n, s.pixels);
+  AugmentBatchGpu(compute, geometry_, s.pixels, s.augs, s.n, images->data());
+  if (s.n > 0) {
+    COLONNADE_CUDA_CHECK(cudaMemcpyAsync(labels->data(), s.labels, s.n * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, compute));
+  }
+  COLONNADE_CUDA_CHECK(cudaEventRecord(s.consumed, compute));
+  ++produced_;
+  --staged_;
+  return absl::OkStatus();
+}
+
+BatchFeed::Slot* BatchFeed::SlotOf(uint64_t ticket) {
+  if (ticket == 0 || ticket > tickets_) return nullptr;
+  Slot* s = slots_[(ticket - 1) % slots_.size()].get();
+  // A slot restaged since has waited for this ticket's copy (Stage synchronises on it).
+  return s->ticket == ticket ? s : nullptr;
+}
+
+bool BatchFeed::HostBatchDone(uint64_t ticket) {
+  Slot* s = SlotOf(ticket);
+  if (s == nullptr) return true;
+  const cudaError_t e = cudaEventQuery(s->copied);
+  if (e == cudaSuccess) return true;
+  if (e != cudaErrorNotReady) COLONNADE_CUDA_CHECK(e);
+  (void)cudaGetLastError();  // cudaErrorNotReady is no error
+  return false;
+}
+
+void BatchFeed::WaitHostBatch(uint64_t ticket) {
+  if (Slot* s = SlotOf(ticket)) COLONNADE_CUDA_CHECK(cudaEventSynchronize(s->copied));
+}
+
+}  // namespace colonnade::cuda

@@ -1,0 +1,120 @@
+// The device side of the GPU feed: uint8 batches (or, for the synthetic dataset, only
+// indices) are copied to the GPU on a copy stream of their own, and turned into the
+// network's CHWN float input by feed_kernels.cu on the compute stream.
+//
+//   Stage(b)    enqueues on the copy stream the copy of batch b's host buffers into the
+//               next device slot, after the compute stream has finished reading what
+//               that slot held before (event `consumed`); records event `copied`.
+//   Produce()   enqueues on the compute stream (cuda_backend.h ComputeStream()), after
+//               `copied` of the oldest staged slot: [generate the synthetic images,]
+//               augment into `images`, copy the labels; records `consumed`.
+//   HostBatchDone(ticket)  whether the copy of the batch staged with that ticket has
+//               finished, i.e. its host buffers may be refilled (BatchPipeline::Recycle).
+//
+// With two or more slots the copy of batch k+1 (Stage after Produce(k)) overlaps step k's
+// compute. Stage blocks only on the copy of the batch that last used the slot (its small
+// pinned staging buffers are refilled), never on compute. The pixels and labels of a
+// staged batch must stay untouched until HostBatchDone says so; the augments and indices
+// are copied into the feed's own pinned buffers during Stage.
+//
+// The parameter types are this module's (feed_kernels.h): src/apps/device_feed.h builds
+// them from the data module's batch and recipe. In a build without CUDA the class
+// compiles and Create returns Unavailable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+#include "cuda/feed_types.h"
+
+namespace colonnade::cuda {
+
+struct FeedConfig {
+  // Augmentation (FeedGeometry without the device pointers; the feed uploads the means).
+  int height = 0, width = 0, channels = 0, crop_h = 0, crop_w = 0;
+  FeedMean mean = FeedMean::kNone;
+  float scale = 1.0f;
+  std::vector<float> mean_image;    // height*width*channels for kImage
+  std::vector<float> channel_mean;  // channels for kChannel
+  int max_batch = 0;                // largest n a batch may have
+  int slots = 2;                    // device slots (>= 2 for the copy/compute overlap)
+  // Set to generate the images on the device from indices (SyntheticGeometry without the
+  // grid pointer; the feed uploads `synthetic_grid`).
+  bool synthetic = false;
+  SyntheticGeometry synthetic_geometry;
+  std::vector<float> synthetic_grid;  // num_classes x 4 x 4 x 3
+};
+
+// One batch as Stage reads it: host memory.
+struct HostBatch {
+  int n = 0;
+  const uint8_t* pixels = nullptr;        // n x H x W x C (not for synthetic); pinned for
+                                          // an asynchronous copy
+  const int64_t* indices = nullptr;       // n dataset indices (synthetic)
+  const FeedAugment* augments = nullptr;  // n
+  const float* labels = nullptr;          // n; pinned for an asynchronous copy
+};
+
+#if defined(COLONNADE_WITH_CUDA) && COLONNADE_WITH_CUDA
+
+class BatchFeed {
+ public:
+  // Needs the registered CUDA backend (RegisterBackend); allocates the slots.
+  static absl::StatusOr<std::unique_ptr<BatchFeed>> Create(const FeedConfig& cfg);
+  ~BatchFeed();  // waits for the feed's work in flight
+  BatchFeed(const BatchFeed&) = delete;
+  BatchFeed& operator=(const BatchFeed&) = delete;
+
+  // Enqueues the copy of `b` into the next slot; returns its ticket (1, 2, ...).
+  // FailedPrecondition when every slot holds a staged batch not yet produced.
+  absl::StatusOr<uint64_t> Stage(const HostBatch& b);
+  // Enqueues the making of the oldest staged batch into `images` (CUDA tensor,
+  // C x crop_h x crop_w x n) and `labels` (CUDA, n elements). FailedPrecondition when
+  // nothing is staged, InvalidArgument for a tensor of the wrong shape or device.
+  absl::Status Produce(Tensor* images, Tensor* labels);
+  // Whether the host buffers of the batch staged with `ticket` may be reused (never
+  // blocks); WaitHostBatch blocks until they may.
+  bool HostBatchDone(uint64_t ticket);
+  void WaitHostBatch(uint64_t ticket);
+  int staged() const { return staged_; }  // staged, not yet produced
+
+ private:
+  struct Slot;
+  explicit BatchFeed(const FeedConfig& cfg);
+  Slot* SlotOf(uint64_t ticket);
+
+  FeedConfig cfg_;
+  FeedGeometry geometry_{};
+  SyntheticGeometry synthetic_{};
+  void* copy_stream_ = nullptr;     // cudaStream_t
+  void* compute_stream_ = nullptr;  // cudaStream_t (the backend's)
+  float* device_mean_ = nullptr;  // mean image, then channel mean
+  float* device_grid_ = nullptr;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  uint64_t tickets_ = 0;  // tickets handed out; batch t lives in slot (t - 1) % slots
+  uint64_t produced_ = 0;
+  int staged_ = 0;
+};
+
+#else  // no CUDA: the same names, unavailable
+
+class BatchFeed {
+ public:
+  static absl::StatusOr<std::unique_ptr<BatchFeed>> Create(const FeedConfig&) {
+    return absl::UnavailableError("this build has no CUDA backend: no GPU feed");
+  }
+  absl::StatusOr<uint64_t> Stage(const HostBatch&) { return absl::UnavailableError("no CUDA"); }
+  absl::Status Produce(Tensor*, Tensor*) { return absl::UnavailableError("no CUDA"); }
+  bool HostBatchDone(uint64_t) { return true; }
+  void WaitHostBatch(uint64_t) {}
+  int staged() const { return 0; }
+};
+
+#endif
+
+}  // namespace colonnade::cuda

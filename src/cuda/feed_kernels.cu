@@ -1,0 +1,171 @@
+// The GPU feed's kernels (declared in feed_kernels.h): the augmentation of a uint8 batch
+// into the CHWN float batch, and the synthetic dataset's images generated on the device.
+//
+// Both must equal the CPU's results bit for bit (data/augment.cc, data/synthetic.cc), so
+// every float operation is written as an explicitly rounded intrinsic (__fadd_rn, ...)
+// in the CPU's order of evaluation, and the file is also built with --fmad=false: nothing
+// is contracted into an FMA, which rounds once where the CPU rounds twice.
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/philox.h"
+#include "cuda/feed_kernels.h"
+#include "cuda/port.h"
+
+namespace colonnade::cuda {
+namespace {
+
+// ---- augmentation ------------------------------------------------------------------------
+
+constexpr int kAugImages = 32;  // images per block (threadIdx.x)
+constexpr int kAugCols = 8;     // output columns per block (threadIdx.y)
+
+struct AugmentParams {
+  FeedGeometry g;
+  const uint8_t* src;       // n x H x W x C
+  const FeedAugment* augs;  // n
+  int n;
+  float* out;  // C x crop_h x crop_w x n
+};
+
+// Block (32, 8), grid (ceil(crop_w / 8), crop_h, ceil(n / 32)): thread (j, x) of block
+// (bx, y, bz) writes output pixel (y, bx * 8 + x) of image bz * 32 + j for every channel.
+// Consecutive threads take consecutive images, so each store of a CHWN row coalesces; the
+// C bytes of the source pixel are adjacent and read together. The arithmetic per value is
+// WriteImageCHWN's: v = pixel; v -= mean (image mode); (v + offset) * scale, offset =
+// light (- channel mean).
+__global__ void __launch_bounds__(kAugImages * kAugCols) AugmentKernel(AugmentParams p) {
+  const FeedGeometry& g = p.g;
+  const int j = blockIdx.z * kAugImages + threadIdx.x;
+  const int x = blockIdx.x * kAugCols + threadIdx.y;
+  const int y = blockIdx.y;
+  if (j >= p.n || x >= g.crop_w) return;
+  const FeedAugment a = p.augs[j];
+  const int sy = a.y0 + y;
+  const int sx = a.mirror ? a.x0 + g.crop_w - 1 - x : a.x0 + x;
+  const bool inside = sy >= 0 && sy < g.height && sx >= 0 && sx < g.width;
+  const int64_t plane = static_cast<int64_t>(g.crop_h) * g.crop_w * p.n;  // one channel
+  float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + j;
+  const int64_t e = inside ? (static_cast<int64_t>(sy) * g.width + sx) * g.channels : 0;
+  const uint8_t* px =
+      p.src + static_cast<int64_t>(j) * g.height * g.width * g.channels + e;
+  for (int c = 0; c < g.channels; ++c) {
+    float v = 0.0f;  // padding
+    if (inside) {
+      float offset = c < 3 ? a.light[c] : 0.0f;
+      if (g.mean == FeedMean::kChannel) offset = __fsub_rn(offset, g.channel_mean[c]);
+      v = static_cast<float>(px[c]);
+      if (g.mean == FeedMean::kImage) v = __fsub_rn(v, __ldg(g.mean_image + e + c));
+      v = __fmul_rn(__fadd_rn(v, offset), g.scale);
+    }
+    dst[c * plane] = v;
+  }
+}
+
+// ---- synthetic images ----------------------------------------------------------------------
+
+constexpr int kSynthBlock = 256;
+constexpr int kGrid = 4;        // data::SyntheticRecipe::kGrid
+constexpr int kMaxGridY = 65535;
+
+struct SynthParams {
+  SyntheticGeometry g;
+  const int64_t* indices;  // n
+  int n;
+  int64_t groups;  // ceil(H * W * C / 8): 8-byte groups per image
+  uint8_t* out;    // n x H x W x C
+};
+
+// Pattern value of class grid `cells` (kGrid x kGrid x 3) at pixel (y, x), channel c:
+// SyntheticDataset::BuildPatterns' bilinear interpolation, operation by operation.
+__device__ __forceinline__ float PatternValue(const float* cells, int y, int x, int c, int H,
+                                              int W) {
+  const float fy = __fdiv_rn(__fmul_rn(static_cast<float>(y), static_cast<float>(kGrid)),
+                             static_cast<float>(H));
+  const int y0 = static_cast<int>(fy);
+  const float ty = __fsub_rn(fy, static_cast<float>(y0));
+  const float fx = __fdiv_rn(__fmul_rn(static_cast<float>(x), static_cast<float>(kGrid)),
+                             static_cast<float>(W));
+  const int x0 = static_cast<int>(fx);
+  const float tx = __fsub_rn(fx, static_cast<float>(x0));
+  const int y1 = (y0 + 1) % kGrid, x1 = (x0 + 1) % kGrid;
+  auto cell = [&](int gy, int gx) { return __ldg(cells + (gy * kGrid + gx) * 3 + c); };
+  const float utx = __fsub_rn(1.0f, tx), uty = __fsub_rn(1.0f, ty);
+  const float top = __fadd_rn(__fmul_rn(utx, cell(y0, x0)), __fmul_rn(tx, cell(y0, x1)));
+  const float bottom = __fadd_rn(__fmul_rn(utx, cell(y1, x0)), __fmul_rn(tx, cell(y1, x1)));
+  return __fadd_rn(__fmul_rn(uty, top), __fmul_rn(ty, bottom));
+}
+
+// Block 256, grid (ceil(groups / 256), min(n, 65535)), striding over images by gridDim.y:
+// each thread makes the 8 consecutive bytes of one image that share one Philox noise
+// block (SyntheticDataset::Generate draws block e / 8 for element e). The per-image
+// parameters (one Philox block) are recomputed by every thread: ten rounds of integer
+// work, cheaper than a second kernel or a shared-memory broadcast.
+__global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
+  const SyntheticGeometry& g = p.g;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kSynthBlock + threadIdx.x;
+  if (t >= p.groups) return;
+  const int64_t elems = static_cast<int64_t>(g.height) * g.width * g.channels;
+  for (int j = blockIdx.y; j < p.n; j += gridDim.y) {
+    const int64_t index = p.indices[j];
+    const uint64_t u = static_cast<uint64_t>(index);
+    const float* cells = g.grid + (index % g.num_classes) * kGrid * kGrid * 3;
+    const Philox4 r = Philox4x32(g.image_key, 0, u);
+    const uint64_t span = static_cast<uint64_t>(2 * g.max_shift + 1);
+    const int dy = static_cast<int>((static_cast<uint64_t>(r.v[0]) * span) >> 32) - g.max_shift;
+    const int dx = static_cast<int>((static_cast<uint64_t>(r.v[1]) * span) >> 32) - g.max_shift;
+    const float contrast = __fadd_rn(0.75f, __fmul_rn(0.5f, UniformFromBits(r.v[2])));
+    const float brightness = __fadd_rn(-20.f, __fmul_rn(40.f, UniformFromBits(r.v[3])));
+    const Philox4 noise = Philox4x32(g.image_key, 1 + u, static_cast<uint64_t>(t));
+    uint8_t* out = p.out + j * elems;
+    for (int i = 0; i < 8; ++i) {
+      const int64_t e = t * 8 + i;
+      if (e >= elems) break;
+      const int c = static_cast<int>(e % g.channels);
+      const int64_t pixel = e / g.channels;
+      const int x = static_cast<int>(pixel % g.width), y = static_cast<int>(pixel / g.width);
+      const int sy = ((y + dy) % g.height + g.height) % g.height;
+      const int sx = ((x + dx) % g.width + g.width) % g.width;
+      const float pattern = PatternValue(cells, sy, sx, c, g.height, g.width);
+      const uint32_t word = noise.v[i / 2];
+      const int shift = (i % 2) * 16;
+      const float tri = __fsub_rn(
+          __fdiv_rn(__fadd_rn(static_cast<float>((word >> shift) & 0xFF),
+                              static_cast<float>((word >> (shift + 8)) & 0xFF)),
+                    255.f),
+          1.f);
+      // 128 + (pattern - 128) * contrast + brightness + noise * tri, left to right.
+      float v = __fadd_rn(128.f, __fmul_rn(__fsub_rn(pattern, 128.f), contrast));
+      v = __fadd_rn(v, brightness);
+      v = __fadd_rn(v, __fmul_rn(g.noise, tri));
+      v = 0.f < v ? v : 0.f;        // std::max(0.f, v)
+      v = v < 255.f ? v : 255.f;    // std::min(255.f, v)
+      out[e] = static_cast<uint8_t>(static_cast<int>(__fadd_rn(v, 0.5f)));
+    }
+  }
+}
+
+}  // namespace
+
+void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src,
+                     const FeedAugment* augs, int n, float* out) {
+  if (n <= 0 || g.crop_h <= 0 || g.crop_w <= 0) return;
+  AugmentParams p{g, src, augs, n, out};
+  const dim3 grid(static_cast<unsigned>(CeilDiv(g.crop_w, kAugCols)),
+                  static_cast<unsigned>(g.crop_h),
+                  static_cast<unsigned>(CeilDiv(n, kAugImages)));
+  Launch(AugmentKernel, grid, dim3(kAugImages, kAugCols), stream, p);
+}
+
+void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const int64_t* indices,
+                        int n, uint8_t* out) {
+  if (n <= 0) return;
+  const int64_t elems = static_cast<int64_t>(g.height) * g.width * g.channels;
+  SynthParams p{g, indices, n, CeilDiv(elems, 8), out};
+  const dim3 grid(static_cast<unsigned>(CeilDiv(p.groups, kSynthBlock)),
+                  static_cast<unsigned>(std::min(n, kMaxGridY)));
+  Launch(SyntheticKernel, grid, dim3(kSynthBlock), stream, p);
+}
+
+}  // namespace colonnade::cuda

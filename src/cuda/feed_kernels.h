@@ -1,0 +1,29 @@
+// Kernels of the GPU feed (feed_kernels.cu): the device half of the batch pipeline's uint8
+// output. They take plain parameter structs rather than the data module's types (this
+// module depends on core only); src/apps/device_feed.cc translates. See docs/DATA.md,
+// "The GPU feed", and batch_feed.h for the class that drives them.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/feed_types.h"
+#include "cuda/port.h"
+
+namespace colonnade::cuda {
+
+// out (C x crop_h x crop_w x n, CHWN float) = the augmented, normalised batch of the n
+// source images src (n x H x W x C uint8, image j at j*H*W*C) with augs[j] (n, device):
+//   out[c][y][x][j] = (src_j[sy][sx][c] - mean[sy][sx][c] + light_j[c]) * scale
+// with sy = y0 + y, sx = x0 + x (x0 + crop_w - 1 - x mirrored), 0.0f where (sy, sx) is
+// outside the image; the kChannel mean enters as (light - channel_mean) like the CPU's.
+// Bitwise equal to data::WriteImageCHWN / WriteChunkCHWN (each operation rounded on its
+// own). Queued on `stream`.
+void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src,
+                     const FeedAugment* augs, int n, float* out);
+
+// out (n x H x W x C uint8) = the synthetic images indices[0..n) (device, n), bitwise
+// equal to SyntheticDataset::Read. Queued on `stream`.
+void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const int64_t* indices,
+                        int n, uint8_t* out);
+
+}  // namespace colonnade::cuda
