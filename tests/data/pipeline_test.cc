@@ -879,5 +879,146 @@ TEST(PipelineTest, SyntheticIsLearnableAndSplitsAreDisjoint) {
   EXPECT_EQ(a, b);
 }
 
+
+// ---- uint8 and indices-only outputs (the GPU feed's host half) -------------------------------
+
+namespace feed {
+
+// The float batch a consumer of a uint8 batch must produce: WriteImageCHWN of every source
+// image with its augment.
+Tensor ApplyOnHost(const Batch& b, const AugmentConfig& cfg) {
+  const int64_t n = static_cast<int64_t>(b.indices.size());
+  Tensor out(Shape::CHWN(cfg.channels, cfg.crop_h, cfg.crop_w, n));
+  const size_t image = static_cast<size_t>(cfg.height) * cfg.width * cfg.channels;
+  for (int64_t j = 0; j < n; ++j) {
+    WriteImageCHWN(b.pixels.data() + j * image, cfg, b.augments[j], out.data(), n, j);
+  }
+  return out;
+}
+
+void ExpectSameAugment(const ImageAugment& a, const ImageAugment& b) {
+  EXPECT_EQ(a.y0, b.y0);
+  EXPECT_EQ(a.x0, b.x0);
+  EXPECT_EQ(a.mirror, b.mirror);
+  EXPECT_EQ(std::memcmp(a.light, b.light, sizeof(a.light)), 0);
+}
+
+}  // namespace feed
+
+// A uint8 batch carries exactly the float batch: its pixels are Read's bytes, its augments
+// the ones the float output applied, so applying them on the host gives the float batch
+// bit for bit (padding, mirror, lighting, image and channel mean, dp slices, two epochs).
+TEST(FeedOutputTest, Uint8BatchesAreTheFloatBatchesBeforeAugmentation) {
+  auto ds = MakeSyntheticDataset(SmallSynth(70));
+  ASSERT_TRUE(ds.ok());
+  for (const char* mean : {"image", "channel", "none"}) {
+    for (int dp_rank : {0, 2}) {
+      SCOPED_TRACE(absl::StrCat(mean, " dp_rank ", dp_rank));
+      PipelineOptions o = TrainOptions(33);
+      o.mean = mean;
+      o.pad = 3;
+      o.dp_rank = dp_rank;
+      o.dp_size = 3;
+      o.threads = 3;
+      std::vector<Batch> want = Take(ds->get(), o, 4);
+      o.output = BatchOutput::kSourceUint8;
+      absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(ds->get(), o);
+      ASSERT_TRUE(p.ok()) << p.status();
+      const AugmentConfig& cfg = (*p)->augment_config();
+      const size_t image = 16 * 16 * 3;
+      for (const Batch& w : want) {
+        absl::StatusOr<Batch> b = (*p)->Next();
+        ASSERT_TRUE(b.ok()) << b.status();
+        EXPECT_TRUE(b->images.empty());
+        ASSERT_EQ(b->pixels.size(), b->indices.size() * image);
+        ASSERT_EQ(b->augments.size(), b->indices.size());
+        EXPECT_EQ(b->indices, w.indices);
+        EXPECT_EQ(b->labels.ToHost(), w.labels.ToHost());
+        EXPECT_EQ(b->cursor, w.cursor);
+        EXPECT_EQ(b->next, w.next);
+        std::vector<uint8_t> px;
+        for (size_t j = 0; j < b->indices.size(); ++j) {
+          ASSERT_TRUE((*ds)->Read(b->indices[j], &px).ok());
+          ASSERT_EQ(std::memcmp(px.data(), b->pixels.data() + j * image, image), 0) << j;
+        }
+        Tensor got = feed::ApplyOnHost(*b, cfg);
+        ExpectSliceEqual(w.images, 0, got);
+        (*p)->Recycle(std::move(*b));
+      }
+    }
+  }
+}
+
+// Indices-only batches are the uint8 batches without pixels: same indices, labels and
+// augments.
+TEST(FeedOutputTest, IndicesOnlyBatchesCarryIndicesLabelsAndAugments) {
+  auto ds = MakeSyntheticDataset(SmallSynth(70));
+  ASSERT_TRUE(ds.ok());
+  PipelineOptions o = TrainOptions(16);
+  o.pad = 2;
+  o.output = BatchOutput::kSourceUint8;
+  std::vector<Batch> want = Take(ds->get(), o, 6);
+  o.output = BatchOutput::kIndicesOnly;
+  std::vector<Batch> got = Take(ds->get(), o, 6);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(got[i].pixels.empty());
+    EXPECT_TRUE(got[i].images.empty());
+    EXPECT_EQ(got[i].indices, want[i].indices);
+    EXPECT_EQ(got[i].labels.ToHost(), want[i].labels.ToHost());
+    ASSERT_EQ(got[i].augments.size(), want[i].augments.size());
+    for (size_t j = 0; j < got[i].augments.size(); ++j) {
+      feed::ExpectSameAugment(got[i].augments[j], want[i].augments[j]);
+    }
+  }
+}
+
+// Pinned uint8 batches come from the bytes allocator, and recycled buffers are reused.
+TEST(FeedOutputTest, PinnedBytesAllocatorAndRecycling) {
+  auto ds = MakeSyntheticDataset(SmallSynth());
+  PipelineOptions o = TrainOptions(16);
+  o.output = BatchOutput::kSourceUint8;
+  o.pinned = true;
+  o.queue_depth = 2;
+  o.pinned_allocator = [](const Shape& s) { return Tensor(s, Device::kCPU); };
+  EXPECT_FALSE(BatchPipeline::Create(ds->get(), o).ok());  // no bytes allocator
+  int calls = 0;
+  o.pinned_bytes_allocator = [&calls](size_t n) {
+    ++calls;
+    return HostBytes(n);
+  };
+  absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(ds->get(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<Batch> b = (*p)->Next();
+    ASSERT_TRUE(b.ok());
+    (*p)->Recycle(std::move(*b));
+  }
+  EXPECT_GT(calls, 0);
+  EXPECT_LE(calls, o.queue_depth + 3);
+}
+
+// The synthetic recipe describes Read: its grid is the class colours, and the pattern
+// built from it at a grid point is the grid value (a device that reads the recipe starts
+// from the same floats as the host).
+TEST(FeedOutputTest, SyntheticRecipeDescribesTheDataset) {
+  SyntheticOptions so = SmallSynth();
+  so.max_shift = -1;
+  auto ds = MakeSyntheticDataset(so);
+  ASSERT_TRUE(ds.ok());
+  const SyntheticRecipe* r = (*ds)->synthetic_recipe();
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->height, 16);
+  EXPECT_EQ(r->channels, 3);
+  EXPECT_EQ(r->num_classes, 10);
+  EXPECT_EQ(r->max_shift, 16 / 8);
+  EXPECT_EQ(r->noise, so.noise);
+  ASSERT_EQ(r->grid.size(), 10u * 4 * 4 * 3);
+  for (float v : r->grid) {
+    EXPECT_GE(v, 40.f);
+    EXPECT_LE(v, 215.f);
+  }
+}
+
 }  // namespace
 }  // namespace colonnade::data
