@@ -1,0 +1,394 @@
+// The GPU feed (src/cuda/feed_kernels.cu, batch_feed.h, src/apps/device_feed.h) against
+// the CPU: the augmentation kernel equals data::WriteImageCHWN, the synthetic kernel
+// equals SyntheticDataset::Read, and a uint8 pipeline through the feed equals the float
+// pipeline, all bit for bit. Outputs are poisoned (NaN / 0xAB bytes) before each run so
+// that an unwritten element fails. Built for the GPU (cuda_tests) and the CPU emulator
+// (cuda_emu_tests, smaller cases); skips without a GPU.
+
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "apps/device_feed.h"
+#include "core/backend.h"
+#include "core/tensor.h"
+#include "cuda/batch_feed.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/feed_kernels.h"
+#include "cuda/port.h"
+#include "data/augment.h"
+#include "data/dataset.h"
+#include "data/pipeline.h"
+#include "gtest/gtest.h"
+
+namespace colonnade {
+namespace {
+
+#if defined(COLONNADE_CUDA_EMULATE)
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+
+class FeedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda::Available()) GTEST_SKIP() << "no CUDA device present: GPU tests skipped";
+    absl::Status s = cuda::RegisterBackend(0);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  cudaStream_t Stream() { return static_cast<cudaStream_t>(cuda::ComputeStream()); }
+};
+
+// Device copies of host vectors, freed at the end of the test.
+class DeviceBuffers {
+ public:
+  ~DeviceBuffers() {
+    for (void* p : ptrs_) COLONNADE_CUDA_CHECK(cudaFree(p));
+  }
+  template <typename T>
+  T* Upload(const std::vector<T>& v) {
+    T* p = Alloc<T>(v.size());
+    COLONNADE_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return p;
+  }
+  template <typename T>
+  T* Alloc(size_t n, int poison = 0xFF) {  // 0xFF bytes: NaN floats
+    void* p = nullptr;
+    COLONNADE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    COLONNADE_CUDA_CHECK(cudaMemset(p, poison, std::max<size_t>(n, 1) * sizeof(T)));
+    ptrs_.push_back(p);
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  std::vector<T> Download(const T* p, size_t n) {
+    std::vector<T> v(n);
+    COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());
+    COLONNADE_CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+
+ private:
+  std::vector<void*> ptrs_;
+};
+
+// First differing float (bitwise: 0.0f and -0.0f differ, NaN never equals).
+::testing::AssertionResult BitwiseEqual(const std::vector<float>& got,
+                                        const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << "value " << i << " of " << got.size() << ": " << got[i] << " != " << want[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+cuda::FeedAugment ToFeed(const data::ImageAugment& a) {
+  cuda::FeedAugment f;
+  f.y0 = a.y0;
+  f.x0 = a.x0;
+  f.mirror = a.mirror;
+  for (int c = 0; c < 3; ++c) f.light[c] = a.light[c];
+  return f;
+}
+
+// ---- the augmentation kernel ------------------------------------------------------------------
+
+struct AugCase {
+  int c, h, w, crop, pad;
+  bool mirror;
+  float lighting;
+  data::MeanMode mean;
+  int n;
+  bool train;
+  float scale;
+  bool large;  // GPU only
+};
+
+std::string AugName(const AugCase& k) {
+  const char* mean[] = {"image", "channel", "none"};
+  return absl::StrFormat("c%d_%dx%d_crop%d_pad%d_m%d_l%d_%s_n%d_%s", k.c, k.h, k.w, k.crop,
+                         k.pad, k.mirror, static_cast<int>(k.lighting * 100), mean[static_cast<int>(k.mean)], k.n,
+                         k.train ? "train" : "eval");
+}
+
+const AugCase kAugCases[] = {
+    {3, 13, 11, 9, 2, true, 0.1f, data::MeanMode::kImage, 7, true, 1.f / 255, false},
+    {3, 12, 12, 12, 3, true, 0.1f, data::MeanMode::kChannel, 33, true, 1.f / 255, false},
+    {1, 9, 10, 7, 0, true, 0.f, data::MeanMode::kNone, 1, true, 1.f / 255, false},
+    {1, 8, 8, 8, 0, false, 0.f, data::MeanMode::kImage, 128, true, 0.0173f, false},
+    {1, 10, 10, 10, 4, true, 0.f, data::MeanMode::kChannel, 7, true, 1.f / 255, false},
+    {3, 16, 16, 14, 0, false, 0.5f, data::MeanMode::kNone, 128, true, 1.f / 255, false},
+    {3, 13, 11, 9, 0, false, 0.f, data::MeanMode::kImage, 33, false, 1.f / 255, false},
+    {3, 17, 19, 15, 6, true, 0.1f, data::MeanMode::kImage, 33, true, 0.0173f, false},
+    {3, 256, 256, 224, 0, true, 0.1f, data::MeanMode::kImage, 128, true, 1.f / 255, true},
+    {3, 40, 40, 32, 4, true, 0.1f, data::MeanMode::kChannel, 257, true, 1.f / 255, false},
+};
+
+class AugmentKernelTest : public FeedTest, public ::testing::WithParamInterface<AugCase> {};
+
+// Random images, a random mean image (not integral: the subtraction rounds), augments drawn
+// by DrawAugment (negative origins with padding) for many positions: the kernel's batch
+// equals WriteImageCHWN's column by column, bit for bit.
+TEST_P(AugmentKernelTest, EqualsTheCpuWriterBitwise) {
+  const AugCase& k = GetParam();
+  if (IsSkipped()) return;
+  if (kEmulated && k.large) GTEST_SKIP() << "large case skipped on the emulator";
+  data::AugmentConfig cfg;
+  cfg.height = k.h;
+  cfg.width = k.w;
+  cfg.channels = k.c;
+  cfg.crop_h = cfg.crop_w = k.crop;
+  cfg.pad = k.train ? k.pad : 0;
+  cfg.mean = k.mean;
+  cfg.scale = k.scale;
+  std::mt19937 rng(k.n * 131 + k.h);
+  std::uniform_real_distribution<float> u(0.f, 255.f);
+  const size_t image = static_cast<size_t>(k.h) * k.w * k.c;
+  cfg.mean_image.resize(image);
+  for (float& m : cfg.mean_image) m = u(rng);
+  cfg.channel_mean.resize(k.c);
+  for (float& m : cfg.channel_mean) m = u(rng);
+  std::vector<uint8_t> pixels(image * k.n);
+  for (uint8_t& p : pixels) p = static_cast<uint8_t>(rng() & 0xFF);
+  std::vector<data::ImageAugment> augs(k.n);
+  std::vector<cuda::FeedAugment> feed_augs(k.n);
+  for (int j = 0; j < k.n; ++j) {
+    augs[j] = data::DrawAugment(cfg, 77, 3, 1000 + 17 * j, k.train, k.mirror, k.lighting);
+    feed_augs[j] = ToFeed(augs[j]);
+  }
+  const int64_t out_size = static_cast<int64_t>(k.c) * k.crop * k.crop * k.n;
+  std::vector<float> want(out_size);
+  for (int j = 0; j < k.n; ++j) {
+    data::WriteImageCHWN(pixels.data() + j * image, cfg, augs[j], want.data(), k.n, j);
+  }
+
+  DeviceBuffers dev;
+  cuda::FeedGeometry g;
+  g.height = k.h;
+  g.width = k.w;
+  g.channels = k.c;
+  g.crop_h = g.crop_w = k.crop;
+  g.mean = static_cast<cuda::FeedMean>(static_cast<int>(k.mean));
+  g.scale = k.scale;
+  g.mean_image = dev.Upload(cfg.mean_image);
+  g.channel_mean = dev.Upload(cfg.channel_mean);
+  float* out = dev.Alloc<float>(out_size);  // NaN
+  cuda::AugmentBatchGpu(Stream(), g, dev.Upload(pixels), dev.Upload(feed_augs), k.n, out);
+  EXPECT_TRUE(BitwiseEqual(dev.Download(out, out_size), want));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AugmentKernelTest, ::testing::ValuesIn(kAugCases),
+                         [](const auto& info) { return AugName(info.param); });
+
+// ---- the synthetic kernel --------------------------------------------------------------------
+
+struct SynthCase {
+  int h, w, c, classes;
+  float noise;
+  int max_shift;
+  int64_t size;
+  int n;
+  bool large;
+};
+
+const SynthCase kSynthCases[] = {
+    {13, 11, 3, 7, 24.f, -1, 1000, 7, false},
+    {9, 16, 1, 3, 0.f, 4, 50, 33, false},
+    {16, 16, 3, 10, 255.f, -1, 100000, 33, false},
+    {5, 17, 3, 1000, 24.f, 0, 5000, 1, false},
+    {32, 32, 3, 10, 24.f, 16, 300, 128, false},
+    {64, 64, 3, 100, 24.f, -1, 1000000, 128, false},
+    {224, 224, 3, 10, 24.f, -1, 1281167, 33, true},
+};
+
+class SyntheticKernelTest : public FeedTest, public ::testing::WithParamInterface<SynthCase> {};
+
+// Random indices (repeats allowed, up to the dataset's last): the kernel's bytes equal
+// Read's, image by image.
+TEST_P(SyntheticKernelTest, EqualsReadBitwise) {
+  const SynthCase& k = GetParam();
+  if (IsSkipped()) return;
+  if (kEmulated && k.large) GTEST_SKIP() << "large case skipped on the emulator";
+  data::SyntheticOptions so;
+  so.size = k.size;
+  so.height = k.h;
+  so.width = k.w;
+  so.channels = k.c;
+  so.num_classes = k.classes;
+  so.noise = k.noise;
+  so.max_shift = k.max_shift;
+  so.seed = 99;
+  so.held_out = k.n % 2 == 1;
+  auto ds = data::MakeSyntheticDataset(so);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const data::SyntheticRecipe* r = (*ds)->synthetic_recipe();
+  ASSERT_NE(r, nullptr);
+  std::mt19937_64 rng(k.size);
+  std::vector<int64_t> indices(k.n);
+  for (int64_t& i : indices) i = static_cast<int64_t>(rng() % k.size);
+  indices[0] = k.size - 1;
+  const size_t image = static_cast<size_t>(k.h) * k.w * k.c;
+  std::vector<uint8_t> want(image * k.n), px;
+  for (int j = 0; j < k.n; ++j) {
+    ASSERT_TRUE((*ds)->Read(indices[j], &px).ok());
+    std::memcpy(want.data() + j * image, px.data(), image);
+  }
+  DeviceBuffers dev;
+  cuda::SyntheticGeometry g;
+  g.height = r->height;
+  g.width = r->width;
+  g.channels = r->channels;
+  g.num_classes = r->num_classes;
+  g.image_key = r->image_key;
+  g.max_shift = r->max_shift;
+  g.noise = r->noise;
+  g.grid = dev.Upload(r->grid);
+  uint8_t* out = dev.Alloc<uint8_t>(want.size(), 0xAB);
+  cuda::SyntheticImagesGpu(Stream(), g, dev.Upload(indices), k.n, out);
+  std::vector<uint8_t> got = dev.Download(out, want.size());
+  for (int j = 0; j < k.n; ++j) {
+    for (size_t e = 0; e < image; ++e) {
+      ASSERT_EQ(got[j * image + e], want[j * image + e])
+          << "image " << j << " (index " << indices[j] << ") byte " << e;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SyntheticKernelTest, ::testing::ValuesIn(kSynthCases),
+                         [](const auto& info) {
+                           const SynthCase& k = info.param;
+                           return absl::StrFormat("%dx%dx%d_k%d_noise%d_shift%d_n%d", k.h, k.w,
+                                                  k.c, k.classes, static_cast<int>(k.noise), k.max_shift + 1, k.n);
+                         });
+
+// ---- the whole feed: pipeline -> Stage / Produce -> the net's input ----------------------------
+
+struct PipeCase {
+  data::BatchOutput output;
+  const char* mean;
+  int pad;
+  int batch;
+  int dp_rank, dp_size;
+};
+
+class FeedPipelineTest : public FeedTest, public ::testing::WithParamInterface<PipeCase> {};
+
+// A float-mode pipeline and a uint8 (or indices-only) pipeline + DeviceFeed over the same
+// dataset, seed and cursor give bitwise equal batches, with the feed used as the trainer
+// uses it: batch k+1 staged right after batch k is produced (two slots in flight), every
+// batch recycled through the feed, the uint8 buffers pinned and reused.
+TEST_P(FeedPipelineTest, EqualsTheFloatPipelineBitwise) {
+  const PipeCase& k = GetParam();
+  if (IsSkipped()) return;
+  data::SyntheticOptions so;
+  so.size = 150;
+  so.height = so.width = kEmulated ? 20 : 64;
+  so.num_classes = 10;
+  so.seed = 3;
+  auto ds = data::MakeSyntheticDataset(so);
+  ASSERT_TRUE(ds.ok());
+  data::PipelineOptions o;
+  o.global_batch = k.batch;
+  o.dp_rank = k.dp_rank;
+  o.dp_size = k.dp_size;
+  o.seed = 2024;
+  o.crop = so.height - 4;
+  o.pad = k.pad;
+  o.mirror = true;
+  o.lighting = 0.1f;
+  o.mean = k.mean;
+  o.threads = 2;
+  const data::Cursor start{1, k.batch};  // epoch 1, second batch
+  auto float_pipe = data::BatchPipeline::Create(ds->get(), o, start);
+  ASSERT_TRUE(float_pipe.ok()) << float_pipe.status();
+  o.output = k.output;
+  o.pinned = true;
+  o.pinned_allocator = [](const Shape& s) { return Tensor::PinnedHost(s, Device::kCUDA); };
+  o.pinned_bytes_allocator = PinnedBytesAllocator(Device::kCUDA);
+  auto pipe = data::BatchPipeline::Create(ds->get(), o, start);
+  ASSERT_TRUE(pipe.ok()) << pipe.status();
+  absl::StatusOr<std::unique_ptr<DeviceFeed>> feed = DeviceFeed::Create(**ds, pipe->get());
+  ASSERT_TRUE(feed.ok()) << feed.status();
+
+  const int kBatches = 5;  // crosses the end of epoch 1 (150 / batch)
+  absl::StatusOr<data::Batch> next = (*pipe)->Next();
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE((*feed)->Stage(*next).ok());
+  for (int b = 0; b < kBatches; ++b) {
+    SCOPED_TRACE(absl::StrFormat("batch %d", b));
+    data::Batch cur = std::move(*next);
+    absl::StatusOr<data::Batch> want = (*float_pipe)->Next();
+    ASSERT_TRUE(want.ok()) << want.status();
+    const int64_t n = static_cast<int64_t>(cur.indices.size());
+    Tensor images(Shape::CHWN(3, o.crop, o.crop, n), Device::kCUDA);
+    Tensor labels(Shape::CHWN(1, 1, 1, n), Device::kCUDA);
+    images.Fill(std::numeric_limits<float>::quiet_NaN());
+    labels.Fill(std::numeric_limits<float>::quiet_NaN());
+    ASSERT_TRUE((*feed)->Produce(&images, &labels).ok());
+    if (b + 1 < kBatches) {  // the prefetch: staged while this batch is consumed
+      next = (*pipe)->Next();
+      ASSERT_TRUE(next.ok()) << next.status();
+      ASSERT_TRUE((*feed)->Stage(*next).ok());
+    }
+    EXPECT_EQ(cur.indices, want->indices);
+    EXPECT_TRUE(BitwiseEqual(images.ToHost(), want->images.ToHost()));
+    EXPECT_TRUE(BitwiseEqual(labels.ToHost(), want->labels.ToHost()));
+    (*feed)->Recycle(std::move(cur));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, FeedPipelineTest,
+    ::testing::Values(PipeCase{data::BatchOutput::kSourceUint8, "image", 2, 32, 0, 1},
+                      PipeCase{data::BatchOutput::kSourceUint8, "channel", 0, 33, 1, 3},
+                      PipeCase{data::BatchOutput::kIndicesOnly, "image", 3, 32, 0, 1},
+                      PipeCase{data::BatchOutput::kIndicesOnly, "none", 0, 33, 2, 3}),
+    [](const auto& info) {
+      const PipeCase& k = info.param;
+      return absl::StrFormat("%s_%s_pad%d_b%d_dp%dof%d",
+                             k.output == data::BatchOutput::kSourceUint8 ? "uint8" : "indices",
+                             k.mean, k.pad, k.batch, k.dp_rank, k.dp_size);
+    });
+
+// Misuse is an error, not a hang or a crash: Produce before Stage, more Stages than slots,
+// a tensor of the wrong shape.
+TEST_F(FeedTest, BatchFeedRefusesMisuse) {
+  cuda::FeedConfig cfg;
+  cfg.height = cfg.width = 8;
+  cfg.channels = 1;
+  cfg.crop_h = cfg.crop_w = 8;
+  cfg.max_batch = 4;
+  auto feed = cuda::BatchFeed::Create(cfg);
+  ASSERT_TRUE(feed.ok()) << feed.status();
+  Tensor images(Shape::CHWN(1, 8, 8, 4), Device::kCUDA), labels(Shape{4}, Device::kCUDA);
+  EXPECT_EQ((*feed)->Produce(&images, &labels).code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<uint8_t> px(4 * 64, 1);
+  std::vector<cuda::FeedAugment> augs(4);
+  std::vector<float> lab(4, 0.f);
+  cuda::HostBatch hb;
+  hb.n = 4;
+  hb.pixels = px.data();
+  hb.augments = augs.data();
+  hb.labels = lab.data();
+  ASSERT_TRUE((*feed)->Stage(hb).ok());
+  ASSERT_TRUE((*feed)->Stage(hb).ok());
+  EXPECT_EQ((*feed)->Stage(hb).status().code(), absl::StatusCode::kFailedPrecondition);
+  Tensor wrong(Shape::CHWN(1, 8, 8, 3), Device::kCUDA);
+  EXPECT_EQ((*feed)->Produce(&wrong, &labels).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*feed)->Produce(&images, &labels).ok());
+  std::vector<float> got = images.ToHost();
+  EXPECT_EQ(got[0], 1.0f * cfg.scale);
+  hb.n = 5;
+  EXPECT_EQ((*feed)->Stage(hb).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace colonnade
