@@ -16,6 +16,11 @@ enum class RunMode { kTrain, kEval, kPredict };
 enum class DeviceChoice { kAuto, kCpu, kCuda };
 // --comm: the collective backend; auto chooses NCCL on GPUs when built with it, else MPI.
 enum class CommChoice { kAuto, kMpi, kNccl };
+// --gpu_augment: where a CUDA run's training batches are augmented. on: the host pipeline
+// hands uint8 images (or, for synthetic data, only indices) and the GPU feed crops,
+// mirrors, normalises (and generates) them on the device; off: the host writes the float
+// batch; auto: on for CUDA runs. Both give the same batches bit for bit (docs/DATA.md).
+enum class GpuAugment { kAuto, kOn, kOff };
 
 // Abseil's flag hooks (found by argument-dependent lookup): the flag's words, and for a
 // word outside the set an error that lists them ("must be train, eval or predict"), which
@@ -26,6 +31,8 @@ bool AbslParseFlag(absl::string_view text, DeviceChoice* device, std::string* er
 std::string AbslUnparseFlag(DeviceChoice device);
 bool AbslParseFlag(absl::string_view text, CommChoice* comm, std::string* error);
 std::string AbslUnparseFlag(CommChoice comm);
+bool AbslParseFlag(absl::string_view text, GpuAugment* mode, std::string* error);
+std::string AbslUnparseFlag(GpuAugment mode);
 
 }  // namespace colonnade
 
@@ -67,6 +74,7 @@ struct TrainConfig {
   data::MeanMode mean = data::MeanMode::kImage;
   float lighting = 0.0f;
   int data_threads = 0;          // 0: automatic
+  GpuAugment gpu_augment = GpuAugment::kAuto;
   // Optimisation.
   int64_t batch_size = 0;  // global; 0: the model recipe's
   int64_t steps = 0;       // 0: from epochs

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "apps/device_feed.h"
 #include "apps/exit_codes.h"
 #include "apps/output_file.h"
 #include "apps/train_checkpoint.h"
@@ -467,6 +468,7 @@ absl::Status ForEachEvalBatch(
   // faster copies save.
   o.pinned = false;
   o.pinned_allocator = nullptr;
+  o.output = data::BatchOutput::kFloatCHWN;  // evaluation batches take the host path
   ASSIGN_OR_RETURN(std::unique_ptr<data::BatchPipeline> pipe,
                    data::BatchPipeline::Create(&val, o));
   RunContext ctx;
@@ -706,6 +708,10 @@ class Trainer {
   EndCode OpenRankLog();
   // Forward, backward and the gradient all-reduce of one batch.
   StepSums Step(int64_t step, const data::Batch& batch);
+  // The next training batch: the one Step prefetched, else the pipeline's (staged on the
+  // GPU feed when there is one). Recycle returns a consumed batch's buffers.
+  absl::StatusOr<data::Batch> NextBatch();
+  void Recycle(data::Batch&& batch);
   // Ranks agree after each step on a stop signal and on rank 0's time-based checkpoint
   // decision with one small all-reduce, so every rank checkpoints and stops after the same
   // step.
@@ -726,6 +732,9 @@ class Trainer {
   ResumePoint& at_;
   data::PipelineOptions po_;
   std::unique_ptr<data::BatchPipeline> pipeline_;
+  std::optional<absl::StatusOr<data::Batch>> prefetched_;  // staged on feed_ by Step
+  std::unique_ptr<DeviceFeed> feed_;  // --gpu_augment: destroyed first (it waits for its
+                                      // copies and recycles into pipeline_)
   int64_t per_epoch_ = 0, total_steps_ = 0;
   int64_t full_params_ = 0;
   double total_epochs_ = 0;
@@ -781,10 +790,25 @@ EndCode Trainer::CreatePipeline() {
     const Device dev = job_.device;
     po_.pinned_allocator = [dev](const Shape& s) { return Tensor::PinnedHost(s, dev); };
   }
+  if (cfg_.gpu_augment == GpuAugment::kOn && job_.device != Device::kCUDA) {
+    return AgreedError(l_, absl::InvalidArgumentError("--gpu_augment=on needs a CUDA run"),
+                       kExitUsage);
+  }
+  const bool gpu_feed = cfg_.gpu_augment != GpuAugment::kOff && job_.device == Device::kCUDA;
+  if (gpu_feed) {  // uint8 batches, augmented (synthetic data: generated too) on the GPU
+    po_.output = job_.data->synthetic_recipe() ? data::BatchOutput::kIndicesOnly
+                                               : data::BatchOutput::kSourceUint8;
+    po_.pinned_bytes_allocator = PinnedBytesAllocator(job_.device);
+  }
   absl::StatusOr<std::unique_ptr<data::BatchPipeline>> pipeline =
       data::BatchPipeline::Create(job_.data.get(), po_, at_.start_cursor);
   if (!pipeline.ok()) return AgreedError(l_, pipeline.status(), kExitUsage);
   pipeline_ = std::move(*pipeline);
+  if (gpu_feed) {
+    absl::StatusOr<std::unique_ptr<DeviceFeed>> feed = DeviceFeed::Create(*job_.data, pipeline_.get());
+    if (!feed.ok()) return AgreedError(l_, feed.status(), kExitUsage);
+    feed_ = std::move(*feed);
+  }
   per_epoch_ = pipeline_->batches_per_epoch();
   if (per_epoch_ < 1) {
     return AgreedError(l_,
@@ -845,6 +869,12 @@ void Trainer::PrintBanner() {
   std::printf("  data       %s: %lld images %dx%dx%d, %d classes (%s)\n", dinfo.path.c_str(),
               static_cast<long long>(dinfo.size), dinfo.height, dinfo.width, dinfo.channels,
               dinfo.num_classes, dinfo.encoding.c_str());
+  if (feed_) {
+    std::printf("  feed       GPU: uint8 %s, augmented on the device (--gpu_augment)\n",
+                pipeline_->output() == data::BatchOutput::kIndicesOnly
+                    ? "indices, images generated"
+                    : "images");
+  }
   std::printf("  batch      global %lld, per replica %lld, %lld steps/epoch\n",
               static_cast<long long>(job_.global_batch), static_cast<long long>(job_.local_batch),
               static_cast<long long>(per_epoch_));
@@ -902,7 +932,7 @@ int Trainer::Run() {
   // exit 75).
   checkpoint::RecordStopSignal();
   for (int64_t step = at_.start_step; step < total_steps_; ++step) {
-    absl::StatusOr<data::Batch> batch = pipeline_->Next();
+    absl::StatusOr<data::Batch> batch = NextBatch();
     if (!batch.ok()) RankError(l_, batch.status());
     const StepSums sums = Step(step, *batch);
     const float lr = job_.schedule->At(job_.base_lr, static_cast<double>(step) / per_epoch_,
@@ -931,16 +961,43 @@ int Trainer::Run() {
         ((cfg_.eval_every > 0 && done % cfg_.eval_every == 0) || done == total_steps_)) {
       EvaluateNow(done);
     }
-    pipeline_->Recycle(std::move(*batch));
+    Recycle(std::move(*batch));
   }
   return Finish();
+}
+
+absl::StatusOr<data::Batch> Trainer::NextBatch() {
+  if (prefetched_) {
+    absl::StatusOr<data::Batch> b = std::move(*prefetched_);
+    prefetched_.reset();
+    return b;
+  }
+  absl::StatusOr<data::Batch> b = pipeline_->Next();
+  if (b.ok() && feed_) RETURN_IF_ERROR(feed_->Stage(*b));
+  return b;
+}
+
+void Trainer::Recycle(data::Batch&& batch) {
+  if (feed_) {
+    feed_->Recycle(std::move(batch));  // once the device has copied it
+  } else {
+    pipeline_->Recycle(std::move(batch));
+  }
 }
 
 StepSums Trainer::Step(int64_t step, const data::Batch& batch) {
   // Enqueued only: the batch must stay alive until the step's results are read back
   // below (those reads wait for the device); it is recycled at the end of the step.
-  net_.blob("data").CopyFromAsync(batch.images);
-  net_.blob("label").CopyFromAsync(batch.labels);
+  if (feed_) {  // the GPU feed: batch was staged ahead; augment it on the compute stream,
+                // then stage the next batch so that its copy overlaps this step
+    if (absl::Status s = feed_->Produce(&net_.blob("data"), &net_.blob("label")); !s.ok()) {
+      RankError(l_, s);
+    }
+    if (step + 1 < total_steps_) prefetched_ = NextBatch();
+  } else {
+    net_.blob("data").CopyFromAsync(batch.images);
+    net_.blob("label").CopyFromAsync(batch.labels);
+  }
   RunContext ctx = job_.mesh->MakeRunContext(Phase::kTrain, cfg_.seed, step, job_.global_batch);
   net_.Forward(ctx);
   net_.Backward(ctx, job_.sync->AfterLayerHook());

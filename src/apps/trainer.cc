@@ -112,6 +112,12 @@ ABSL_FLAG(double, lighting, 0.0,
           Help("lighting", "AlexNet's PCA lighting noise sigma (the paper: 0.1); 0: off."));
 ABSL_FLAG(int, data_threads, 0,
           Help("data_threads", "Reader/augmentation threads per rank; 0: automatic."));
+ABSL_FLAG(colonnade::GpuAugment, gpu_augment, colonnade::GpuAugment::kAuto,
+          "Where a CUDA run's training batches are cropped, mirrored, lit and normalised: on "
+          "(the host sends uint8 images, a quarter of the bytes, and the GPU augments them; "
+          "--data=synthetic is then generated on the GPU too), off (the host writes the float "
+          "batch), or auto (on for CUDA runs). The batches are the same bit for bit; CPU runs "
+          "and evaluation always use the host path (docs/DATA.md, 'The GPU feed').");
 // ---- optimisation -----------------------------------------------------------------------
 ABSL_FLAG(int64_t, batch_size, 0,
           Help("batch_size",
@@ -234,6 +240,7 @@ int main(int argc, char** argv) {
   c.mean = absl::GetFlag(FLAGS_mean);
   c.lighting = static_cast<float>(absl::GetFlag(FLAGS_lighting));
   c.data_threads = absl::GetFlag(FLAGS_data_threads);
+  c.gpu_augment = absl::GetFlag(FLAGS_gpu_augment);
   c.batch_size = absl::GetFlag(FLAGS_batch_size);
   c.steps = absl::GetFlag(FLAGS_steps);
   c.epochs = absl::GetFlag(FLAGS_epochs);
