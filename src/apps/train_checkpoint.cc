@@ -210,7 +210,7 @@ std::vector<std::string> ChangedFlags(const std::string& saved, const std::strin
   static const auto* kIgnored = new absl::flat_hash_set<std::string>{
       "resume", "checkpoint_dir", "checkpoint_every", "checkpoint_secs", "keep_checkpoints",
       "checkpoint_lock_wait_s",
-      "log_every", "metrics_file", "rank_log_dir", "eval_every", "val_data", "mode",
+      "log_every", "profile_steps", "metrics_file", "rank_log_dir", "eval_every", "val_data", "mode",
       "predictions", "data_threads", "cpu_threads", "device", "comm", "bucket_mb", "mp"};
   absl::StatusOr<std::map<std::string, std::string>> before = FlagValues(saved);
   absl::StatusOr<std::map<std::string, std::string>> after = FlagValues(now);

@@ -88,6 +88,7 @@ struct TrainConfig {
   uint64_t seed = 1;
   // Output.
   int log_every = 10;
+  int64_t profile_steps = 0;  // --profile_steps: time N steps phase by phase, 0 = off
   int64_t eval_every = 0;  // steps; 0: only at the end
   std::string metrics_file;
   std::string rank_log_dir;  // each rank appends its own progress to rank-NNNNN.log here

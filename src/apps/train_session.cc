@@ -21,6 +21,7 @@
 #include "apps/device_feed.h"
 #include "apps/exit_codes.h"
 #include "apps/output_file.h"
+#include "apps/step_timeline.h"
 #include "apps/train_checkpoint.h"
 #include "checkpoint/policy.h"
 #include "checkpoint/signals.h"
@@ -71,8 +72,8 @@ std::string FormatDuration(double s) {
 }
 
 // Counts of correct top-1 and top-5 predictions from probabilities K x N (host copy).
-void CountCorrect(const std::vector<float>& probs, const std::vector<float>& labels, int64_t k,
-                  int64_t n, double* top1, double* top5) {
+void CountCorrect(const float* probs, const float* labels, int64_t k, int64_t n, double* top1,
+                  double* top5) {
   for (int64_t j = 0; j < n; ++j) {
     const int label = static_cast<int>(labels[j]);
     const float p = probs[label * n + j];
@@ -508,7 +509,8 @@ absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::Pi
         sums.loss += net.ops().Sum(net.blob("loss"));
         std::vector<float> probs = net.blob("probs").ToHost();
         std::vector<float> labels = batch.labels.ToHost();
-        CountCorrect(probs, labels, net.blob("probs").c(), n, &sums.top1, &sums.top5);
+        CountCorrect(probs.data(), labels.data(), net.blob("probs").c(), n, &sums.top1,
+                     &sums.top5);
         sums.images += n;
         return absl::OkStatus();
       }));
@@ -682,11 +684,6 @@ struct IntervalTotals {
   Clock::time_point start;  // of the interval, less the time spent evaluating
 };
 
-// One training step's results, summed over the dp group.
-struct StepSums {
-  double loss_sum = 0, top1_correct = 0, top5_correct = 0;
-};
-
 // The training phases over a set-up job, as in Caffe's Solver: Start prepares the run
 // (pipeline, length, output files, banner), Run steps to the end, each step followed by
 // its progress line, checkpoint and evaluation when they are due.
@@ -706,8 +703,15 @@ class Trainer {
   EndCode OpenMetrics();
   void PrintBanner();
   EndCode OpenRankLog();
-  // Forward, backward and the gradient all-reduce of one batch.
-  StepSums Step(int64_t step, const data::Batch& batch);
+  // Enqueues one training step on the device: the batch's copy, forward, backward, the
+  // gradient all-reduce, the optimizer and the copy of its loss and probabilities back to
+  // the host (pending_). Nothing here waits for the device.
+  void Step(int64_t step, data::Batch&& batch, float lr);
+  // Reads step `step`'s results once the device has run it (loss, correct counts, summed
+  // over the dp group), adds them to the interval and recycles its batch. Collective over
+  // dp: every rank collects the same steps in the same order. Ends the job on a
+  // non-finite loss.
+  EndCode Collect(int64_t step);
   // The next training batch: the one Step prefetched, else the pipeline's (staged on the
   // GPU feed when there is one). Recycle returns a consumed batch's buffers.
   absl::StatusOr<data::Batch> NextBatch();
@@ -745,6 +749,20 @@ class Trainer {
   std::optional<checkpoint::CheckpointPolicy> policy_;
   IntervalTotals interval_;
   double first_loss_ = NAN, last_loss_ = NAN;
+  // The last two steps' results on their way back: a step's loss and probabilities are
+  // read on the host one step later (or at once when a log line, checkpoint or evaluation
+  // needs them), so the host queues step k+1 while the device runs step k.
+  struct PendingStep {
+    int64_t step = -1;  // -1: empty (collected)
+    float lr = 0;
+    data::Batch batch;      // kept until the step ran: the device copies from its buffers
+    Tensor loss, probs;     // page-locked host copies, valid once `ran` has passed
+    std::unique_ptr<Fence> ran;
+  };
+  PendingStep pending_[2];
+  std::optional<StepTimeline> timeline_;
+  bool timeline_printed_ = false;
+  data::Cursor next_cursor_;  // after the last step's batch: where a checkpoint resumes
 };
 
 EndCode Trainer::Start() {
@@ -752,6 +770,13 @@ EndCode Trainer::Start() {
     if (EndCode end = (this->*phase)()) return end;
   }
   PrintBanner();
+  for (PendingStep& p : pending_) {
+    p.loss = Tensor::PinnedHost(net_.blob("loss").shape(), job_.device);
+    p.probs = Tensor::PinnedHost(net_.blob("probs").shape(), job_.device);
+  }
+  // Profiled steps start after two warm-up steps: the first calls of each shape pick
+  // kernels (autotune) and allocate.
+  timeline_.emplace(job_.device, at_.start_step, 2, cfg_.profile_steps);
   // After the banner, which shows what was resumed: a checkpoint at or past the last step.
   const std::string steps_text =
       cfg_.steps > 0 ? absl::StrFormat("--steps=%d", total_steps_)
@@ -780,8 +805,13 @@ EndCode Trainer::CreatePipeline() {
   po_.mean = data::AbslUnparseFlag(cfg_.mean);
   po_.lighting = cfg_.lighting;
   po_.scale = job_.info->recipe.input_scale;
-  po_.threads = cfg_.data_threads > 0 ? cfg_.data_threads
-                                      : std::max(1, std::min(4, job_.cores / l_.local_size));
+  // Automatic thread count: on a CPU run the cores compute the step, so the pipeline gets
+  // a few; on a GPU run the host has nothing else to do and the feed must keep up with
+  // the device (AlexNet on an H200 asks for 20-40k images/s), so it gets this rank's share.
+  const int rank_cores = std::max(1, job_.cores / l_.local_size);
+  po_.threads = cfg_.data_threads > 0         ? cfg_.data_threads
+                : job_.device == Device::kCPU ? std::min(4, rank_cores)
+                                              : rank_cores;
   if (job_.device != Device::kCPU) {
     // Training batches in page-locked memory, recycled every step: the copy to the GPU
     // runs at link speed instead of through the driver's pageable staging (AlexNet at
@@ -934,34 +964,40 @@ int Trainer::Run() {
   for (int64_t step = at_.start_step; step < total_steps_; ++step) {
     absl::StatusOr<data::Batch> batch = NextBatch();
     if (!batch.ok()) RankError(l_, batch.status());
-    const StepSums sums = Step(step, *batch);
+    interval_.data_wait_s += batch->wait_seconds;
     const float lr = job_.schedule->At(job_.base_lr, static_cast<double>(step) / per_epoch_,
                                        total_epochs_);
-    const double loss = sums.loss_sum / job_.global_batch;
-    if (!std::isfinite(loss)) return NonFiniteLoss(loss, step, lr);
-    optimizer_.Step(net_, lr);
+    Step(step, std::move(*batch), lr);
+    // The previous step's results: the device has run that step or runs it now, with this
+    // one queued behind it, so waiting for them does not leave the device idle.
+    if (EndCode end = Collect(step - 1)) return *end;
     const int64_t done = step + 1;
     bool stop = false, checkpoint_due = false;
     Agree(done, &stop, &checkpoint_due);
-    if (!cfg_.checkpoint_dir.empty() && (stop || checkpoint_due || done == total_steps_)) {
-      if (absl::Status s = Checkpoint(done, batch->next); !s.ok()) {
+    const bool checkpoint_now =
+        !cfg_.checkpoint_dir.empty() && (stop || checkpoint_due || done == total_steps_);
+    const bool log_due = done % std::max(1, cfg_.log_every) == 0 || done == total_steps_;
+    const bool eval_due =
+        job_.val_data &&
+        ((cfg_.eval_every > 0 && done % cfg_.eval_every == 0) || done == total_steps_);
+    // This step's own results, when something needs them now: the progress line, and a
+    // checkpoint or evaluation (a model whose loss is not finite is never saved).
+    if (stop || checkpoint_now || log_due || eval_due) {
+      if (EndCode end = Collect(step)) return *end;
+    }
+    if (checkpoint_now) {
+      if (absl::Status s = Checkpoint(done, next_cursor_); !s.ok()) {
         return AgreedError(l_, s, kExitError);
       }
     }
     if (stop) return Stopped(done);
-    if (step == at_.start_step) first_loss_ = loss;
-    last_loss_ = loss;
-    interval_.loss_sum += sums.loss_sum;
-    interval_.top1_correct += sums.top1_correct;
-    interval_.top5_correct += sums.top5_correct;
-    interval_.images += job_.global_batch;
-    interval_.data_wait_s += batch->wait_seconds;
-    if (done % std::max(1, cfg_.log_every) == 0 || done == total_steps_) Log(done, lr);
-    if (job_.val_data &&
-        ((cfg_.eval_every > 0 && done % cfg_.eval_every == 0) || done == total_steps_)) {
-      EvaluateNow(done);
+    if (log_due) Log(done, lr);
+    if (eval_due) EvaluateNow(done);
+    if (timeline_->finished() && job_.lead && !timeline_printed_) {
+      std::printf("%s", timeline_->Table().c_str());
+      std::fflush(stdout);
+      timeline_printed_ = true;
     }
-    Recycle(std::move(*batch));
   }
   return Finish();
 }
@@ -985,32 +1021,65 @@ void Trainer::Recycle(data::Batch&& batch) {
   }
 }
 
-StepSums Trainer::Step(int64_t step, const data::Batch& batch) {
-  // Enqueued only: the batch must stay alive until the step's results are read back
-  // below (those reads wait for the device); it is recycled at the end of the step.
-  if (feed_) {  // the GPU feed: batch was staged ahead; augment it on the compute stream,
-                // then stage the next batch so that its copy overlaps this step
+void Trainer::Step(int64_t step, data::Batch&& batch, float lr) {
+  timeline_->BeginStep(step, batch.wait_seconds);
+  // Enqueued only: the batch stays alive in pending_ until the step has run.
+  if (feed_) {  // the GPU feed: the batch was staged ahead; augment it on the compute stream
     if (absl::Status s = feed_->Produce(&net_.blob("data"), &net_.blob("label")); !s.ok()) {
       RankError(l_, s);
     }
-    if (step + 1 < total_steps_) prefetched_ = NextBatch();
   } else {
     net_.blob("data").CopyFromAsync(batch.images);
     net_.blob("label").CopyFromAsync(batch.labels);
   }
+  timeline_->Mark(StepPhase::kCopyIn);
   RunContext ctx = job_.mesh->MakeRunContext(Phase::kTrain, cfg_.seed, step, job_.global_batch);
   net_.Forward(ctx);
+  timeline_->Mark(StepPhase::kForward);
   net_.Backward(ctx, job_.sync->AfterLayerHook());
+  timeline_->Mark(StepPhase::kBackward);
   if (absl::Status s = job_.sync->Finish(); !s.ok()) RankError(l_, s);
   interval_.comm_wait_s += job_.sync->stats().last_wait_seconds;
-  double sums[3] = {net_.ops().Sum(net_.blob("loss")), 0, 0};
-  {
-    std::vector<float> probs = net_.blob("probs").ToHost();
-    std::vector<float> labels = batch.labels.ToHost();
-    CountCorrect(probs, labels, net_.blob("probs").c(), job_.local_batch, &sums[1], &sums[2]);
-  }
+  timeline_->Mark(StepPhase::kGradSync);
+  optimizer_.Step(net_, lr);
+  timeline_->Mark(StepPhase::kOptimizer);
+  PendingStep& p = pending_[step % 2];
+  p.step = step;
+  p.lr = lr;
+  p.loss.CopyFromAsync(net_.blob("loss"));
+  p.probs.CopyFromAsync(net_.blob("probs"));
+  p.ran = GetBackend(job_.device)->RecordFence();
+  next_cursor_ = batch.next;
+  p.batch = std::move(batch);
+  timeline_->Mark(StepPhase::kMetrics);
+  timeline_->EndStep();
+  // GPU feed: the next batch is staged now, behind this step's queued work, so that its
+  // copy to the device overlaps this step's compute (its wait counts in the next step).
+  if (feed_ && step + 1 < total_steps_) prefetched_ = NextBatch();
+}
+
+EndCode Trainer::Collect(int64_t step) {
+  PendingStep& p = pending_[((step % 2) + 2) % 2];
+  if (step < at_.start_step || p.step != step) return std::nullopt;  // none, or collected
+  p.ran->Wait();
+  // The loss sum by the host's Ops over the host copy: on a CPU run the very computation
+  // the step made before it was read back asynchronously, so CPU results stay bitwise.
+  double sums[3] = {OpsFor(Device::kCPU).Sum(p.loss), 0, 0};
+  CountCorrect(p.probs.data(), p.batch.labels.data(), p.probs.c(), job_.local_batch, &sums[1],
+               &sums[2]);
   SumOverDp(l_, sums, 3);
-  return {sums[0], sums[1], sums[2]};
+  const double loss = sums[0] / job_.global_batch;
+  if (!std::isfinite(loss)) return NonFiniteLoss(loss, step, p.lr);
+  if (step == at_.start_step) first_loss_ = loss;
+  last_loss_ = loss;
+  interval_.loss_sum += sums[0];
+  interval_.top1_correct += sums[1];
+  interval_.top5_correct += sums[2];
+  interval_.images += job_.global_batch;
+  Recycle(std::move(p.batch));
+  p.batch = data::Batch();
+  p.step = -1;
+  return std::nullopt;
 }
 
 void Trainer::Agree(int64_t done, bool* stop, bool* checkpoint_due) {

@@ -42,6 +42,7 @@ const FlagRange kRanges[] = {
     {"momentum", 0, 1, true, true, -1, "the model's recipe"},
     {"weight_decay", 0, 1, false, true, -1, "the model's recipe"},
     {"log_every", 1, 1e9},
+    {"profile_steps", 0, colonnade::kMaxTrainingSteps},
     {"eval_every", 0, colonnade::kMaxTrainingSteps},
     {"checkpoint_every", 0, colonnade::kMaxTrainingSteps},
     {"checkpoint_secs", 0, 1e9},
@@ -111,7 +112,10 @@ ABSL_FLAG(colonnade::data::MeanMode, mean, colonnade::data::MeanMode::kImage,
 ABSL_FLAG(double, lighting, 0.0,
           Help("lighting", "AlexNet's PCA lighting noise sigma (the paper: 0.1); 0: off."));
 ABSL_FLAG(int, data_threads, 0,
-          Help("data_threads", "Reader/augmentation threads per rank; 0: automatic."));
+          Help("data_threads",
+               "Reader/augmentation threads per rank; 0: automatic (CPU runs: min(4, cores "
+               "per rank), the rest compute the step; GPU runs: every core of the rank's "
+               "share)."));
 ABSL_FLAG(colonnade::GpuAugment, gpu_augment, colonnade::GpuAugment::kAuto,
           "Where a CUDA run's training batches are cropped, mirrored, lit and normalised: on "
           "(the host sends uint8 images, a quarter of the bytes, and the GPU augments them; "
@@ -151,6 +155,13 @@ ABSL_FLAG(uint64_t, seed, 1,
           "and global batch give the same run for any (dp, mp) layout.");
 // ---- output -----------------------------------------------------------------------------
 ABSL_FLAG(int, log_every, 10, Help("log_every", "Print a progress line every N steps."));
+ABSL_FLAG(int64_t, profile_steps, 0,
+          Help("profile_steps",
+               "Time N training steps after two warm-up steps, phase by phase (batch wait, "
+               "batch to device, forward, backward, gradient sync wait, optimizer, metrics "
+               "copy; device time from CUDA events), and print the table once they ran. The "
+               "profiled steps wait for the device at their end; results are unchanged. "
+               "0: off."));
 ABSL_FLAG(int64_t, eval_every, 0,
           Help("eval_every", "Evaluate on --val_data every N steps; 0: only at the end."));
 ABSL_FLAG(std::string, metrics_file, "",
@@ -252,6 +263,7 @@ int main(int argc, char** argv) {
   c.precision = absl::GetFlag(FLAGS_precision);
   c.seed = absl::GetFlag(FLAGS_seed);
   c.log_every = absl::GetFlag(FLAGS_log_every);
+  c.profile_steps = absl::GetFlag(FLAGS_profile_steps);
   c.eval_every = absl::GetFlag(FLAGS_eval_every);
   c.metrics_file = absl::GetFlag(FLAGS_metrics_file);
   c.rank_log_dir = absl::GetFlag(FLAGS_rank_log_dir);

@@ -38,6 +38,12 @@ Backend* g_backends[2] = {nullptr, nullptr};
 
 }  // namespace
 
+double HostClockFence::MillisecondsSince(const Fence& earlier) const {
+  const auto* e = dynamic_cast<const HostClockFence*>(&earlier);
+  CHECK(e != nullptr) << "fences of different devices";
+  return std::chrono::duration<double, std::milli>(at_ - e->at_).count();
+}
+
 Backend* GetBackend(Device device) {
   std::lock_guard<std::mutex> lock(g_mu);
   int i = static_cast<int>(device);

@@ -3,6 +3,7 @@
 // (colonnade::cuda::RegisterBackend) so that `core` never depends on `cuda`.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 
@@ -11,6 +12,32 @@
 namespace colonnade {
 
 class Ops;
+
+// A point in the work queued on a device (on CUDA an event on the compute stream). The
+// host can wait until the work queued before it has run, and read the device time between
+// two fences once both have passed: the trainer's step timeline (--profile_steps) and its
+// metrics, read back without stopping the device between steps.
+class Fence {
+ public:
+  virtual ~Fence() = default;
+  // Blocks until the work queued before this fence has run.
+  virtual void Wait() = 0;
+  // Milliseconds of device time from `earlier` to this fence (both recorded on the same
+  // device and both passed: call Wait first).
+  virtual double MillisecondsSince(const Fence& earlier) const = 0;
+};
+
+// The fence of a device whose work runs synchronously on the calling thread (the CPU, the
+// CUDA emulator): it has passed when it is recorded, and its time is the host clock's.
+class HostClockFence : public Fence {
+ public:
+  HostClockFence() : at_(std::chrono::steady_clock::now()) {}
+  void Wait() override {}
+  double MillisecondsSince(const Fence& earlier) const override;
+
+ private:
+  std::chrono::steady_clock::time_point at_;
+};
 
 class Backend {
  public:
@@ -29,6 +56,14 @@ class Backend {
   virtual void CopyFromHostAsync(void* dst, const void* src, size_t bytes) {
     CopyFromHost(dst, src, bytes);
   }
+  // The other direction: enqueues a device -> host copy behind the queued work and
+  // returns at once; `dst` holds the data once a fence recorded after it has passed.
+  // Asynchronous only into page-locked memory (AllocateHostPinned). Default: synchronous.
+  virtual void CopyToHostAsync(void* dst, const void* src, size_t bytes) {
+    CopyToHost(dst, src, bytes);
+  }
+  // A fence behind the work queued so far. Default: HostClockFence (synchronous devices).
+  virtual std::unique_ptr<Fence> RecordFence() { return std::make_unique<HostClockFence>(); }
   // Page-locked host memory for fast host -> device copies; nullptr when this device has
   // none to give (the CPU) or pinning failed, and the caller then uses ordinary memory.
   virtual void* AllocateHostPinned(size_t /*bytes*/) { return nullptr; }

@@ -111,6 +111,8 @@ void Tensor::CopyFromAsync(const Tensor& src) {
   if (size() == 0) return;
   if (src.device_ == Device::kCPU && device_ != Device::kCPU) {
     GetBackend(device_)->CopyFromHostAsync(data_, src.data_, bytes());
+  } else if (src.device_ != Device::kCPU && device_ == Device::kCPU) {
+    GetBackend(src.device_)->CopyToHostAsync(data_, src.data_, bytes());
   } else {
     CopyFrom(src);
   }

@@ -84,8 +84,11 @@ class Tensor {
   Tensor To(Device device) const;
   // Copies the contents of `src` (same element count, any device) into this tensor.
   void CopyFrom(const Tensor& src);
-  // The same, but a host -> device copy is only enqueued (Backend::CopyFromHostAsync):
-  // `src` must outlive the device's queued work. Other directions copy synchronously.
+  // The same, but a copy between the host and a device is only enqueued behind the
+  // device's queued work (Backend::CopyFromHostAsync, CopyToHostAsync): host -> device,
+  // `src` must outlive that work; device -> host, this tensor holds the data once a fence
+  // recorded after the copy has passed (Backend::RecordFence). Asynchronous only with
+  // page-locked host tensors (PinnedHost). Device -> device copies are enqueued as always.
   void CopyFromAsync(const Tensor& src);
   void Fill(float value);
 

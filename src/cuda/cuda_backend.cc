@@ -13,6 +13,31 @@
 namespace colonnade::cuda {
 namespace {
 
+#if !defined(COLONNADE_CUDA_EMULATE)
+// A fence as a CUDA event on the compute stream (with timing: the step timeline reads it).
+class EventFence : public Fence {
+ public:
+  explicit EventFence(cudaStream_t stream) {
+    COLONNADE_CUDA_CHECK(cudaEventCreate(&event_));
+    COLONNADE_CUDA_CHECK(cudaEventRecord(event_, stream));
+  }
+  ~EventFence() override { (void)cudaEventDestroy(event_); }
+  EventFence(const EventFence&) = delete;
+  EventFence& operator=(const EventFence&) = delete;
+  void Wait() override { COLONNADE_CUDA_CHECK(cudaEventSynchronize(event_)); }
+  double MillisecondsSince(const Fence& earlier) const override {
+    const auto* e = dynamic_cast<const EventFence*>(&earlier);
+    CHECK(e != nullptr) << "fences of different devices";
+    float ms = 0;
+    COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&ms, e->event_, event_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+#endif
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(int ordinal) : ordinal_(ordinal) {
@@ -54,6 +79,16 @@ class CudaBackend : public Backend {
   }
   void CopyFromHostAsync(void* dst, const void* src, size_t n) override {
     COLONNADE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
+  }
+  void CopyToHostAsync(void* dst, const void* src, size_t n) override {
+    COLONNADE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
+  }
+  std::unique_ptr<Fence> RecordFence() override {
+#if defined(COLONNADE_CUDA_EMULATE)
+    return std::make_unique<HostClockFence>();  // the emulator runs each launch at once
+#else
+    return std::make_unique<EventFence>(stream_);
+#endif
   }
   // Called from data-pipeline threads: select our GPU first, or the runtime would create
   // a context on GPU 0 for that thread (memory on another rank's GPU).
