@@ -16,7 +16,8 @@
 #             images per class, JPEG shards), default init vs --paper_init at lr 0.01
 # Everything lands in OUTDIR/results/ and is packed into OUTDIR/results.tgz (the device
 # tool brings back few files). Knobs: CIFAR_EPOCHS, CIFAR_SCHEDULE, CIFAR_TIMEOUT,
-# RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, ALEXNET_EPOCHS, ALEXNET_TIMEOUT, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
+# RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, PRECISION (fp32 | tf32 | bf16 for the cifar,
+# resnet and alexnet runs, default fp32; other than fp32 it suffixes their files), ALEXNET_EPOCHS, ALEXNET_TIMEOUT, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
 # ZOO_TIMEOUT, ZOO_PEER_TIMEOUT. COMMIT: the tree's full hash (the device machine's copy has
 # no git history); every results file names it (scripts/record_commit.py).
 set -uo pipefail
@@ -41,6 +42,8 @@ pack() {
   tar czf "$OUT/results.tgz" -C "$OUT" results 2>/dev/null
 }
 trap pack EXIT
+PRECISION=${PRECISION:-fp32}
+SFX=""; [ "$PRECISION" != fp32 ] && SFX="_$PRECISION"
 { date -u; nvidia-smi; echo "commit: $COMMIT"; } > "$R/environment.txt" 2>&1
 
 for part in $PARTS; do
@@ -60,9 +63,9 @@ for part in $PARTS; do
     timeout -s TERM "${CIFAR_TIMEOUT:-400}" "$BUILD/trainer" --model=cifar10-18pct --device=cuda --data="$ROOT/.gpu_data/cifar10/train" \
       --val_data="$ROOT/.gpu_data/cifar10/test" --epochs="$EPOCHS" --mirror \
       --lr_schedule="${CIFAR_SCHEDULE:-multistep:60,70}" --eval_every=1950 --log_every=390 \
-      --data_threads=12 --metrics_file="$R/cifar10_18pct.jsonl" --checkpoint_dir="$R/ckpt18" \
-      --keep_checkpoints=1 > "$R/cifar10_18pct.log" 2>&1
-    say "cifar10-18pct rc=$? $(grep '^eval' "$R/cifar10_18pct.log" | tail -n 1)"
+      --data_threads=12 --precision="$PRECISION" --metrics_file="$R/cifar10_18pct$SFX.jsonl" \
+      --checkpoint_dir="$R/ckpt18" --keep_checkpoints=1 > "$R/cifar10_18pct$SFX.log" 2>&1
+    say "cifar10-18pct $PRECISION rc=$? $(grep '^eval' "$R/cifar10_18pct$SFX.log" | tail -n 1)"
     rm -rf "$R/ckpt18"
     ;;
   parallel)
@@ -92,8 +95,9 @@ for part in $PARTS; do
     timeout -s TERM "${RESNET_TIMEOUT:-545}" "$BUILD/trainer" --model=resnet18-cifar --device=cuda --data="$ROOT/.gpu_data/cifar10/train" \
       --val_data="$ROOT/.gpu_data/cifar10/test" --epochs="${RESNET_EPOCHS:-55}" --mirror \
       ${RESNET_AUG:---pad=4} --eval_every=390 --log_every=390 --data_threads=14 \
-      --metrics_file="$R/resnet18_cifar.jsonl" > "$R/resnet18_cifar.log" 2>&1
-    say "resnet18-cifar rc=$? $(grep '^eval' "$R/resnet18_cifar.log" | tail -n 1)"
+      --precision="$PRECISION" --metrics_file="$R/resnet18_cifar$SFX.jsonl" \
+      > "$R/resnet18_cifar$SFX.log" 2>&1
+    say "resnet18-cifar $PRECISION rc=$? $(grep '^eval' "$R/resnet18_cifar$SFX.log" | tail -n 1)"
     ;;
   alexnet)
     for v in default paper; do
