@@ -135,6 +135,20 @@ struct ChannelSplit {
   const char* why_whole = nullptr;
 };
 
+// What a layer's Backward reads besides its parameters and its own saved buffers (LRN's
+// denominator, dropout's mask, batch norm's statistics): the data of its inputs x, of its
+// outputs y, and of its output gradients dy. Net's memory plan (core/memory_plan.h) keeps
+// an activation or gradient alive until the last Backward that reads it, and lets its
+// memory be reused afterwards; so a layer that reads a buffer it does not declare reads
+// someone else's data. Shapes (x[i]->c()) may always be read. The default states every
+// buffer, which is always safe; tests/core/memory_plan_test.cc poisons freed memory to
+// catch a declaration that claims too little.
+struct BackwardReads {
+  bool x = true;
+  bool y = true;
+  bool dy = true;
+};
+
 // The overrides every layer type declares: its type name (an expression of the class's
 // members is fine), Setup, Forward and Backward. A macro so that each class in layers.h
 // shows only what sets it apart.
@@ -191,6 +205,9 @@ class Layer {
   }
   // True when Forward may write y over x (in-place ReLU saves a buffer).
   virtual bool in_place_ok() const { return false; }
+  // What Backward reads (see BackwardReads); override after reading the Ops each backend
+  // runs for Backward (CpuOps and cuda::CudaOps).
+  virtual BackwardReads backward_reads() const { return {}; }
 
  private:
   std::string name_;
