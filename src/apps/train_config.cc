@@ -43,6 +43,8 @@ constexpr std::pair<const char*, DeviceChoice> kDevices[] = {
     {"cpu", DeviceChoice::kCpu}, {"cuda", DeviceChoice::kCuda}, {"auto", DeviceChoice::kAuto}};
 constexpr std::pair<const char*, CommChoice> kComms[] = {
     {"auto", CommChoice::kAuto}, {"nccl", CommChoice::kNccl}, {"mpi", CommChoice::kMpi}};
+constexpr std::pair<const char*, MemoryPlanMode> kPlans[] = {{"on", MemoryPlanMode::kOn},
+                                                              {"off", MemoryPlanMode::kOff}};
 constexpr std::pair<const char*, data::MeanMode> kMeans[] = {{"image", data::MeanMode::kImage},
                                                              {"channel", data::MeanMode::kChannel},
                                                              {"none", data::MeanMode::kNone}};
@@ -63,6 +65,11 @@ bool AbslParseFlag(absl::string_view text, CommChoice* comm, std::string* error)
   return ParseWord<CommChoice>(text, kComms, comm, error);
 }
 std::string AbslUnparseFlag(CommChoice comm) { return WordOf<CommChoice>(comm, kComms); }
+
+bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* error) {
+  return ParseWord<MemoryPlanMode>(text, kPlans, plan, error);
+}
+std::string AbslUnparseFlag(MemoryPlanMode plan) { return WordOf<MemoryPlanMode>(plan, kPlans); }
 
 namespace data {
 

@@ -16,6 +16,9 @@ enum class RunMode { kTrain, kEval, kPredict };
 enum class DeviceChoice { kAuto, kCpu, kCuda };
 // --comm: the collective backend; auto chooses NCCL on GPUs when built with it, else MPI.
 enum class CommChoice { kAuto, kMpi, kNccl };
+// --memory_plan (trainer, bench_train): on shares activation and gradient memory by the
+// static plan of the step (docs/MEMORY.md); off gives every buffer its own allocation.
+enum class MemoryPlanMode { kOn, kOff };
 
 // Abseil's flag hooks (found by argument-dependent lookup): the flag's words, and for a
 // word outside the set an error that lists them ("must be train, eval or predict"), which
@@ -26,6 +29,8 @@ bool AbslParseFlag(absl::string_view text, DeviceChoice* device, std::string* er
 std::string AbslUnparseFlag(DeviceChoice device);
 bool AbslParseFlag(absl::string_view text, CommChoice* comm, std::string* error);
 std::string AbslUnparseFlag(CommChoice comm);
+bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* error);
+std::string AbslUnparseFlag(MemoryPlanMode plan);
 
 }  // namespace colonnade
 
@@ -57,6 +62,8 @@ struct TrainConfig {
   int mp = 1;
   CommChoice comm = CommChoice::kAuto;
   double bucket_mb = 25.0;
+  MemoryPlanMode memory_plan = MemoryPlanMode::kOn;
+  bool print_memory_plan = false;  // print the plan and the predicted peak, then exit 0
   // Data.
   std::string data = "synthetic";
   std::string val_data;          // empty: no evaluation
