@@ -230,9 +230,14 @@ int64_t MemoryPlan::planned_bytes() const {
 }
 
 int64_t MemoryPlan::unshared_bytes() const {
+  // As Net allocates without sharing: one scratch buffer per blob serves all its additions.
   int64_t n = 0;
-  for (const PlanBuffer& b : buffers)
-    if (!b.external) n += b.elements();
+  std::set<std::string> scratch_blobs;
+  for (const PlanBuffer& b : buffers) {
+    if (b.external) continue;
+    if (b.kind == PlanBuffer::kScratch && !scratch_blobs.insert(b.blob).second) continue;
+    n += b.elements();
+  }
   return n * static_cast<int64_t>(sizeof(float));
 }
 

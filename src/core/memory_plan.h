@@ -81,7 +81,7 @@ struct MemoryPlan {
 
   // Bytes of the buffers in the arena (or of all non-input buffers without sharing).
   int64_t planned_bytes() const;
-  // Bytes the same buffers take with one allocation each (the plan off).
+  // Bytes the buffers take with one allocation each (the plan off: one scratch per blob).
   int64_t unshared_bytes() const;
   int64_t input_bytes() const;  // the net inputs' own allocations
   // "F3 conv2", "B3 conv2", "A3 conv2" for a schedule step.
