@@ -265,7 +265,7 @@ std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
       "gradient addition, then the layer's index and name)\n",
       batch, share ? "shared arena" : "one allocation each", buffers.size(), steps.size());
   absl::StrAppendFormat(&out, "%-40s %-7s %-18s %12s %12s  %-40s %s\n", "buffer", "kind", "shape",
-                        "bytes", "offset", "live", "shares memory with");
+                        "bytes", "byte offset", "live", "shares memory with");
   for (int id : order) {
     const PlanBuffer& b = buffers[id];
     std::string live = b.pinned ? (b.external ? "input (own allocation)"
@@ -281,10 +281,14 @@ std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
           shares.push_back(c.name);
       }
     }
+    // The first few (a deep net's early buffers share with hundreds of later ones).
+    constexpr size_t kShown = 6;
+    std::string shared = absl::StrJoin(shares.begin(),
+                                       shares.begin() + std::min(shares.size(), kShown), ", ");
+    if (shares.size() > kShown) absl::StrAppend(&shared, " and ", shares.size() - kShown, " more");
     absl::StrAppendFormat(&out, "%-40s %-7s %-18s %12d %12s  %-40s %s\n", b.name, kinds[b.kind],
                           b.shape.ToString(), b.elements() * static_cast<int64_t>(sizeof(float)),
-                          share && !b.external ? absl::StrCat(b.offset * 4) : "-", live,
-                          absl::StrJoin(shares, ", "));
+                          share && !b.external ? absl::StrCat(b.offset * 4) : "-", live, shared);
   }
   absl::StrAppendFormat(&out,
                         "activation/gradient memory: %.1f MiB planned (%s), %.1f MiB with one "

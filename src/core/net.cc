@@ -190,6 +190,7 @@ void Net::InitParams(uint64_t seed) {
 }
 
 void Net::Forward(const RunContext& ctx) {
+  CHECK_EQ(plan_.layers.size(), layers_.size()) << "Net::Forward before Net::Build";
   if (poison_) {
     if (plan_.share) {
       ops().Fill(arena_, std::numeric_limits<float>::quiet_NaN());
@@ -215,6 +216,7 @@ void Net::Forward(const RunContext& ctx) {
 }
 
 void Net::Backward(const RunContext& ctx, const std::function<void(int)>& after_layer) {
+  CHECK_EQ(plan_.layers.size(), layers_.size()) << "Net::Backward before Net::Build";
   Ops& o = ops();
   // A blob read by several layers gets the sum of their input gradients: the first
   // writer (in backward order) writes the gradient buffer, later ones write a scratch
