@@ -21,6 +21,9 @@ enum class CommChoice { kAuto, kMpi, kNccl };
 // mirrors, normalises (and generates) them on the device; off: the host writes the float
 // batch; auto: on for CUDA runs. Both give the same batches bit for bit (docs/DATA.md).
 enum class GpuAugment { kAuto, kOn, kOff };
+// --memory_plan (trainer, bench_train): on shares activation and gradient memory by the
+// static plan of the step (docs/MEMORY.md); off gives every buffer its own allocation.
+enum class MemoryPlanMode { kOn, kOff };
 
 // Abseil's flag hooks (found by argument-dependent lookup): the flag's words, and for a
 // word outside the set an error that lists them ("must be train, eval or predict"), which
@@ -33,6 +36,8 @@ bool AbslParseFlag(absl::string_view text, CommChoice* comm, std::string* error)
 std::string AbslUnparseFlag(CommChoice comm);
 bool AbslParseFlag(absl::string_view text, GpuAugment* mode, std::string* error);
 std::string AbslUnparseFlag(GpuAugment mode);
+bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* error);
+std::string AbslUnparseFlag(MemoryPlanMode plan);
 
 }  // namespace colonnade
 
@@ -64,6 +69,8 @@ struct TrainConfig {
   int mp = 1;
   CommChoice comm = CommChoice::kAuto;
   double bucket_mb = 25.0;
+  MemoryPlanMode memory_plan = MemoryPlanMode::kOn;
+  bool print_memory_plan = false;  // print the plan and the predicted peak, then exit 0
   // Data.
   std::string data = "synthetic";
   std::string val_data;          // empty: no evaluation

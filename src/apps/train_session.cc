@@ -388,6 +388,7 @@ EndCode BuildShard(Job& job) {
   if (!shard.ok()) return AgreedError(l, shard.status(), kExitUsage);
   job.shard = std::move(*shard);
   Net& net = job.net();
+  net.set_memory_plan(cfg.memory_plan == MemoryPlanMode::kOn);
   if (absl::Status s = net.Build(job.local_batch, job.device); !s.ok()) {
     return AgreedError(l, s, kExitUsage);
   }
@@ -401,6 +402,45 @@ EndCode BuildShard(Job& job) {
   if (!sync.ok()) return AgreedError(l, sync.status(), kExitUsage);
   job.sync = std::move(*sync);
   return std::nullopt;
+}
+
+// The predicted memory of this rank's step: the plan's arena (or its buffers, plan off),
+// the inputs, and every parameter's value, gradient and velocity. Layer-owned state (LRN
+// denominators, dropout masks, batch-norm statistics) and kernel workspaces come on top.
+struct MemoryPrediction {
+  double planned_mib, unshared_mib, inputs_mib, params_mib, peak_mib;
+};
+
+MemoryPrediction PredictMemory(const Net& net) {
+  const MemoryPlan& plan = net.memory_plan();
+  constexpr double kMiB = 1048576.0;
+  MemoryPrediction m;
+  m.planned_mib = plan.planned_bytes() / kMiB;
+  m.unshared_mib = plan.unshared_bytes() / kMiB;
+  m.inputs_mib = plan.input_bytes() / kMiB;
+  m.params_mib = net.param_bytes() / kMiB;
+  m.peak_mib = m.planned_mib + m.inputs_mib + m.params_mib;
+  return m;
+}
+
+std::string MemoryLine(const Net& net) {
+  const MemoryPrediction m = PredictMemory(net);
+  return absl::StrFormat(
+      "activations+gradients %.1f MiB (memory plan %s; %.1f MiB with one buffer each), inputs "
+      "%.1f MiB, parameters+gradients+velocities %.1f MiB: predicted peak %.1f MiB",
+      m.planned_mib, net.memory_plan_enabled() ? "on" : "off", m.unshared_mib, m.inputs_mib,
+      m.params_mib, m.peak_mib);
+}
+
+// --print_memory_plan: the plan of rank 0's shard and the prediction; the job then ends.
+int PrintMemoryPlan(Job& job) {
+  if (job.lead) {
+    Net& net = job.net();
+    std::printf("%s", net.memory_plan().Format(net.layers()).c_str());
+    std::printf("%s\n", MemoryLine(net).c_str());
+    std::fflush(stdout);
+  }
+  return kExitOk;
 }
 
 // ---- resume ------------------------------------------------------------------------------
@@ -908,6 +948,7 @@ void Trainer::PrintBanner() {
   std::printf("  batch      global %lld, per replica %lld, %lld steps/epoch\n",
               static_cast<long long>(job_.global_batch), static_cast<long long>(job_.local_batch),
               static_cast<long long>(per_epoch_));
+  std::printf("  memory     %s\n", MemoryLine(job_.net()).c_str());
   std::printf("  optimiser  SGD lr %g (%s), momentum %g, weight decay %g on %s, seed %llu\n",
               job_.base_lr, job_.schedule->spec().c_str(), job_.sgd.momentum,
               job_.sgd.weight_decay, DecayOnDescription(job_.sgd.decay_on),
@@ -1207,9 +1248,13 @@ int Trainer::Finish() {
     if (absl::Status s = f->Close(); !s.ok()) RankError(l_, s);
   }
   if (job_.lead) {
-    std::printf("done: %lld steps in %s, loss %.4f -> %.4f\n",
+    // On a GPU, what the device allocator held at most (the banner has the prediction).
+    const size_t peak = GetBackend(job_.device)->PeakBytes();
+    std::printf("done: %lld steps in %s, loss %.4f -> %.4f%s\n",
                 static_cast<long long>(total_steps_),
-                FormatDuration(Seconds(start_, Clock::now())).c_str(), first_loss_, last_loss_);
+                FormatDuration(Seconds(start_, Clock::now())).c_str(), first_loss_, last_loss_,
+                peak > 0 ? absl::StrFormat(", peak device memory %.1f MiB", peak / 1048576.0).c_str()
+                         : "");
     std::fflush(stdout);
   }
   return kExitOk;
@@ -1237,6 +1282,7 @@ int RunTrainer(const TrainConfig& cfg) {
   for (auto phase : {SetUpLayout, SetUpOptimizer, SetUpDevice, OpenData, BuildShard}) {
     if (EndCode end = phase(job)) return *end;
   }
+  if (cfg.print_memory_plan) return PrintMemoryPlan(job);
   ResumePoint at;
   if (EndCode end = Resume(job, at)) return *end;
   if (cfg.mode == RunMode::kEval) return RunEval(job, at.from);

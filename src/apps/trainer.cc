@@ -89,6 +89,14 @@ ABSL_FLAG(double, bucket_mb, 25.0,
           Help("bucket_mb",
                "Gradient all-reduce bucket size in MiB; buckets launch during backward as soon "
                "as they are complete."));
+ABSL_FLAG(colonnade::MemoryPlanMode, memory_plan, colonnade::MemoryPlanMode::kOn,
+          "on: activations, gradients and gradient scratch share one arena by the static "
+          "plan of the training step (buffers whose lives do not overlap share memory; "
+          "docs/MEMORY.md); off: one allocation per buffer. Results are bitwise the same.");
+ABSL_FLAG(bool, print_memory_plan, false,
+          "Print this rank's memory plan (every buffer: bytes, arena offset, live interval, "
+          "the buffers it shares memory with) and the predicted peak (arena + inputs + "
+          "parameters, gradients, velocities), then exit 0 without training.");
 // ---- data -------------------------------------------------------------------------------
 ABSL_FLAG(std::string, data, "synthetic",
           "Training data: 'synthetic' (generated, learnable, no files needed) or a shard "
@@ -242,6 +250,8 @@ int main(int argc, char** argv) {
   c.mp = absl::GetFlag(FLAGS_mp);
   c.comm = absl::GetFlag(FLAGS_comm);
   c.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  c.memory_plan = absl::GetFlag(FLAGS_memory_plan);
+  c.print_memory_plan = absl::GetFlag(FLAGS_print_memory_plan);
   c.data = absl::GetFlag(FLAGS_data);
   c.val_data = absl::GetFlag(FLAGS_val_data);
   c.synthetic_size = absl::GetFlag(FLAGS_synthetic_size);

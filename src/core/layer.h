@@ -135,6 +135,20 @@ struct ChannelSplit {
   const char* why_whole = nullptr;
 };
 
+// What a layer's Backward reads besides its parameters and its own saved buffers (LRN's
+// denominator, dropout's mask, batch norm's statistics): the data of its inputs x, of its
+// outputs y, and of its output gradients dy. Net's memory plan (core/memory_plan.h) keeps
+// an activation or gradient alive until the last Backward that reads it, and lets its
+// memory be reused afterwards; so a layer that reads a buffer it does not declare reads
+// someone else's data. Shapes (x[i]->c()) may always be read. The default states every
+// buffer, which is always safe; tests/core/memory_plan_test.cc poisons freed memory to
+// catch a declaration that claims too little.
+struct BackwardReads {
+  bool x = true;
+  bool y = true;
+  bool dy = true;
+};
+
 // The overrides every layer type declares: its type name (an expression of the class's
 // members is fine), Setup, Forward and Backward. A macro so that each class in layers.h
 // shows only what sets it apart.
@@ -179,18 +193,24 @@ class Layer {
   // The layer will run on channels [first, first + count) of its `total` input channels
   // (kPerChannel, kChannelGroups): dropout keys its mask by the global channel, LRN keeps
   // count/total of its groups, batch norm marks its parameters as shards. Default: nothing.
-  virtual void SetChannelBlock(int64_t first, int64_t count, int64_t total) {}
+  virtual void SetChannelBlock(int64_t /*first*/, int64_t /*count*/, int64_t /*total*/) {}
   // kOutputChannels: a new layer computing output block `part` of `parts` equal blocks,
   // with the same settings and its parameters marked as shards (Param::MarkShard). A
   // grouped layer keeps groups/parts groups and then reads only its input block.
-  virtual std::unique_ptr<Layer> MakeOutputBlock(int part, int parts) const { return nullptr; }
+  virtual std::unique_ptr<Layer> MakeOutputBlock(int /*part*/, int /*parts*/) const {
+    return nullptr;
+  }
   // Forward multiply-adds x 2 per image, from the shapes Setup saw (x: inputs, y: outputs;
   // N ignored). Only conv and fc count: the memory-bound layers are folded into them.
-  virtual double FlopsPerImage(const std::vector<Shape>& x, const std::vector<Shape>& y) const {
+  virtual double FlopsPerImage(const std::vector<Shape>& /*x*/,
+                               const std::vector<Shape>& /*y*/) const {
     return 0;
   }
   // True when Forward may write y over x (in-place ReLU saves a buffer).
   virtual bool in_place_ok() const { return false; }
+  // What Backward reads (see BackwardReads); override after reading the Ops each backend
+  // runs for Backward (CpuOps and cuda::CudaOps).
+  virtual BackwardReads backward_reads() const { return {}; }
 
  private:
   std::string name_;

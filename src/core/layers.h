@@ -16,6 +16,8 @@ class ConvLayer : public Layer {
   ConvLayer(std::string name, int filters, ConvParams p, bool bias = true,
             ColumnInfo columns = {}, float bias_init = 0.0f);
   COLONNADE_LAYER_OVERRIDES("conv");
+  // dW needs x; dx needs only dy and the weights.
+  BackwardReads backward_reads() const override { return {true, false, true}; }
   void AllocateParams(Device d) override;
   std::vector<Param*> params() override;
   ColumnInfo column_info() const override { return columns_; }
@@ -45,6 +47,8 @@ class FullyConnectedLayer : public Layer {
   FullyConnectedLayer(std::string name, int outputs, ColumnInfo columns = {},
                       float bias_init = 0.0f);
   COLONNADE_LAYER_OVERRIDES("fc");
+  // dW = dy x^T; dx = W^T dy.
+  BackwardReads backward_reads() const override { return {true, false, true}; }
   void AllocateParams(Device d) override;
   std::vector<Param*> params() override { return {&weight_, &bias_}; }
   ColumnInfo column_info() const override { return columns_; }
@@ -68,6 +72,12 @@ class PoolLayer : public Layer {
  public:
   PoolLayer(std::string name, PoolParams p) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES(p_.kind == PoolParams::kMax ? "maxpool" : "avgpool");
+  // Max pooling finds each window's maximum again (x == y); average pooling spreads dy
+  // by window size only (the CUDA kernel loads x but does not use it for kAvg).
+  BackwardReads backward_reads() const override {
+    const bool max = p_.kind == PoolParams::kMax;
+    return {max, max, true};
+  }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   const PoolParams& pool_params() const { return p_; }
 
@@ -79,6 +89,7 @@ class GlobalAvgPoolLayer : public Layer {
  public:
   using Layer::Layer;
   COLONNADE_LAYER_OVERRIDES("global_avgpool");
+  BackwardReads backward_reads() const override { return {false, false, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
 };
 
@@ -87,6 +98,8 @@ class LrnCrossLayer : public Layer {
  public:
   LrnCrossLayer(std::string name, LrnCrossParams p) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES("lrn");
+  // dx from x, y, its denominator and dy.
+  BackwardReads backward_reads() const override { return {true, true, true}; }
   ChannelSplit channel_split() const override;
   // Keeps the groups of its block (the split checks that whole groups fall in it).
   void SetChannelBlock(int64_t first, int64_t count, int64_t total) override;
@@ -102,6 +115,7 @@ class LrnWithinLayer : public Layer {
  public:
   LrnWithinLayer(std::string name, LrnWithinParams p) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES("rnorm");
+  BackwardReads backward_reads() const override { return {true, true, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
 
  private:
@@ -113,6 +127,8 @@ class ReluLayer : public Layer {
  public:
   using Layer::Layer;
   COLONNADE_LAYER_OVERRIDES("relu");
+  // dx = dy where y > 0: y, not x (so it may run in place).
+  BackwardReads backward_reads() const override { return {false, true, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   bool in_place_ok() const override { return true; }
 };
@@ -123,6 +139,8 @@ class DropoutLayer : public Layer {
  public:
   DropoutLayer(std::string name, float p) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES("dropout");
+  // dx = dy * its own mask.
+  BackwardReads backward_reads() const override { return {false, false, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   void SetChannelBlock(int64_t first, int64_t, int64_t) override { set_channel_slice(first); }
   float rate() const { return p_; }
@@ -139,6 +157,8 @@ class ConcatLayer : public Layer {
  public:
   using Layer::Layer;
   COLONNADE_LAYER_OVERRIDES("concat");
+  // Copies channel blocks of dy; x only for its channel counts.
+  BackwardReads backward_reads() const override { return {false, false, true}; }
 };
 
 // Element-wise sum of two inputs of one shape (residual connections).
@@ -146,6 +166,7 @@ class AddLayer : public Layer {
  public:
   using Layer::Layer;
   COLONNADE_LAYER_OVERRIDES("add");
+  BackwardReads backward_reads() const override { return {false, false, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kSameBlockInputs}; }
 };
 
@@ -155,6 +176,8 @@ class BatchNormLayer : public Layer {
  public:
   BatchNormLayer(std::string name, BatchNormParams p = {}) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES("batchnorm");
+  // dx, dgamma from x, the saved statistics and dy; not y, so y cannot overwrite x.
+  BackwardReads backward_reads() const override { return {true, false, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   // Statistics are per channel: the block's parameters are rows [first, first + count).
   void SetChannelBlock(int64_t first, int64_t count, int64_t total) override;
@@ -175,6 +198,8 @@ class SoftmaxLossLayer : public Layer {
  public:
   using Layer::Layer;
   COLONNADE_LAYER_OVERRIDES("softmax_loss");
+  // dlogits from probs (y) and labels (x); ignores dy.
+  BackwardReads backward_reads() const override { return {true, true, false}; }
   ChannelSplit channel_split() const override;
 };
 

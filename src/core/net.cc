@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_format.h"
@@ -73,6 +74,19 @@ absl::StatusOr<std::map<std::string, Shape>> Net::InferShapes(int64_t batch) {
   return shapes;
 }
 
+MemoryPlanOptions Net::PlanOptions() const {
+  MemoryPlanOptions o;
+  o.share = plan_memory_;
+  o.pinned = pinned_;
+  return o;
+}
+
+absl::StatusOr<MemoryPlan> Net::PlanMemory(int64_t batch) {
+  if (batch < 1) return absl::InvalidArgumentError("batch size must be at least 1");
+  ASSIGN_OR_RETURN(const auto shapes, InferShapes(batch));
+  return ::colonnade::PlanMemory(layers_, input_names_, shapes, PlanOptions());
+}
+
 absl::Status Net::Build(int64_t batch, Device device) {
   if (batch < 1) return absl::InvalidArgumentError("batch size must be at least 1");
   if (GetBackend(device) == nullptr) {
@@ -82,21 +96,51 @@ absl::Status Net::Build(int64_t batch, Device device) {
   if (params_allocated_ && device != device_) {
     return absl::FailedPreconditionError("a built Net cannot change device");
   }
-  ASSIGN_OR_RETURN(const auto shapes, InferShapes(batch));
-  // Allocate blobs (keeping those whose shape is unchanged).
-  for (auto& [name, shape] : shapes) {
-    Tensor& t = blobs_[name];
-    if (t.empty() || t.shape() != shape) {
-      t = Tensor(shape, device);
-      grads_[name] = Tensor(shape, device);
-      scratch_.erase(name);
-    }
+  ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(batch));
+  // Free the old buffers before allocating the new ones (only the inputs are kept, when
+  // their shape is unchanged: callers may hold them).
+  bound_.clear();
+  buffers_.clear();
+  arena_ = Tensor();
+  for (auto& [name, t] : blobs_) {
+    const bool keep = std::count(input_names_.begin(), input_names_.end(), name) > 0 &&
+                      plan.activation.count(name) &&
+                      t.shape() == plan.buffers[plan.activation.at(name)].shape;
+    if (!keep) t = Tensor();
   }
+  if (plan.share) arena_ = Tensor(Shape{std::max<int64_t>(plan.arena_elements, 1)}, device);
+  buffers_.resize(plan.buffers.size());
+  bound_.resize(plan.buffers.size());
+  std::map<std::string, Tensor> unshared_scratch;  // plan off: one scratch per blob, as ever
+  for (size_t id = 0; id < plan.buffers.size(); ++id) {
+    const PlanBuffer& b = plan.buffers[id];
+    Tensor& t = b.kind == PlanBuffer::kActivation ? blobs_[b.blob] : buffers_[id];
+    if (b.external) {
+      if (t.empty()) t = Tensor(b.shape, device);
+    } else if (plan.share) {
+      t = arena_.View(b.shape, b.offset);
+    } else if (b.kind == PlanBuffer::kScratch) {
+      Tensor& s = unshared_scratch[b.blob];
+      if (s.empty()) s = Tensor(b.shape, device);
+      t = s;
+    } else {
+      t = Tensor(b.shape, device);
+    }
+    bound_[id] = &t;
+  }
+  plan_ = std::move(plan);
   device_ = device;
   batch_ = batch;
   for (LayerEntry& e : layers_) e.layer->AllocateParams(device);
   params_allocated_ = true;
   return absl::OkStatus();
+}
+
+int64_t Net::param_bytes() const {
+  int64_t n = 0;
+  for (const NamedParam& p : params())
+    n += p.param->value.size() + p.param->grad.size() + p.param->velocity.size();
+  return n * static_cast<int64_t>(sizeof(float));
 }
 
 Tensor& Net::blob(const std::string& name) {
@@ -146,55 +190,52 @@ void Net::InitParams(uint64_t seed) {
 }
 
 void Net::Forward(const RunContext& ctx) {
+  CHECK_EQ(plan_.layers.size(), layers_.size()) << "Net::Forward before Net::Build";
+  if (poison_) {
+    if (plan_.share) {
+      ops().Fill(arena_, std::numeric_limits<float>::quiet_NaN());
+    } else {
+      for (size_t id = 0; id < plan_.buffers.size(); ++id)
+        if (!plan_.buffers[id].external)
+          ops().Fill(*bound_[id], std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+  // Gradients read before anything writes them (an output no layer consumes) are zero.
+  for (size_t id = 0; id < plan_.buffers.size(); ++id)
+    if (plan_.buffers[id].zero) ops().Fill(*bound_[id], 0.0f);
   std::vector<const Tensor*> x;
   std::vector<Tensor*> y;
-  for (LayerEntry& e : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const LayerBinding& bind = plan_.layers[i];
     x.clear();
     y.clear();
-    for (const std::string& b : e.inputs) x.push_back(&blobs_.at(b));
-    for (const std::string& b : e.outputs) y.push_back(&blobs_.at(b));
-    e.layer->Forward(ops(), ctx, x, y);
+    for (int id : bind.x) x.push_back(bound_[id]);
+    for (int id : bind.y) y.push_back(bound_[id]);
+    layers_[i].layer->Forward(ops(), ctx, x, y);
   }
 }
 
 void Net::Backward(const RunContext& ctx, const std::function<void(int)>& after_layer) {
+  CHECK_EQ(plan_.layers.size(), layers_.size()) << "Net::Backward before Net::Build";
   Ops& o = ops();
-  std::set<std::string> inputs(input_names_.begin(), input_names_.end());
   // A blob read by several layers gets the sum of their input gradients: the first
   // writer (in backward order) writes the gradient buffer, later ones write a scratch
-  // buffer that is then added.
-  std::map<std::string, bool> written;
+  // buffer that is then added (the plan's bindings say which; core/memory_plan.h).
   std::vector<const Tensor*> x, y, dy;
   std::vector<Tensor*> dx;
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
-    LayerEntry& e = layers_[i];
+    const LayerBinding& bind = plan_.layers[i];
     x.clear();
     y.clear();
     dy.clear();
     dx.clear();
-    for (const std::string& b : e.inputs) x.push_back(&blobs_.at(b));
-    for (const std::string& b : e.outputs) {
-      y.push_back(&blobs_.at(b));
-      dy.push_back(&grads_.at(b));
-    }
-    std::vector<std::string> accumulate;
-    for (size_t k = 0; k < e.inputs.size(); ++k) {
-      const std::string& b = e.inputs[k];
-      bool in_place = k < e.outputs.size() && e.outputs[k] == b;
-      if (inputs.count(b)) {
-        dx.push_back(nullptr);
-      } else if (in_place || !written[b]) {
-        dx.push_back(&grads_.at(b));
-        written[b] = true;
-      } else {
-        Tensor& s = scratch_[b];
-        if (s.empty() || s.shape() != blobs_.at(b).shape()) s = Tensor(blobs_.at(b).shape(), device_);
-        dx.push_back(&s);
-        accumulate.push_back(b);
-      }
-    }
-    e.layer->Backward(o, ctx, x, y, dy, dx);
-    for (const std::string& b : accumulate) o.Add(grads_.at(b), scratch_.at(b), grads_.at(b));
+    for (int id : bind.x) x.push_back(bound_[id]);
+    for (int id : bind.y) y.push_back(bound_[id]);
+    for (int id : bind.dy) dy.push_back(bound_[id]);
+    for (int id : bind.dx) dx.push_back(id >= 0 ? bound_[id] : nullptr);
+    layers_[i].layer->Backward(o, ctx, x, y, dy, dx);
+    for (const auto& [grad, scratch] : bind.accumulate)
+      o.Add(*bound_[grad], *bound_[scratch], *bound_[grad]);
     if (after_layer) after_layer(i);
   }
 }

@@ -5,11 +5,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "core/layer.h"
+#include "core/memory_plan.h"
 
 namespace colonnade {
 
@@ -53,9 +55,31 @@ class Net {
                                std::move(inputs), std::move(outputs)));
   }
 
-  // Derives every shape for `batch` images, allocates blobs, gradients and parameters on
-  // `device`. Parameters keep their values when called again with another batch.
+  // Derives every shape for `batch` images, plans and allocates blobs, gradients and
+  // parameters on `device`. Parameters keep their values when called again with another
+  // batch; blobs other than the inputs do not.
   absl::Status Build(int64_t batch, Device device);
+
+  // Memory plan (core/memory_plan.h, docs/MEMORY.md). On (the default), Build places
+  // every activation, gradient and gradient scratch buffer in one arena, buffers whose
+  // lives in the step do not overlap sharing memory; a blob's contents are then valid
+  // only while the step needs them. Off: one allocation per buffer. Set before Build.
+  void set_memory_plan(bool on) { plan_memory_ = on; }
+  bool memory_plan_enabled() const { return plan_memory_; }
+  // Keeps a blob live for the whole step, for a caller that reads it after Forward or
+  // Backward (the inputs, "loss", "probs" and kLogitsBlob always are). Before Build; a
+  // name the net does not have is ignored.
+  void PinBlob(const std::string& name) { pinned_.insert(name); }
+  // The plan Build would make for `batch` images, without allocating anything.
+  absl::StatusOr<MemoryPlan> PlanMemory(int64_t batch);
+  // The plan of the last Build.
+  const MemoryPlan& memory_plan() const { return plan_; }
+  // Bytes of every parameter's value, gradient and velocity (after Build).
+  int64_t param_bytes() const;
+  // Test hook: Forward first fills the arena (plan off: every non-input buffer) with NaN,
+  // so a layer reading memory its declaration (Layer::backward_reads) did not keep alive
+  // produces NaN or another buffer's values.
+  void set_poison_for_testing(bool on) { poison_ = on; }
   // The shape inference Build uses, without allocating: calls each layer's Setup in order
   // and returns every blob's shape for `batch` images. Checks that layer names are unique,
   // that every input was written before, and the outputs (count, in-place use, no blob
@@ -98,7 +122,18 @@ class Net {
   std::vector<LayerEntry> layers_;
   std::vector<std::string> input_names_;
   std::map<std::string, Shape> input_shapes_;
-  std::map<std::string, Tensor> blobs_, grads_, scratch_;
+  MemoryPlanOptions PlanOptions() const;
+
+  // Activations by blob name; the tensors of every planned buffer (bound_[id] points at
+  // the blob's entry for activations, at buffers_[id] otherwise); the arena.
+  std::map<std::string, Tensor> blobs_;
+  std::vector<Tensor> buffers_;
+  std::vector<Tensor*> bound_;
+  Tensor arena_;
+  MemoryPlan plan_;
+  std::set<std::string> pinned_;
+  bool plan_memory_ = true;
+  bool poison_ = false;
   int64_t batch_ = 0;
   Device device_ = Device::kCPU;
   int columns_ = 1;

@@ -60,6 +60,16 @@ Tensor Tensor::Channels(int64_t c0, int64_t count) const {
   return t;
 }
 
+Tensor Tensor::View(Shape shape, int64_t element_offset) const {
+  CHECK(element_offset >= 0 && element_offset + shape.elements() <= size())
+      << "view " << shape.ToString() << " at " << element_offset << " outside "
+      << shape_.ToString();
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  t.data_ = data_ + element_offset;
+  return t;
+}
+
 std::vector<float> Tensor::ToHost() const {
   std::vector<float> out(size());
   if (size() == 0) return out;

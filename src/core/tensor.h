@@ -1,6 +1,6 @@
 // Tensor: a dense float32 array on one device, a handle to shared storage. Copying a
-// Tensor (and Reshaped, Channels) gives another handle to the same storage, kept alive
-// while any handle exists; writes through one are seen through all. Deep copies are
+// Tensor (and Reshaped, Channels, View) gives another handle to the same storage, kept
+// alive while any handle exists; writes through one are seen through all. Deep copies are
 // explicit: To() and CopyFrom(). GradientSync relies on this: it points each Param::grad
 // at a view into its bucket, so the layers' gradient writes land in the bucket.
 //
@@ -75,6 +75,10 @@ class Tensor {
   // A view of channels [c0, c0 + count) of a CHWN tensor: contiguous because C is
   // outermost. Shares storage.
   Tensor Channels(int64_t c0, int64_t count) const;
+  // A tensor of `shape` over elements [element_offset, element_offset + shape's elements)
+  // of this tensor's storage (which must hold them): Net places its blobs in one arena
+  // this way (core/memory_plan.h). Shares storage.
+  Tensor View(Shape shape, int64_t element_offset) const;
 
   // Copies to/from host memory regardless of the tensor's device.
   std::vector<float> ToHost() const;

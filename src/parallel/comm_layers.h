@@ -45,6 +45,8 @@ class AllGatherChannelsLayer : public CommLayer {
   enum BackwardMode { kSlice, kReduceScatter };
   AllGatherChannelsLayer(std::string name, Communicator* comm, BackwardMode mode);
   COLONNADE_LAYER_OVERRIDES("allgather_channels");
+  // Moves gradients only (x for its channel count).
+  BackwardReads backward_reads() const override { return {false, false, true}; }
   Collectives collectives() const override {
     return {Collectives::kAllGather,
             mode_ == kReduceScatter ? Collectives::kReduceScatter : Collectives::kNone};
@@ -63,6 +65,8 @@ class SliceChannelsLayer : public CommLayer {
  public:
   SliceChannelsLayer(std::string name, Communicator* comm);
   COLONNADE_LAYER_OVERRIDES("slice_channels");
+  // Moves gradients only (x for its channel count).
+  BackwardReads backward_reads() const override { return {false, false, true}; }
   Collectives collectives() const override { return {Collectives::kNone, Collectives::kAllGather}; }
 
  private:
@@ -77,6 +81,8 @@ class GradSumLayer : public CommLayer {
  public:
   GradSumLayer(std::string name, Communicator* comm);
   COLONNADE_LAYER_OVERRIDES("grad_allreduce");
+  // Moves gradients only (x for its channel count).
+  BackwardReads backward_reads() const override { return {false, false, true}; }
   Collectives collectives() const override { return {Collectives::kNone, Collectives::kAllReduce}; }
 
  private:

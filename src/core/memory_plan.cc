@@ -1,0 +1,353 @@
+#include "core/memory_plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/models.h"
+#include "core/net.h"
+
+namespace colonnade {
+namespace {
+
+int64_t AlignUp(int64_t n, int64_t a) { return a <= 1 ? n : (n + a - 1) / a * a; }
+
+// Builds the buffers, the schedule and each layer's binding, in the order Net runs the
+// step; the buffers' intervals are derived afterwards from the steps (MarkLiveness).
+class ScheduleBuilder {
+ public:
+  ScheduleBuilder(const std::vector<LayerEntry>& layers, const std::vector<std::string>& inputs,
+                  const std::map<std::string, Shape>& shapes, MemoryPlan* plan)
+      : layers_(layers), inputs_(inputs.begin(), inputs.end()), shapes_(shapes), plan_(plan) {}
+
+  void Run() {
+    for (const std::string& in : inputs_) Activation(in);
+    plan_->layers.resize(layers_.size());
+    for (size_t i = 0; i < layers_.size(); ++i) Forward(static_cast<int>(i));
+    for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) Backward(i);
+  }
+
+ private:
+  int NewBuffer(PlanBuffer::Kind kind, const std::string& blob, std::string name) {
+    PlanBuffer b;
+    b.kind = kind;
+    b.blob = blob;
+    b.name = std::move(name);
+    b.shape = shapes_.at(blob);
+    b.external = kind == PlanBuffer::kActivation && inputs_.count(blob) > 0;
+    plan_->buffers.push_back(std::move(b));
+    return static_cast<int>(plan_->buffers.size()) - 1;
+  }
+  int Activation(const std::string& blob) {
+    auto it = plan_->activation.find(blob);
+    if (it != plan_->activation.end()) return it->second;
+    return plan_->activation[blob] = NewBuffer(PlanBuffer::kActivation, blob, blob);
+  }
+  int Gradient(const std::string& blob) {
+    auto it = plan_->gradient.find(blob);
+    if (it != plan_->gradient.end()) return it->second;
+    return plan_->gradient[blob] = NewBuffer(PlanBuffer::kGradient, blob, "d " + blob);
+  }
+
+  void Forward(int i) {
+    const LayerEntry& e = layers_[i];
+    LayerBinding& bind = plan_->layers[i];
+    PlanStep s;
+    s.kind = PlanStep::kForward;
+    s.layer = i;
+    for (const std::string& b : e.inputs) bind.x.push_back(Activation(b));
+    for (const std::string& b : e.outputs) bind.y.push_back(Activation(b));
+    s.reads = bind.x;
+    s.writes = bind.y;
+    plan_->steps.push_back(std::move(s));
+  }
+
+  // Mirrors the gradient rule of Net::Backward: the first layer (in backward order) that
+  // produces a blob's input gradient writes its gradient buffer, later ones a scratch
+  // buffer that is then added (each addition its own step and its own scratch buffer, so
+  // a scratch lives only from its layer's Backward to its addition).
+  void Backward(int i) {
+    const LayerEntry& e = layers_[i];
+    LayerBinding& bind = plan_->layers[i];
+    const BackwardReads reads = e.layer->backward_reads();
+    PlanStep s;
+    s.kind = PlanStep::kBackward;
+    s.layer = i;
+    for (const std::string& b : e.outputs) bind.dy.push_back(Gradient(b));
+    auto add = [&s](bool read, const std::vector<int>& ids) {
+      std::vector<int>& to = read ? s.reads : s.touches;
+      to.insert(to.end(), ids.begin(), ids.end());
+    };
+    add(reads.x, bind.x);
+    add(reads.y, bind.y);
+    add(reads.dy, bind.dy);
+    for (size_t k = 0; k < e.inputs.size(); ++k) {
+      const std::string& b = e.inputs[k];
+      const bool in_place = k < e.outputs.size() && e.outputs[k] == b;
+      if (inputs_.count(b)) {
+        bind.dx.push_back(-1);
+      } else if (in_place || !written_[b]) {
+        bind.dx.push_back(Gradient(b));
+        written_[b] = true;
+      } else {
+        const int scratch = NewBuffer(PlanBuffer::kScratch, b,
+                                      absl::StrCat("d ", b, " (from ", e.layer->name(), ")"));
+        bind.dx.push_back(scratch);
+        bind.accumulate.push_back({Gradient(b), scratch});
+      }
+      if (bind.dx.back() >= 0) s.writes.push_back(bind.dx.back());
+    }
+    plan_->steps.push_back(std::move(s));
+    for (const auto& [grad, scratch] : bind.accumulate) {
+      PlanStep a;
+      a.kind = PlanStep::kAccumulate;
+      a.layer = i;
+      a.reads = {grad, scratch};
+      a.writes = {grad};
+      plan_->steps.push_back(std::move(a));
+    }
+  }
+
+  const std::vector<LayerEntry>& layers_;
+  const std::set<std::string> inputs_;
+  const std::map<std::string, Shape>& shapes_;
+  MemoryPlan* plan_;
+  std::map<std::string, bool> written_;
+};
+
+// Intervals from the steps; pins; buffers read before any write become zero-filled.
+void MarkLiveness(const std::set<std::string>& pinned_blobs, MemoryPlan* plan) {
+  std::vector<int> first_write(plan->buffers.size(), -1), first_read(plan->buffers.size(), -1);
+  auto use = [&](int id, int t) {
+    PlanBuffer& b = plan->buffers[id];
+    if (b.first < 0 || t < b.first) b.first = t;
+    b.last = std::max(b.last, t);
+  };
+  for (int t = 0; t < static_cast<int>(plan->steps.size()); ++t) {
+    const PlanStep& s = plan->steps[t];
+    for (int id : s.reads) {
+      use(id, t);
+      if (first_read[id] < 0) first_read[id] = t;
+    }
+    for (int id : s.writes) {
+      use(id, t);
+      if (first_write[id] < 0) first_write[id] = t;
+    }
+  }
+  // A buffer only bound to an argument (an activation a Backward does not read, the
+  // gradient of "loss") needs no live data: touching does not extend a life. One that is
+  // never read nor written still gets a place, live at its first touch.
+  for (int t = 0; t < static_cast<int>(plan->steps.size()); ++t)
+    for (int id : plan->steps[t].touches)
+      if (plan->buffers[id].first < 0) use(id, t);
+  for (size_t id = 0; id < plan->buffers.size(); ++id) {
+    PlanBuffer& b = plan->buffers[id];
+    const bool read_unwritten =
+        first_read[id] >= 0 && (first_write[id] < 0 || first_write[id] >= first_read[id]);
+    b.zero = !b.external && read_unwritten;
+    b.pinned = b.external || b.zero ||
+               (b.kind == PlanBuffer::kActivation && pinned_blobs.count(b.blob) > 0);
+    if (b.pinned || b.first < 0) {
+      b.first = 0;
+      b.last = std::max(0, static_cast<int>(plan->steps.size()) - 1);
+    }
+  }
+}
+
+bool Overlap(const PlanBuffer& a, const PlanBuffer& b) {
+  return a.first <= b.last && b.first <= a.last;
+}
+
+// Greedy by size (TFLite's arena planner): largest buffers first, each at the smallest
+// gap that holds it among the already placed buffers whose lives overlap its own, or
+// above them all.
+int64_t PlaceBuffers(int64_t align, MemoryPlan* plan) {
+  std::vector<PlanBuffer>& bufs = plan->buffers;
+  std::vector<int> order;
+  for (size_t i = 0; i < bufs.size(); ++i)
+    if (!bufs[i].external) order.push_back(static_cast<int>(i));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    if (bufs[a].elements() != bufs[b].elements()) return bufs[a].elements() > bufs[b].elements();
+    return bufs[a].first < bufs[b].first;
+  });
+  std::vector<int> placed;
+  int64_t arena = 0;
+  for (int id : order) {
+    PlanBuffer& b = bufs[id];
+    const int64_t size = AlignUp(std::max<int64_t>(b.elements(), 1), align);
+    std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of overlapping lives
+    for (int p : placed) {
+      if (!Overlap(b, bufs[p])) continue;
+      taken.push_back({bufs[p].offset,
+                       bufs[p].offset + AlignUp(std::max<int64_t>(bufs[p].elements(), 1), align)});
+    }
+    std::sort(taken.begin(), taken.end());
+    int64_t best = -1, best_gap = 0, end = 0;
+    for (const auto& [o, e] : taken) {
+      if (o - end >= size && (best < 0 || o - end < best_gap)) {
+        best = end;
+        best_gap = o - end;
+      }
+      end = std::max(end, e);
+    }
+    b.offset = best >= 0 ? best : end;
+    arena = std::max(arena, b.offset + size);
+    placed.push_back(id);
+  }
+  return arena;
+}
+
+}  // namespace
+
+absl::StatusOr<MemoryPlan> PlanMemory(const std::vector<LayerEntry>& layers,
+                                      const std::vector<std::string>& inputs,
+                                      const std::map<std::string, Shape>& shapes,
+                                      const MemoryPlanOptions& options) {
+  MemoryPlan plan;
+  plan.share = options.share;
+  for (const LayerEntry& e : layers) {
+    for (const auto* names : {&e.inputs, &e.outputs})
+      for (const std::string& b : *names)
+        if (!shapes.count(b)) return absl::InvalidArgumentError("no shape for blob " + b);
+  }
+  for (const std::string& in : inputs) {
+    auto it = shapes.find(in);
+    if (it == shapes.end()) return absl::InvalidArgumentError("no shape for input " + in);
+    plan.batch = it->second.n();
+  }
+  ScheduleBuilder(layers, inputs, shapes, &plan).Run();
+  std::set<std::string> pinned = options.pinned;
+  pinned.insert({"loss", "probs", kLogitsBlob});
+  MarkLiveness(pinned, &plan);
+  if (plan.share) plan.arena_elements = PlaceBuffers(options.align_elements, &plan);
+  return plan;
+}
+
+int64_t MemoryPlan::planned_bytes() const {
+  return share ? arena_elements * static_cast<int64_t>(sizeof(float)) : unshared_bytes();
+}
+
+int64_t MemoryPlan::unshared_bytes() const {
+  // As Net allocates without sharing: one scratch buffer per blob serves all its additions.
+  int64_t n = 0;
+  std::set<std::string> scratch_blobs;
+  for (const PlanBuffer& b : buffers) {
+    if (b.external) continue;
+    if (b.kind == PlanBuffer::kScratch && !scratch_blobs.insert(b.blob).second) continue;
+    n += b.elements();
+  }
+  return n * static_cast<int64_t>(sizeof(float));
+}
+
+int64_t MemoryPlan::input_bytes() const {
+  int64_t n = 0;
+  for (const PlanBuffer& b : buffers)
+    if (b.external) n += b.elements();
+  return n * static_cast<int64_t>(sizeof(float));
+}
+
+std::string MemoryPlan::StepName(int step, const std::vector<LayerEntry>& layers) const {
+  const PlanStep& s = steps[step];
+  const char* tag = s.kind == PlanStep::kForward ? "F" : s.kind == PlanStep::kBackward ? "B" : "A";
+  return absl::StrCat(tag, s.layer, " ", layers[s.layer].layer->name());
+}
+
+std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
+  std::vector<int> order(buffers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return buffers[a].first < buffers[b].first; });
+  const char* kinds[] = {"act", "grad", "scratch"};
+  std::string out = absl::StrFormat(
+      "memory plan (batch %d, %s): %d buffers over %d steps (F = forward, B = backward, A = "
+      "gradient addition, then the layer's index and name)\n",
+      batch, share ? "shared arena" : "one allocation each", buffers.size(), steps.size());
+  absl::StrAppendFormat(&out, "%-40s %-7s %-18s %12s %12s  %-40s %s\n", "buffer", "kind", "shape",
+                        "bytes", "byte offset", "live", "shares memory with");
+  for (int id : order) {
+    const PlanBuffer& b = buffers[id];
+    std::string live = b.pinned ? (b.external ? "input (own allocation)"
+                                              : b.zero ? "whole step (zero-filled)" : "whole step (pinned)")
+                                : absl::StrCat(StepName(b.first, layers), " .. ",
+                                               StepName(b.last, layers));
+    std::vector<std::string> shares;
+    if (share && !b.external) {
+      for (int o : order) {
+        const PlanBuffer& c = buffers[o];
+        if (o == id || c.external) continue;
+        if (c.offset < b.offset + b.elements() && b.offset < c.offset + c.elements())
+          shares.push_back(c.name);
+      }
+    }
+    // The first few (a deep net's early buffers share with hundreds of later ones).
+    constexpr size_t kShown = 6;
+    std::string shared = absl::StrJoin(shares.begin(),
+                                       shares.begin() + std::min(shares.size(), kShown), ", ");
+    if (shares.size() > kShown) absl::StrAppend(&shared, " and ", shares.size() - kShown, " more");
+    absl::StrAppendFormat(&out, "%-40s %-7s %-18s %12d %12s  %-40s %s\n", b.name, kinds[b.kind],
+                          b.shape.ToString(), b.elements() * static_cast<int64_t>(sizeof(float)),
+                          share && !b.external ? absl::StrCat(b.offset * 4) : "-", live, shared);
+  }
+  absl::StrAppendFormat(&out,
+                        "activation/gradient memory: %.1f MiB planned (%s), %.1f MiB with one "
+                        "buffer each; inputs %.1f MiB\n",
+                        planned_bytes() / 1048576.0, share ? "one arena" : "plan off",
+                        unshared_bytes() / 1048576.0, input_bytes() / 1048576.0);
+  return out;
+}
+
+absl::Status CheckMemoryPlan(const MemoryPlan& plan) {
+  const std::vector<PlanBuffer>& bufs = plan.buffers;
+  std::vector<bool> written(bufs.size(), false);
+  for (size_t id = 0; id < bufs.size(); ++id) written[id] = bufs[id].external || bufs[id].zero;
+  for (int t = 0; t < static_cast<int>(plan.steps.size()); ++t) {
+    const PlanStep& s = plan.steps[t];
+    for (int id : s.reads) {
+      if (!written[id]) {
+        return absl::InternalError(absl::StrFormat(
+            "step %d (layer %d) reads buffer %s before any step writes it", t, s.layer,
+            bufs[id].name));
+      }
+    }
+    for (const auto* ids : {&s.reads, &s.writes}) {
+      for (int id : *ids) {
+        if (t < bufs[id].first || t > bufs[id].last) {
+          return absl::InternalError(absl::StrFormat(
+              "step %d uses buffer %s outside its interval [%d, %d]", t, bufs[id].name,
+              bufs[id].first, bufs[id].last));
+        }
+      }
+    }
+    for (int id : s.writes) written[id] = true;
+  }
+  if (!plan.share) return absl::OkStatus();
+  int64_t sum = 0;
+  for (size_t a = 0; a < bufs.size(); ++a) {
+    if (bufs[a].external) continue;
+    sum += bufs[a].elements();
+    if (bufs[a].offset < 0 || bufs[a].offset + bufs[a].elements() > plan.arena_elements) {
+      return absl::InternalError("buffer " + bufs[a].name + " lies outside the arena");
+    }
+    for (size_t b = a + 1; b < bufs.size(); ++b) {
+      if (bufs[b].external) continue;
+      const bool same_memory = bufs[a].offset < bufs[b].offset + bufs[b].elements() &&
+                               bufs[b].offset < bufs[a].offset + bufs[a].elements();
+      if (same_memory && Overlap(bufs[a], bufs[b])) {
+        return absl::InternalError(absl::StrFormat(
+            "buffers %s [%d, %d] and %s [%d, %d] share memory while both are live",
+            bufs[a].name, bufs[a].first, bufs[a].last, bufs[b].name, bufs[b].first,
+            bufs[b].last));
+      }
+    }
+  }
+  // Alignment padding may add up to one alignment unit per buffer.
+  if (plan.arena_elements > sum + 64 * static_cast<int64_t>(bufs.size())) {
+    return absl::InternalError(absl::StrFormat("arena of %d elements exceeds the buffers' sum %d",
+                                               plan.arena_elements, sum));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colonnade

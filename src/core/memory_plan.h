@@ -1,0 +1,108 @@
+// The static memory plan of one training step of a Net: which activation, gradient and
+// gradient-scratch buffers exist, when each is live, and where it sits in one arena.
+//
+// The schedule is the step as Net runs it: Forward of layers 0..L-1, then Backward of
+// layers L-1..0, each Backward followed by one "accumulate" step per input whose gradient
+// another layer already wrote (grad += scratch). A buffer is live from the first step
+// that writes (or reads) it to the last step that reads or writes it; an argument a step
+// only passes along (an activation its Backward does not read) does not keep it alive; what Backward reads is what
+// the layer declares (Layer::backward_reads). Buffers whose lives do not overlap may share
+// memory: they get offsets in one arena (greedy, largest first, each at the best-fitting
+// gap among the buffers it overlaps in time). Pinned buffers (net inputs, "loss",
+// "probs", the logits, Net::PinBlob) live the whole step and share with nothing, so
+// callers may read them between steps. docs/MEMORY.md describes the rules.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace colonnade {
+
+struct LayerEntry;
+
+struct PlanBuffer {
+  enum Kind { kActivation, kGradient, kScratch };
+  Kind kind = kActivation;
+  std::string blob;  // the blob it holds (kActivation) or the gradient of
+  std::string name;  // for printing: "conv1", "d conv1", "d conv1 (from pool1)"
+  Shape shape;
+  int first = -1;    // live interval in schedule steps, inclusive
+  int last = -1;
+  bool pinned = false;  // live the whole step; shares with nothing
+  // Read before anything writes it (the gradient of an output nobody consumes): Net
+  // zero-fills it before every step. Always pinned.
+  bool zero = false;
+  // A net input: its own allocation outside the arena, filled by the caller.
+  bool external = false;
+  int64_t offset = 0;  // in the arena, elements (when the plan shares memory)
+  int64_t elements() const { return shape.elements(); }
+};
+
+struct PlanStep {
+  enum Kind { kForward, kBackward, kAccumulate };
+  Kind kind = kForward;
+  int layer = 0;
+  std::vector<int> reads, writes;  // buffer ids (reads: what the step's code reads)
+  std::vector<int> touches;        // bound to an argument but neither read nor written
+};
+
+// Which buffer each argument of a layer's Forward and Backward is (buffer ids; -1: null).
+struct LayerBinding {
+  std::vector<int> x, y;  // activations of inputs and outputs
+  std::vector<int> dy;    // gradients of the outputs
+  std::vector<int> dx;    // gradients (or scratch) the inputs receive; -1 for net inputs
+  std::vector<std::pair<int, int>> accumulate;  // (gradient, scratch): gradient += scratch
+};
+
+struct MemoryPlanOptions {
+  // false: every buffer its own allocation (--memory_plan=off); the schedule is the same.
+  bool share = true;
+  // Blobs (besides the net inputs, "loss", "probs" and the logits) kept for the caller.
+  std::set<std::string> pinned;
+  // Offsets are multiples of this many elements (256 bytes: any kernel's vector loads).
+  int64_t align_elements = 64;
+};
+
+struct MemoryPlan {
+  bool share = true;
+  int64_t batch = 0;
+  std::vector<PlanBuffer> buffers;
+  std::vector<PlanStep> steps;
+  std::vector<LayerBinding> layers;
+  std::map<std::string, int> activation, gradient;  // blob -> buffer id
+  int64_t arena_elements = 0;  // the arena (share) or 0
+
+  // Bytes of the buffers in the arena (or of all non-input buffers without sharing).
+  int64_t planned_bytes() const;
+  // Bytes the buffers take with one allocation each (the plan off: one scratch per blob).
+  int64_t unshared_bytes() const;
+  int64_t input_bytes() const;  // the net inputs' own allocations
+  // "F3 conv2", "B3 conv2", "A3 conv2" for a schedule step.
+  std::string StepName(int step, const std::vector<LayerEntry>& layers) const;
+  // The table --print_memory_plan shows: every buffer with its bytes, offset, live
+  // interval and the buffers it shares memory with, in order of first use.
+  std::string Format(const std::vector<LayerEntry>& layers) const;
+};
+
+// Builds the schedule, the liveness and (with options.share) the placement for `layers`
+// with blob shapes `shapes` (Net::InferShapes) and net inputs `inputs`.
+absl::StatusOr<MemoryPlan> PlanMemory(const std::vector<LayerEntry>& layers,
+                                      const std::vector<std::string>& inputs,
+                                      const std::map<std::string, Shape>& shapes,
+                                      const MemoryPlanOptions& options);
+
+// The properties a plan must have (the tests check them for every zoo model): buffers
+// whose arena ranges overlap are never live at one step; every step reads only buffers
+// written at an earlier step (inputs and zero-filled buffers count as written before the
+// step); each buffer's interval covers every step that reads or writes it; the arena is no larger
+// than the buffers' sum.
+absl::Status CheckMemoryPlan(const MemoryPlan& plan);
+
+}  // namespace colonnade
