@@ -155,6 +155,10 @@ absl::StatusOr<uint64_t> BatchFeed::Stage(const HostBatch& b) {
       std::memcpy(s.host_indices, b.indices, n * sizeof(int64_t));
       COLONNADE_CUDA_CHECK(cudaMemcpyAsync(s.indices, s.host_indices, n * sizeof(int64_t),
                                            cudaMemcpyHostToDevice, copy));
+      // Generated here, on the copy stream, while the compute stream runs the current
+      // step: the generator fills the SMs the step leaves idle instead of adding its time
+      // to the next step (0.65 ms of a 13.4 ms bf16 AlexNet step at batch 256, H200).
+      SyntheticImagesGpu(copy, synthetic_, s.indices, b.n, s.pixels);
     } else {
       const size_t bytes = n * cfg_.height * cfg_.width * cfg_.channels;
       COLONNADE_CUDA_CHECK(
@@ -179,7 +183,6 @@ absl::Status BatchFeed::Produce(Tensor* images, Tensor* labels) {
   }
   cudaStream_t compute = AsStream(compute_stream_);
   COLONNADE_CUDA_CHECK(cudaStreamWaitEvent(compute, s.copied, 0));
-  if (cfg_.synthetic) SyntheticImagesGpu(compute, synthetic_, s.indices, s.n, s.pixels);
   AugmentBatchGpu(compute, geometry_, s.pixels, s.augs, s.n, images->data());
   if (s.n > 0) {
     COLONNADE_CUDA_CHECK(cudaMemcpyAsync(labels->data(), s.labels, s.n * sizeof(float),

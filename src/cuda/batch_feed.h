@@ -4,10 +4,12 @@
 //
 //   Stage(b)    enqueues on the copy stream the copy of batch b's host buffers into the
 //               next device slot, after the compute stream has finished reading what
-//               that slot held before (event `consumed`); records event `copied`.
+//               that slot held before (event `consumed`), [then the generation of the
+//               synthetic images, on the same stream so it overlaps the step;] records
+//               event `copied`.
 //   Produce()   enqueues on the compute stream (cuda_backend.h ComputeStream()), after
-//               `copied` of the oldest staged slot: [generate the synthetic images,]
-//               augment into `images`, copy the labels; records `consumed`.
+//               `copied` of the oldest staged slot: augment into `images`, copy the
+//               labels; records `consumed`.
 //   HostBatchDone(ticket)  whether the copy of the batch staged with that ticket has
 //               finished, i.e. its host buffers may be refilled (BatchPipeline::Recycle).
 //
