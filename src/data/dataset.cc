@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -20,16 +21,49 @@ absl::Status AsDataLoss(const absl::Status& s) {
   return s.ok() || absl::IsDataLoss(s) ? s : absl::DataLossError(s.message());
 }
 
+// Bytes of shard images reserved by the resident shard datasets open in this process.
+std::atomic<int64_t> g_resident_bytes{0};
+
+// Reserves `bytes` if they fit `budget` together with what is reserved already.
+bool ReserveResident(int64_t bytes, int64_t budget) {
+  int64_t held = g_resident_bytes.load();
+  do {
+    if (bytes > budget - held) return false;
+  } while (!g_resident_bytes.compare_exchange_weak(held, held + bytes));
+  return true;
+}
+
+// The stored /images bytes of each shard (validated at open): raw n*H*W*C, jpeg the last
+// offset. Empty when their sum overflows (such a dataset is never resident).
+std::vector<int64_t> StoredImageBytes(const DatasetIndex& idx,
+                                      const std::vector<std::vector<int64_t>>& offsets) {
+  const DatasetInfo& info = idx.info;
+  const int64_t image = int64_t{info.height} * info.width * info.channels;
+  std::vector<int64_t> bytes(idx.shard_sizes.size());
+  int64_t total = 0;
+  for (size_t s = 0; s < bytes.size(); ++s) {
+    if (info.encoding == "raw") {
+      if (!CheckedMul(idx.shard_sizes[s], image, &bytes[s])) return {};
+    } else {
+      bytes[s] = offsets[s].back();
+    }
+    if (!CheckedAdd(total, bytes[s], &total)) return {};
+  }
+  return bytes;
+}
+
 // A validated shard directory. Labels (and JPEG offsets) of every shard are held in
-// memory after validation, so Read touches HDF5 once per image (under the lock) and
-// decodes outside it.
+// memory after validation. Read touches HDF5 once per image (under the lock) and decodes
+// outside it; a resident dataset (its images fit the budget) reads each shard's images with
+// one HDF5 call on first use and every image from memory after.
 class ShardDataset : public Dataset {
  public:
   // Errors: NotFound when the directory or its dataset.h5 does not exist (a wrong path:
   // a usage error); DataLoss, with the message of the check that failed, for a dataset
   // whose files are unreadable or invalid (docs/OPERATIONS.md: unreadable data).
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(const std::string& dir,
-                                                       const ImageLimits& limits) {
+                                                       const ImageLimits& limits,
+                                                       int64_t resident_budget) {
     absl::StatusOr<DatasetIndex> index = ReadDatasetIndex(dir, limits);
     if (!index.ok()) {
       return absl::IsNotFound(index.status()) ? index.status() : AsDataLoss(index.status());
@@ -58,7 +92,15 @@ class ShardDataset : public Dataset {
             JoinPath(idx.info.path, kIndexFileName), k, idx.info.class_counts[k], counts[k], k));
       }
     }
-    ds->cache_ = std::make_unique<ShardFileCache>(&ds->index_);
+    std::vector<int64_t> resident = StoredImageBytes(idx, ds->offsets_);
+    int64_t total = 0;
+    for (int64_t b : resident) total += b;
+    if (resident.empty() || !ReserveResident(total, resident_budget)) {
+      resident.clear();  // too large: the per-image path, as without a budget
+    } else {
+      ds->reserved_ = total;
+    }
+    ds->cache_ = std::make_unique<ShardFileCache>(&ds->index_, 64, std::move(resident));
     return std::unique_ptr<Dataset>(std::move(ds));
   }
 
@@ -118,12 +160,17 @@ class ShardDataset : public Dataset {
 
  private:
   ShardDataset() = default;
+ public:
+  ~ShardDataset() override { g_resident_bytes -= reserved_; }
+
+ private:
   DatasetIndex index_;
   ImageLimits limits_;
   std::vector<int32_t> labels_;
   std::vector<std::vector<int64_t>> offsets_;
   std::vector<int64_t> shard_start_;
   std::unique_ptr<ShardFileCache> cache_;
+  int64_t reserved_ = 0;  // of g_resident_bytes
 };
 
 }  // namespace
@@ -148,7 +195,11 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec,
   }
   absl::StatusOr<ImageLimits> limits = ImageLimitsFromEnvironment();
   if (!limits.ok()) return limits.status();
-  return ShardDataset::Open(dir, *limits);
+  absl::StatusOr<int64_t> budget = ShardCacheBytesFromEnvironment();
+  if (!budget.ok()) return budget.status();
+  return ShardDataset::Open(dir, *limits, *budget);
 }
+
+int64_t ResidentShardBytes() { return g_resident_bytes.load(); }
 
 }  // namespace colonnade::data

@@ -89,11 +89,18 @@ struct SyntheticRecipe {
 // path of its dataset.h5). Shard directories are validated completely on open: every
 // attribute and dataset of every shard, and every label; sizes within docs/LIMITS.md
 // (image limits from ImageLimitsFromEnvironment). Errors: NotFound when the directory or
-// its dataset.h5 does not exist, InvalidArgument for a bad spec or limit variable,
+// its dataset.h5 does not exist, InvalidArgument for a bad spec or limit variable
+// (COLONNADE_SHARD_CACHE_MB included),
 // DataLoss for a dataset whose files are unreadable or invalid (each message names the
 // file and the field).
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(const std::string& spec,
                                                      const SyntheticOptions& synth = {});
+
+// Shard datasets whose stored image bytes fit what is left of the process's resident-shard
+// budget (ShardCacheBytesFromEnvironment, data/limits.h) reserve those bytes at open and
+// hold each shard's images in memory from its first read (docs/DATA.md); the others read
+// image by image from the files. This is the sum reserved by the shard datasets open now.
+int64_t ResidentShardBytes();
 
 // The synthetic dataset directly.
 absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const SyntheticOptions& o);

@@ -1,5 +1,8 @@
 #include "data/limits.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
@@ -29,6 +32,25 @@ absl::StatusOr<ImageLimits> ImageLimitsFromEnvironment() {
   if (s.ok()) s = ReadLimit(kMaxImagePixelsEnv, int64_t{1} << 40, &l.max_pixels);
   if (!s.ok()) return s;
   return l;
+}
+
+absl::StatusOr<int64_t> ShardCacheBytesFromEnvironment() {
+  constexpr int64_t kMb = int64_t{1} << 20;
+  const char* v = std::getenv(kShardCacheMbEnv);
+  if (v != nullptr && *v != '\0') {
+    // Up to 2^24 MB (16 TiB): more than any host's memory, and far from overflow in bytes.
+    constexpr int64_t kMaxMb = int64_t{1} << 24;
+    int64_t mb = 0;
+    if (!absl::SimpleAtoi(v, &mb) || mb < 0 || mb > kMaxMb) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "environment variable %s='%s' is not an integer in 0..%d (megabytes; 0 disables)",
+          kShardCacheMbEnv, v, kMaxMb));
+    }
+    return mb * kMb;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const int64_t ram = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  return std::min(kDefaultShardCacheMaxMb * kMb, ram / 16);
 }
 
 std::string ImageSizeProblem(int64_t height, int64_t width, const ImageLimits& limits) {

@@ -46,6 +46,19 @@ inline constexpr char kMaxImagePixelsEnv[] = "COLONNADE_MAX_IMAGE_PIXELS";
 // naming the variable.
 absl::StatusOr<ImageLimits> ImageLimitsFromEnvironment();
 
+// Resident shard images (docs/DATA.md, "Resident shard images"): a shard dataset whose
+// stored image bytes fit this budget is read into memory one whole shard /images at a
+// time, so image reads skip the process-wide HDF5 lock. The budget covers every shard
+// dataset open in the process at once (train and test split together).
+inline constexpr char kShardCacheMbEnv[] = "COLONNADE_SHARD_CACHE_MB";
+// The default budget: min(8192 MB, physical RAM / 16), so that eight ranks on one host hold
+// at most half its memory in resident shards.
+inline constexpr int64_t kDefaultShardCacheMaxMb = 8192;
+// The budget in bytes: COLONNADE_SHARD_CACHE_MB (an integer in 0..2^24 MB; 0 disables
+// resident shards) or the default. Any other value is an InvalidArgument error naming the
+// variable.
+absl::StatusOr<int64_t> ShardCacheBytesFromEnvironment();
+
 // "" when an image of height x width fits `limits`, else why not, e.g. "60000x60000 is
 // larger than the limit of 16384 pixels per side (COLONNADE_MAX_IMAGE_SIDE)".
 std::string ImageSizeProblem(int64_t height, int64_t width, const ImageLimits& limits);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -610,8 +611,22 @@ struct ShardFileCache::Open {
   hdf5::Handle file, images, space;
 };
 
-ShardFileCache::ShardFileCache(const DatasetIndex* index, int max_open_files)
-    : index_(index), max_open_(std::max(1, max_open_files)) {}
+struct ShardFileCache::Resident {
+  std::once_flag once;
+  absl::Status status;  // of the load; written once, inside `once`
+  std::unique_ptr<uint8_t[]> bytes;
+  int64_t size = 0;
+};
+
+ShardFileCache::ShardFileCache(const DatasetIndex* index, int max_open_files,
+                               std::vector<int64_t> resident_bytes)
+    : index_(index),
+      max_open_(std::max(1, max_open_files)),
+      resident_bytes_(std::move(resident_bytes)) {
+  if (!resident_bytes_.empty()) {
+    resident_ = std::make_unique<Resident[]>(resident_bytes_.size());
+  }
+}
 
 ShardFileCache::~ShardFileCache() {
   hdf5::Scope lock;
@@ -654,8 +669,55 @@ absl::StatusOr<ShardFileCache::Open*> ShardFileCache::Get(int shard) {
   return open_.back().get();
 }
 
+absl::Status ShardFileCache::LoadResident(int shard, Resident* r) {
+  const std::string path = JoinPath(index_->info.path, index_->shard_files[shard]);
+  const int64_t want = resident_bytes_[shard];
+  hdf5::Scope lock;
+  ASSIGN_OR_RETURN(Open* o, Get(shard));
+  // The file may have been replaced since it was validated: its /images must still hold
+  // exactly the bytes the dataset's budget was reserved for.
+  const hssize_t got = H5Sget_simple_extent_npoints(o->space.get());
+  if (got != want) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: /images: holds %d bytes, expected %d (file changed since it was opened?)", path,
+        static_cast<int64_t>(got), want));
+  }
+  r->bytes.reset(new uint8_t[std::max<int64_t>(want, 1)]);  // no zero fill: all overwritten
+  if (want > 0 && H5Dread(o->images.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                          r->bytes.get()) < 0) {
+    r->bytes.reset();
+    return absl::DataLossError(absl::StrFormat(
+        "%s: /images: reading all %d bytes failed (truncated or corrupt data)", path, want));
+  }
+  r->size = want;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const ShardFileCache::Resident*> ShardFileCache::ResidentImages(int shard) {
+  Resident* r = &resident_[shard];
+  std::call_once(r->once, [&] { r->status = LoadResident(shard, r); });
+  if (!r->status.ok()) return r->status;
+  return r;
+}
+
+absl::Status ShardFileCache::CopyResident(int shard, int64_t begin, int64_t end,
+                                          uint8_t* out) {
+  ASSIGN_OR_RETURN(const Resident* r, ResidentImages(shard));
+  if (begin < 0 || begin > end || end > r->size) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: /images: bytes [%d, %d) are outside the %d bytes stored",
+        JoinPath(index_->info.path, index_->shard_files[shard]), begin, end, r->size));
+  }
+  std::memcpy(out, r->bytes.get() + begin, static_cast<size_t>(end - begin));
+  return absl::OkStatus();
+}
+
 absl::Status ShardFileCache::ReadRaw(int shard, int64_t local, uint8_t* out) {
   const DatasetInfo& info = index_->info;
+  if (resident_ != nullptr) {
+    const int64_t bytes = int64_t{info.height} * info.width * info.channels;
+    return CopyResident(shard, local * bytes, (local + 1) * bytes, out);
+  }
   hdf5::Scope lock;
   ASSIGN_OR_RETURN(Open* o, Get(shard));
   hsize_t start[4] = {static_cast<hsize_t>(local), 0, 0, 0};
@@ -673,6 +735,10 @@ absl::Status ShardFileCache::ReadRaw(int shard, int64_t local, uint8_t* out) {
 }
 
 absl::Status ShardFileCache::ReadBytes(int shard, int64_t begin, int64_t end, std::string* out) {
+  if (resident_ != nullptr) {
+    out->resize(end - begin);
+    return CopyResident(shard, begin, end, reinterpret_cast<uint8_t*>(out->data()));
+  }
   hdf5::Scope lock;
   ASSIGN_OR_RETURN(Open* o, Get(shard));
   out->resize(end - begin);

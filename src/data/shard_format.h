@@ -135,22 +135,41 @@ absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard
 
 // Random-access reads from validated shards. Keeps up to `max_open_files` files open
 // (least recently used closed first). Thread-safe (HDF5 calls are serialised).
+//
+// Resident mode (`resident_bytes` non-empty: the stored bytes of each shard's /images, as
+// validated at open): on the first read of a shard, its whole /images is read into memory
+// with one H5Dread under the HDF5 lock; every later read of that shard copies from memory
+// without taking the lock. Loading happens on first use, not at construction, so opening a
+// dataset stays as cheap as before (tools that read a few images never load the rest) and
+// the loads are spread over the reader threads; a shard loads exactly once (std::call_once),
+// concurrent readers of it wait for that load. A failed load is remembered: every later
+// read of that shard returns the same error.
 class ShardFileCache {
  public:
-  ShardFileCache(const DatasetIndex* index, int max_open_files = 64);
+  ShardFileCache(const DatasetIndex* index, int max_open_files = 64,
+                 std::vector<int64_t> resident_bytes = {});
   ~ShardFileCache();
   // raw: copies image `local` of shard `shard` into `out` (H*W*C bytes).
   absl::Status ReadRaw(int shard, int64_t local, uint8_t* out);
   // jpeg: copies bytes [begin, end) of the shard's /images into `out`.
   absl::Status ReadBytes(int shard, int64_t begin, int64_t end, std::string* out);
+  bool resident() const { return resident_ != nullptr; }
 
  private:
   struct Open;
+  struct Resident;
   absl::StatusOr<Open*> Get(int shard);  // under the h5 lock
+  // The shard's /images in memory, loaded on the first call (resident mode only).
+  absl::StatusOr<const Resident*> ResidentImages(int shard);
+  absl::Status LoadResident(int shard, Resident* r);
+  // Bytes [begin, end) of a resident shard into `out`.
+  absl::Status CopyResident(int shard, int64_t begin, int64_t end, uint8_t* out);
   const DatasetIndex* index_;
   int max_open_;
   uint64_t tick_ = 0;
   std::vector<std::unique_ptr<Open>> open_;
+  std::vector<int64_t> resident_bytes_;
+  std::unique_ptr<Resident[]> resident_;  // one per shard; null unless resident
 };
 
 }  // namespace colonnade::data
