@@ -104,6 +104,8 @@ class ShardDataset : public Dataset {
     return std::unique_ptr<Dataset>(std::move(ds));
   }
 
+  ~ShardDataset() override { g_resident_bytes -= reserved_; }  // releases the budget
+
   const DatasetInfo& info() const override { return index_.info; }
   const std::vector<float>& mean_image() const override { return index_.mean_image; }
   int Label(int64_t index) const override { return labels_[index]; }
@@ -160,10 +162,6 @@ class ShardDataset : public Dataset {
 
  private:
   ShardDataset() = default;
- public:
-  ~ShardDataset() override { g_resident_bytes -= reserved_; }
-
- private:
   DatasetIndex index_;
   ImageLimits limits_;
   std::vector<int32_t> labels_;
