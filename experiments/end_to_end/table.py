@@ -22,26 +22,23 @@ def load(paths):
 
 
 def step_table(recs):
-    bench = {(r["model"], r["batch"], r["precision"]): r for r in recs
+    # The bare step of the same tree (commit), model, batch and precision.
+    bench = {(r["commit"], r["model"], r["batch"], r["precision"]): r for r in recs
              if r["what"] == "bench_train" and r["impl"] == "colonnade"
              and not r.get("name", "").startswith(("mem_", "maxbatch_")) and "img_per_s" in r}
-    print("| run | model | batch | precision | trainer img/s | data wait | bench_train img/s "
-          "| trainer / step |")
-    print("|---|---|---:|---|---:|---:|---:|---:|")
+    print("| tree | run | model | batch | precision | trainer img/s | data wait "
+          "| bench_train img/s | trainer / step |")
+    print("|---|---|---|---:|---|---:|---:|---:|---:|")
     for r in recs:
         if r["what"] != "trainer":
             continue
-        b = bench.get((r["model"], r["batch"], r["precision"]))
+        b = bench.get((r["commit"], r["model"], r["batch"], r["precision"]))
+        head = f"| {r['commit'][:7]} | {r['name']} | {r['model']} | {r['batch']} | {r['precision']} |"
         if "img_per_s" not in r:
-            print(f"| {r['name']} | {r['model']} | {r['batch']} | {r['precision']} | "
-                  f"error: {r.get('error', '?')} | | | |")
+            print(f"{head} error: {r.get('error', '?')} | | | |")
             continue
-        ratio = f"{r['img_per_s'] / b['img_per_s']:.1%}" if b else "—"
-        print(f"| {r['name']} | {r['model']} | {r['batch']} | {r['precision']} | "
-              f"{r['img_per_s']:,.0f} | {r['data_wait_frac']:.1%} | "
-              f"{b['img_per_s']:,.0f} | {ratio} |" if b else
-              f"| {r['name']} | {r['model']} | {r['batch']} | {r['precision']} | "
-              f"{r['img_per_s']:,.0f} | {r['data_wait_frac']:.1%} | — | — |")
+        step = f"{b['img_per_s']:,.0f} | {r['img_per_s'] / b['img_per_s']:.1%}" if b else "— | —"
+        print(f"{head} {r['img_per_s']:,.0f} | {r['data_wait_frac']:.1%} | {step} |")
 
 
 def memory_table(recs):
