@@ -13,7 +13,8 @@ PACKAGES=(build-essential cmake pkg-config git
   libopenmpi-dev openmpi-bin libhdf5-dev libabsl-dev libgtest-dev libgmock-dev
   libjpeg-dev libpng-dev libopenblas-dev
   python3 python3-h5py python3-numpy python3-matplotlib python3-pil
-  python3-torch python3-onnx)  # torch, onnx: scripts/export_torch.py and its test
+  python3-torch python3-onnx  # torch, onnx: scripts/export_torch.py and its test
+  clang-format)  # scripts/check_format.sh (test house.format)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

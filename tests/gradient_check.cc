@@ -20,8 +20,7 @@ std::vector<float> RandomUniform(int64_t n, std::mt19937& rng, float lo, float h
   return v;
 }
 
-std::vector<float> RandomAwayFromZero(int64_t n, std::mt19937& rng, float min_abs,
-                                      float max_abs) {
+std::vector<float> RandomAwayFromZero(int64_t n, std::mt19937& rng, float min_abs, float max_abs) {
   std::uniform_real_distribution<float> u(min_abs, max_abs);
   std::bernoulli_distribution sign(0.5);
   std::vector<float> v(n);
@@ -120,9 +119,8 @@ double MeasureLossRoundingNoise(const std::function<double()>& loss,
   int64_t checked = 0;
   for (GradTarget& t : targets) {
     if (static_cast<int64_t>(t.analytic.size()) != t.size) {
-      return ::testing::AssertionFailure()
-             << t.name << ": analytic gradient has " << t.analytic.size() << " elements, expected "
-             << t.size;
+      return ::testing::AssertionFailure() << t.name << ": analytic gradient has "
+                                           << t.analytic.size() << " elements, expected " << t.size;
     }
     std::vector<int64_t> idx(t.size);
     std::iota(idx.begin(), idx.end(), 0);
@@ -163,8 +161,7 @@ double MeasureLossRoundingNoise(const std::function<double()>& loss,
   return r;
 }
 
-::testing::AssertionResult CheckLayerGradients(Layer& layer,
-                                               const std::vector<Shape>& input_shapes,
+::testing::AssertionResult CheckLayerGradients(Layer& layer, const std::vector<Shape>& input_shapes,
                                                const GradientCheckOptions& o) {
   absl::StatusOr<std::vector<Shape>> out_shapes = layer.Setup(input_shapes);
   if (!out_shapes.ok()) {
@@ -182,8 +179,8 @@ double MeasureLossRoundingNoise(const std::function<double()>& loss,
   std::vector<Tensor> x;
   for (size_t i = 0; i < input_shapes.size(); ++i) {
     const int64_t n = input_shapes[i].elements();
-    x.push_back(TensorFrom(input_shapes[i], o.input_values ? o.input_values(int(i), n, rng)
-                                                           : RandomUniform(n, rng)));
+    x.push_back(TensorFrom(
+        input_shapes[i], o.input_values ? o.input_values(int(i), n, rng) : RandomUniform(n, rng)));
   }
   std::vector<Tensor> y, r;
   for (size_t k = 0; k < out_shapes->size(); ++k) {
@@ -228,13 +225,13 @@ double MeasureLossRoundingNoise(const std::function<double()>& loss,
   std::vector<GradTarget> targets;
   for (size_t i = 0; i < x.size(); ++i) {
     if (!dxp[i]) continue;
-    targets.push_back({layer.name() + ":input" + std::to_string(i), x[i].data(), x[i].size(),
-                       dx[i].ToHost()});
+    targets.push_back(
+        {layer.name() + ":input" + std::to_string(i), x[i].data(), x[i].size(), dx[i].ToHost()});
   }
   for (Param* p : layer.params()) {
     if (!p->learnable) continue;
-    targets.push_back({layer.name() + "/" + p->name, p->value.data(), p->value.size(),
-                       p->grad.ToHost()});
+    targets.push_back(
+        {layer.name() + "/" + p->name, p->value.data(), p->value.size(), p->grad.ToHost()});
   }
   return CompareWithFiniteDifferences(loss, targets, o);
 }

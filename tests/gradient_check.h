@@ -111,8 +111,7 @@ double MeasureLossRoundingNoise(const std::function<double()>& loss,
 // Sets the layer up for `input_shapes` on the CPU, fills parameters and inputs with
 // random values, and checks the gradients of every input (except skip_inputs) and every
 // learnable parameter. `layer` may be set up again by the caller afterwards.
-::testing::AssertionResult CheckLayerGradients(Layer& layer,
-                                               const std::vector<Shape>& input_shapes,
+::testing::AssertionResult CheckLayerGradients(Layer& layer, const std::vector<Shape>& input_shapes,
                                                const GradientCheckOptions& o = {});
 
 // For a built Net whose inputs are already filled: L = ctx.loss_scale * sum of the blob

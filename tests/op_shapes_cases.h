@@ -122,15 +122,15 @@ inline std::vector<BadOpsCall> BadOpsCalls() {
                  ops.BatchNormBackward(x, gamma, sm, si, dy, dx, dgamma, dbeta);
                }});
   // Before: the GPU drew masks for images outside the global batch.
-  v.push_back({"DropoutImagesOutsideGlobalBatch", "outside the global batch",
-               [](Ops& ops, Device d) {
-                 const Shape s{2, 2, 2, 4};
-                 T x = ZeroTensor(s, d), y = ZeroTensor(s, d), mask = ZeroTensor(s, d);
-                 DropoutParams p;
-                 p.global_batch = 6;
-                 p.image_offset = 4;
-                 ops.DropoutForward(x, y, mask, p);
-               }});
+  v.push_back(
+      {"DropoutImagesOutsideGlobalBatch", "outside the global batch", [](Ops& ops, Device d) {
+         const Shape s{2, 2, 2, 4};
+         T x = ZeroTensor(s, d), y = ZeroTensor(s, d), mask = ZeroTensor(s, d);
+         DropoutParams p;
+         p.global_batch = 6;
+         p.image_offset = 4;
+         ops.DropoutForward(x, y, mask, p);
+       }});
   return v;
 }
 

@@ -114,7 +114,8 @@ void FillBatch(Net& net, uint64_t seed, int64_t step, int64_t global_batch, int6
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t g = static_cast<uint64_t>(step * global_batch + first + i);
     for (int64_t e = 0; e < per_image; ++e) x[e * n + i] = PhiloxNormal(key, g, e);
-    y[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, g, per_image) * classes) % classes);
+    y[i] =
+        static_cast<float>(static_cast<int>(PhiloxUniform(key, g, per_image) * classes) % classes);
   }
   data.CopyFromHost(x);
   net.blob("label").CopyFromHost(y);
@@ -238,21 +239,23 @@ int Predict() {
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_nodes), ',')) {
     int n = 0;
     if (!absl::SimpleAtoi(part, &n) || n < 1) {
-      std::fprintf(stderr, "bench_comm: error: --nodes: bad count '%s'\n", std::string(part).c_str());
+      std::fprintf(stderr, "bench_comm: error: --nodes: bad count '%s'\n",
+                   std::string(part).c_str());
       return 2;
     }
     nodes.push_back(n);
   }
-  std::printf("cost model: %s %lldx%lld, %d column(s); t_c = %.2f ms for %lld images on one GPU "
-              "(backward %.0f%%); %d GPUs/node, NVLink %.1f GB/s, InfiniBand %.1f GB/s per GPU, "
-              "latency %.0f us (node) + %.0f us/level; buckets %.3g MB\n",
-              absl::GetFlag(FLAGS_model).c_str(), static_cast<long long>(in[1]),
-              static_cast<long long>(in[2]), columns, cm.compute_ms,
-              static_cast<long long>(cm.per_gpu_batch), cm.bwd_fraction * 100, cl.gpus_per_node,
-              cl.nvlink_gbs, cl.ib_gbs, cl.alpha_intra_us, cl.alpha_inter_us, cm.bucket_mb);
+  std::printf(
+      "cost model: %s %lldx%lld, %d column(s); t_c = %.2f ms for %lld images on one GPU "
+      "(backward %.0f%%); %d GPUs/node, NVLink %.1f GB/s, InfiniBand %.1f GB/s per GPU, "
+      "latency %.0f us (node) + %.0f us/level; buckets %.3g MB\n",
+      absl::GetFlag(FLAGS_model).c_str(), static_cast<long long>(in[1]),
+      static_cast<long long>(in[2]), columns, cm.compute_ms,
+      static_cast<long long>(cm.per_gpu_batch), cm.bwd_fraction * 100, cl.gpus_per_node,
+      cl.nvlink_gbs, cl.ib_gbs, cl.alpha_intra_us, cl.alpha_inter_us, cm.bucket_mb);
   std::printf("%5s %5s %-8s %8s %8s %8s %7s %8s %8s %8s %6s %11s %8s %8s\n", "GPUs", "nodes",
-              "dp x mp", "batch", "fwd ms", "bwd ms", "mp ms", "AR ms", "exposed", "step ms",
-              "eff", "no-overlap", "mp MB", "dp MB");
+              "dp x mp", "batch", "fwd ms", "bwd ms", "mp ms", "AR ms", "exposed", "step ms", "eff",
+              "no-overlap", "mp MB", "dp MB");
   for (int n : nodes) {
     for (int mp = 1; mp <= cl.gpus_per_node; ++mp) {
       if (cl.gpus_per_node % mp != 0 || columns % mp != 0) continue;
@@ -261,11 +264,12 @@ int Predict() {
         std::fprintf(stderr, "bench_comm: error: %s\n", std::string(p.status().message()).c_str());
         return 1;
       }
-      std::printf("%5d %5d %-8s %8lld %8.2f %8.2f %7.2f %8.2f %8.2f %8.2f %5.1f%% %10.1f%% %8.1f %8.1f\n",
-                  n * cl.gpus_per_node, n, absl::StrFormat("%dx%d", p->dp, p->mp).c_str(),
-                  static_cast<long long>(p->global_batch), p->fwd_ms, p->bwd_ms, p->mp_comm_ms,
-                  p->dp_comm_ms, p->exposed_ms, p->step_ms, p->efficiency * 100,
-                  p->efficiency_no_overlap * 100, p->mp_mb, p->dp_mb);
+      std::printf(
+          "%5d %5d %-8s %8lld %8.2f %8.2f %7.2f %8.2f %8.2f %8.2f %5.1f%% %10.1f%% %8.1f %8.1f\n",
+          n * cl.gpus_per_node, n, absl::StrFormat("%dx%d", p->dp, p->mp).c_str(),
+          static_cast<long long>(p->global_batch), p->fwd_ms, p->bwd_ms, p->mp_comm_ms,
+          p->dp_comm_ms, p->exposed_ms, p->step_ms, p->efficiency * 100,
+          p->efficiency_no_overlap * 100, p->mp_mb, p->dp_mb);
     }
   }
   return 0;
@@ -297,8 +301,7 @@ absl::StatusOr<std::vector<Layout>> ChooseLayouts(int world, int local) {
     for (absl::string_view part : absl::StrSplit(spec, ',')) {
       std::vector<std::string> dm = absl::StrSplit(part, 'x');
       Layout lo{0, 0};
-      if (dm.size() != 2 || !absl::SimpleAtoi(dm[0], &lo.dp) ||
-          !absl::SimpleAtoi(dm[1], &lo.mp)) {
+      if (dm.size() != 2 || !absl::SimpleAtoi(dm[0], &lo.dp) || !absl::SimpleAtoi(dm[1], &lo.mp)) {
         return absl::InvalidArgumentError("--layouts: bad layout '" + std::string(part) +
                                           "' (expected DPxMP)");
       }
@@ -324,16 +327,16 @@ absl::Status PrintRows(const std::vector<Row>& rows, int world, const std::strin
               static_cast<long long>(absl::GetFlag(FLAGS_batch_size)), world, dev.c_str(),
               absl::GetFlag(FLAGS_bucket_mb));
   std::printf("%-7s %-9s %9s %9s %9s %11s %7s %11s %11s %11s %7s %9s\n", "dp x mp", "comm",
-              "fwd ms", "bwd ms", "sync ms", "overlap ms", "hidden", "mp MB/step",
-              "dp MB/step", "grad MB", "buckets", "img/s");
+              "fwd ms", "bwd ms", "sync ms", "overlap ms", "hidden", "mp MB/step", "dp MB/step",
+              "grad MB", "buckets", "img/s");
   for (const Row& r : rows) {
     // With dp = 1 there is no all-reduce to hide.
     const std::string hidden =
         r.layout.dp > 1 ? absl::StrFormat("%.0f%%", r.hidden * 100) : std::string("-");
     std::printf("%-7s %-9s %9.2f %9.2f %9.2f %11.2f %7s %11.2f %11.2f %11.2f %7d %9.1f\n",
                 absl::StrFormat("%dx%d", r.layout.dp, r.layout.mp).c_str(), r.comm.c_str(),
-                r.fwd * 1e3, r.bwd * 1e3, r.sync * 1e3, r.overlap * 1e3, hidden.c_str(),
-                r.mp_mb, r.dp_mb, r.grad_mb, r.buckets, r.images_per_s);
+                r.fwd * 1e3, r.bwd * 1e3, r.sync * 1e3, r.overlap * 1e3, hidden.c_str(), r.mp_mb,
+                r.dp_mb, r.grad_mb, r.buckets, r.images_per_s);
   }
   const std::string csv = absl::GetFlag(FLAGS_csv);
   if (!csv.empty()) {
@@ -343,8 +346,8 @@ absl::Status PrintRows(const std::vector<Row>& rows, int world, const std::strin
     for (const Row& r : rows) {
       text += absl::StrFormat("%d,%d,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%d,%.2f\n",
                               r.layout.dp, r.layout.mp, r.comm, r.fwd * 1e3, r.bwd * 1e3,
-                              r.sync * 1e3, r.overlap * 1e3, r.hidden, r.mp_mb, r.dp_mb,
-                              r.grad_mb, r.buckets, r.images_per_s);
+                              r.sync * 1e3, r.overlap * 1e3, r.hidden, r.mp_mb, r.dp_mb, r.grad_mb,
+                              r.buckets, r.images_per_s);
     }
     // Replaces an earlier table, never a checkpoint, dataset or device; a failed write
     // is an error (output_file.h).
@@ -374,7 +377,8 @@ int Main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (world > 1) SetLogRank(rank);
   auto fail = [&](const absl::Status& s, int code) {
-    if (rank == 0) std::fprintf(stderr, "bench_comm: error: %s\n", std::string(s.message()).c_str());
+    if (rank == 0)
+      std::fprintf(stderr, "bench_comm: error: %s\n", std::string(s.message()).c_str());
     FinalizeMpi();
     return code;
   };

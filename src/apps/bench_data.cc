@@ -122,11 +122,13 @@ absl::StatusOr<Settings> ReadSettings() {
 
 int main(int argc, char** argv) {
   const colonnade::Cli cli = {
-      "bench_data", "src/apps/bench_data",
+      "bench_data",
+      "src/apps/bench_data",
       "measures the data pipeline's images/s on synthetic raw and JPEG shards "
       "(random crop + mirror + mean image + PCA lighting) for several reader thread counts, "
       "next to a single-threaded memcpy of the same output bytes.",
-      {}, colonnade::UsageStyle::kSeeHelp};
+      {},
+      colonnade::UsageStyle::kSeeHelp};
   if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
   absl::StatusOr<Settings> settings = ReadSettings();
   if (!settings.ok()) return colonnade::UsageError(cli, settings.status().message());
@@ -201,11 +203,11 @@ int main(int argc, char** argv) {
       const double secs = Seconds(t0, Clock::now());
       const double rate = batches * batch / secs;
       const double mbs = rate * out_bytes / 1e6;
-      std::printf("%-6s %8d %12.0f %12.0f %14.0f %9.1f%%\n", enc.c_str(), t, rate, mbs,
-                  memcpy_rate, 100.0 * rate / memcpy_rate);
+      std::printf("%-6s %8d %12.0f %12.0f %14.0f %9.1f%%\n", enc.c_str(), t, rate, mbs, memcpy_rate,
+                  100.0 * rate / memcpy_rate);
       std::fflush(stdout);
-      csv += absl::StrFormat("%s,%d,%d,%d,%d,%.1f,%.1f,%.1f,%.4f,%.3f\n", enc, t, batch, size,
-                             crop, rate, mbs, memcpy_rate, rate / memcpy_rate, wait);
+      csv += absl::StrFormat("%s,%d,%d,%d,%d,%.1f,%.1f,%.1f,%.4f,%.3f\n", enc, t, batch, size, crop,
+                             rate, mbs, memcpy_rate, rate / memcpy_rate, wait);
     }
   }
   const std::string csv_path = absl::GetFlag(FLAGS_csv);

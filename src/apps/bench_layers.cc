@@ -62,22 +62,22 @@ ABSL_FLAG(std::string, precision, "fp32",
 namespace colonnade {
 namespace {
 
-#define CUDNN_CHECK(expr)                                                                   \
-  do {                                                                                      \
-    cudnnStatus_t st_ = (expr);                                                             \
-    CHECK(st_ == CUDNN_STATUS_SUCCESS) << #expr << ": " << cudnnGetErrorString(st_);        \
+#define CUDNN_CHECK(expr)                                                            \
+  do {                                                                               \
+    cudnnStatus_t st_ = (expr);                                                      \
+    CHECK(st_ == CUDNN_STATUS_SUCCESS) << #expr << ": " << cudnnGetErrorString(st_); \
   } while (0)
 
 // A cuDNN call that may refuse a configuration (bf16 in a layout it does not support):
 // prints the status and gives up on this timing (NaN) instead of aborting the benchmark.
-#define CUDNN_SOFT(expr)                                                                    \
-  do {                                                                                      \
-    cudnnStatus_t st_ = (expr);                                                             \
-    if (st_ != CUDNN_STATUS_SUCCESS) {                                                      \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudnnGetErrorString(st_));                  \
-      *algo = "unsupported";                                                                \
-      return NAN;                                                                           \
-    }                                                                                       \
+#define CUDNN_SOFT(expr)                                                 \
+  do {                                                                   \
+    cudnnStatus_t st_ = (expr);                                          \
+    if (st_ != CUDNN_STATUS_SUCCESS) {                                   \
+      std::fprintf(stderr, "%s: %s\n", #expr, cudnnGetErrorString(st_)); \
+      *algo = "unsupported";                                             \
+      return NAN;                                                        \
+    }                                                                    \
   } while (0)
 
 cudaStream_t Stream() { return static_cast<cudaStream_t>(cuda::ComputeStream()); }
@@ -116,7 +116,6 @@ void FillRandom(Tensor& t, uint64_t seed) {
 
 enum class Precision { kFP32, kTF32, kBF16 };
 
-
 // Random values in [-1, 1) in a buffer that holds float or (for bf16) twice as many bf16.
 void FillRandomAs(Tensor& t, uint64_t seed, Precision prec) {
   if (prec != Precision::kBF16) {
@@ -134,9 +133,9 @@ struct Ceilings {
   double tc_tflops = NAN;  // cublasGemmEx 8192^3 in the tensor-core mode (tf32 / bf16)
 };
 
-#define CUBLAS_CHECK(expr)                                                                 \
-  do {                                                                                     \
-    cublasStatus_t st_ = (expr);                                                           \
+#define CUBLAS_CHECK(expr)                                                                       \
+  do {                                                                                           \
+    cublasStatus_t st_ = (expr);                                                                 \
     CHECK(st_ == CUBLAS_STATUS_SUCCESS) << #expr << ": cuBLAS status " << static_cast<int>(st_); \
   } while (0)
 
@@ -145,12 +144,16 @@ Ceilings MeasureCeilings(int iters, Precision prec) {
   const size_t bytes = size_t(2) << 30;  // 2 GiB each way: far beyond the 60 MB L2
   Tensor a(Shape{int64_t(bytes / 4)}, Device::kCUDA), b(Shape{int64_t(bytes / 4)}, Device::kCUDA);
   OpsFor(Device::kCUDA).Fill(a, 1.0f);
-  double ms = TimeMs([&] {
-    COLONNADE_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, Stream()));
-  }, 2, iters);
+  double ms = TimeMs(
+      [&] {
+        COLONNADE_CUDA_CHECK(
+            cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, Stream()));
+      },
+      2, iters);
   c.copy_tbs = 2.0 * bytes / (ms * 1e-3) / 1e12;
   const int64_t n = 8192;
-  Tensor x(Shape{n, n}, Device::kCUDA), y(Shape{n, n}, Device::kCUDA), z(Shape{n, n}, Device::kCUDA);
+  Tensor x(Shape{n, n}, Device::kCUDA), y(Shape{n, n}, Device::kCUDA),
+      z(Shape{n, n}, Device::kCUDA);
   FillRandom(x, 1);
   FillRandom(y, 2);
   Ops& ops = OpsFor(Device::kCUDA);  // cuBLAS, pedantic FP32
@@ -163,8 +166,7 @@ Ceilings MeasureCeilings(int iters, Precision prec) {
     CUBLAS_CHECK(cublasSetStream(h, Stream()));
     const bool bf16 = prec == Precision::kBF16;
     Tensor xb(Shape{n * n / 2}, Device::kCUDA), yb(Shape{n * n / 2}, Device::kCUDA);
-    const cuda::DeviceContext& ctx =
-        dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)).context();
+    const cuda::DeviceContext& ctx = dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)).context();
     cuda::FloatToBf16Gpu(ctx, x.data(), xb.data(), n * n);
     cuda::FloatToBf16Gpu(ctx, y.data(), yb.data(), n * n);
     const float one = 1.0f, zero = 0.0f;
@@ -172,10 +174,12 @@ Ceilings MeasureCeilings(int iters, Precision prec) {
     const void* b = bf16 ? static_cast<const void*>(yb.data()) : y.data();
     const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t ct = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
-    ms = TimeMs([&] {
-      CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, t, n, b, t, n,
-                                &zero, z.data(), CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT));
-    }, 2, std::max(3, iters / 4));
+    ms = TimeMs(
+        [&] {
+          CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, t, n, b, t, n,
+                                    &zero, z.data(), CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT));
+        },
+        2, std::max(3, iters / 4));
     c.tc_tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
     cublasDestroy(h);
   }
@@ -184,10 +188,14 @@ Ceilings MeasureCeilings(int iters, Precision prec) {
 
 const char* MathName(cudnnMathType_t m) {
   switch (m) {
-    case CUDNN_DEFAULT_MATH: return "default";
-    case CUDNN_TENSOR_OP_MATH: return "tensor_op";
-    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor_op_conv";
-    case CUDNN_FMA_MATH: return "fma";
+    case CUDNN_DEFAULT_MATH:
+      return "default";
+    case CUDNN_TENSOR_OP_MATH:
+      return "tensor_op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION:
+      return "tensor_op_conv";
+    case CUDNN_FMA_MATH:
+      return "fma";
   }
   return "?";
 }
@@ -208,8 +216,7 @@ class CudnnConv {
     CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&cd_));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(xd_, fmt, dt, n, c, hh, ww));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(yd_, fmt, dt, n, f, oh, ow));
-    CUDNN_CHECK(cudnnSetFilter4dDescriptor(wd_, dt, fmt, f, c / p.groups, p.kernel_h,
-                                           p.kernel_w));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(wd_, dt, fmt, f, c / p.groups, p.kernel_h, p.kernel_w));
     CUDNN_CHECK(cudnnSetConvolution2dDescriptor(cd_, p.pad, p.pad, p.stride, p.stride, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionGroupCount(cd_, p.groups));
@@ -250,8 +257,8 @@ class CudnnConv {
     if (op == 0) {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       CUDNN_SOFT(cudnnFindConvolutionForwardAlgorithmEx(h_, xd_, x_.data(), wd_, w_.data(), cd_,
-                                                         yd_, y_.data(), kMax, &got, perf,
-                                                         ws_.data(), max_ws_));
+                                                        yd_, y_.data(), kMax, &got, perf,
+                                                        ws_.data(), max_ws_));
       int best = Pick(perf, got, algo, "fwd");
       if (best < 0) return NAN;
       const auto a = perf[best].algo;
@@ -260,16 +267,18 @@ class CudnnConv {
       // refuses (bf16 in some layouts) is reported as unsupported, not a crash.
       CUDNN_SOFT(cudnnSetConvolutionMathType(cd_, perf[best].mathType));
       CUDNN_SOFT(cudnnConvolutionForward(h_, &one, xd_, x_.data(), wd_, w_.data(), cd_, a,
-                                            ws_.data(), ws, &zero, yd_, y_.data()));
-      return TimeMs([&] {
-        CUDNN_CHECK(cudnnConvolutionForward(h_, &one, xd_, x_.data(), wd_, w_.data(), cd_, a,
-                                            ws_.data(), ws, &zero, yd_, y_.data()));
-      }, warmup, iters);
+                                         ws_.data(), ws, &zero, yd_, y_.data()));
+      return TimeMs(
+          [&] {
+            CUDNN_CHECK(cudnnConvolutionForward(h_, &one, xd_, x_.data(), wd_, w_.data(), cd_, a,
+                                                ws_.data(), ws, &zero, yd_, y_.data()));
+          },
+          warmup, iters);
     } else if (op == 1) {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       CUDNN_SOFT(cudnnFindConvolutionBackwardDataAlgorithmEx(h_, wd_, w_.data(), yd_, dy_.data(),
-                                                              cd_, xd_, dx_.data(), kMax, &got,
-                                                              perf, ws_.data(), max_ws_));
+                                                             cd_, xd_, dx_.data(), kMax, &got, perf,
+                                                             ws_.data(), max_ws_));
       int best = Pick(perf, got, algo, "bwd_data");
       if (best < 0) return NAN;
       const auto a = perf[best].algo;
@@ -278,17 +287,18 @@ class CudnnConv {
       // refuses (bf16 in some layouts) is reported as unsupported, not a crash.
       CUDNN_SOFT(cudnnSetConvolutionMathType(cd_, perf[best].mathType));
       CUDNN_SOFT(cudnnConvolutionBackwardData(h_, &one, wd_, w_.data(), yd_, dy_.data(), cd_, a,
-                                                 ws_.data(), ws, &zero, xd_, dx_.data()));
-      return TimeMs([&] {
-        CUDNN_CHECK(cudnnConvolutionBackwardData(h_, &one, wd_, w_.data(), yd_, dy_.data(), cd_, a,
-                                                 ws_.data(), ws, &zero, xd_, dx_.data()));
-      }, warmup, iters);
+                                              ws_.data(), ws, &zero, xd_, dx_.data()));
+      return TimeMs(
+          [&] {
+            CUDNN_CHECK(cudnnConvolutionBackwardData(h_, &one, wd_, w_.data(), yd_, dy_.data(), cd_,
+                                                     a, ws_.data(), ws, &zero, xd_, dx_.data()));
+          },
+          warmup, iters);
     } else {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-      CUDNN_SOFT(cudnnFindConvolutionBackwardFilterAlgorithmEx(h_, xd_, x_.data(), yd_,
-                                                                dy_.data(), cd_, wd_, dw_.data(),
-                                                                kMax, &got, perf, ws_.data(),
-                                                                max_ws_));
+      CUDNN_SOFT(cudnnFindConvolutionBackwardFilterAlgorithmEx(h_, xd_, x_.data(), yd_, dy_.data(),
+                                                               cd_, wd_, dw_.data(), kMax, &got,
+                                                               perf, ws_.data(), max_ws_));
       int best = Pick(perf, got, algo, "bwd_filter");
       if (best < 0) return NAN;
       const auto a = perf[best].algo;
@@ -296,12 +306,15 @@ class CudnnConv {
       // The math type the search used for this algorithm; a configuration cuDNN then still
       // refuses (bf16 in some layouts) is reported as unsupported, not a crash.
       CUDNN_SOFT(cudnnSetConvolutionMathType(cd_, perf[best].mathType));
-      CUDNN_SOFT(cudnnConvolutionBackwardFilter(h_, &one, xd_, x_.data(), yd_, dy_.data(), cd_,
-                                                   a, ws_.data(), ws, &zero, wd_, dw_.data()));
-      return TimeMs([&] {
-        CUDNN_CHECK(cudnnConvolutionBackwardFilter(h_, &one, xd_, x_.data(), yd_, dy_.data(), cd_,
-                                                   a, ws_.data(), ws, &zero, wd_, dw_.data()));
-      }, warmup, iters);
+      CUDNN_SOFT(cudnnConvolutionBackwardFilter(h_, &one, xd_, x_.data(), yd_, dy_.data(), cd_, a,
+                                                ws_.data(), ws, &zero, wd_, dw_.data()));
+      return TimeMs(
+          [&] {
+            CUDNN_CHECK(cudnnConvolutionBackwardFilter(h_, &one, xd_, x_.data(), yd_, dy_.data(),
+                                                       cd_, a, ws_.data(), ws, &zero, wd_,
+                                                       dw_.data()));
+          },
+          warmup, iters);
     }
   }
 
@@ -312,8 +325,9 @@ class CudnnConv {
   int Pick(const Perf* perf, int got, std::string* algo, const char* op) {
     for (int i = 0; i < got; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-      if (prec_ == Precision::kFP32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                                        perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) {
+      if (prec_ == Precision::kFP32 &&
+          (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+           perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)) {
         std::fprintf(stderr, "cuDNN %s offered algo %d with %s math: skipped (TF32 off)\n", op,
                      static_cast<int>(perf[i].algo), MathName(perf[i].mathType));
         continue;
@@ -342,8 +356,8 @@ struct Row {
   double ours_ms, nchw_ms, nhwc_ms;
   double v2_ms = NAN, v3_ms = NAN;  // fwd / bwd data: each kernel version forced
   std::string nchw_algo, nhwc_algo;
-  double rel_err = NAN;  // tf32 / bf16: ours against our FP32 kernels
-  std::string tile;      // tf32 / bf16: block tile, vector loads, split-K
+  double rel_err = NAN;                 // tf32 / bf16: ours against our FP32 kernels
+  std::string tile;                     // tf32 / bf16: block tile, vector loads, split-K
   double tile_ms[3] = {NAN, NAN, NAN};  // tf32 / bf16: tiles 128x128, 64x128, 128x256 forced
 };
 
@@ -369,7 +383,11 @@ class TcLayer {
  public:
   TcLayer(Precision prec, const Shape& xs, const Shape& ys, const Shape& wshape,
           const ConvParams& p)
-      : prec_(prec), p_(p), xs_(xs), ys_(ys), ws_(wshape),
+      : prec_(prec),
+        p_(p),
+        xs_(xs),
+        ys_(ys),
+        ws_(wshape),
         ctx_(dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)).context()) {
     const bool bf16 = prec == Precision::kBF16;
     st_ = bf16 ? cuda::StorageType::kBF16 : cuda::StorageType::kFloat;
@@ -523,9 +541,9 @@ int Main() {
       const Shape ys = (*net)->blob(e.outputs[0]).shape();
       const ConvParams p = conv->conv_params();
       const double flops = 2.0 * ys.elements() * (xs.c() / p.groups) * p.kernel_h * p.kernel_w;
-      const std::string shape = absl::StrFormat(
-          "%dx%dx%d->%dx%dx%d k%d s%d p%d g%d", xs.c(), xs.h(), xs.w(), ys.c(), ys.h(), ys.w(),
-          p.kernel_h, p.stride, p.pad, p.groups);
+      const std::string shape =
+          absl::StrFormat("%dx%dx%d->%dx%dx%d k%d s%d p%d g%d", xs.c(), xs.h(), xs.w(), ys.c(),
+                          ys.h(), ys.w(), p.kernel_h, p.stride, p.pad, p.groups);
       std::unique_ptr<CudnnConv> nchw, nhwc;
       if (h) {
         const size_t ws = size_t(absl::GetFlag(FLAGS_cudnn_workspace_mb)) << 20;
@@ -577,7 +595,10 @@ int Main() {
           if (!(r.rel_err < tol)) ++failures;
         } else if (op == 0 || op == 1) {
           auto run = [&] {
-            if (op == 0) ops.ConvForward(x, w, y, p); else ops.ConvBackwardData(dy, w, dx, p);
+            if (op == 0)
+              ops.ConvForward(x, w, y, p);
+            else
+              ops.ConvBackwardData(dy, w, dx, p);
           };
           cuda::SetConvGemmVersion(2);
           r.v2_ms = TimeMs(run, warmup, iters);
@@ -595,20 +616,21 @@ int Main() {
         }
         const double best = std::fmin(r.nchw_ms, r.nhwc_ms);
         if (tc) {
-          std::printf("%-6s b%-4d %-10s %-36s ours %8.3f ms %6.1f TFLOP/s (%s) err %.1e %s | "
-                      "cuDNN NCHW %8.3f ms (%s) NHWC %8.3f ms (%s) | ours/best %.2f | "
-                      "128x128 %.3f 64x128 %.3f 128x256 %.3f\n",
-                      r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
-                      flops / (r.ours_ms * 1e9), r.tile.c_str(), r.rel_err,
-                      r.rel_err < tol ? "ok" : "FAIL", r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
-                      r.nhwc_algo.c_str(), r.ours_ms / best, r.tile_ms[0], r.tile_ms[1],
-                      r.tile_ms[2]);
+          std::printf(
+              "%-6s b%-4d %-10s %-36s ours %8.3f ms %6.1f TFLOP/s (%s) err %.1e %s | "
+              "cuDNN NCHW %8.3f ms (%s) NHWC %8.3f ms (%s) | ours/best %.2f | "
+              "128x128 %.3f 64x128 %.3f 128x256 %.3f\n",
+              r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
+              flops / (r.ours_ms * 1e9), r.tile.c_str(), r.rel_err, r.rel_err < tol ? "ok" : "FAIL",
+              r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms, r.nhwc_algo.c_str(), r.ours_ms / best,
+              r.tile_ms[0], r.tile_ms[1], r.tile_ms[2]);
         } else {
-          std::printf("%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s | cuDNN NCHW %8.3f ms "
-                      "(%s) NHWC %8.3f ms (%s) | ours/best %.2f | v2 %.3f v3 %.3f\n",
-                      r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
-                      flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
-                      r.nhwc_algo.c_str(), r.ours_ms / best, r.v2_ms, r.v3_ms);
+          std::printf(
+              "%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s | cuDNN NCHW %8.3f ms "
+              "(%s) NHWC %8.3f ms (%s) | ours/best %.2f | v2 %.3f v3 %.3f\n",
+              r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
+              flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
+              r.nhwc_algo.c_str(), r.ours_ms / best, r.v2_ms, r.v3_ms);
         }
         std::fflush(stdout);
         rows.push_back(r);
@@ -620,14 +642,14 @@ int Main() {
   // Summary: TFLOP/s against the measured GEMM ceiling of the mode, GB/s against the copy
   // ceiling.
   const double peak = tc ? ceil.tc_tflops : ceil.sgemm_tflops;
-  std::printf("\n| layer | batch | op | ours ms | ours TFLOP/s | %% of %s | ours GB/s | cuDNN NCHW ms | "
-              "cuDNN NHWC ms | ours / best cuDNN |%s\n|---|---|---|---|---|---|---|---|---|---|%s\n",
-              tc ? (pname + " GEMM").c_str() : "SGEMM", tc ? " rel err vs FP32 |" : "",
-              tc ? "---|" : "");
+  std::printf(
+      "\n| layer | batch | op | ours ms | ours TFLOP/s | %% of %s | ours GB/s | cuDNN NCHW ms | "
+      "cuDNN NHWC ms | ours / best cuDNN |%s\n|---|---|---|---|---|---|---|---|---|---|%s\n",
+      tc ? (pname + " GEMM").c_str() : "SGEMM", tc ? " rel err vs FP32 |" : "", tc ? "---|" : "");
   for (const Row& r : rows) {
     const double tf = r.flops / (r.ours_ms * 1e9);
-    std::printf("| %s | %d | %s | %.3f | %.1f | %.0f%% | %.0f | %.3f | %.3f | %.2f |", r.layer.c_str(),
-                r.batch, r.op.c_str(), r.ours_ms, tf, 100.0 * tf / peak,
+    std::printf("| %s | %d | %s | %.3f | %.1f | %.0f%% | %.0f | %.3f | %.3f | %.2f |",
+                r.layer.c_str(), r.batch, r.op.c_str(), r.ours_ms, tf, 100.0 * tf / peak,
                 r.bytes / (r.ours_ms * 1e6), r.nchw_ms, r.nhwc_ms,
                 r.ours_ms / std::fmin(r.nchw_ms, r.nhwc_ms));
     if (tc) std::printf(" %.1e |", r.rel_err);
@@ -638,17 +660,18 @@ int Main() {
     std::string text =
         "layer,batch,op,shape,gflop,min_mbytes,ours_ms,ours_tflops,cudnn_nchw_ms,cudnn_nchw_algo,"
         "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v2_ms,ours_v3_ms";
-    if (tc) text += ",precision,tc_gemm_tflops,rel_err_vs_fp32,tile,ms_128x128,ms_64x128,ms_128x256";
+    if (tc)
+      text += ",precision,tc_gemm_tflops,rel_err_vs_fp32,tile,ms_128x128,ms_64x128,ms_128x256";
     text += "\n";
     for (const Row& r : rows) {
-      text += absl::StrFormat(
-          "%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f", r.layer,
-          r.batch, r.op, r.shape, r.flops / 1e9, r.bytes / 1e6, r.ours_ms,
-          r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo, r.nhwc_ms, r.nhwc_algo,
-          ceil.copy_tbs, ceil.sgemm_tflops, r.v2_ms, r.v3_ms);
+      text +=
+          absl::StrFormat("%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f",
+                          r.layer, r.batch, r.op, r.shape, r.flops / 1e9, r.bytes / 1e6, r.ours_ms,
+                          r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo, r.nhwc_ms,
+                          r.nhwc_algo, ceil.copy_tbs, ceil.sgemm_tflops, r.v2_ms, r.v3_ms);
       if (tc)
-        text += absl::StrFormat(",%s,%.1f,%.2e,%s,%.4f,%.4f,%.4f", pname, ceil.tc_tflops,
-                                r.rel_err, r.tile, r.tile_ms[0], r.tile_ms[1], r.tile_ms[2]);
+        text += absl::StrFormat(",%s,%.1f,%.2e,%s,%.4f,%.4f,%.4f", pname, ceil.tc_tflops, r.rel_err,
+                                r.tile, r.tile_ms[0], r.tile_ms[1], r.tile_ms[2]);
       text += "\n";
     }
     // Replaces an earlier table, never a checkpoint, dataset or device (output_file.h).

@@ -115,8 +115,8 @@ void Breakdown(Net& net, int64_t batch, SgdOptimizer& opt, float lr) {
     tf += fwd[i];
     tb += bwd[i];
   }
-  std::printf("  %-10s %-14s %-20s %9.3f %9.3f   sgd %.3f ms, total %.3f ms\n", "total", "", "",
-              tf, tb, sgd, tf + tb + sgd);
+  std::printf("  %-10s %-14s %-20s %9.3f %9.3f   sgd %.3f ms, total %.3f ms\n", "total", "", "", tf,
+              tb, sgd, tf + tb + sgd);
   for (auto& e : f) cudaEventDestroy(e);
   for (auto& e : b) cudaEventDestroy(e);
   cudaEventDestroy(s0);
@@ -203,11 +203,14 @@ int Main() {
     const cuda::MemoryStats mem = cuda::GetMemoryStats();
     const double ips = batch * steps / (total_ms * 1e-3);
     std::printf(
-        "%s %s batch %lld: %.0f img/s (%.2f ms/step mean, %.2f median) | peak device memory %.2f GiB "
-        "in use, %.2f GiB reserved | cudaMalloc calls during timed steps: %zu | loss %.4f -> %.4f\n",
-        model.c_str(), PrecisionName(precision), static_cast<long long>(batch), ips, total_ms / steps, per[steps / 2],
-        mem.peak_bytes_in_use / 1073741824.0, mem.peak_bytes_reserved / 1073741824.0,
-        mem.device_allocations - mallocs_before, first_loss, last_loss);
+        "%s %s batch %lld: %.0f img/s (%.2f ms/step mean, %.2f median) | peak device memory %.2f "
+        "GiB "
+        "in use, %.2f GiB reserved | cudaMalloc calls during timed steps: %zu | loss %.4f -> "
+        "%.4f\n",
+        model.c_str(), PrecisionName(precision), static_cast<long long>(batch), ips,
+        total_ms / steps, per[steps / 2], mem.peak_bytes_in_use / 1073741824.0,
+        mem.peak_bytes_reserved / 1073741824.0, mem.device_allocations - mallocs_before, first_loss,
+        last_loss);
     std::fflush(stdout);
     lines.push_back(absl::StrFormat(
         "{\"impl\": \"colonnade\", \"model\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
@@ -215,9 +218,10 @@ int Main() {
         "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
         "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
         "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"device\": \"%s\"}",
-        model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2], mem.peak_bytes_in_use,
-        mem.peak_bytes_reserved, mem.device_allocations - mallocs_before, first_loss, last_loss,
-        AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)), cuda::DeviceDescription()));
+        model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2],
+        mem.peak_bytes_in_use, mem.peak_bytes_reserved, mem.device_allocations - mallocs_before,
+        first_loss, last_loss, AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
+        cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
   const std::string json = absl::GetFlag(FLAGS_json);

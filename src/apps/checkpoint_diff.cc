@@ -50,10 +50,13 @@ double RelDiff(const std::vector<float>& a, const std::vector<float>& b, bool* i
 
 int main(int argc, char** argv) {
   const colonnade::Cli cli = {
-      "checkpoint_diff", "src/apps/checkpoint_diff",
+      "checkpoint_diff",
+      "src/apps/checkpoint_diff",
       "compares two checkpoints: checkpoint_diff A.h5 B.h5 [--rtol=X] [--novelocity]\n"
       "Exit codes: 0 same, 1 different, 2 usage or read error.",
-      kRanges, colonnade::UsageStyle::kError, /*positional=*/true};
+      kRanges,
+      colonnade::UsageStyle::kError,
+      /*positional=*/true};
   std::vector<std::string> files;
   if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli, true, &files)) {
     return *code;
@@ -75,11 +78,11 @@ int main(int argc, char** argv) {
   bool differ = false;
   if (a->state.step != b->state.step || a->state.cursor_epoch != b->state.cursor_epoch ||
       a->state.cursor_position != b->state.cursor_position || a->state.model != b->state.model) {
-    std::printf("state differs: step %lld vs %lld, cursor (%lld, %lld) vs (%lld, %lld), model %s vs %s\n",
-                (long long)a->state.step, (long long)b->state.step,
-                (long long)a->state.cursor_epoch, (long long)a->state.cursor_position,
-                (long long)b->state.cursor_epoch, (long long)b->state.cursor_position,
-                a->state.model.c_str(), b->state.model.c_str());
+    std::printf(
+        "state differs: step %lld vs %lld, cursor (%lld, %lld) vs (%lld, %lld), model %s vs %s\n",
+        (long long)a->state.step, (long long)b->state.step, (long long)a->state.cursor_epoch,
+        (long long)a->state.cursor_position, (long long)b->state.cursor_epoch,
+        (long long)b->state.cursor_position, a->state.model.c_str(), b->state.model.c_str());
     differ = true;
   }
   if (a->tensors.size() != b->tensors.size()) {

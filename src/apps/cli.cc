@@ -31,8 +31,8 @@ bool IsHelpFlag(absl::string_view name) {
 // Abseil's flags that its own ParseCommandLine handles; those of them that take a value
 // take it as the next argument when it is not given with '='.
 bool IsAbseilFlag(absl::string_view name, bool* takes_value) {
-  *takes_value = name == "flagfile" || name == "fromenv" || name == "tryfromenv" ||
-                 name == "undefok";
+  *takes_value =
+      name == "flagfile" || name == "fromenv" || name == "tryfromenv" || name == "undefok";
   return *takes_value || IsHelpFlag(name) || name == "version" || name == "only_check_args";
 }
 
@@ -136,9 +136,9 @@ const FlagRange* FindRange(absl::Span<const FlagRange> ranges, absl::string_view
 
 // "from 0 to 1024", "from 0 up to but not including 1", plus ", or -1 (the recipe's)".
 std::string Describe(const FlagRange& r) {
-  std::string text = absl::StrCat("from ", FormatBound(r.min),
-                                  r.max_open ? " up to but not including " : " to ",
-                                  FormatBound(r.max));
+  std::string text =
+      absl::StrCat("from ", FormatBound(r.min), r.max_open ? " up to but not including " : " to ",
+                   FormatBound(r.max));
   if (r.has_sentinel) {
     absl::StrAppend(&text, ", or ", FormatBound(r.sentinel), " (", r.sentinel_meaning, ")");
   }
@@ -173,8 +173,7 @@ absl::Status CheckFlagRanges(absl::Span<const FlagRange> ranges) {
         parsed && std::isfinite(v) && v >= r.min && (r.max_open ? v < r.max : v <= r.max);
     if (!sentinel && !in_range) {
       return absl::InvalidArgumentError(absl::StrCat("bad value '", text, "' for --", r.name,
-                                                     ": must be a finite number ",
-                                                     Describe(r)));
+                                                     ": must be a finite number ", Describe(r)));
     }
   }
   return absl::OkStatus();
@@ -227,8 +226,7 @@ std::optional<int> ParseCommandLine(int argc, char** argv, const Cli& cli, bool 
     if (print) {
       absl::flags_internal::SetProgramInvocationName(argv[0]);
       absl::flags_internal::FlagsHelp(std::cout, cli.flags_file,
-                                      absl::flags_internal::HelpFormat::kHumanReadable,
-                                      cli.usage);
+                                      absl::flags_internal::HelpFormat::kHumanReadable, cli.usage);
     }
     return kExitOk;
   }

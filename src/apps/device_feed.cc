@@ -11,9 +11,12 @@ namespace {
 
 cuda::FeedMean FeedMeanOf(data::MeanMode m) {
   switch (m) {
-    case data::MeanMode::kImage: return cuda::FeedMean::kImage;
-    case data::MeanMode::kChannel: return cuda::FeedMean::kChannel;
-    case data::MeanMode::kNone: break;
+    case data::MeanMode::kImage:
+      return cuda::FeedMean::kImage;
+    case data::MeanMode::kChannel:
+      return cuda::FeedMean::kChannel;
+    case data::MeanMode::kNone:
+      break;
   }
   return cuda::FeedMean::kNone;
 }

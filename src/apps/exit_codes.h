@@ -6,13 +6,13 @@ namespace colonnade {
 
 enum ExitCode : int {
   kExitOk = 0,
-  kExitError = 1,      // a runtime failure: unreadable data, a dead rank, a device error
-  kExitUsage = 2,      // bad flags or an impossible configuration; nothing was run
-  kExitNonFinite = 3,  // the loss became NaN or Inf; the last checkpoint is kept as it was
+  kExitError = 1,              // a runtime failure: unreadable data, a dead rank, a device error
+  kExitUsage = 2,              // bad flags or an impossible configuration; nothing was run
+  kExitNonFinite = 3,          // the loss became NaN or Inf; the last checkpoint is kept as it was
   kExitCheckpointDirBusy = 4,  // another job still held --checkpoint_dir's lock after
                                // --checkpoint_lock_wait_s; nothing was run
-  kExitPreempted = 75, // stopped by a signal after writing a checkpoint: requeue and resume
-                       // (75 is EX_TEMPFAIL of sysexits.h: "try again later")
+  kExitPreempted = 75,         // stopped by a signal after writing a checkpoint: requeue and resume
+                               // (75 is EX_TEMPFAIL of sysexits.h: "try again later")
 };
 
 }  // namespace colonnade

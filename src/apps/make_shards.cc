@@ -91,10 +91,9 @@ class ProgressBar {
     double rate = secs > 0 ? done / secs : 0;
     int width = 30, filled = total > 0 ? static_cast<int>(width * done / total) : width;
     if (tty_) {
-      std::fprintf(stderr, "\r%s [%s%s] %lld/%lld images  %.0f img/s  ETA %.0fs   ",
-                   split.c_str(), std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(), static_cast<long long>(done),
-                   static_cast<long long>(total), rate,
+      std::fprintf(stderr, "\r%s [%s%s] %lld/%lld images  %.0f img/s  ETA %.0fs   ", split.c_str(),
+                   std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                   static_cast<long long>(done), static_cast<long long>(total), rate,
                    rate > 0 ? (total - done) / rate : 0.0);
       if (done == total) std::fprintf(stderr, "\n");
     } else {
@@ -136,8 +135,8 @@ std::string SizeProblem(const std::string& flag, int64_t h, int64_t w,
 bool ParseExactSize(const std::string& text, int* h, int* w) {
   std::vector<std::string> parts = absl::StrSplit(text, 'x');
   if (parts.size() == 1) parts.push_back(parts[0]);  // N means NxN
-  return parts.size() == 2 && absl::SimpleAtoi(parts[0], h) &&
-         absl::SimpleAtoi(parts[1], w) && *h > 0 && *w > 0;
+  return parts.size() == 2 && absl::SimpleAtoi(parts[0], h) && absl::SimpleAtoi(parts[1], w) &&
+         *h > 0 && *w > 0;
 }
 
 // The conversion flags, checked: every size flag against the image limits, so an absurd
@@ -178,8 +177,8 @@ absl::Status ReadConvertOptions(colonnade::data::ConvertOptions* o) {
   }
   o->threads = absl::GetFlag(FLAGS_threads);
   if (o->threads < 0 || o->threads > colonnade::data::kMaxConvertThreads) {
-    return Usage("--threads must be in 0.." +
-                 std::to_string(colonnade::data::kMaxConvertThreads) + " (0 = all cores)");
+    return Usage("--threads must be in 0.." + std::to_string(colonnade::data::kMaxConvertThreads) +
+                 " (0 = all cores)");
   }
   if (o->threads == 0) {
     o->threads = static_cast<int>(std::min<unsigned>(
@@ -265,7 +264,8 @@ void PrintReport(const colonnade::data::ConvertReport& report) {
 
 int main(int argc, char** argv) {
   const colonnade::Cli cli = {
-      "make_shards", "src/apps/make_shards",
+      "make_shards",
+      "src/apps/make_shards",
       "writes HDF5 shard datasets (docs/DATA.md) from CIFAR-10 binary batches, "
       "image folders or synthetic data.\n"
       "  make_shards --source=cifar10 --input=DIR --output=OUT\n"
@@ -277,9 +277,9 @@ int main(int argc, char** argv) {
       "COLONNADE_MAX_IMAGE_PIXELS raise the limits (docs/LIMITS.md).\n"
       "Exit codes: 0 done, 1 conversion failed (unreadable input, disk), 2 bad flags.\n"
       "PNG input is supported when built with libpng (this build: " +
-          std::string(colonnade::data::HavePngSupport() ? "yes" : "no, 'png unsupported'") +
-          ").",
-      {}, colonnade::UsageStyle::kSeeHelp};
+          std::string(colonnade::data::HavePngSupport() ? "yes" : "no, 'png unsupported'") + ").",
+      {},
+      colonnade::UsageStyle::kSeeHelp};
   if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
   absl::StatusOr<Job> job = ReadJob();
   if (!job.ok()) return colonnade::UsageError(cli, job.status().message());

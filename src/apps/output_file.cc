@@ -83,26 +83,27 @@ absl::Status CheckOutputPath(const std::string& path, const std::string& flag,
         what, " is a symbolic link; refusing to replace it (give the path of a new file)"));
   }
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " exists and is not a regular file (a device, FIFO or directory); refusing to "
-        "write there (give the path of a new file)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what,
+                     " exists and is not a regular file (a device, FIFO or directory); refusing to "
+                     "write there (give the path of a new file)"));
   }
   if (rule == ExistingOutput::kRefuse) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " exists; pass --overwrite to replace it (a checkpoint or dataset file is never "
+        what,
+        " exists; pass --overwrite to replace it (a checkpoint or dataset file is never "
         "replaced)"));
   }
   const int kind = PredictionsFileKind(path);
   if (kind < 0 || (kind == 1 && rule == ExistingOutput::kReplacePredictions)) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      what, " is an HDF5 file", kind == 1 ? "" : " that is not a predictions file",
-      " (a checkpoint, dataset or shard?); refusing to replace it"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " is an HDF5 file", kind == 1 ? "" : " that is not a predictions file",
+                   " (a checkpoint, dataset or shard?); refusing to replace it"));
 }
 
-absl::Status WriteOutputFile(const std::string& path, const std::string& flag,
-                             ExistingOutput rule,
+absl::Status WriteOutputFile(const std::string& path, const std::string& flag, ExistingOutput rule,
                              const std::function<absl::Status(const std::string& tmp)>& write) {
   if (absl::Status s = CheckOutputPath(path, flag, rule); !s.ok()) return s;
   // A unique name (not PATH.tmp): two writers, or a writer and a left-over file from a
@@ -112,8 +113,8 @@ absl::Status WriteOutputFile(const std::string& path, const std::string& flag,
   name.push_back('\0');
   const int fd = mkstemp(name.data());
   if (fd < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create a file next to ", flag, "=",
-                                                   path, ": ", Errno(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create a file next to ", flag, "=", path, ": ", Errno(errno)));
   }
   // mkstemp creates the file 0600; an output gets the permissions any new file would get.
   const mode_t mask = umask(0);
@@ -124,8 +125,8 @@ absl::Status WriteOutputFile(const std::string& path, const std::string& flag,
   absl::Status s = write(tmp);
   if (s.ok()) s = SyncFile(tmp);
   if (s.ok() && MoveIntoPlace(tmp, path, rule == ExistingOutput::kRefuse) != 0) {
-    s = absl::InternalError(absl::StrCat("cannot move ", tmp, " to ", flag, "=", path, ": ",
-                                         Errno(errno)));
+    s = absl::InternalError(
+        absl::StrCat("cannot move ", tmp, " to ", flag, "=", path, ": ", Errno(errno)));
   }
   if (!s.ok()) {
     unlink(tmp.c_str());
@@ -171,9 +172,10 @@ absl::Status AppendFile::Open(const std::string& path, const std::string& flag) 
       return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, " is a directory"));
     }
     if (S_ISREG(st.st_mode) && IsHdf5(path)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, "=", path, " is an HDF5 file (a checkpoint or dataset?); appending text would "
-          "corrupt it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, "=", path,
+                       " is an HDF5 file (a checkpoint or dataset?); appending text would "
+                       "corrupt it"));
     }
   }
   file_ = std::fopen(path.c_str(), "a");

@@ -22,23 +22,21 @@ namespace colonnade {
 
 // What may happen to a file that already exists where an output goes.
 enum class ExistingOutput {
-  kRefuse,             // nothing: the user did not consent (trainer --predictions)
-  kReplaceText,        // a regular file that is not HDF5 (benchmark result tables)
-  kReplacePredictions, // that, or an HDF5 predictions file (trainer --overwrite)
+  kRefuse,              // nothing: the user did not consent (trainer --predictions)
+  kReplaceText,         // a regular file that is not HDF5 (benchmark result tables)
+  kReplacePredictions,  // that, or an HDF5 predictions file (trainer --overwrite)
 };
 
 // An error (InvalidArgument, naming `flag` and `path`) when the file at `path` may not be
 // written under `rule`; OK when there is none or it may be replaced.
-absl::Status CheckOutputPath(const std::string& path, const std::string& flag,
-                             ExistingOutput rule);
+absl::Status CheckOutputPath(const std::string& path, const std::string& flag, ExistingOutput rule);
 
 // Checks `path` (CheckOutputPath), creates a unique temporary file next to it, has
 // `write` fill that file (given its name), flushes it to disk and renames it over `path`.
 // With kRefuse the rename also refuses a file that appeared meanwhile. On any failure the
 // temporary file is removed and `path` is left as it was. HDF5 writers call this inside
 // their hdf5::Scope.
-absl::Status WriteOutputFile(const std::string& path, const std::string& flag,
-                             ExistingOutput rule,
+absl::Status WriteOutputFile(const std::string& path, const std::string& flag, ExistingOutput rule,
                              const std::function<absl::Status(const std::string& tmp)>& write);
 // WriteOutputFile for a text file with the given contents.
 absl::Status WriteTextOutputFile(const std::string& path, const std::string& flag,

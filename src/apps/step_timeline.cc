@@ -9,13 +9,20 @@ namespace colonnade {
 
 const char* StepPhaseName(StepPhase p) {
   switch (p) {
-    case StepPhase::kCopyIn: return "batch to device";
-    case StepPhase::kForward: return "forward";
-    case StepPhase::kBackward: return "backward";
-    case StepPhase::kGradSync: return "gradient sync wait";
-    case StepPhase::kOptimizer: return "optimizer";
-    case StepPhase::kMetrics: return "metrics copy";
-    case StepPhase::kCount: break;
+    case StepPhase::kCopyIn:
+      return "batch to device";
+    case StepPhase::kForward:
+      return "forward";
+    case StepPhase::kBackward:
+      return "backward";
+    case StepPhase::kGradSync:
+      return "gradient sync wait";
+    case StepPhase::kOptimizer:
+      return "optimizer";
+    case StepPhase::kMetrics:
+      return "metrics copy";
+    case StepPhase::kCount:
+      break;
   }
   return "?";
 }
@@ -49,9 +56,9 @@ void StepTimeline::EndStep() {
     phase_ms_[i] += fences_[i]->MillisecondsSince(*prev);
     prev = fences_[i].get();
   }
-  wall_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                       wall_start_)
-                  .count();
+  wall_ms_ +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start_)
+          .count();
   ++profiled_;
   in_step_ = false;
 }
@@ -69,8 +76,8 @@ std::string StepTimeline::Table() const {
                            phase_ms_[i] / n, 100.0 * phase_ms_[i] / std::max(1e-12, device_ms));
   }
   out += absl::StrFormat("  %-20s %9.3f\n", "device step", device_ms / n);
-  out += absl::StrFormat("  %-20s %9.3f   (host: waiting for the data pipeline)\n",
-                         "batch wait", batch_wait_ms_ / n);
+  out += absl::StrFormat("  %-20s %9.3f   (host: waiting for the data pipeline)\n", "batch wait",
+                         batch_wait_ms_ / n);
   out += absl::StrFormat("  %-20s %9.3f   (host: one step, start to end, unoverlapped)\n",
                          "wall step", wall_ms_ / n);
   return out;

@@ -20,12 +20,12 @@
 namespace colonnade {
 
 enum class StepPhase {
-  kCopyIn,    // the batch to the device (H2D copy, GPU augmentation)
+  kCopyIn,  // the batch to the device (H2D copy, GPU augmentation)
   kForward,
   kBackward,  // includes the gradient all-reduce launched from backward's hooks
   kGradSync,  // waiting for the last gradient buckets
   kOptimizer,
-  kMetrics,   // loss and probabilities copied back for the progress line
+  kMetrics,  // loss and probabilities copied back for the progress line
   kCount
 };
 const char* StepPhaseName(StepPhase p);

@@ -64,15 +64,18 @@ std::vector<std::string> CheckpointFiles(const std::string& dir) {
 }
 
 // Rank 0's part of LockCheckpointDir.
-absl::StatusOr<std::unique_ptr<checkpoint::DirectoryLock>> LockOnRankZero(
-    const std::string& dir, const std::string& resume, double wait_secs) {
+absl::StatusOr<std::unique_ptr<checkpoint::DirectoryLock>> LockOnRankZero(const std::string& dir,
+                                                                          const std::string& resume,
+                                                                          double wait_secs) {
   std::vector<std::string> warnings;
   // One try first, so that a wait is announced while it lasts, not after.
   absl::StatusOr<std::unique_ptr<checkpoint::DirectoryLock>> lock =
       checkpoint::DirectoryLock::Acquire(dir, 0, &warnings);
   if (absl::IsUnavailable(lock.status()) && wait_secs > 0) {
-    std::printf("trainer: waiting up to %g s (--checkpoint_lock_wait_s) for another job to "
-                "release checkpoint directory %s\n", wait_secs, dir.c_str());
+    std::printf(
+        "trainer: waiting up to %g s (--checkpoint_lock_wait_s) for another job to "
+        "release checkpoint directory %s\n",
+        wait_secs, dir.c_str());
     std::fflush(stdout);
     lock = checkpoint::DirectoryLock::Acquire(dir, wait_secs, &warnings);
   }
@@ -81,10 +84,10 @@ absl::StatusOr<std::unique_ptr<checkpoint::DirectoryLock>> LockOnRankZero(
   if (resume == "none") {
     const std::vector<std::string> old = CheckpointFiles(dir);
     if (!old.empty()) {
-      const std::string which =
-          old.size() == 1 ? absl::StrCat("a checkpoint of an earlier run (", old[0], ")")
-                          : absl::StrFormat("%d checkpoints of an earlier run (%s .. %s)",
-                                            old.size(), old.front(), old.back());
+      const std::string which = old.size() == 1
+                                    ? absl::StrCat("a checkpoint of an earlier run (", old[0], ")")
+                                    : absl::StrFormat("%d checkpoints of an earlier run (%s .. %s)",
+                                                      old.size(), old.front(), old.back());
       return absl::InvalidArgumentError(absl::StrFormat(
           "--resume=none but checkpoint directory %s already holds %s: a fresh run would "
           "replace those of its step numbers and --resume=auto would later mix the two runs. "
@@ -120,10 +123,10 @@ std::optional<NothingToTrain> CheckStepsLeft(const std::string& checkpoint_path,
                                              const std::string& steps_text) {
   if (checkpoint_step < total_steps) return std::nullopt;
   if (checkpoint_step == total_steps) {
-    return NothingToTrain{
-        kExitOk, absl::StrFormat("checkpoint %s is at step %d = %s: the run is complete, "
-                                 "nothing to train (raise --steps to train further)",
-                                 checkpoint_path, checkpoint_step, steps_text)};
+    return NothingToTrain{kExitOk,
+                          absl::StrFormat("checkpoint %s is at step %d = %s: the run is complete, "
+                                          "nothing to train (raise --steps to train further)",
+                                          checkpoint_path, checkpoint_step, steps_text)};
   }
   return NothingToTrain{
       kExitUsage, absl::StrFormat("checkpoint %s is at step %d > %s: nothing to train; raise "
@@ -207,11 +210,26 @@ absl::StatusOr<std::map<std::string, std::string>> FlagValues(const std::string&
 }  // namespace
 
 std::vector<std::string> ChangedFlags(const std::string& saved, const std::string& now) {
-  static const auto* kIgnored = new absl::flat_hash_set<std::string>{
-      "resume", "checkpoint_dir", "checkpoint_every", "checkpoint_secs", "keep_checkpoints",
-      "checkpoint_lock_wait_s",
-      "log_every", "profile_steps", "metrics_file", "rank_log_dir", "eval_every", "val_data", "mode",
-      "predictions", "data_threads", "cpu_threads", "device", "comm", "bucket_mb", "mp"};
+  static const auto* kIgnored = new absl::flat_hash_set<std::string>{"resume",
+                                                                     "checkpoint_dir",
+                                                                     "checkpoint_every",
+                                                                     "checkpoint_secs",
+                                                                     "keep_checkpoints",
+                                                                     "checkpoint_lock_wait_s",
+                                                                     "log_every",
+                                                                     "profile_steps",
+                                                                     "metrics_file",
+                                                                     "rank_log_dir",
+                                                                     "eval_every",
+                                                                     "val_data",
+                                                                     "mode",
+                                                                     "predictions",
+                                                                     "data_threads",
+                                                                     "cpu_threads",
+                                                                     "device",
+                                                                     "comm",
+                                                                     "bucket_mb",
+                                                                     "mp"};
   absl::StatusOr<std::map<std::string, std::string>> before = FlagValues(saved);
   absl::StatusOr<std::map<std::string, std::string>> after = FlagValues(now);
   // A checkpoint from a build with other flags: say so rather than guess.

@@ -46,7 +46,7 @@ constexpr std::pair<const char*, CommChoice> kComms[] = {
 constexpr std::pair<const char*, GpuAugment> kGpuAugments[] = {
     {"auto", GpuAugment::kAuto}, {"on", GpuAugment::kOn}, {"off", GpuAugment::kOff}};
 constexpr std::pair<const char*, MemoryPlanMode> kPlans[] = {{"on", MemoryPlanMode::kOn},
-                                                              {"off", MemoryPlanMode::kOff}};
+                                                             {"off", MemoryPlanMode::kOff}};
 constexpr std::pair<const char*, data::MeanMode> kMeans[] = {{"image", data::MeanMode::kImage},
                                                              {"channel", data::MeanMode::kChannel},
                                                              {"none", data::MeanMode::kNone}};

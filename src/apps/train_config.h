@@ -59,13 +59,13 @@ constexpr int64_t kMaxGlobalBatch = 65536;
 struct TrainConfig {
   // What to train.
   std::string model = "cifar10-80sec";
-  int input_size = 0;  // 0: from the data (crop or image size) or the model's default
-  int num_classes = 0; // 0: from the data
-  int columns = 0;     // 0: the model's own
+  int input_size = 0;       // 0: from the data (crop or image size) or the model's default
+  int num_classes = 0;      // 0: from the data
+  int columns = 0;          // 0: the model's own
   bool paper_init = false;  // AlexNet: the paper's biases of 1 (ModelOptions::paper_init)
   // Where.
   DeviceChoice device = DeviceChoice::kAuto;
-  int cpu_threads = 0;           // 0: cores / ranks on this node
+  int cpu_threads = 0;  // 0: cores / ranks on this node
   int mp = 1;
   CommChoice comm = CommChoice::kAuto;
   double bucket_mb = 25.0;
@@ -73,30 +73,30 @@ struct TrainConfig {
   bool print_memory_plan = false;  // print the plan and the predicted peak, then exit 0
   // Data.
   std::string data = "synthetic";
-  std::string val_data;          // empty: no evaluation
+  std::string val_data;  // empty: no evaluation
   int64_t synthetic_size = 8192;
   int crop = 0;
-  int pad = 0;                   // training only: data::PipelineOptions::pad
+  int pad = 0;  // training only: data::PipelineOptions::pad
   bool mirror = false;
   data::MeanMode mean = data::MeanMode::kImage;
   float lighting = 0.0f;
-  int data_threads = 0;          // 0: automatic
+  int data_threads = 0;  // 0: automatic
   GpuAugment gpu_augment = GpuAugment::kAuto;
   // Optimisation.
-  int64_t batch_size = 0;  // global; 0: the model recipe's
-  int64_t steps = 0;       // 0: from epochs
-  double epochs = 0;       // 0 with steps 0: one epoch
-  float lr = -1;           // <0: the recipe's
-  std::string lr_schedule; // empty: the recipe's
+  int64_t batch_size = 0;   // global; 0: the model recipe's
+  int64_t steps = 0;        // 0: from epochs
+  double epochs = 0;        // 0 with steps 0: one epoch
+  float lr = -1;            // <0: the recipe's
+  std::string lr_schedule;  // empty: the recipe's
   float momentum = -1;
   float weight_decay = -1;
-  std::string weight_decay_on;  // weights | all; empty: the recipe's
+  std::string weight_decay_on;     // weights | all; empty: the recipe's
   std::string precision = "fp32";  // fp32 | tf32 | bf16 (core/precision.h)
   uint64_t seed = 1;
   // Output.
   int log_every = 10;
   int64_t profile_steps = 0;  // --profile_steps: time N steps phase by phase, 0 = off
-  int64_t eval_every = 0;  // steps; 0: only at the end
+  int64_t eval_every = 0;     // steps; 0: only at the end
   std::string metrics_file;
   std::string rank_log_dir;  // each rank appends its own progress to rank-NNNNN.log here
   // Mode.
@@ -109,7 +109,7 @@ struct TrainConfig {
   double checkpoint_secs = 0;
   int keep_checkpoints = 3;
   double checkpoint_lock_wait_s = 120;  // wait for another job's lock of checkpoint_dir
-  std::string resume = "auto";  // auto | none | PATH
+  std::string resume = "auto";          // auto | none | PATH
   // The command line as "--flag=value" lines, stored in checkpoints.
   std::string flags_text;
 };

@@ -242,9 +242,9 @@ EndCode SetUpLayout(Job& job) {
           l, absl::InvalidArgumentError("--mode=predict needs --predictions=FILE.h5"), kExitUsage);
     }
     // Refuse a path that may not be written now, not after loading and the forward passes.
-    if (absl::Status s = FromLead(l, job.lead ? CheckOutputPath(cfg.predictions, "--predictions",
-                                                                PredictionsRule(cfg))
-                                              : absl::OkStatus());
+    if (absl::Status s = FromLead(
+            l, job.lead ? CheckOutputPath(cfg.predictions, "--predictions", PredictionsRule(cfg))
+                        : absl::OkStatus());
         !s.ok()) {
       return AgreedError(l, s, kExitUsage);
     }
@@ -461,12 +461,12 @@ EndCode Resume(Job& job, ResumePoint& at) {
   if (!ckpt.ok()) return AgreedError(l, ckpt.status(), kExitError);
   if (!ckpt->has_value()) {
     if (!job.training) {
-      return AgreedError(l,
-                         absl::InvalidArgumentError(
-                             "--mode=" + AbslUnparseFlag(cfg.mode) +
-                             " needs a checkpoint: --resume=PATH, or --checkpoint_dir with "
-                             "one in it"),
-                         kExitUsage);
+      return AgreedError(
+          l,
+          absl::InvalidArgumentError("--mode=" + AbslUnparseFlag(cfg.mode) +
+                                     " needs a checkpoint: --resume=PATH, or --checkpoint_dir with "
+                                     "one in it"),
+          kExitUsage);
     }
     return std::nullopt;
   }
@@ -510,8 +510,7 @@ absl::Status ForEachEvalBatch(
   o.pinned = false;
   o.pinned_allocator = nullptr;
   o.output = data::BatchOutput::kFloatCHWN;  // evaluation batches take the host path
-  ASSIGN_OR_RETURN(std::unique_ptr<data::BatchPipeline> pipe,
-                   data::BatchPipeline::Create(&val, o));
+  ASSIGN_OR_RETURN(std::unique_ptr<data::BatchPipeline> pipe, data::BatchPipeline::Create(&val, o));
   RunContext ctx;
   ctx.phase = Phase::kEval;
   const int64_t batches = pipe->batches_per_epoch();
@@ -549,8 +548,7 @@ absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::Pi
         sums.loss += net.ops().Sum(net.blob("loss"));
         std::vector<float> probs = net.blob("probs").ToHost();
         std::vector<float> labels = batch.labels.ToHost();
-        CountCorrect(probs.data(), labels.data(), net.blob("probs").c(), n, &sums.top1,
-                     &sums.top5);
+        CountCorrect(probs.data(), labels.data(), net.blob("probs").c(), n, &sums.top1, &sums.top5);
         sums.images += n;
         return absl::OkStatus();
       }));
@@ -592,13 +590,12 @@ absl::Status WritePredictions(const TrainConfig& cfg, const std::vector<float>& 
                  H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 &&
                  ds.Close();
         };
-        const bool ok =
-            write("logits", 2, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, logits.data()) &&
-            write("labels", 1, H5T_STD_I32LE, H5T_NATIVE_INT32, labels.data());
+        const bool ok = write("logits", 2, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, logits.data()) &&
+                        write("labels", 1, H5T_STD_I32LE, H5T_NATIVE_INT32, labels.data());
         const std::string why = ok ? "" : hdf5::LastError();
         if (!file.Close() || !ok) {
-          return absl::InternalError("writing --predictions file " + cfg.predictions +
-                                     " failed" + (why.empty() ? "" : ": " + why));
+          return absl::InternalError("writing --predictions file " + cfg.predictions + " failed" +
+                                     (why.empty() ? "" : ": " + why));
         }
         return absl::OkStatus();
       });
@@ -685,17 +682,16 @@ int RunPredict(Job& job, const std::string& checkpoint_path) {
   // The classifier's logits (replicated on every mp rank by the column split).
   const std::string logits_blob = kLogitsBlob;
   PredictionGather gather(job.l, net.blob(logits_blob).c());
-  absl::Status s = ForEachEvalBatch(
-      net, *job.data, EvalPipelineOptions(job), job.local_batch,
-      [&](const data::Batch& batch, int64_t n) {
-        std::vector<float> kn, labels;
-        if (n > 0) {
-          kn = net.blob(logits_blob).ToHost();
-          labels = batch.labels.ToHost();
-        }
-        gather.Add(kn, labels, n);
-        return absl::OkStatus();
-      });
+  absl::Status s = ForEachEvalBatch(net, *job.data, EvalPipelineOptions(job), job.local_batch,
+                                    [&](const data::Batch& batch, int64_t n) {
+                                      std::vector<float> kn, labels;
+                                      if (n > 0) {
+                                        kn = net.blob(logits_blob).ToHost();
+                                        labels = batch.labels.ToHost();
+                                      }
+                                      gather.Add(kn, labels, n);
+                                      return absl::OkStatus();
+                                    });
   if (!s.ok()) RankError(job.l, s);
   if (gather.writer()) {
     s = WritePredictions(job.cfg, gather.logits(), gather.labels(), net.blob(logits_blob).c());
@@ -705,8 +701,7 @@ int RunPredict(Job& job, const std::string& checkpoint_path) {
   if (!ok) return AgreedError(job.l, s, kExitError);
   if (job.lead) {
     std::printf("predict %s on %s: wrote logits of %zu images to %s\n", checkpoint_path.c_str(),
-                job.data->info().path.c_str(), gather.labels().size(),
-                job.cfg.predictions.c_str());
+                job.data->info().path.c_str(), gather.labels().size(), job.cfg.predictions.c_str());
   }
   return kExitOk;
 }
@@ -795,8 +790,8 @@ class Trainer {
   struct PendingStep {
     int64_t step = -1;  // -1: empty (collected)
     float lr = 0;
-    data::Batch batch;      // kept until the step ran: the device copies from its buffers
-    Tensor loss, probs;     // page-locked host copies, valid once `ran` has passed
+    data::Batch batch;   // kept until the step ran: the device copies from its buffers
+    Tensor loss, probs;  // page-locked host copies, valid once `ran` has passed
     std::unique_ptr<Fence> ran;
   };
   PendingStep pending_[2];
@@ -875,16 +870,17 @@ EndCode Trainer::CreatePipeline() {
   if (!pipeline.ok()) return AgreedError(l_, pipeline.status(), kExitUsage);
   pipeline_ = std::move(*pipeline);
   if (gpu_feed) {
-    absl::StatusOr<std::unique_ptr<DeviceFeed>> feed = DeviceFeed::Create(*job_.data, pipeline_.get());
+    absl::StatusOr<std::unique_ptr<DeviceFeed>> feed =
+        DeviceFeed::Create(*job_.data, pipeline_.get());
     if (!feed.ok()) return AgreedError(l_, feed.status(), kExitUsage);
     feed_ = std::move(*feed);
   }
   per_epoch_ = pipeline_->batches_per_epoch();
   if (per_epoch_ < 1) {
     return AgreedError(l_,
-                       absl::InvalidArgumentError(absl::StrFormat(
-                           "%s has %d images, fewer than one global batch of %d", dinfo.path,
-                           dinfo.size, job_.global_batch)),
+                       absl::InvalidArgumentError(
+                           absl::StrFormat("%s has %d images, fewer than one global batch of %d",
+                                           dinfo.path, dinfo.size, job_.global_batch)),
                        kExitUsage);
   }
   // In double before any conversion: --epochs=1e6 of a large dataset must be refused, not
@@ -941,24 +937,22 @@ void Trainer::PrintBanner() {
               dinfo.num_classes, dinfo.encoding.c_str());
   if (feed_) {
     std::printf("  feed       GPU: uint8 %s, augmented on the device (--gpu_augment)\n",
-                pipeline_->output() == data::BatchOutput::kIndicesOnly
-                    ? "indices, images generated"
-                    : "images");
+                pipeline_->output() == data::BatchOutput::kIndicesOnly ? "indices, images generated"
+                                                                       : "images");
   }
   std::printf("  batch      global %lld, per replica %lld, %lld steps/epoch\n",
               static_cast<long long>(job_.global_batch), static_cast<long long>(job_.local_batch),
               static_cast<long long>(per_epoch_));
   std::printf("  memory     %s\n", MemoryLine(job_.net()).c_str());
   std::printf("  optimiser  SGD lr %g (%s), momentum %g, weight decay %g on %s, seed %llu\n",
-              job_.base_lr, job_.schedule->spec().c_str(), job_.sgd.momentum,
-              job_.sgd.weight_decay, DecayOnDescription(job_.sgd.decay_on),
-              static_cast<unsigned long long>(cfg_.seed));
+              job_.base_lr, job_.schedule->spec().c_str(), job_.sgd.momentum, job_.sgd.weight_decay,
+              DecayOnDescription(job_.sgd.decay_on), static_cast<unsigned long long>(cfg_.seed));
   std::printf("  run        %lld steps (%.2f epochs)\n", static_cast<long long>(total_steps_),
               total_epochs_);
   std::fflush(stdout);
   if (!at_.from.empty()) {
-    std::printf("  resumed    from %s at step %lld (epoch %lld, position %lld)\n",
-                at_.from.c_str(), static_cast<long long>(at_.start_step),
+    std::printf("  resumed    from %s at step %lld (epoch %lld, position %lld)\n", at_.from.c_str(),
+                static_cast<long long>(at_.start_step),
                 static_cast<long long>(at_.start_cursor.epoch),
                 static_cast<long long>(at_.start_cursor.position));
     if (!at_.changed_flags.empty()) {
@@ -966,19 +960,19 @@ void Trainer::PrintBanner() {
                   absl::StrJoin(at_.changed_flags, ", ").c_str());
     }
     if (at_.weights_only) {  // docs/CHECKPOINTS.md, section 6
-      std::printf("  note       weights only (no optimizer state): velocities start at zero; "
-                  "fine for fine-tuning, not an exact resume\n");
+      std::printf(
+          "  note       weights only (no optimizer state): velocities start at zero; "
+          "fine for fine-tuning, not an exact resume\n");
     }
     std::fflush(stdout);
   }
   if (!cfg_.checkpoint_dir.empty()) {
-    std::printf("  checkpoint %s every %s%s, keeping %d\n", cfg_.checkpoint_dir.c_str(),
-                cfg_.checkpoint_every > 0
-                    ? absl::StrFormat("%d steps", cfg_.checkpoint_every).c_str()
-                    : "-",
-                cfg_.checkpoint_secs > 0 ? absl::StrFormat(" / %gs", cfg_.checkpoint_secs).c_str()
-                                         : "",
-                cfg_.keep_checkpoints);
+    std::printf(
+        "  checkpoint %s every %s%s, keeping %d\n", cfg_.checkpoint_dir.c_str(),
+        cfg_.checkpoint_every > 0 ? absl::StrFormat("%d steps", cfg_.checkpoint_every).c_str()
+                                  : "-",
+        cfg_.checkpoint_secs > 0 ? absl::StrFormat(" / %gs", cfg_.checkpoint_secs).c_str() : "",
+        cfg_.keep_checkpoints);
     std::fflush(stdout);
   }
 }
@@ -1006,8 +1000,8 @@ int Trainer::Run() {
     absl::StatusOr<data::Batch> batch = NextBatch();
     if (!batch.ok()) RankError(l_, batch.status());
     interval_.data_wait_s += batch->wait_seconds;
-    const float lr = job_.schedule->At(job_.base_lr, static_cast<double>(step) / per_epoch_,
-                                       total_epochs_);
+    const float lr =
+        job_.schedule->At(job_.base_lr, static_cast<double>(step) / per_epoch_, total_epochs_);
     Step(step, std::move(*batch), lr);
     // The previous step's results: the device has run that step or runs it now, with this
     // one queued behind it, so waiting for them does not leave the device idle.
@@ -1018,9 +1012,8 @@ int Trainer::Run() {
     const bool checkpoint_now =
         !cfg_.checkpoint_dir.empty() && (stop || checkpoint_due || done == total_steps_);
     const bool log_due = done % std::max(1, cfg_.log_every) == 0 || done == total_steps_;
-    const bool eval_due =
-        job_.val_data &&
-        ((cfg_.eval_every > 0 && done % cfg_.eval_every == 0) || done == total_steps_);
+    const bool eval_due = job_.val_data && ((cfg_.eval_every > 0 && done % cfg_.eval_every == 0) ||
+                                            done == total_steps_);
     // This step's own results, when something needs them now: the progress line, and a
     // checkpoint or evaluation (a model whose loss is not finite is never saved).
     if (stop || checkpoint_now || log_due || eval_due) {
@@ -1149,8 +1142,8 @@ absl::Status Trainer::Checkpoint(int64_t done, const data::Cursor& next) {
   RETURN_IF_ERROR(SaveCheckpoint(net_, *job_.mesh, job_.mp_comm.get(), st, cfg_.checkpoint_dir,
                                  cfg_.keep_checkpoints, &path, at_.dir_lock.get()));
   if (job_.lead) {
-    std::printf("checkpoint step %lld -> %s (%.1fs)\n", static_cast<long long>(done),
-                path.c_str(), Seconds(t0, Clock::now()));
+    std::printf("checkpoint step %lld -> %s (%.1fs)\n", static_cast<long long>(done), path.c_str(),
+                Seconds(t0, Clock::now()));
     std::fflush(stdout);
   }
   policy_->MarkWritten(done, Seconds(start_, Clock::now()));
@@ -1182,9 +1175,9 @@ void Trainer::Log(int64_t done, float lr) {
     std::printf(
         "step %6lld/%lld  epoch %6.2f  loss %.4f  top1-err %.3f  top5-err %.3f  lr %.3g  "
         "%8.1f img/s  data-wait %.0f%%  comm-wait %.0f%%  ETA %s\n",
-        static_cast<long long>(done), static_cast<long long>(total_steps_), EpochOf(done),
-        avg_loss, top1, top5, lr, img_s, 100.0 * in.data_wait_s / dt,
-        100.0 * in.comm_wait_s / dt, FormatDuration(eta).c_str());
+        static_cast<long long>(done), static_cast<long long>(total_steps_), EpochOf(done), avg_loss,
+        top1, top5, lr, img_s, 100.0 * in.data_wait_s / dt, 100.0 * in.comm_wait_s / dt,
+        FormatDuration(eta).c_str());
     std::fflush(stdout);
     WriteMetrics(absl::StrFormat(
         "{\"kind\":\"train\",\"step\":%d,\"epoch\":%.4f,\"loss\":%.6f,\"top1_error\":%.5f,"
@@ -1200,8 +1193,7 @@ void Trainer::Log(int64_t done, float lr) {
 // Evaluation on --val_data during training; its time is kept out of the next img/s.
 void Trainer::EvaluateNow(int64_t done) {
   const auto eval_start = Clock::now();
-  absl::StatusOr<EvalResult> r =
-      Evaluate(net_, *job_.val_data, po_, l_, job_.local_batch);
+  absl::StatusOr<EvalResult> r = Evaluate(net_, *job_.val_data, po_, l_, job_.local_batch);
   if (!r.ok()) RankError(l_, r.status());
   if (job_.lead) {
     std::printf("eval  step %lld  %s: %lld images  loss %.4f  top1-err %.4f  top5-err %.4f\n",
@@ -1250,11 +1242,10 @@ int Trainer::Finish() {
   if (job_.lead) {
     // On a GPU, what the device allocator held at most (the banner has the prediction).
     const size_t peak = GetBackend(job_.device)->PeakBytes();
-    std::printf("done: %lld steps in %s, loss %.4f -> %.4f%s\n",
-                static_cast<long long>(total_steps_),
-                FormatDuration(Seconds(start_, Clock::now())).c_str(), first_loss_, last_loss_,
-                peak > 0 ? absl::StrFormat(", peak device memory %.1f MiB", peak / 1048576.0).c_str()
-                         : "");
+    std::printf(
+        "done: %lld steps in %s, loss %.4f -> %.4f%s\n", static_cast<long long>(total_steps_),
+        FormatDuration(Seconds(start_, Clock::now())).c_str(), first_loss_, last_loss_,
+        peak > 0 ? absl::StrFormat(", peak device memory %.1f MiB", peak / 1048576.0).c_str() : "");
     std::fflush(stdout);
   }
   return kExitOk;
@@ -1274,10 +1265,10 @@ int RunTrainer(const TrainConfig& cfg) {
   // Until the step loop polls for it, a stop signal ends the process at once: start-up may
   // block (a slow or FIFO file, a collective waiting for a rank), and there is nothing to
   // save yet. 75 as after a graceful stop: a requeued job starts over or resumes.
-  checkpoint::ExitOnStopSignal(
-      "trainer", job.training ? "before training started (nothing to save)"
-                              : "during --mode=" + AbslUnparseFlag(cfg.mode),
-      kExitPreempted);
+  checkpoint::ExitOnStopSignal("trainer",
+                               job.training ? "before training started (nothing to save)"
+                                            : "during --mode=" + AbslUnparseFlag(cfg.mode),
+                               kExitPreempted);
 
   for (auto phase : {SetUpLayout, SetUpOptimizer, SetUpDevice, OpenData, BuildShard}) {
     if (EndCode end = phase(job)) return *end;

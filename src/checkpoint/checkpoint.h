@@ -41,17 +41,17 @@ inline constexpr char kFormatName[] = "colonnade.checkpoint";
 
 // Everything besides the tensors that an exact resume needs.
 struct TrainState {
-  int64_t step = 0;             // optimizer steps completed; the file is ckpt-<step>.h5
-  int64_t epoch = 0;            // epochs completed (for humans and schedules)
-  int64_t cursor_epoch = 0;     // data::Cursor of the next batch to draw
+  int64_t step = 0;          // optimizer steps completed; the file is ckpt-<step>.h5
+  int64_t epoch = 0;         // epochs completed (for humans and schedules)
+  int64_t cursor_epoch = 0;  // data::Cursor of the next batch to draw
   int64_t cursor_position = 0;
-  uint64_t seed = 0;            // with `step`, the whole RNG state (see above)
-  std::string model;            // model zoo name, e.g. "alexnet"
+  uint64_t seed = 0;  // with `step`, the whole RNG state (see above)
+  std::string model;  // model zoo name, e.g. "alexnet"
   int columns = 0;
   int input_size = 0;
   int num_classes = 0;
   int input_channels = 3;
-  std::string flags;            // the training flags, one "--flag=value" per line (free text)
+  std::string flags;  // the training flags, one "--flag=value" per line (free text)
 };
 
 // One parameter as a full, canonical host tensor: name "<layer>/<param>" ("conv1/weight"),
@@ -110,8 +110,9 @@ class DirectoryLock {
   // directory or the lock file cannot be created. On a file system without locks
   // (flock fails with ENOLCK, ENOSYS, EOPNOTSUPP or EINVAL) it returns a lock that is not
   // held() and adds a warning: the directory then has no protection against a second job.
-  static absl::StatusOr<std::unique_ptr<DirectoryLock>> Acquire(
-      const std::string& dir, double wait_secs, std::vector<std::string>* warnings);
+  static absl::StatusOr<std::unique_ptr<DirectoryLock>> Acquire(const std::string& dir,
+                                                                double wait_secs,
+                                                                std::vector<std::string>* warnings);
   ~DirectoryLock();
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
@@ -202,9 +203,6 @@ absl::Status CheckCompatible(const Checkpoint& ckpt, const ExpectedTensors& expe
 
 // ---- Net helpers (host copies; any device through Tensor::ToHost/CopyFromHost) ----------
 
-// The full canonical shape of a parameter: dim 0 is Param::full_rows when the parameter
-// is a shard (full_rows > 0), otherwise the tensor's own shape.
-std::vector<int64_t> FullShape(const Param& p);
 // (name, full shape) of every parameter of `net`, sharded or not: what CheckCompatible
 // expects.
 ExpectedTensors ExpectedFromNet(const Net& net);
@@ -214,14 +212,13 @@ ExpectedModel ExpectedModelOf(const Net& net);
 // The full host copy of `shard` (p.value or p.velocity) of parameter `p`.
 using GatherFn =
     std::function<absl::StatusOr<std::vector<float>>(const Param& p, const Tensor& shard)>;
-// An entry for every parameter of `net`, in the Net's order: full shape (FullShape), the
+// An entry for every parameter of `net`, in the Net's order: full shape (Param::full_shape), the
 // value and, for learnable parameters, the velocity, each made whole by `gather` (for a
 // column-split Net the parallel module's GatherFullParam, a collective over the mp group:
 // every rank of the group calls CollectFromNet alike). With `out` null the entries are
 // gathered and dropped one by one (a rank that takes part in the gathers but does not
 // write). FailedPrecondition for a Net not built, or a velocity of another size.
-absl::Status CollectFromNet(const Net& net, const GatherFn& gather,
-                            std::vector<TensorEntry>* out);
+absl::Status CollectFromNet(const Net& net, const GatherFn& gather, std::vector<TensorEntry>* out);
 // Copies a full tensor into `p`; when `p` is a shard (full_rows > 0) only its rows
 // [shard_offset, shard_offset + dim 0) are copied, which is the whole resharding on
 // resume (the column split shards along dim 0, and dim 0 is outermost). The velocity is

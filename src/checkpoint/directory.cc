@@ -82,8 +82,7 @@ void ApplyKeepPolicy(const std::string& d, int64_t step, int keep_last,
   for (size_t i = static_cast<size_t>(keep_last - 1); i < older.size(); ++i) {
     const std::string p = JoinPath(d, older[i].second);
     if (unlink(p.c_str()) != 0 && warnings) {
-      warnings->push_back(
-          absl::StrFormat("%s: cannot delete old checkpoint: %s", p, Errno(errno)));
+      warnings->push_back(absl::StrFormat("%s: cannot delete old checkpoint: %s", p, Errno(errno)));
     }
   }
 }
@@ -171,9 +170,8 @@ absl::StatusOr<std::unique_ptr<DirectoryLock>> DirectoryLock::Acquire(
   lock->dir_ = d;
   lock->owner_ = ProcessTag();
   using Clock = std::chrono::steady_clock;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(std::max(0.0, wait_secs)));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(std::max(0.0, wait_secs)));
   while (true) {
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) break;
     const int e = errno;
@@ -192,9 +190,9 @@ absl::StatusOr<std::unique_ptr<DirectoryLock>> DirectoryLock::Acquire(
     if (StopRequested()) {
       const std::string holder = ReadHolder(fd);
       close(fd);
-      return absl::CancelledError(absl::StrFormat(
-          "stopped by %s while waiting for checkpoint directory %s, locked by %s",
-          SignalName(SignalReceived()), d, holder));
+      return absl::CancelledError(
+          absl::StrFormat("stopped by %s while waiting for checkpoint directory %s, locked by %s",
+                          SignalName(SignalReceived()), d, holder));
     }
     const auto now = Clock::now();
     if (now >= deadline) {
@@ -254,8 +252,7 @@ absl::StatusOr<Checkpoint> LoadLatestValid(const std::string& dir,
   std::sort(candidates.rbegin(), candidates.rend());
   for (const auto& [step, n] : candidates) {
     bool model_mismatch = false;
-    absl::StatusOr<Checkpoint> c = internal::ReadChecked(JoinPath(d, n), expected,
-                                                         &model_mismatch);
+    absl::StatusOr<Checkpoint> c = internal::ReadChecked(JoinPath(d, n), expected, &model_mismatch);
     if (c.ok() || model_mismatch) return c;
     if (warnings) warnings->push_back(absl::StrCat("skipped: ", c.status().message()));
   }

@@ -11,22 +11,15 @@
 
 namespace colonnade::checkpoint {
 
-std::vector<int64_t> FullShape(const Param& p) {
-  std::vector<int64_t> s = p.value.shape().dims();
-  if (p.full_rows > 0 && !s.empty()) s[0] = p.full_rows;
-  return s;
-}
-
 ExpectedTensors ExpectedFromNet(const Net& net) {
   ExpectedTensors out;
-  for (const NamedParam& np : net.params()) out.push_back({np.name, FullShape(*np.param)});
+  for (const NamedParam& np : net.params()) out.push_back({np.name, np.param->full_shape().dims()});
   return out;
 }
 
 ExpectedModel ExpectedModelOf(const Net& net) { return {net.model_name(), ExpectedFromNet(net)}; }
 
-absl::Status CollectFromNet(const Net& net, const GatherFn& gather,
-                            std::vector<TensorEntry>* out) {
+absl::Status CollectFromNet(const Net& net, const GatherFn& gather, std::vector<TensorEntry>* out) {
   for (const NamedParam& np : net.params()) {
     const Param& p = *np.param;
     if (p.value.empty()) {
@@ -35,7 +28,7 @@ absl::Status CollectFromNet(const Net& net, const GatherFn& gather,
     }
     TensorEntry e;
     e.name = np.name;
-    e.shape = FullShape(p);
+    e.shape = p.full_shape().dims();
     e.learnable = p.learnable;
     ASSIGN_OR_RETURN(e.value, gather(p, p.value));
     if (p.learnable) {
@@ -53,19 +46,19 @@ absl::Status CollectFromNet(const Net& net, const GatherFn& gather,
 }
 
 absl::Status LoadIntoParam(const TensorEntry& entry, Param& p) {
-  const std::vector<int64_t> full = FullShape(p);
+  const std::vector<int64_t> full = p.full_shape().dims();
   if (entry.shape != full) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: checkpoint shape (%s) differs from the parameter's full shape (%s)", entry.name,
-        absl::StrJoin(entry.shape, ", "), absl::StrJoin(full, ", ")));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: checkpoint shape (%s) differs from the parameter's full shape (%s)",
+                        entry.name, absl::StrJoin(entry.shape, ", "), absl::StrJoin(full, ", ")));
   }
   const int64_t rows = p.value.shape()[0];
   const int64_t row = rows > 0 ? p.value.size() / rows : 0;
   const int64_t offset = p.full_rows > 0 ? p.shard_offset : 0;
   if (offset < 0 || offset + rows > full[0]) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: shard rows %d..%d lie outside the %d rows of the full tensor", entry.name, offset,
-        offset + rows, full[0]));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: shard rows %d..%d lie outside the %d rows of the full tensor",
+                        entry.name, offset, offset + rows, full[0]));
   }
   const int64_t begin = offset * row, count = rows * row;
   if (static_cast<int64_t>(entry.value.size()) < begin + count) {

@@ -53,13 +53,12 @@ struct ReadContext {
 };
 
 // Integer attribute `name` of `loc`, named `label` in messages, within [lo, hi].
-absl::StatusOr<int64_t> ReadIntInRange(hid_t loc, const std::string& path,
-                                       const std::string& label, const char* name, int64_t lo,
-                                       int64_t hi) {
+absl::StatusOr<int64_t> ReadIntInRange(hid_t loc, const std::string& path, const std::string& label,
+                                       const char* name, int64_t lo, int64_t hi) {
   ASSIGN_OR_RETURN(int64_t v, hdf5::ReadIntAttr(loc, name, path, label));
   if (v < lo || v > hi) {
-    return Corrupt(path, absl::StrFormat("attribute %s = %d is out of range [%d, %d]", label, v,
-                                         lo, hi));
+    return Corrupt(path,
+                   absl::StrFormat("attribute %s = %d is out of range [%d, %d]", label, v, lo, hi));
   }
   return v;
 }
@@ -84,8 +83,8 @@ absl::StatusOr<std::vector<std::string>> Children(hid_t g, const std::string& pa
     ssize_t len = H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
     if (len < 0) return Corrupt(path, WithLastError("cannot list group " + where));
     std::string name(static_cast<size_t>(len) + 1, '\0');
-    if (H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, i, name.data(), name.size(),
-                           H5P_DEFAULT) < 0) {
+    if (H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT) <
+        0) {
       return Corrupt(path, WithLastError("cannot list group " + where));
     }
     name.resize(static_cast<size_t>(len));
@@ -94,8 +93,8 @@ absl::StatusOr<std::vector<std::string>> Children(hid_t g, const std::string& pa
       return Corrupt(path, WithLastError("cannot read link " + where + name));
     }
     if (li.type != H5L_TYPE_HARD) {
-      return Corrupt(path, absl::StrFormat("%s%s is a soft or external link, not stored data",
-                                           where, name));
+      return Corrupt(
+          path, absl::StrFormat("%s%s is a soft or external link, not stored data", where, name));
     }
     out.push_back(std::move(name));
   }
@@ -123,13 +122,14 @@ absl::Status CheckChecksummedChunks(hid_t d, hid_t space, const std::string& pat
   }
   unsigned flags = 0, config = 0;
   size_t nelmts = 0;
-  if (H5Pget_filter_by_id2(dcpl.get(), H5Z_FILTER_FLETCHER32, &flags, &nelmts, nullptr, 0,
-                           nullptr, &config) < 0) {
+  if (H5Pget_filter_by_id2(dcpl.get(), H5Z_FILTER_FLETCHER32, &flags, &nelmts, nullptr, 0, nullptr,
+                           &config) < 0) {
     return Corrupt(path, full + " has no Fletcher-32 checksum filter");
   }
   if (H5Pget_nfilters(dcpl.get()) != 1) {
-    return Corrupt(path, full + " has HDF5 filters besides Fletcher-32 (compression?); the "
-                                "format stores tensors uncompressed");
+    return Corrupt(path, full +
+                             " has HDF5 filters besides Fletcher-32 (compression?); the "
+                             "format stores tensors uncompressed");
   }
   const int rank = static_cast<int>(dims.size());
   std::vector<hsize_t> chunk(rank);
@@ -146,8 +146,8 @@ absl::Status CheckChecksummedChunks(hid_t d, hid_t space, const std::string& pat
     return Corrupt(path, WithLastError(full + ": cannot read its chunk index"));
   }
   if (have_chunks != want_chunks) {
-    return Corrupt(path, absl::StrFormat("%s stores %d of its %d chunks (data never written)",
-                                         full, have_chunks, want_chunks));
+    return Corrupt(path, absl::StrFormat("%s stores %d of its %d chunks (data never written)", full,
+                                         have_chunks, want_chunks));
   }
   return absl::OkStatus();
 }
@@ -181,15 +181,17 @@ absl::StatusOr<int64_t> InspectFloatDataset(hid_t d, ReadContext& ctx, const std
   }
   int64_t bytes = 0;
   if (!hdf5::CheckedByteCount(dims, 4, &bytes)) {
-    return Corrupt(path, absl::StrFormat("%s has shape %s: its size overflows 64 bits", full,
-                                         shape_text));
+    return Corrupt(
+        path, absl::StrFormat("%s has shape %s: its size overflows 64 bits", full, shape_text));
   }
   for (hsize_t x : dims) shape->push_back(static_cast<int64_t>(x));
   if (bytes > ctx.file_bytes - ctx.claimed_bytes) {
-    return Corrupt(path, absl::StrFormat(
-        "%s has shape %s, %d bytes of float32, but the file is %d bytes long and the tensors "
-        "before it take %d (tensors are stored uncompressed): crafted or corrupt",
-        full, shape_text, bytes, ctx.file_bytes, ctx.claimed_bytes));
+    return Corrupt(
+        path,
+        absl::StrFormat(
+            "%s has shape %s, %d bytes of float32, but the file is %d bytes long and the tensors "
+            "before it take %d (tensors are stored uncompressed): crafted or corrupt",
+            full, shape_text, bytes, ctx.file_bytes, ctx.claimed_bytes));
   }
   ctx.claimed_bytes += bytes;
   RETURN_IF_ERROR(CheckChecksummedChunks(d, sp.get(), path, full, dims));
@@ -208,8 +210,8 @@ absl::Status ReadFloatData(hid_t d, const ReadContext& ctx, const std::string& f
   }
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite((*values)[i])) {
-      return Corrupt(ctx.path, absl::StrFormat("%s holds a non-finite value (%g at index %d)",
-                                               full, (*values)[i], i));
+      return Corrupt(ctx.path, absl::StrFormat("%s holds a non-finite value (%g at index %d)", full,
+                                               (*values)[i], i));
     }
   }
   return absl::OkStatus();
@@ -248,9 +250,9 @@ absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
   }
   ASSIGN_OR_RETURN(std::string format, hdf5::ReadStringAttr(root, "format", path, "/format"));
   if (format != kFormatName) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: not a Colonnade checkpoint (attribute /format is '%s', expected '%s')", path,
-        format, kFormatName));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: not a Colonnade checkpoint (attribute /format is '%s', expected '%s')",
+                        path, format, kFormatName));
   }
   ASSIGN_OR_RETURN(int64_t version,
                    ReadIntInRange(root, path, "/format_version", "format_version", 0, INT64_MAX));
@@ -264,8 +266,7 @@ absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
 
 // Every root attribute after the format: the TrainState, num_params and
 // has_optimizer_state; the model against ctx.expected and the step against the file name.
-absl::Status ReadRootAttributes(hid_t root, ReadContext& ctx, Checkpoint& c,
-                                int64_t* num_params) {
+absl::Status ReadRootAttributes(hid_t root, ReadContext& ctx, Checkpoint& c, int64_t* num_params) {
   const std::string& path = ctx.path;
   constexpr int64_t kMax = INT64_MAX, kIntMax = INT32_MAX;
   TrainState& s = c.state;
@@ -289,8 +290,8 @@ absl::Status ReadRootAttributes(hid_t root, ReadContext& ctx, Checkpoint& c,
       {"has_optimizer_state", 1, &has_opt, nullptr},
   };
   for (const IntField& f : ints) {
-    ASSIGN_OR_RETURN(int64_t v, ReadIntInRange(root, path, absl::StrCat("/", f.name), f.name,
-                                               0, f.max));
+    ASSIGN_OR_RETURN(int64_t v,
+                     ReadIntInRange(root, path, absl::StrCat("/", f.name), f.name, 0, f.max));
     if (f.out64) *f.out64 = v;
     if (f.out32) *f.out32 = static_cast<int>(v);
   }
@@ -339,17 +340,17 @@ absl::Status CheckRootObjects(hid_t root, const std::string& path, const Checkpo
 absl::Status CheckExpectedShape(ReadContext& ctx, const TensorEntry& e) {
   if (ctx.expected == nullptr) return absl::OkStatus();
   const ExpectedTensors& want = ctx.expected->tensors;
-  auto it = std::find_if(want.begin(), want.end(),
-                         [&](const auto& x) { return x.first == e.name; });
+  auto it =
+      std::find_if(want.begin(), want.end(), [&](const auto& x) { return x.first == e.name; });
   if (it == want.end()) {
     return ctx.Mismatch(absl::FailedPreconditionError(
         absl::StrFormat("%s: /params/%s %s is not a parameter of model %s", ctx.path, e.name,
                         ShapeText(e.shape), ctx.expected->model)));
   }
   if (it->second != e.shape) {
-    return ctx.Mismatch(absl::FailedPreconditionError(absl::StrFormat(
-        "%s: /params/%s has shape %s but model %s expects %s", ctx.path, e.name,
-        ShapeText(e.shape), ctx.expected->model, ShapeText(it->second))));
+    return ctx.Mismatch(absl::FailedPreconditionError(
+        absl::StrFormat("%s: /params/%s has shape %s but model %s expects %s", ctx.path, e.name,
+                        ShapeText(e.shape), ctx.expected->model, ShapeText(it->second))));
   }
   return absl::OkStatus();
 }
@@ -410,8 +411,8 @@ absl::Status ReadVelocity(hid_t layer_group, const std::string& layer, const std
   const std::string ppath = "/optimizer/" + layer + "/" + pn;
   auto it = index.find(layer + "/" + pn);
   if (it == index.end() || !c.tensors[it->second].learnable) {
-    return Corrupt(path, absl::StrFormat("%s has no learnable parameter /params/%s/%s", ppath,
-                                         layer, pn));
+    return Corrupt(
+        path, absl::StrFormat("%s has no learnable parameter /params/%s/%s", ppath, layer, pn));
   }
   TensorEntry& e = c.tensors[it->second];
   ASSIGN_OR_RETURN(Handle pg, OpenChild(layer_group, pn, true, path, ppath));
@@ -503,29 +504,29 @@ absl::Status CheckCompatible(const Checkpoint& ckpt, const ExpectedTensors& expe
                              const std::string& model) {
   const std::string& f = ckpt.path;
   if (ckpt.state.model != model) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: the checkpoint is of model %s, not %s", f, ckpt.state.model, model));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: the checkpoint is of model %s, not %s", f, ckpt.state.model, model));
   }
   std::set<std::string> wanted;
   for (const auto& [name, shape] : expected) {
     wanted.insert(name);
     const TensorEntry* e = ckpt.Find(name);
     if (e == nullptr) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: /params/%s is missing but model %s has it with shape %s", f, name, model,
-          ShapeText(shape)));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s: /params/%s is missing but model %s has it with shape %s", f, name,
+                          model, ShapeText(shape)));
     }
     if (e->shape != shape) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: /params/%s has shape %s but model %s expects %s", f, name, ShapeText(e->shape),
-          model, ShapeText(shape)));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s: /params/%s has shape %s but model %s expects %s", f, name,
+                          ShapeText(e->shape), model, ShapeText(shape)));
     }
   }
   for (const TensorEntry& e : ckpt.tensors) {
     if (!wanted.count(e.name)) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: /params/%s %s is not a parameter of model %s", f, e.name, ShapeText(e.shape),
-          model));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s: /params/%s %s is not a parameter of model %s", f, e.name,
+                          ShapeText(e.shape), model));
     }
   }
   return absl::OkStatus();

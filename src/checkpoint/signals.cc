@@ -63,8 +63,8 @@ absl::Status InstallStopSignalHandlers() {
     if (sigaction(kSignals[i], &sa, &g_old[i]) != 0) {
       int e = errno;
       for (int j = 0; j < i; ++j) sigaction(kSignals[j], &g_old[j], nullptr);
-      return absl::InternalError(
-          absl::StrCat("cannot install a handler for ", SignalName(kSignals[i]), ": ", std::strerror(e)));
+      return absl::InternalError(absl::StrCat("cannot install a handler for ",
+                                              SignalName(kSignals[i]), ": ", std::strerror(e)));
     }
   }
   g_installed = true;
@@ -84,8 +84,8 @@ void ExitOnStopSignal(const std::string& program, const std::string& when, int e
     // Disarm while the notes change so the handler never reads a half-written one.
     g_exit_code.store(-1);
     for (int i = 0; i < 3; ++i) {
-      const std::string note = absl::StrCat(program, ": stopped by ", SignalName(kSignals[i]),
-                                            " ", when, "; exit ", exit_code, "\n");
+      const std::string note = absl::StrCat(program, ": stopped by ", SignalName(kSignals[i]), " ",
+                                            when, "; exit ", exit_code, "\n");
       g_exit_note_len[i] = std::min(note.size(), sizeof(g_exit_note[i]));
       std::memcpy(g_exit_note[i], note.data(), g_exit_note_len[i]);
     }
@@ -102,11 +102,16 @@ int SignalReceived() { return g_signal.load(std::memory_order_relaxed); }
 
 std::string SignalName(int sig) {
   switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGINT: return "SIGINT";
-    case SIGKILL: return "SIGKILL";
-    default: return absl::StrCat("signal ", sig);
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGINT:
+      return "SIGINT";
+    case SIGKILL:
+      return "SIGKILL";
+    default:
+      return absl::StrCat("signal ", sig);
   }
 }
 

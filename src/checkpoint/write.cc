@@ -68,8 +68,7 @@ absl::Status ValidateState(const TrainState& state) {
   if (state.model.empty()) return NotWritten("the model name is empty");
   if (state.columns < 0 || state.input_size < 0 || state.num_classes < 0 ||
       state.input_channels < 0) {
-    return NotWritten(
-        "columns, input_size, num_classes and input_channels must be non-negative");
+    return NotWritten("columns, input_size, num_classes and input_channels must be non-negative");
   }
   return absl::OkStatus();
 }
@@ -94,23 +93,24 @@ absl::Status ValidateEntry(const TensorEntry& e) {
                                       ShapeText(e.shape), n, e.value.size()));
   }
   if (!e.velocity.empty() && static_cast<int64_t>(e.velocity.size()) != n) {
-    return NotWritten(absl::StrFormat("%s has %d values but %d velocity values", e.name, n,
-                                      e.velocity.size()));
+    return NotWritten(
+        absl::StrFormat("%s has %d values but %d velocity values", e.name, n, e.velocity.size()));
   }
   if (!e.learnable && !e.velocity.empty()) {
     return NotWritten(absl::StrFormat("%s is not learnable but has a velocity", e.name));
   }
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(e.value[i])) {
-      return NotWritten(absl::StrFormat("%s holds a non-finite value (%g at index %d); a "
-                                        "checkpoint never stores a diverged model",
-                                        e.name, e.value[i], i));
+      return NotWritten(
+          absl::StrFormat("%s holds a non-finite value (%g at index %d); a "
+                          "checkpoint never stores a diverged model",
+                          e.name, e.value[i], i));
     }
   }
   for (size_t i = 0; i < e.velocity.size(); ++i) {
     if (!std::isfinite(e.velocity[i])) {
-      return NotWritten(absl::StrFormat("%s holds a non-finite velocity (%g at index %d)",
-                                        e.name, e.velocity[i], i));
+      return NotWritten(absl::StrFormat("%s holds a non-finite velocity (%g at index %d)", e.name,
+                                        e.velocity[i], i));
     }
   }
   // A chunk holds at least one row; keep it under HDF5's 4 GiB chunk limit.
@@ -140,8 +140,7 @@ absl::Status ValidateForWrite(const TrainState& state, const std::vector<TensorE
   }
   if (with_velocity != 0 && with_velocity != learnable) {
     return NotWritten(absl::StrFormat(
-        "%d of %d learnable tensors have a velocity: give all or none", with_velocity,
-        learnable));
+        "%d of %d learnable tensors have a velocity: give all or none", with_velocity, learnable));
   }
   *has_velocity = with_velocity > 0;
   return absl::OkStatus();
@@ -195,10 +194,15 @@ absl::Status WriteTensor(hid_t loc, const std::string& path, const std::string& 
 absl::Status WriteRootAttributes(hid_t root, const std::string& path, const TrainState& st,
                                  size_t num_params, bool has_velocity) {
   const std::pair<const char*, int64_t> ints_before_seed[] = {
-      {"format_version", kFormatVersion}, {"step", st.step}, {"epoch", st.epoch},
-      {"cursor_epoch", st.cursor_epoch}, {"cursor_position", st.cursor_position}};
+      {"format_version", kFormatVersion},
+      {"step", st.step},
+      {"epoch", st.epoch},
+      {"cursor_epoch", st.cursor_epoch},
+      {"cursor_position", st.cursor_position}};
   const std::pair<const char*, int64_t> ints_after_model[] = {
-      {"columns", st.columns}, {"input_size", st.input_size}, {"num_classes", st.num_classes},
+      {"columns", st.columns},
+      {"input_size", st.input_size},
+      {"num_classes", st.num_classes},
       {"input_channels", st.input_channels}};
   RETURN_IF_ERROR(InFile(path, hdf5::WriteStringAttr(root, "format", kFormatName)));
   for (const auto& [name, v] : ints_before_seed) {
@@ -235,8 +239,8 @@ absl::Status WriteTensors(hid_t root, const std::string& path,
       SplitName(e.name, &layer, &param);
       ASSIGN_OR_RETURN(Handle lg, OpenOrCreateGroup(opt.get(), layer, path));
       ASSIGN_OR_RETURN(Handle pg, OpenOrCreateGroup(lg.get(), param, path));
-      RETURN_IF_ERROR(WriteTensor(pg.get(), path, "/optimizer/" + e.name + "/velocity",
-                                  "velocity", e.shape, e.velocity, -1));
+      RETURN_IF_ERROR(WriteTensor(pg.get(), path, "/optimizer/" + e.name + "/velocity", "velocity",
+                                  e.shape, e.velocity, -1));
     }
     opt.Close();
   }

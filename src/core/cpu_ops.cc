@@ -133,10 +133,10 @@ class ThreadPool {
 };
 thread_local bool ThreadPool::InPool::active = false;
 
-std::atomic<int> g_threads{0};         // 0: not decided yet
-std::mutex g_pool_mu;                  // held while a ParallelFor uses the pool
-std::unique_ptr<ThreadPool> g_pool;    // guarded by g_pool_mu
-pid_t g_pool_pid = 0;                  // process that started g_pool's threads
+std::atomic<int> g_threads{0};       // 0: not decided yet
+std::mutex g_pool_mu;                // held while a ParallelFor uses the pool
+std::unique_ptr<ThreadPool> g_pool;  // guarded by g_pool_mu
+pid_t g_pool_pid = 0;                // process that started g_pool's threads
 std::atomic<size_t> g_conv_scratch_bytes{size_t{16} << 20};
 
 int DefaultThreads() {
@@ -178,9 +178,7 @@ void ParallelFor(int64_t n, int64_t cost, const std::function<void(int64_t, int6
     g_pool = std::make_unique<ThreadPool>(threads);
     g_pool_pid = getpid();
   }
-  g_pool->Run(static_cast<int>(chunks), [&](int i) {
-    fn(n * i / chunks, n * (i + 1) / chunks);
-  });
+  g_pool->Run(static_cast<int>(chunks), [&](int i) { fn(n * i / chunks, n * (i + 1) / chunks); });
 }
 
 // Per-thread scratch memory that grows and is kept, so that steady-state training does
@@ -259,9 +257,9 @@ struct ConvGeom {
   int64_t C, H, W, N;  // input
   int64_t F, OH, OW;   // output
   int64_t KH, KW, stride, pad, groups;
-  int64_t Cg, Fg;      // channels and filters per group
-  int64_t K;           // Cg * KH * KW: rows of the column matrix
-  int64_t P;           // OH * OW output pixels
+  int64_t Cg, Fg;  // channels and filters per group
+  int64_t K;       // Cg * KH * KW: rows of the column matrix
+  int64_t P;       // OH * OW output pixels
   // 1x1, stride 1, no padding: the column matrix of a group is its input block itself.
   bool pointwise() const { return KH == 1 && KW == 1 && stride == 1 && pad == 0; }
 };
@@ -269,9 +267,18 @@ struct ConvGeom {
 ConvGeom MakeConvGeom(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p) {
   op_shapes::Conv(x, w, y, p);
   ConvGeom g;
-  g.C = x.c(); g.H = x.h(); g.W = x.w(); g.N = x.n();
-  g.F = y.c(); g.OH = y.h(); g.OW = y.w();
-  g.KH = p.kernel_h; g.KW = p.kernel_w; g.stride = p.stride; g.pad = p.pad; g.groups = p.groups;
+  g.C = x.c();
+  g.H = x.h();
+  g.W = x.w();
+  g.N = x.n();
+  g.F = y.c();
+  g.OH = y.h();
+  g.OW = y.w();
+  g.KH = p.kernel_h;
+  g.KW = p.kernel_w;
+  g.stride = p.stride;
+  g.pad = p.pad;
+  g.groups = p.groups;
   g.Cg = g.C / g.groups;
   g.Fg = g.F / g.groups;
   g.K = g.Cg * g.KH * g.KW;
@@ -556,8 +563,7 @@ void CpuOps::ConvForward(const Tensor& x, const Tensor& w, Tensor& y, const Conv
 }
 
 // dcol[K][chunk] = W_g^T[K][F/g] * dy_g[F/g][chunk], then col2im adds dcol into dx.
-void CpuOps::ConvBackwardData(const Tensor& dy, const Tensor& w, Tensor& dx,
-                              const ConvParams& p) {
+void CpuOps::ConvBackwardData(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvParams& p) {
   const ConvGeom g = MakeConvGeom(dx, w, dy, p);
   const int64_t PN = g.P * g.N;
   if (!g.pointwise()) Fill(dx, 0.0f);  // col2im accumulates; padding-only pixels stay 0
@@ -598,8 +604,8 @@ void CpuOps::ConvBackwardFilter(const Tensor& x, const Tensor& dy, Tensor& dw,
     for (int64_t p0 = 0; p0 < g.P; p0 += chunk) {
       const int64_t p1 = std::min(g.P, p0 + chunk), len = (p1 - p0) * g.N;
       Im2Col(g, xg, p0, p1, col);
-      Sgemm(false, true, g.Fg, g.K, len, 1.0f, dyg + p0 * g.N, PN, col, len,
-            p0 == 0 ? 0.0f : 1.0f, dwg, g.K);
+      Sgemm(false, true, g.Fg, g.K, len, 1.0f, dyg + p0 * g.N, PN, col, len, p0 == 0 ? 0.0f : 1.0f,
+            dwg, g.K);
     }
   }
 }
@@ -894,8 +900,7 @@ void CpuOps::LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& de
 // run. Window of pixel y: [y - size/2, y - size/2 + size) clipped to [0, H).
 // ---------------------------------------------------------------------------------------
 // denom = k + alpha/size^2 * sum_{window} x^2;  y = x * denom^-beta.
-void CpuOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
-                              const LrnWithinParams& p) {
+void CpuOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnWithinParams& p) {
   op_shapes::LrnWithin(x, p, {&y, &denom}, "LrnWithinForward");
   const int64_t C = x.c(), H = x.h(), W = x.w(), N = x.n(), S = H * W * N;
   const int64_t off = -(p.size / 2);
@@ -909,7 +914,7 @@ void CpuOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
     for (int64_t c = c0; c < c1; ++c) {
       const float* xv = xs + c * S;
       for (int64_t i = 0; i < S; ++i) sq[i] = xv[i] * xv[i];
-      BoxSum(sq, rows, H, W, N, off, p.size);   // along x: H outer, W along, N inner
+      BoxSum(sq, rows, H, W, N, off, p.size);      // along x: H outer, W along, N inner
       BoxSum(rows, sq, 1, H, W * N, off, p.size);  // along y: whole rows of W*N
       float* yv = ys + c * S;
       float* dv = ds + c * S;
@@ -990,18 +995,18 @@ void CpuOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const T
       for (int64_t i = 0; i < S; ++i) yv[i] = (xv[i] - meanf) * scale + betaf;
       save_mean.data()[c] = static_cast<float>(mean);
       save_invstd.data()[c] = static_cast<float>(invstd);
-      running_mean.data()[c] = static_cast<float>((1.0 - p.momentum) * running_mean.data()[c] +
-                                                  p.momentum * mean);
-      running_var.data()[c] = static_cast<float>((1.0 - p.momentum) * running_var.data()[c] +
-                                                 p.momentum * unbiased);
+      running_mean.data()[c] =
+          static_cast<float>((1.0 - p.momentum) * running_mean.data()[c] + p.momentum * mean);
+      running_var.data()[c] =
+          static_cast<float>((1.0 - p.momentum) * running_var.data()[c] + p.momentum * unbiased);
     }
   });
 }
 
 // y = gamma (x - running_mean) / sqrt(running_var + eps) + beta.
 void CpuOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                   const Tensor& running_mean, const Tensor& running_var,
-                                   Tensor& y, const BatchNormParams& p) {
+                                   const Tensor& running_mean, const Tensor& running_var, Tensor& y,
+                                   const BatchNormParams& p) {
   op_shapes::BatchNorm(x, {&y}, {&gamma, &beta, &running_mean, &running_var},
                        "BatchNormForwardInfer");
   const int64_t C = x.c(), S = x.h() * x.w() * x.n();
@@ -1047,7 +1052,8 @@ void CpuOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tenso
       float* d = dxs + c * S;
       for (int64_t i = 0; i < S; ++i) {
         const double xhat = (xv[i] - mean) * invstd;
-        d[i] = static_cast<float>(k * (S * static_cast<double>(g[i]) - sum_dy - xhat * sum_dy_xhat));
+        d[i] =
+            static_cast<float>(k * (S * static_cast<double>(g[i]) - sum_dy - xhat * sum_dy_xhat));
       }
     }
   });
@@ -1140,8 +1146,8 @@ int64_t LabelOf(const float* labels, int64_t n, int64_t K) {
 
 // probs = exp(z - max) / sum exp(z - max);  loss = log(sum exp(z - max)) - (z_label - max),
 // which never takes the log of an underflowed probability.
-void CpuOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels,
-                                        Tensor& probs, Tensor& loss_per_image) {
+void CpuOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                                        Tensor& loss_per_image) {
   const op_shapes::SoftmaxDims dims =
       op_shapes::Softmax(logits, labels, probs, &loss_per_image, "SoftmaxCrossEntropyForward");
   const int64_t N = dims.batch, K = dims.classes;

@@ -33,8 +33,7 @@ class CpuOps : public Ops {
                     const PoolParams& p) override;
   void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
   void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
-  void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom,
-                       const LrnCrossParams& p) override;
+  void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) override;
   void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom, const Tensor& dy,
                         Tensor& dx, const LrnCrossParams& p) override;
   void LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,

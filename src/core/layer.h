@@ -153,12 +153,12 @@ struct BackwardReads {
 // members is fine), Setup, Forward and Backward. A macro so that each class in layers.h
 // shows only what sets it apart.
 #define COLONNADE_LAYER_OVERRIDES(type_name)                                               \
-  const char* type() const override { return type_name; }                                   \
-  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;          \
-  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,                 \
-               const std::vector<Tensor*>& y) override;                                     \
-  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,                \
-                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,   \
+  const char* type() const override { return type_name; }                                  \
+  absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override;         \
+  void Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,               \
+               const std::vector<Tensor*>& y) override;                                    \
+  void Backward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,              \
+                const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy, \
                 const std::vector<Tensor*>& dx) override
 
 class Layer {
@@ -183,8 +183,7 @@ class Layer {
   // Writes (overwrites) input gradients dx and accumulates nothing: parameter gradients
   // are overwritten too. Entries of dx may be null when the input needs no gradient.
   virtual void Backward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
-                        const std::vector<const Tensor*>& y,
-                        const std::vector<const Tensor*>& dy,
+                        const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                         const std::vector<Tensor*>& dx) = 0;
 
   virtual std::vector<Param*> params() { return {}; }

@@ -38,7 +38,11 @@ void AllocParam(Param& p, Shape shape, Device d) {
 // ---------------------------------------------------------------------------------------
 ConvLayer::ConvLayer(std::string name, int filters, ConvParams p, bool bias, ColumnInfo columns,
                      float bias_init)
-    : Layer(std::move(name)), filters_(filters), p_(p), has_bias_(bias), columns_(columns),
+    : Layer(std::move(name)),
+      filters_(filters),
+      p_(p),
+      has_bias_(bias),
+      columns_(columns),
       bias_init_(bias_init) {
   weight_.name = "weight";
   weight_.init.kind = InitSpec::kHeNormal;
@@ -50,9 +54,9 @@ absl::StatusOr<std::vector<Shape>> ConvLayer::Setup(const std::vector<Shape>& in
   if (auto s = ExpectInputs(*this, in, 1); !s.ok()) return s;
   const Shape& x = in[0];
   if (p_.groups < 1 || x.c() % p_.groups != 0 || filters_ % p_.groups != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "conv %s: %d input channels and %d filters must both divide into %d groups", name(),
-        x.c(), filters_, p_.groups));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("conv %s: %d input channels and %d filters must both divide into %d groups",
+                        name(), x.c(), filters_, p_.groups));
   }
   int64_t oh = ConvOutSize(x.h(), p_.kernel_h, p_.stride, p_.pad);
   int64_t ow = ConvOutSize(x.w(), p_.kernel_w, p_.stride, p_.pad);
@@ -120,8 +124,7 @@ std::unique_ptr<Layer> ConvLayer::MakeOutputBlock(int part, int parts) const {
 }
 
 double ConvLayer::FlopsPerImage(const std::vector<Shape>& x, const std::vector<Shape>& y) const {
-  return 2.0 * filters_ * (x[0].c() / p_.groups) * p_.kernel_h * p_.kernel_w * y[0].h() *
-         y[0].w();
+  return 2.0 * filters_ * (x[0].c() / p_.groups) * p_.kernel_h * p_.kernel_w * y[0].h() * y[0].w();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -148,8 +151,7 @@ void FullyConnectedLayer::AllocateParams(Device d) {
   AllocParam(bias_, Shape{outputs_}, d);
 }
 
-void FullyConnectedLayer::Forward(Ops& ops, const RunContext&,
-                                  const std::vector<const Tensor*>& x,
+void FullyConnectedLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                                   const std::vector<Tensor*>& y) {
   // y[F][N] = W[F][I] * x[I][N]: a CHWN activation is already the (I x N) matrix.
   const int64_t n = x[0]->n();
@@ -158,8 +160,7 @@ void FullyConnectedLayer::Forward(Ops& ops, const RunContext&,
   ops.AddBias(*y[0], bias_.value);
 }
 
-void FullyConnectedLayer::Backward(Ops& ops, const RunContext&,
-                                   const std::vector<const Tensor*>& x,
+void FullyConnectedLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                                    const std::vector<const Tensor*>&,
                                    const std::vector<const Tensor*>& dy,
                                    const std::vector<Tensor*>& dx) {
@@ -204,8 +205,8 @@ absl::StatusOr<std::vector<Shape>> PoolLayer::Setup(const std::vector<Shape>& in
   const Shape& x = in[0];
   if (x.h() + 2 * p_.pad < p_.size || x.w() + 2 * p_.pad < p_.size) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "pool %s: input %dx%d is smaller than the %dx%d window; use a larger --input_size",
-        name(), x.h(), x.w(), p_.size, p_.size));
+        "pool %s: input %dx%d is smaller than the %dx%d window; use a larger --input_size", name(),
+        x.h(), x.w(), p_.size, p_.size));
   }
   return std::vector<Shape>{
       Shape::CHWN(x.c(), PoolOutSize(x.h(), p_.size, p_.stride, p_.pad, p_.ceil_mode),
@@ -245,14 +246,13 @@ void GlobalAvgPoolLayer::Backward(Ops& ops, const RunContext&, const std::vector
 absl::StatusOr<std::vector<Shape>> LrnCrossLayer::Setup(const std::vector<Shape>& in) {
   if (auto s = ExpectInputs(*this, in, 1); !s.ok()) return s;
   if (p_.groups < 1 || in[0].c() % p_.groups != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "lrn %s: %d channels do not divide into %d groups (columns)", name(), in[0].c(),
-        p_.groups));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("lrn %s: %d channels do not divide into %d groups (columns)", name(),
+                        in[0].c(), p_.groups));
   }
   if (p_.size < 1 || p_.size % 2 == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("lrn %s: size %d must be odd (a window centred on the channel)", name(),
-                        p_.size));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "lrn %s: size %d must be odd (a window centred on the channel)", name(), p_.size));
   }
   return std::vector<Shape>{in[0]};
 }
@@ -347,8 +347,8 @@ void DropoutLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<co
 }
 
 void DropoutLayer::Backward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>&,
-                            const std::vector<const Tensor*>&,
-                            const std::vector<const Tensor*>& dy, const std::vector<Tensor*>& dx) {
+                            const std::vector<const Tensor*>&, const std::vector<const Tensor*>& dy,
+                            const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
   if (ctx.phase != Phase::kTrain || p_ == 0.0f) {
     if (dx[0]->data() != dy[0]->data()) ops.Copy(*dy[0], *dx[0]);
@@ -364,9 +364,9 @@ absl::StatusOr<std::vector<Shape>> ConcatLayer::Setup(const std::vector<Shape>& 
   int64_t c = 0;
   for (const Shape& s : in) {
     if (s.h() != in[0].h() || s.w() != in[0].w() || s.n() != in[0].n()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "concat %s: input %s does not match %s in H, W, N", name(), s.ToString(),
-          in[0].ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("concat %s: input %s does not match %s in H, W, N", name(), s.ToString(),
+                          in[0].ToString()));
     }
     c += s.c();
   }
@@ -456,8 +456,8 @@ void BatchNormLayer::Backward(Ops& ops, const RunContext&, const std::vector<con
                               const std::vector<const Tensor*>& dy,
                               const std::vector<Tensor*>& dx) {
   CHECK(dx[0] != nullptr) << "batchnorm " << name() << " needs an input gradient buffer";
-  ops.BatchNormBackward(*x[0], gamma_.value, save_mean_, save_invstd_, *dy[0], *dx[0],
-                        gamma_.grad, beta_.grad);
+  ops.BatchNormBackward(*x[0], gamma_.value, save_mean_, save_invstd_, *dy[0], *dx[0], gamma_.grad,
+                        beta_.grad);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -486,8 +486,7 @@ void SoftmaxLossLayer::Forward(Ops& ops, const RunContext&, const std::vector<co
 void SoftmaxLossLayer::Backward(Ops& ops, const RunContext& ctx,
                                 const std::vector<const Tensor*>& x,
                                 const std::vector<const Tensor*>& y,
-                                const std::vector<const Tensor*>&,
-                                const std::vector<Tensor*>& dx) {
+                                const std::vector<const Tensor*>&, const std::vector<Tensor*>& dx) {
   if (dx[0]) ops.SoftmaxCrossEntropyBackward(*y[1], *x[1], ctx.loss_scale, *dx[0]);
 }
 

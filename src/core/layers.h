@@ -13,8 +13,8 @@ namespace colonnade {
 // Convolution with stride, padding and groups; weight [F][C/groups][KH][KW], bias [F].
 class ConvLayer : public Layer {
  public:
-  ConvLayer(std::string name, int filters, ConvParams p, bool bias = true,
-            ColumnInfo columns = {}, float bias_init = 0.0f);
+  ConvLayer(std::string name, int filters, ConvParams p, bool bias = true, ColumnInfo columns = {},
+            float bias_init = 0.0f);
   COLONNADE_LAYER_OVERRIDES("conv");
   // dW needs x; dx needs only dy and the weights.
   BackwardReads backward_reads() const override { return {true, false, true}; }
@@ -29,7 +29,10 @@ class ConvLayer : public Layer {
   Param& weight() { return weight_; }
   Param& bias() { return bias_; }
   // Gaussian N(0, std^2) initial weights (AlexNet: 0.01) instead of the default He normal.
-  void set_weight_std(float std) { weight_.init.kind = InitSpec::kGaussian; weight_.init.value = std; }
+  void set_weight_std(float std) {
+    weight_.init.kind = InitSpec::kGaussian;
+    weight_.init.value = std;
+  }
 
  private:
   int filters_;
@@ -58,7 +61,10 @@ class FullyConnectedLayer : public Layer {
   int outputs() const { return outputs_; }
   Param& weight() { return weight_; }
   Param& bias() { return bias_; }
-  void set_weight_std(float std) { weight_.init.kind = InitSpec::kGaussian; weight_.init.value = std; }
+  void set_weight_std(float std) {
+    weight_.init.kind = InitSpec::kGaussian;
+    weight_.init.value = std;
+  }
 
  private:
   int outputs_;

@@ -50,22 +50,21 @@ void SetLogLevel(int level);
 #define LOG(sev) \
   ::colonnade::log_internal::Message(COLONNADE_LOG_##sev, __FILE__, __LINE__).stream()
 
-#define CHECK(cond)                                                                      \
-  (cond) ? (void)0                                                                       \
-         : ::colonnade::log_internal::Voidify() &                                        \
-               ::colonnade::log_internal::Message(::colonnade::log_internal::kFatal,     \
-                                                  __FILE__, __LINE__)                    \
-                       .stream()                                                         \
+#define CHECK(cond)                                                                            \
+  (cond) ? (void)0                                                                             \
+         : ::colonnade::log_internal::Voidify() &                                              \
+               ::colonnade::log_internal::Message(::colonnade::log_internal::kFatal, __FILE__, \
+                                                  __LINE__)                                    \
+                       .stream()                                                               \
                    << "Check failed: " #cond " "
 
-#define COLONNADE_CHECK_OP(a, b, op)                                                     \
-  ((a)op(b)) ? (void)0                                                                   \
-             : ::colonnade::log_internal::Voidify() &                                    \
-                   ::colonnade::log_internal::Message(::colonnade::log_internal::kFatal, \
-                                                      __FILE__, __LINE__)                \
-                           .stream()                                                     \
-                       << "Check failed: " #a " " #op " " #b " (" << (a) << " vs " << (b) \
-                       << ") "
+#define COLONNADE_CHECK_OP(a, b, op)                                                               \
+  ((a)op(b)) ? (void)0                                                                             \
+             : ::colonnade::log_internal::Voidify() &                                              \
+                   ::colonnade::log_internal::Message(::colonnade::log_internal::kFatal, __FILE__, \
+                                                      __LINE__)                                    \
+                           .stream()                                                               \
+                       << "Check failed: " #a " " #op " " #b " (" << (a) << " vs " << (b) << ") "
 
 #define CHECK_EQ(a, b) COLONNADE_CHECK_OP(a, b, ==)
 #define CHECK_NE(a, b) COLONNADE_CHECK_OP(a, b, !=)

@@ -268,10 +268,11 @@ std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
                         "bytes", "byte offset", "live", "shares memory with");
   for (int id : order) {
     const PlanBuffer& b = buffers[id];
-    std::string live = b.pinned ? (b.external ? "input (own allocation)"
-                                              : b.zero ? "whole step (zero-filled)" : "whole step (pinned)")
-                                : absl::StrCat(StepName(b.first, layers), " .. ",
-                                               StepName(b.last, layers));
+    std::string live =
+        b.pinned ? (b.external ? "input (own allocation)"
+                    : b.zero   ? "whole step (zero-filled)"
+                               : "whole step (pinned)")
+                 : absl::StrCat(StepName(b.first, layers), " .. ", StepName(b.last, layers));
     std::vector<std::string> shares;
     if (share && !b.external) {
       for (int o : order) {
@@ -283,8 +284,8 @@ std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
     }
     // The first few (a deep net's early buffers share with hundreds of later ones).
     constexpr size_t kShown = 6;
-    std::string shared = absl::StrJoin(shares.begin(),
-                                       shares.begin() + std::min(shares.size(), kShown), ", ");
+    std::string shared =
+        absl::StrJoin(shares.begin(), shares.begin() + std::min(shares.size(), kShown), ", ");
     if (shares.size() > kShown) absl::StrAppend(&shared, " and ", shares.size() - kShown, " more");
     absl::StrAppendFormat(&out, "%-40s %-7s %-18s %12d %12s  %-40s %s\n", b.name, kinds[b.kind],
                           b.shape.ToString(), b.elements() * static_cast<int64_t>(sizeof(float)),
@@ -306,17 +307,17 @@ absl::Status CheckMemoryPlan(const MemoryPlan& plan) {
     const PlanStep& s = plan.steps[t];
     for (int id : s.reads) {
       if (!written[id]) {
-        return absl::InternalError(absl::StrFormat(
-            "step %d (layer %d) reads buffer %s before any step writes it", t, s.layer,
-            bufs[id].name));
+        return absl::InternalError(
+            absl::StrFormat("step %d (layer %d) reads buffer %s before any step writes it", t,
+                            s.layer, bufs[id].name));
       }
     }
     for (const auto* ids : {&s.reads, &s.writes}) {
       for (int id : *ids) {
         if (t < bufs[id].first || t > bufs[id].last) {
-          return absl::InternalError(absl::StrFormat(
-              "step %d uses buffer %s outside its interval [%d, %d]", t, bufs[id].name,
-              bufs[id].first, bufs[id].last));
+          return absl::InternalError(
+              absl::StrFormat("step %d uses buffer %s outside its interval [%d, %d]", t,
+                              bufs[id].name, bufs[id].first, bufs[id].last));
         }
       }
     }
@@ -336,9 +337,8 @@ absl::Status CheckMemoryPlan(const MemoryPlan& plan) {
                                bufs[b].offset < bufs[a].offset + bufs[a].elements();
       if (same_memory && Overlap(bufs[a], bufs[b])) {
         return absl::InternalError(absl::StrFormat(
-            "buffers %s [%d, %d] and %s [%d, %d] share memory while both are live",
-            bufs[a].name, bufs[a].first, bufs[a].last, bufs[b].name, bufs[b].first,
-            bufs[b].last));
+            "buffers %s [%d, %d] and %s [%d, %d] share memory while both are live", bufs[a].name,
+            bufs[a].first, bufs[a].last, bufs[b].name, bufs[b].first, bufs[b].last));
       }
     }
   }

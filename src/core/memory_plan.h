@@ -5,10 +5,10 @@
 // layers L-1..0, each Backward followed by one "accumulate" step per input whose gradient
 // another layer already wrote (grad += scratch). A buffer is live from the first step
 // that writes (or reads) it to the last step that reads or writes it; an argument a step
-// only passes along (an activation its Backward does not read) does not keep it alive; what Backward reads is what
-// the layer declares (Layer::backward_reads). Buffers whose lives do not overlap may share
-// memory: they get offsets in one arena (greedy, largest first, each at the best-fitting
-// gap among the buffers it overlaps in time). Pinned buffers (net inputs, "loss",
+// only passes along (an activation its Backward does not read) does not keep it alive; what
+// Backward reads is what the layer declares (Layer::backward_reads). Buffers whose lives do not
+// overlap may share memory: they get offsets in one arena (greedy, largest first, each at the
+// best-fitting gap among the buffers it overlaps in time). Pinned buffers (net inputs, "loss",
 // "probs", the logits, Net::PinBlob) live the whole step and share with nothing, so
 // callers may read them between steps. docs/MEMORY.md describes the rules.
 #pragma once
@@ -33,7 +33,7 @@ struct PlanBuffer {
   std::string blob;  // the blob it holds (kActivation) or the gradient of
   std::string name;  // for printing: "conv1", "d conv1", "d conv1 (from pool1)"
   Shape shape;
-  int first = -1;    // live interval in schedule steps, inclusive
+  int first = -1;  // live interval in schedule steps, inclusive
   int last = -1;
   bool pinned = false;  // live the whole step; shares with nothing
   // Read before anything writes it (the gradient of an output nobody consumes): Net
@@ -77,7 +77,7 @@ struct MemoryPlan {
   std::vector<PlanStep> steps;
   std::vector<LayerBinding> layers;
   std::map<std::string, int> activation, gradient;  // blob -> buffer id
-  int64_t arena_elements = 0;  // the arena (share) or 0
+  int64_t arena_elements = 0;                       // the arena (share) or 0
 
   // Bytes of the buffers in the arena (or of all non-input buffers without sharing).
   int64_t planned_bytes() const;

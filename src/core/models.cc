@@ -36,10 +36,10 @@ std::unique_ptr<Net> BuildAlexNet(const ModelOptions& o) {
     l->set_weight_std(0.01f);
     net->Emplace<ReluLayer>({name}, {name}, name + "_relu");
   };
-  const float one = o.paper_init ? 1.0f : 0.1f;        // the non-zero biases
+  const float one = o.paper_init ? 1.0f : 0.1f;            // the non-zero biases
   const float hidden_std = o.paper_init ? 0.01f : 0.005f;  // fc6, fc7 weights
-  auto fc = [&](const std::string& name, const std::string& in, const std::string& out,
-                int outputs, float bias, float std) {
+  auto fc = [&](const std::string& name, const std::string& in, const std::string& out, int outputs,
+                float bias, float std) {
     auto* l = net->Emplace<FullyConnectedLayer>({in}, {out}, name, outputs, Cross(k), bias);
     l->set_weight_std(std);
   };
@@ -109,8 +109,7 @@ std::unique_ptr<Net> BuildCifarNet(const ModelOptions& o, bool with_norms) {
     net->Emplace<ReluLayer>({"fc64"}, {"fc64"}, "fc64_relu");
     logits_in = "fc64";
   }
-  auto* fc10 =
-      net->Emplace<FullyConnectedLayer>({logits_in}, {kLogitsBlob}, "fc10", o.num_classes);
+  auto* fc10 = net->Emplace<FullyConnectedLayer>({logits_in}, {kLogitsBlob}, "fc10", o.num_classes);
   fc10->set_weight_std(with_norms ? 1e-2f : 0.1f);
   fc10->weight().wd_mult = (with_norms ? 1.0f : 0.03f) / 0.004f;
   fc10->bias().lr_mult = 2.0f;
@@ -129,8 +128,10 @@ Recipe AlexNetRecipe() {
   r.batch_size = 128;
   r.schedule = "step:30";
   r.input_scale = 1.0f;
-  r.note = "Krizhevsky et al. 2012, sec. 5: lr 0.01 divided by 10 on plateaus (about every 30 epochs), momentum 0.9, "
-           "weight decay 5e-4, batch 128";
+  r.note =
+      "Krizhevsky et al. 2012, sec. 5: lr 0.01 divided by 10 on plateaus (about every 30 epochs), "
+      "momentum 0.9, "
+      "weight decay 5e-4, batch 128";
   return r;
 }
 
@@ -142,8 +143,9 @@ Recipe CifarRecipe() {
   r.batch_size = 128;
   r.schedule = "multistep:120,130";
   r.input_scale = 1.0f;
-  r.note = "cuda-convnet layers-18pct/80sec: epsW 0.001 (biases 0.002), momentum 0.9, "
-           "wc 0.004 (conv), lr /10 after 120 and 130 epochs, batch 128";
+  r.note =
+      "cuda-convnet layers-18pct/80sec: epsW 0.001 (biases 0.002), momentum 0.9, "
+      "wc 0.004 (conv), lr /10 after 120 and 130 epochs, batch 128";
   return r;
 }
 
@@ -181,18 +183,18 @@ Recipe ResNetCifarRecipe() {
 
 const std::vector<ModelInfo>& ModelZoo() {
   static const std::vector<ModelInfo>* zoo = new std::vector<ModelInfo>{
-      {"alexnet", "Krizhevsky et al. 2012, two columns, LRN, 60,965,224 parameters", 224, 1000,
-       2, AlexNetRecipe(), BuildAlexNet, true},
-      {"cifar10-18pct", "cuda-convnet's 3-conv CIFAR-10 net with within-map norms (~18% error)",
-       32, 10, 1, CifarRecipe(), BuildCifar18},
-      {"cifar10-80sec", "cuda-convnet's fast CIFAR-10 net without norms, fc64 (~26% error)", 32,
-       10, 1, CifarRecipe(), BuildCifar80},
+      {"alexnet", "Krizhevsky et al. 2012, two columns, LRN, 60,965,224 parameters", 224, 1000, 2,
+       AlexNetRecipe(), BuildAlexNet, true},
+      {"cifar10-18pct", "cuda-convnet's 3-conv CIFAR-10 net with within-map norms (~18% error)", 32,
+       10, 1, CifarRecipe(), BuildCifar18},
+      {"cifar10-80sec", "cuda-convnet's fast CIFAR-10 net without norms, fc64 (~26% error)", 32, 10,
+       1, CifarRecipe(), BuildCifar80},
       {"zfnet", "Zeiler & Fergus 2013: conv1 96 7x7/2, conv2 256 5x5/2; splittable", 224, 1000, 1,
        AlexNetRecipe(), BuildZfNet, true},
-      {"vgg16", "Simonyan & Zisserman 2014, configuration D; splittable", 224, 1000, 1,
-       VggRecipe(), BuildVgg16, true},
-      {"vgg19", "Simonyan & Zisserman 2014, configuration E; splittable", 224, 1000, 1,
-       VggRecipe(), BuildVgg19, true},
+      {"vgg16", "Simonyan & Zisserman 2014, configuration D; splittable", 224, 1000, 1, VggRecipe(),
+       BuildVgg16, true},
+      {"vgg19", "Simonyan & Zisserman 2014, configuration E; splittable", 224, 1000, 1, VggRecipe(),
+       BuildVgg19, true},
       {"googlenet", "Szegedy et al. 2014, Inception v1 with batch norm (torchvision), no aux heads",
        224, 1000, 1, ResNetRecipe(), BuildGoogLeNet},
       {"resnet18", "He et al. 2015, 18 layers (torchvision v1.5)", 224, 1000, 1, ResNetRecipe(),
@@ -229,8 +231,8 @@ absl::StatusOr<std::unique_ptr<Net>> BuildModel(const std::string& name, ModelOp
   if (o.columns == 0) o.columns = m.default_columns;
   if (o.input_size < 1 || o.num_classes < 1 || o.columns < 1 || o.input_channels < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "model %s: input size %d, classes %d, columns %d and channels %d must be positive",
-        name, o.input_size, o.num_classes, o.columns, o.input_channels));
+        "model %s: input size %d, classes %d, columns %d and channels %d must be positive", name,
+        o.input_size, o.num_classes, o.columns, o.input_channels));
   }
   if (!m.splittable && o.columns != 1) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -39,7 +39,7 @@ struct Recipe {
   // paper fed raw 0..255 values minus the mean (scale 1), and their initial weights assume
   // it; later models are usually trained on 0..1 (scale 1/255).
   float input_scale = 1.0f / 255.0f;
-  std::string note;               // where the numbers come from
+  std::string note;  // where the numbers come from
 };
 
 // The blob every zoo model writes its classifier's outputs to (K x 1 x 1 x N, before the

@@ -54,9 +54,9 @@ absl::StatusOr<std::map<std::string, Shape>> Net::InferShapes(int64_t batch) {
     }
     ASSIGN_OR_RETURN(const std::vector<Shape> out, e.layer->Setup(in));
     if (out.size() != e.outputs.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "layer %s produces %d outputs but %d blob names were given", e.layer->name(),
-          out.size(), e.outputs.size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("layer %s produces %d outputs but %d blob names were given",
+                          e.layer->name(), out.size(), e.outputs.size()));
     }
     for (size_t i = 0; i < out.size(); ++i) {
       const std::string& b = e.outputs[i];
@@ -149,10 +149,10 @@ Tensor& Net::blob(const std::string& name) {
   return it->second;
 }
 
-void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spec,
-                     int64_t first, int64_t count, float* out) {
-  const uint64_t key = MixKey(MixKey(seed, static_cast<uint64_t>(RandomPurpose::kInit)),
-                              StringHash(name.c_str()));
+void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spec, int64_t first,
+                     int64_t count, float* out) {
+  const uint64_t key =
+      MixKey(MixKey(seed, static_cast<uint64_t>(RandomPurpose::kInit)), StringHash(name.c_str()));
   switch (spec.kind) {
     case InitSpec::kConstant:
       std::fill(out, out + count, spec.value);
@@ -171,7 +171,8 @@ void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spe
                     ? spec.value
                     : std::sqrt(6.0f / static_cast<float>(
                                            std::max<int64_t>(1, spec.fan_in + spec.fan_out)));
-      for (int64_t i = 0; i < count; ++i) out[i] = a * (2.0f * PhiloxUniform(key, 0, first + i) - 1.0f);
+      for (int64_t i = 0; i < count; ++i)
+        out[i] = a * (2.0f * PhiloxUniform(key, 0, first + i) - 1.0f);
       break;
     }
   }

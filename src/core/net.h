@@ -32,8 +32,8 @@ struct NamedParam {
 // initialised by `spec` from `seed`; indices are in the full parameter's canonical layout.
 // Net::InitParams uses it, and so does the parallel column split, which initialises a
 // shard as the rows of the full parameter it holds (Param::full_offset).
-void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spec,
-                     int64_t first, int64_t count, float* out);
+void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spec, int64_t first,
+                     int64_t count, float* out);
 
 class Net {
  public:
@@ -51,8 +51,8 @@ class Net {
              std::vector<std::string> outputs);
   template <typename L, typename... Args>
   L* Emplace(std::vector<std::string> inputs, std::vector<std::string> outputs, Args&&... args) {
-    return static_cast<L*>(Add(std::make_unique<L>(std::forward<Args>(args)...),
-                               std::move(inputs), std::move(outputs)));
+    return static_cast<L*>(Add(std::make_unique<L>(std::forward<Args>(args)...), std::move(inputs),
+                               std::move(outputs)));
   }
 
   // Derives every shape for `batch` images, plans and allocates blobs, gradients and

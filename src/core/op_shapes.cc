@@ -42,8 +42,8 @@ void Conv(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p
 
 void Bias(const Tensor& y, const Tensor& b, const char* what) {
   CHECK_GE(y.shape().rank(), 1) << what << ": scalar " << y.shape().ToString();
-  CHECK_EQ(b.size(), y.shape()[0]) << what << ": bias of " << b.size() << " for "
-                                   << y.shape().ToString();
+  CHECK_EQ(b.size(), y.shape()[0])
+      << what << ": bias of " << b.size() << " for " << y.shape().ToString();
 }
 
 void Pool(const Tensor& x, const Tensor& y, const PoolParams& p) {
@@ -54,9 +54,9 @@ void Pool(const Tensor& x, const Tensor& y, const PoolParams& p) {
   const int64_t oh = PoolOutSize(x.h(), p.size, p.stride, p.pad, p.ceil_mode);
   const int64_t ow = PoolOutSize(x.w(), p.size, p.stride, p.pad, p.ceil_mode);
   CHECK(y.c() == x.c() && y.n() == x.n() && y.h() == oh && y.w() == ow)
-      << "pool " << x.shape().ToString() << " -> " << y.shape().ToString() << " (size "
-      << p.size << ", stride " << p.stride << ", pad " << p.pad
-      << (p.ceil_mode ? ", ceil" : ", floor") << " mode: expected " << oh << "x" << ow << ")";
+      << "pool " << x.shape().ToString() << " -> " << y.shape().ToString() << " (size " << p.size
+      << ", stride " << p.stride << ", pad " << p.pad << (p.ceil_mode ? ", ceil" : ", floor")
+      << " mode: expected " << oh << "x" << ow << ")";
 }
 
 void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx,
@@ -87,8 +87,8 @@ void LrnCross(const Tensor& x, const LrnCrossParams& p, std::initializer_list<co
   AllSameSize(x, same, what);
 }
 
-void LrnWithin(const Tensor& x, const LrnWithinParams& p,
-               std::initializer_list<const Tensor*> same, const char* what) {
+void LrnWithin(const Tensor& x, const LrnWithinParams& p, std::initializer_list<const Tensor*> same,
+               const char* what) {
   CHWN(x, what);
   CHECK_GE(p.size, 1) << what << ": rnorm size";
   AllSameSize(x, same, what);

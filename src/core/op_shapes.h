@@ -53,8 +53,8 @@ void GlobalAvgPool(const Tensor& x, const Tensor& y, const char* what);
 void LrnCross(const Tensor& x, const LrnCrossParams& p, std::initializer_list<const Tensor*> same,
               const char* what);
 // LRN within a map: x CHWN, size >= 1; every tensor in `same` shaped as x.
-void LrnWithin(const Tensor& x, const LrnWithinParams& p,
-               std::initializer_list<const Tensor*> same, const char* what);
+void LrnWithin(const Tensor& x, const LrnWithinParams& p, std::initializer_list<const Tensor*> same,
+               const char* what);
 
 // Batch norm: x CHWN, every tensor in `same` (y, or dy and dx) shaped as x, every tensor in
 // `per_channel` (gamma, beta, running and saved statistics, their gradients) of C elements.

@@ -56,10 +56,10 @@ inline int64_t PoolOutSize(int64_t in, int size, int stride, int pad, bool ceil_
 
 // Local response normalisation across channels:
 //   b_c = a_c / (k + alpha' * sum_{c' in window(c)} a_c'^2)^beta
-// with window(c) = [c - size/2, c + size/2] (size is odd) clipped to the channel's group (groups > 1
-// keeps AlexNet's two columns independent), and alpha' = alpha (Krizhevsky et al. 2012:
-// k = 2, alpha = 1e-4, beta = 0.75, size = 5) or alpha/size when alpha_over_size is set
-// (cuda-convnet and PyTorch's convention, usually with k = 1).
+// with window(c) = [c - size/2, c + size/2] (size is odd) clipped to the channel's group (groups >
+// 1 keeps AlexNet's two columns independent), and alpha' = alpha (Krizhevsky et al. 2012: k = 2,
+// alpha = 1e-4, beta = 0.75, size = 5) or alpha/size when alpha_over_size is set (cuda-convnet and
+// PyTorch's convention, usually with k = 1).
 struct LrnCrossParams {
   int size = 5;
   float alpha = 1e-4f;
@@ -175,21 +175,20 @@ class Ops {
                                  Tensor& dgamma, Tensor& dbeta) = 0;
 
   // ---- activations -------------------------------------------------------------------
-  virtual void ReluForward(const Tensor& x, Tensor& y) = 0;  // may alias
+  virtual void ReluForward(const Tensor& x, Tensor& y) = 0;                      // may alias
   virtual void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // may alias
   // mask receives the kept/dropped scale (0 or 1/(1-p)) of each element.
-  virtual void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask,
-                              const DropoutParams& p) = 0;
+  virtual void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) = 0;
   virtual void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
 
   // ---- loss ------------------------------------------------------------------------------
   // logits K x 1 x 1 x N (or K x N), labels 1 x N (class indices stored as floats).
   // probs receives the softmax; loss_per_image (N) the cross-entropy -log p[label].
-  virtual void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels,
-                                          Tensor& probs, Tensor& loss_per_image) = 0;
+  virtual void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                                          Tensor& loss_per_image) = 0;
   // dlogits = scale * (probs - onehot(labels)); scale is usually 1 / global batch.
-  virtual void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels,
-                                           float scale, Tensor& dlogits) = 0;
+  virtual void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
+                                           Tensor& dlogits) = 0;
 
   // ---- optimiser --------------------------------------------------------------------------
   // Fused SGD with momentum and L2 weight decay (Krizhevsky et al. 2012, sec. 5):

@@ -14,7 +14,8 @@ absl::StatusOr<DecayOn> ParseDecayOn(const std::string& name) {
   if (name == "all") return DecayOn::kAll;
   return absl::InvalidArgumentError(absl::StrFormat(
       "--weight_decay_on=%s: expected 'weights' (conv and fc weights only) or 'all' (every "
-      "learnable parameter)", name));
+      "learnable parameter)",
+      name));
 }
 
 const char* DecayOnDescription(DecayOn on) {
@@ -101,7 +102,8 @@ float LrSchedule::At(float base_lr, double epoch, double total_epochs) const {
         if (epoch >= m) lr *= 0.1;
       break;
     case kCosine:
-      if (total_epochs > 0) lr *= 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, epoch / total_epochs)));
+      if (total_epochs > 0)
+        lr *= 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, epoch / total_epochs)));
       break;
   }
   if (warmup_epochs_ > 0 && epoch < warmup_epochs_) lr *= epoch / warmup_epochs_;

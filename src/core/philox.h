@@ -36,12 +36,18 @@ COLONNADE_HD Philox4 Philox4x32(uint64_t key, uint64_t counter_hi, uint64_t coun
     MulHiLo32(0xD2511F53u, c0, &hi0, &lo0);
     MulHiLo32(0xCD9E8D57u, c2, &hi1, &lo1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
   Philox4 r;
-  r.v[0] = c0; r.v[1] = c1; r.v[2] = c2; r.v[3] = c3;
+  r.v[0] = c0;
+  r.v[1] = c1;
+  r.v[2] = c2;
+  r.v[3] = c3;
   return r;
 }
 

@@ -16,9 +16,12 @@ enum class Precision { kFP32, kTF32, kBF16 };
 
 inline const char* PrecisionName(Precision p) {
   switch (p) {
-    case Precision::kFP32: return "fp32";
-    case Precision::kTF32: return "tf32";
-    case Precision::kBF16: return "bf16";
+    case Precision::kFP32:
+      return "fp32";
+    case Precision::kTF32:
+      return "tf32";
+    case Precision::kBF16:
+      return "bf16";
   }
   return "?";
 }

@@ -17,14 +17,14 @@
 
 // Evaluates `expr` (an absl::Status) once and returns it from the enclosing function if it
 // is not OK.
-#define RETURN_IF_ERROR(expr)                                                   \
-  do {                                                                          \
-    ::absl::Status colonnade_status_ = (expr);                                  \
-    if (!colonnade_status_.ok()) return colonnade_status_;                      \
+#define RETURN_IF_ERROR(expr)                              \
+  do {                                                     \
+    ::absl::Status colonnade_status_ = (expr);             \
+    if (!colonnade_status_.ok()) return colonnade_status_; \
   } while (0)
 
 // `lhs` is a declaration or an assignable expression; `expr` an absl::StatusOr<T>.
-#define ASSIGN_OR_RETURN(lhs, expr)                                             \
+#define ASSIGN_OR_RETURN(lhs, expr) \
   COLONNADE_ASSIGN_OR_RETURN_IMPL(COLONNADE_STATUS_CONCAT(colonnade_or_, __LINE__), lhs, expr)
 
 #define COLONNADE_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -83,7 +83,9 @@ class Tensor {
   // Copies to/from host memory regardless of the tensor's device.
   std::vector<float> ToHost() const;
   void CopyFromHost(const float* src, int64_t count);
-  void CopyFromHost(const std::vector<float>& src) { CopyFromHost(src.data(), (int64_t)src.size()); }
+  void CopyFromHost(const std::vector<float>& src) {
+    CopyFromHost(src.data(), (int64_t)src.size());
+  }
   // Deep copy onto `device`.
   Tensor To(Device device) const;
   // Copies the contents of `src` (same element count, any device) into this tensor.

@@ -40,7 +40,7 @@ std::string ConvBn(Net& net, const std::string& name, const std::string& in, int
 // Two hidden fc layers of `width` with ReLU and dropout 0.5, then the classifier; all
 // cross-column; the classifier writes kLogitsBlob. Weights as in ConvRelu.
 void Classifier(Net& net, const std::string& in, int width, int classes, int columns,
-                       float weight_std = 0.0f) {
+                float weight_std = 0.0f) {
   ColumnInfo cross{ColumnInfo::kCross, columns};
   auto fc = [&](const std::string& name, const std::string& input, const std::string& out,
                 int outputs) {
@@ -144,10 +144,10 @@ std::unique_ptr<Net> BuildGoogLeNet(const ModelOptions& o) {
   auto inception = [&](const std::string& n, const std::string& in, int c1, int c3r, int c3,
                        int c5r, int c5, int pp) {
     std::string b1 = conv(n + "_1x1", in, c1, Conv(1, 1, 0));
-    std::string b2 = conv(n + "_3x3", conv(n + "_3x3_reduce", in, c3r, Conv(1, 1, 0)), c3,
-                          Conv(3, 1, 1));
-    std::string b3 = conv(n + "_5x5", conv(n + "_5x5_reduce", in, c5r, Conv(1, 1, 0)), c5,
-                          Conv(3, 1, 1));
+    std::string b2 =
+        conv(n + "_3x3", conv(n + "_3x3_reduce", in, c3r, Conv(1, 1, 0)), c3, Conv(3, 1, 1));
+    std::string b3 =
+        conv(n + "_5x5", conv(n + "_5x5_reduce", in, c5r, Conv(1, 1, 0)), c5, Conv(3, 1, 1));
     net->Emplace<PoolLayer>({in}, {n + "_pool"}, n + "_pool", Pool(PoolParams::kMax, 3, 1, 1));
     std::string b4 = conv(n + "_pool_proj", n + "_pool", pp, Conv(1, 1, 0));
     net->Emplace<ConcatLayer>({b1, b2, b3, b4}, {n}, n);
@@ -180,8 +180,7 @@ std::unique_ptr<Net> BuildGoogLeNet(const ModelOptions& o) {
 // bottleneck sits on its 3x3 conv. `cifar_stem` replaces the 7x7/2 conv and max-pool by
 // one 3x3/1 conv, the usual stem for 32x32 images.
 static std::unique_ptr<Net> BuildResNet(const ModelOptions& o, const std::string& name,
-                                        const int (&blocks)[4], bool bottleneck,
-                                        bool cifar_stem) {
+                                        const int (&blocks)[4], bool bottleneck, bool cifar_stem) {
   auto net = NewNet(name, o);
   std::string x;
   if (cifar_stem) {

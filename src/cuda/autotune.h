@@ -37,8 +37,7 @@ class KernelAutotuner {
   // The version to run for the problem identified by `key`: the forced one, the cached
   // choice, or (first call of the key) the winner of timing `run(version)`, which queues
   // that version on `stream`. Thread-safe.
-  int Choose(cudaStream_t stream, const std::vector<int>& key,
-             const std::function<void(int)>& run);
+  int Choose(cudaStream_t stream, const std::vector<int>& key, const std::function<void(int)>& run);
 
  private:
   int Race(cudaStream_t stream, const std::function<void(int)>& run) const;

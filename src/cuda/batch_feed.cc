@@ -12,14 +12,14 @@ namespace colonnade::cuda {
 // One device slot: the buffers a staged batch is copied into, the pinned staging of its
 // augments and indices, and the two events that order the slot's reuse.
 struct BatchFeed::Slot {
-  uint8_t* pixels = nullptr;      // device, max_batch images (also the synthetic output)
-  FeedAugment* augs = nullptr;    // device
-  int64_t* indices = nullptr;     // device
-  float* labels = nullptr;        // device
+  uint8_t* pixels = nullptr;         // device, max_batch images (also the synthetic output)
+  FeedAugment* augs = nullptr;       // device
+  int64_t* indices = nullptr;        // device
+  float* labels = nullptr;           // device
   FeedAugment* host_augs = nullptr;  // pinned
   int64_t* host_indices = nullptr;   // pinned
-  cudaEvent_t copied = nullptr;    // copy stream: this slot's last copy has finished
-  cudaEvent_t consumed = nullptr;  // compute stream: the last Produce from it has finished
+  cudaEvent_t copied = nullptr;      // copy stream: this slot's last copy has finished
+  cudaEvent_t consumed = nullptr;    // compute stream: the last Produce from it has finished
   int n = 0;
   uint64_t ticket = 0;  // of the batch it holds (0: none yet)
 };
@@ -35,15 +35,16 @@ absl::StatusOr<std::unique_ptr<BatchFeed>> BatchFeed::Create(const FeedConfig& c
   }
   if (cfg.height <= 0 || cfg.width <= 0 || cfg.channels <= 0 || cfg.channels > 4 ||
       cfg.crop_h <= 0 || cfg.crop_w <= 0 || cfg.max_batch <= 0 || cfg.slots < 1) {
-    return bad(absl::StrFormat("invalid geometry %dx%dx%d crop %dx%d batch %d slots %d",
-                               cfg.height, cfg.width, cfg.channels, cfg.crop_h, cfg.crop_w,
-                               cfg.max_batch, cfg.slots));
+    return bad(absl::StrFormat("invalid geometry %dx%dx%d crop %dx%d batch %d slots %d", cfg.height,
+                               cfg.width, cfg.channels, cfg.crop_h, cfg.crop_w, cfg.max_batch,
+                               cfg.slots));
   }
   const size_t image_values = static_cast<size_t>(cfg.height) * cfg.width * cfg.channels;
   if (cfg.mean == FeedMean::kImage && cfg.mean_image.size() != image_values) {
     return bad("the mean image has the wrong size");
   }
-  if (cfg.mean == FeedMean::kChannel && cfg.channel_mean.size() != static_cast<size_t>(cfg.channels)) {
+  if (cfg.mean == FeedMean::kChannel &&
+      cfg.channel_mean.size() != static_cast<size_t>(cfg.channels)) {
     return bad("the channel mean has the wrong size");
   }
   if (cfg.synthetic) {
@@ -75,8 +76,8 @@ BatchFeed::BatchFeed(const FeedConfig& cfg) : cfg_(cfg) {
   means.insert(means.end(), cfg.channel_mean.begin(), cfg.channel_mean.end());
   if (!means.empty()) {
     COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_mean_), means.size() * 4));
-    COLONNADE_CUDA_CHECK(cudaMemcpy(device_mean_, means.data(), means.size() * 4,
-                                    cudaMemcpyHostToDevice));
+    COLONNADE_CUDA_CHECK(
+        cudaMemcpy(device_mean_, means.data(), means.size() * 4, cudaMemcpyHostToDevice));
     geometry_.mean_image = device_mean_;
     geometry_.channel_mean = device_mean_ + cfg.mean_image.size();
   }
@@ -84,8 +85,8 @@ BatchFeed::BatchFeed(const FeedConfig& cfg) : cfg_(cfg) {
     synthetic_ = cfg.synthetic_geometry;
     const size_t bytes = cfg.synthetic_grid.size() * 4;
     COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_grid_), bytes));
-    COLONNADE_CUDA_CHECK(cudaMemcpy(device_grid_, cfg.synthetic_grid.data(), bytes,
-                                    cudaMemcpyHostToDevice));
+    COLONNADE_CUDA_CHECK(
+        cudaMemcpy(device_grid_, cfg.synthetic_grid.data(), bytes, cudaMemcpyHostToDevice));
     synthetic_.grid = device_grid_;
   }
   const size_t n = static_cast<size_t>(cfg.max_batch);
@@ -164,8 +165,8 @@ absl::StatusOr<uint64_t> BatchFeed::Stage(const HostBatch& b) {
       COLONNADE_CUDA_CHECK(
           cudaMemcpyAsync(s.pixels, b.pixels, bytes, cudaMemcpyHostToDevice, copy));
     }
-    COLONNADE_CUDA_CHECK(cudaMemcpyAsync(s.labels, b.labels, n * sizeof(float),
-                                         cudaMemcpyHostToDevice, copy));
+    COLONNADE_CUDA_CHECK(
+        cudaMemcpyAsync(s.labels, b.labels, n * sizeof(float), cudaMemcpyHostToDevice, copy));
   }
   COLONNADE_CUDA_CHECK(cudaEventRecord(s.copied, copy));
   ++staged_;

@@ -95,7 +95,7 @@ class BatchFeed {
   SyntheticGeometry synthetic_{};
   void* copy_stream_ = nullptr;     // cudaStream_t
   void* compute_stream_ = nullptr;  // cudaStream_t (the backend's)
-  float* device_mean_ = nullptr;  // mean image, then channel mean
+  float* device_mean_ = nullptr;    // mean image, then channel mean
   float* device_grid_ = nullptr;
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t tickets_ = 0;  // tickets handed out; batch t lives in slot (t - 1) % slots

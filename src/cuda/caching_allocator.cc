@@ -34,9 +34,9 @@ void* CachingAllocator::Allocate(size_t bytes) {
     ReleaseCachedLocked();
     err = cudaMalloc(&p, size);
   }
-  CHECK(err == cudaSuccess) << "out of device memory allocating " << size << " bytes ("
-                            << reserved_ << " bytes reserved, " << in_use_ << " in use): "
-                            << cudaGetErrorString(err);
+  CHECK(err == cudaSuccess) << "out of device memory allocating " << size << " bytes (" << reserved_
+                            << " bytes reserved, " << in_use_
+                            << " in use): " << cudaGetErrorString(err);
   ++mallocs_;
   reserved_ += size;
   peak_reserved_ = std::max(peak_reserved_, reserved_);

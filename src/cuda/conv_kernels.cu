@@ -8,17 +8,20 @@
 // no im2col buffer: the image tile is gathered straight from the CHWN tensor.
 //
 // All three convolutions are one matrix product in disguise (per group g):
-//   forward          y[f][(oy,ox,n)]   = sum_{(c,ky,kx)} w[f][c][ky][kx] * x[c][oy*s-p+ky][ox*s-p+kx][n]
-//   backward data    dx[c][(iy,ix,n)]  = sum_{(f,ky',kx')} w[f][c][KH-1-ky'][KW-1-kx'] * dy[f][iy-p'+ky'][ix-p'+kx'][n]
+//   forward          y[f][(oy,ox,n)]   = sum_{(c,ky,kx)} w[f][c][ky][kx] *
+//   x[c][oy*s-p+ky][ox*s-p+kx][n] backward data    dx[c][(iy,ix,n)]  = sum_{(f,ky',kx')}
+//   w[f][c][KH-1-ky'][KW-1-kx'] * dy[f][iy-p'+ky'][ix-p'+kx'][n]
 //                    with p' = K-1-p at stride 1; at stride s, one such product per stride
 //                    phase of dx (see ConvBackwardDataGpu)
-//   backward filter  dw[f][(c,ky,kx)]  = sum_{(oy,ox,n)} dy[f][oy][ox][n] * x[c][oy*s-p+ky][ox*s-p+kx][n]
+//   backward filter  dw[f][(c,ky,kx)]  = sum_{(oy,ox,n)} dy[f][oy][ox][n] *
+//   x[c][oy*s-p+ky][ox*s-p+kx][n]
 // Forward and backward data share one kernel (ConvGemmKernelV2, a cp.async pipeline, when
 // the batch is a multiple of 4 and the tensors are 16-byte aligned, else ConvGemmKernel:
 // the filter operand is pre-arranged k-major and zero-padded by
-// ArrangeWeightsKernel, the image operand is a gather). Backward filter (ConvWgradKernel) reduces over pixels x images, which is long
-// (55*55*256 for AlexNet's conv1), so it splits that sum over blocks (split-K) into a
-// workspace that ReduceSplitsKernel adds up in a fixed order: deterministic results.
+// ArrangeWeightsKernel, the image operand is a gather). Backward filter (ConvWgradKernel) reduces
+// over pixels x images, which is long (55*55*256 for AlexNet's conv1), so it splits that sum over
+// blocks (split-K) into a workspace that ReduceSplitsKernel adds up in a fixed order: deterministic
+// results.
 //
 // Index arithmetic is 32-bit: every tensor must have fewer than 2^31 elements (checked).
 
@@ -34,8 +37,8 @@
 namespace colonnade::cuda {
 namespace {
 
-constexpr int kBK = 8;        // reduction slice per shared-memory stage
-constexpr int kBN = 128;      // GEMM columns per block (pixels x images)
+constexpr int kBK = 8;         // reduction slice per shared-memory stage
+constexpr int kBN = 128;       // GEMM columns per block (pixels x images)
 constexpr int kThreads = 256;  // 16 x 16 threads; thread (ty, tx) owns rows ~ty, cols ~tx
 
 // Rows of the BM x 128 block tile owned by thread row ty (TM = BM / 16 rows):
@@ -56,18 +59,31 @@ __device__ __forceinline__ void MultiplyTile(const float* as, const float* bs, i
   for (int kk = 0; kk < BK; ++kk) {
     float a[TM], b[8];
     const float4 a0 = *reinterpret_cast<const float4*>(as + kk * AS + ty * 4);
-    a[0] = a0.x; a[1] = a0.y; a[2] = a0.z; a[3] = a0.w;
+    a[0] = a0.x;
+    a[1] = a0.y;
+    a[2] = a0.z;
+    a[3] = a0.w;
     if constexpr (BM == 128) {
       const float4 a1 = *reinterpret_cast<const float4*>(as + kk * AS + 64 + ty * 4);
-      a[4] = a1.x; a[5] = a1.y; a[6] = a1.z; a[7] = a1.w;
+      a[4] = a1.x;
+      a[5] = a1.y;
+      a[6] = a1.z;
+      a[7] = a1.w;
     } else if constexpr (BM == 96) {
       const float2 a1 = *reinterpret_cast<const float2*>(as + kk * AS + 64 + ty * 2);
-      a[4] = a1.x; a[5] = a1.y;
+      a[4] = a1.x;
+      a[5] = a1.y;
     }
     const float4 b0 = *reinterpret_cast<const float4*>(bs + kk * BS + tx * 4);
     const float4 b1 = *reinterpret_cast<const float4*>(bs + kk * BS + 64 + tx * 4);
-    b[0] = b0.x; b[1] = b0.y; b[2] = b0.z; b[3] = b0.w;
-    b[4] = b1.x; b[5] = b1.y; b[6] = b1.z; b[7] = b1.w;
+    b[0] = b0.x;
+    b[1] = b0.y;
+    b[2] = b0.z;
+    b[3] = b0.w;
+    b[4] = b1.x;
+    b[5] = b1.y;
+    b[6] = b1.z;
+    b[7] = b1.w;
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -85,9 +101,9 @@ struct ConvGemmParams {
   int n, h, w;      // gathered tensor's batch and spatial size
   int oh, ow;       // GEMM output grid; column j = (oy*ow + ox)*n + img
   int kh, kw;       // taps; GEMM row k = (c*kh + ky)*kw + kx
-  int stride;       // source pixel of tap (ky, kx): (oy*stride - pad_h + ky, ox*stride - pad_w + kx)
+  int stride;  // source pixel of tap (ky, kx): (oy*stride - pad_h + ky, ox*stride - pad_w + kx)
   int pad_h, pad_w;
-  int cg;           // gathered channels per group
+  int cg;  // gathered channels per group
   int m, k, kp, mp, j;
   // Column (oy, ox, img) is written to pixel (out_oy + out_s*oy, out_ox + out_s*ox) of an
   // out_h x out_w output; plain = 1 when that is simply column j (out_s 1, no offset).
@@ -175,9 +191,8 @@ __device__ __forceinline__ void StoreTile(const ConvGemmParams& p, int g, int m0
     for (int half = 0; half < 2; ++half) {
       if constexpr (kVec) {
         if (dst[half][0] >= 0)
-          *reinterpret_cast<float4*>(orow + dst[half][0]) =
-              make_float4(acc[i][half * 4], acc[i][half * 4 + 1], acc[i][half * 4 + 2],
-                          acc[i][half * 4 + 3]);
+          *reinterpret_cast<float4*>(orow + dst[half][0]) = make_float4(
+              acc[i][half * 4], acc[i][half * 4 + 1], acc[i][half * 4 + 2], acc[i][half * 4 + 3]);
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
@@ -280,7 +295,7 @@ template <int BM, int BK>
 __global__ void __launch_bounds__(kThreads, 2) ConvGemmKernelV2(const ConvGemmParams p) {
   constexpr int TM = BM / 16;
   constexpr int kStages = 3;
-  constexpr int kAVec = BK * BM / 4;                        // float4s per A slice
+  constexpr int kAVec = BK * BM / 4;  // float4s per A slice
   constexpr int kACopies = (kAVec + kThreads - 1) / kThreads;
   constexpr int kBRows = BK / 8;
   alignas(16) __shared__ float As[kStages][BK][BM];
@@ -453,15 +468,18 @@ __global__ void __launch_bounds__(kThreads, 2) ConvWgradKernel(const ConvWgradPa
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (row < p.m && jj < kend)
           v = __ldg(reinterpret_cast<const float4*>(dy + static_cast<int64_t>(row) * p.jtot + jj));
-        ra[0] = v.x; ra[1] = v.y; ra[2] = v.z; ra[3] = v.w;
+        ra[0] = v.x;
+        ra[1] = v.y;
+        ra[2] = v.z;
+        ra[3] = v.w;
       }
     } else {
       const int jj = j0 + tid % 8;
 #pragma unroll
       for (int i = 0; i < kARows; ++i) {
         const int row = m0 + tid / 8 + 32 * i;
-        ra[i] = (row < p.m && jj < kend) ? __ldg(dy + static_cast<int64_t>(row) * p.jtot + jj)
-                                         : 0.0f;
+        ra[i] =
+            (row < p.m && jj < kend) ? __ldg(dy + static_cast<int64_t>(row) * p.jtot + jj) : 0.0f;
       }
     }
     // B: decompose this thread's reduction index j = (oy, ox, img) once per slice.
@@ -482,7 +500,10 @@ __global__ void __launch_bounds__(kThreads, 2) ConvWgradKernel(const ConvWgradPa
       if constexpr (kVec) {
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (ok) v = __ldg(reinterpret_cast<const float4*>(x + offset));
-        rb[0] = v.x; rb[1] = v.y; rb[2] = v.z; rb[3] = v.w;
+        rb[0] = v.x;
+        rb[1] = v.y;
+        rb[2] = v.z;
+        rb[3] = v.w;
       } else {
         rb[i] = ok ? __ldg(x + offset) : 0.0f;
       }
@@ -606,18 +627,36 @@ KernelAutotuner& GemmTuner() {
 void (*GemmKernel(int version, int bm, bool vec))(ConvGemmParams) {
   if (!vec) return ConvGemmKernel<64>;
   if (version == 2) {
-    return bm == 128 ? ConvGemmKernelV2<128, 8> : bm == 96 ? ConvGemmKernelV2<96, 8>
-                                                           : ConvGemmKernelV2<64, 8>;
+    return bm == 128  ? ConvGemmKernelV2<128, 8>
+           : bm == 96 ? ConvGemmKernelV2<96, 8>
+                      : ConvGemmKernelV2<64, 8>;
   }
   CHECK_EQ(version, 3) << "no float4 convolution GEMM version " << version;
-  return bm == 128 ? ConvGemmKernelV2<128, 16> : bm == 96 ? ConvGemmKernelV2<96, 16>
-                                                          : ConvGemmKernelV2<64, 16>;
+  return bm == 128  ? ConvGemmKernelV2<128, 16>
+         : bm == 96 ? ConvGemmKernelV2<96, 16>
+                    : ConvGemmKernelV2<64, 16>;
 }
 
 // Which version to run for this problem (the float4 path; the scalar one has version 1 only).
 int ChooseVersion(const DeviceContext& ctx, const ConvGemmParams& q, dim3 grid, int bm) {
-  const std::vector<int> key = {q.n, q.h, q.w, q.oh, q.ow, q.kh, q.kw, q.stride, q.pad_h, q.pad_w,
-                                q.cg, q.m, q.k, q.j, q.out_h, q.out_w, q.out_s, bm,
+  const std::vector<int> key = {q.n,
+                                q.h,
+                                q.w,
+                                q.oh,
+                                q.ow,
+                                q.kh,
+                                q.kw,
+                                q.stride,
+                                q.pad_h,
+                                q.pad_w,
+                                q.cg,
+                                q.m,
+                                q.k,
+                                q.j,
+                                q.out_h,
+                                q.out_w,
+                                q.out_s,
+                                bm,
                                 static_cast<int>(grid.z)};
   return GemmTuner().Choose(ctx.stream, key, [&](int version) {
     Launch(GemmKernel(version, bm, true), grid, dim3(kThreads), ctx.stream, q);
@@ -627,15 +666,16 @@ int ChooseVersion(const DeviceContext& ctx, const ConvGemmParams& q, dim3 grid, 
 // Runs one implicit GEMM (forward, or one phase of backward data): arranges the filter
 // operand described by `ap` (m, k, kp, mp and at are filled in here) and launches.
 // The general path (batch not a multiple of 4, or misaligned tensors) uses BM = 64.
-ConvLaunchInfo RunConvGemm(const DeviceContext& ctx, ConvGemmParams q, int groups,
-                           ArrangeParams ap, bool vec_ok) {
+ConvLaunchInfo RunConvGemm(const DeviceContext& ctx, ConvGemmParams q, int groups, ArrangeParams ap,
+                           bool vec_ok) {
   ConvLaunchInfo info;
   info.vec = vec_ok && q.n % 4 == 0;
   info.bm = info.vec ? PickBM(q.m) : 64;
   q.kp = static_cast<int>(CeilDiv(q.k, 16) * 16);  // a multiple of every version's slice
   q.mp = static_cast<int>(CeilDiv(q.m, info.bm) * info.bm);
   q.plain = (q.out_s == 1 && q.out_oy == 0 && q.out_ox == 0 && q.out_h == q.oh && q.out_w == q.ow)
-                ? 1 : 0;
+                ? 1
+                : 0;
   Scratch at(ctx.alloc, sizeof(float) * size_t(groups) * q.kp * q.mp);
   ap.at = at.f();
   ap.m = q.m;
@@ -703,9 +743,8 @@ ConvLaunchInfo ConvForwardGpu(const DeviceContext& ctx, const ConvDims& d, const
 // one implicit GEMM over its own pixels and taps, writing its pixels in place; phases that
 // no tap reaches are zeros. (Version 1 gathered a virtually dilated dy, 15 of 16 taps zero
 // at stride 4: 240x cuDNN's time on AlexNet's conv1.)
-ConvLaunchInfo ConvBackwardDataGpu(const DeviceContext& ctx, const ConvDims& d,
-                                   const ConvParams& p, const float* dy, const float* w,
-                                   float* dx) {
+ConvLaunchInfo ConvBackwardDataGpu(const DeviceContext& ctx, const ConvDims& d, const ConvParams& p,
+                                   const float* dy, const float* w, float* dx) {
   CheckSizes(d);
   const int groups = p.groups, s = p.stride;
   const int fg = d.f / groups, cg = d.c / groups;
@@ -716,8 +755,8 @@ ConvLaunchInfo ConvBackwardDataGpu(const DeviceContext& ctx, const ConvDims& d,
     for (int rx = 0; rx < s && rx < d.w; ++rx)
       if ((ry + p.pad) % s >= p.kernel_h || (rx + p.pad) % s >= p.kernel_w) zero_first = true;
   if (zero_first) {
-    COLONNADE_CUDA_CHECK(cudaMemsetAsync(dx, 0, sizeof(float) * size_t(d.c) * d.h * d.w * d.n,
-                                         ctx.stream));
+    COLONNADE_CUDA_CHECK(
+        cudaMemsetAsync(dx, 0, sizeof(float) * size_t(d.c) * d.h * d.w * d.n, ctx.stream));
   }
   for (int ry = 0; ry < s && ry < d.h; ++ry) {
     for (int rx = 0; rx < s && rx < d.w; ++rx) {
@@ -816,8 +855,7 @@ ConvLaunchInfo ConvBackwardFilterGpu(const DeviceContext& ctx, const ConvDims& d
     q.out = dw;
   }
   dim3 grid(static_cast<unsigned>(CeilDiv(q.ncol, kBN)),
-            static_cast<unsigned>(CeilDiv(q.m, info.bm)),
-            static_cast<unsigned>(groups * q.splits));
+            static_cast<unsigned>(CeilDiv(q.m, info.bm)), static_cast<unsigned>(groups * q.splits));
   void (*kernel)(ConvWgradParams) = nullptr;
   if (!info.vec) {
     kernel = ConvWgradKernel<64, false>;

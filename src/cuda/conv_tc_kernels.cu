@@ -1,10 +1,12 @@
 // Convolutions on CHWN tensors on the tensor cores (mixed precision): the implicit GEMMs of
 // conv_kernels.cu with bf16 operands (mma.sync m16n8k16) or tf32 operands (mma.sync
 // m16n8k8), FP32 accumulators everywhere. Per group g:
-//   forward          y[f][(oy,ox,n)]  = sum_{(c,ky,kx)} W[f][(c,ky,kx)] * x[c][oy*s-p+ky][ox*s-p+kx][n]
-//   backward data    dx: one such GEMM per stride phase of dx, with the flipped, transposed
+//   forward          y[f][(oy,ox,n)]  = sum_{(c,ky,kx)} W[f][(c,ky,kx)] *
+//   x[c][oy*s-p+ky][ox*s-p+kx][n] backward data    dx: one such GEMM per stride phase of dx, with
+//   the flipped, transposed
 //                    filters of that phase's taps (as ConvBackwardDataGpu does)
-//   backward filter  dw[f][(c,ky,kx)] = sum_{(oy,ox,n)} dy[f][(oy,ox,n)] * x[c][oy*s-p+ky][ox*s-p+kx][n]
+//   backward filter  dw[f][(c,ky,kx)] = sum_{(oy,ox,n)} dy[f][(oy,ox,n)] *
+//   x[c][oy*s-p+ky][ox*s-p+kx][n]
 //                    split over blocks along (oy,ox,n) into FP32 partial sums that one more
 //                    kernel adds in a fixed order (deterministic)
 //
@@ -138,15 +140,25 @@ struct RawChunk {
     if constexpr (kWords == 8) {
       const uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
       const uint4 b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
-      w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
-      w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+      w[0] = a.x;
+      w[1] = a.y;
+      w[2] = a.z;
+      w[3] = a.w;
+      w[4] = b.x;
+      w[5] = b.y;
+      w[6] = b.z;
+      w[7] = b.w;
     } else if constexpr (kWords == 4) {
       const uint4 a = __ldg(reinterpret_cast<const uint4*>(p));
-      w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+      w[0] = a.x;
+      w[1] = a.y;
+      w[2] = a.z;
+      w[3] = a.w;
     } else {
       static_assert(kWords == 2, "chunk of 4 bf16");
       const uint2 a = __ldg(reinterpret_cast<const uint2*>(p));
-      w[0] = a.x; w[1] = a.y;
+      w[0] = a.x;
+      w[1] = a.y;
     }
   }
   // Element e from p, or 0 when !ok.
@@ -194,7 +206,10 @@ __device__ __forceinline__ void StoreOut2(T* p, float v0, float v1) {
 // The mma of the math mode on one 16 x 8 accumulator tile.
 template <class Math>
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  if constexpr (Math::kTf32) tc::MmaTf32(d, a, b); else tc::MmaBf16(d, a, b);
+  if constexpr (Math::kTf32)
+    tc::MmaTf32(d, a, b);
+  else
+    tc::MmaBf16(d, a, b);
 }
 
 // A fragments of a warp's kMT m16 tiles for K-step ks from a K-contiguous tile [rows][BK]
@@ -282,18 +297,18 @@ __device__ __forceinline__ void LoadFragsBN(uint32_t (&b)[kNT][2], const typenam
 // Forward / backward-data implicit GEMM.
 // ============================================================================================
 struct TcGemmParams {
-  const void* in;      // gathered operand: (G*cg) x h x w x n, CHWN (x, or dy for bwd data)
-  const void* at;      // G x mp x kp filter operand (Math::Smem), K contiguous, zero-padded
-  void* out;           // (G*m) x out_h x out_w x n, CHWN
-  const float* bias;   // G*m biases added in the epilogue, or null
-  int relu;            // 1: max(., 0) in the epilogue (after the bias)
-  int pair_out;        // 1: output columns j, j+1 (j even) are adjacent and 2-element aligned
-  int fault;           // tests: 1 skips the first K slice
-  int n, h, w;         // gathered tensor's batch and spatial size
-  int oh, ow;          // GEMM output grid; column j = (oy*ow + ox)*n + img
-  int kh, kw;          // taps; GEMM row k = (c*kh + ky)*kw + kx
+  const void* in;     // gathered operand: (G*cg) x h x w x n, CHWN (x, or dy for bwd data)
+  const void* at;     // G x mp x kp filter operand (Math::Smem), K contiguous, zero-padded
+  void* out;          // (G*m) x out_h x out_w x n, CHWN
+  const float* bias;  // G*m biases added in the epilogue, or null
+  int relu;           // 1: max(., 0) in the epilogue (after the bias)
+  int pair_out;       // 1: output columns j, j+1 (j even) are adjacent and 2-element aligned
+  int fault;          // tests: 1 skips the first K slice
+  int n, h, w;        // gathered tensor's batch and spatial size
+  int oh, ow;         // GEMM output grid; column j = (oy*ow + ox)*n + img
+  int kh, kw;         // taps; GEMM row k = (c*kh + ky)*kw + kx
   int stride, pad_h, pad_w;
-  int cg;              // gathered channels per group
+  int cg;  // gathered channels per group
   int m, k, kp, mp, j;
   // Column (oy, ox, img) goes to pixel (out_oy + out_s*oy, out_ox + out_s*ox) of an
   // out_h x out_w output; plain = 1 when that is simply column j.
@@ -639,8 +654,8 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
   const TX* x = static_cast<const TX*>(p.x) + static_cast<int64_t>(g) * p.cg * hwn;
   const TD* dy = static_cast<const TD*>(p.dy) + static_cast<int64_t>(g) * p.m * p.jtot;
 
-  const int cc = tid % kRC;     // this thread's chunk within a row (fixed)
-  const int row0 = tid / kRC;   // rows row0 + kRowStep * i
+  const int cc = tid % kRC;    // this thread's chunk within a row (fixed)
+  const int row0 = tid / kRC;  // rows row0 + kRowStep * i
   // B rows: filter taps (c, ky, kx) of columns c0 + row0 + kRowStep * i.
   int bcoff[kBChunks], bky[kBChunks], bkx[kBChunks];
   bool bok[kBChunks];
@@ -721,7 +736,8 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
 #pragma unroll
       for (int i = 0; i < kBChunks; ++i) {
         const int sy = col.sy + bky[i], sx = col.sx + bkx[i];
-        const bool ok = col.ok && bok[i] && static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
+        const bool ok = col.ok && bok[i] &&
+                        static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
                         static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
         const int off = bcoff[i] + col.base + (bky[i] * p.w + bkx[i]) * p.n;
         if constexpr (kAsyncB) {
@@ -961,7 +977,10 @@ struct Picked {
 template <class Math, class Tl>
 Picked PickFor(bool wgrad, StorageType a, StorageType b, bool vec) {
   Picked r;
-  if (wgrad) r.wgrad = WgradFor<Math, Tl>(a, b, vec); else r.gemm = GemmFor<Math, Tl>(a, b, vec);
+  if (wgrad)
+    r.wgrad = WgradFor<Math, Tl>(a, b, vec);
+  else
+    r.gemm = GemmFor<Math, Tl>(a, b, vec);
   r.smem = GemmSmem<Tl, Math>();
   r.bm = Tl::BM;
   r.bn = Tl::BN;
@@ -999,7 +1018,8 @@ TcLaunchInfo RunTcGemm(const DeviceContext& ctx, MathMode math, TcGemmParams q, 
   q.kp = static_cast<int>(CeilDiv(q.k, BK) * BK);
   q.mp = static_cast<int>(CeilDiv(q.m, info.bm) * info.bm);
   q.plain = (q.out_s == 1 && q.out_oy == 0 && q.out_ox == 0 && q.out_h == q.oh && q.out_w == q.ow)
-                ? 1 : 0;
+                ? 1
+                : 0;
   const size_t ob = StorageBytes(out_type);
   q.pair_out = ((q.plain ? q.j % 2 == 0 : q.n % 2 == 0) && Aligned(q.out, 2 * ob)) ? 1 : 0;
   const size_t elem = bf16 ? 2 : 4;
@@ -1010,8 +1030,8 @@ TcLaunchInfo RunTcGemm(const DeviceContext& ctx, MathMode math, TcGemmParams q, 
   ap.kp = q.kp;
   ap.mp = q.mp;
   ap.tf32 = bf16 ? 0 : 1;
-  Launch(TcArrangeWeightsKernel, GridFor(ctx, int64_t(groups) * q.kp * q.mp), dim3(256),
-         ctx.stream, ap);
+  Launch(TcArrangeWeightsKernel, GridFor(ctx, int64_t(groups) * q.kp * q.mp), dim3(256), ctx.stream,
+         ap);
   q.at = at.f();
   q.div_n = FastDiv(q.n);
   q.div_ow = FastDiv(q.ow);
@@ -1032,9 +1052,12 @@ void SetTcTile(int tile) {
 
 const char* MathModeName(MathMode m) {
   switch (m) {
-    case MathMode::kFP32: return "fp32";
-    case MathMode::kTF32: return "tf32";
-    case MathMode::kBF16: return "bf16";
+    case MathMode::kFP32:
+      return "fp32";
+    case MathMode::kTF32:
+      return "tf32";
+    case MathMode::kBF16:
+      return "bf16";
   }
   return "?";
 }

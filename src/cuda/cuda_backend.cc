@@ -47,11 +47,10 @@ class CudaBackend : public Backend {
     int driver = 0, runtime = 0;
     COLONNADE_CUDA_CHECK(cudaDriverGetVersion(&driver));
     COLONNADE_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
-    description_ = absl::StrFormat("%s, %d SMs, %.0f GiB, cc %d.%d, driver API %d.%d, runtime %d.%d",
-                                   prop.name, prop.multiProcessorCount,
-                                   prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
-                                   driver / 1000, (driver % 1000) / 10, runtime / 1000,
-                                   (runtime % 1000) / 10);
+    description_ = absl::StrFormat(
+        "%s, %d SMs, %.0f GiB, cc %d.%d, driver API %d.%d, runtime %d.%d", prop.name,
+        prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, prop.major, prop.minor,
+        driver / 1000, (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
     COLONNADE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     COLONNADE_CUBLAS_CHECK(cublasCreate(&blas_));
     COLONNADE_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
@@ -152,9 +151,8 @@ absl::Status RegisterBackend(int device_ordinal) {
   cudaError_t err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess || n == 0) {
     (void)cudaGetLastError();
-    return absl::UnavailableError(absl::StrFormat("no CUDA device found (%s)",
-                                                  err == cudaSuccess ? "count is 0"
-                                                                     : cudaGetErrorString(err)));
+    return absl::UnavailableError(absl::StrFormat(
+        "no CUDA device found (%s)", err == cudaSuccess ? "count is 0" : cudaGetErrorString(err)));
   }
   if (device_ordinal < 0 || device_ordinal >= n) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -41,8 +41,8 @@ void CudaOps::Fill(Tensor& y, float value) {
 void CudaOps::Copy(const Tensor& x, Tensor& y) {
   SameSize(x, y, "Copy");
   if (x.data() == y.data() || x.size() == 0) return;
-  COLONNADE_CUDA_CHECK(cudaMemcpyAsync(y.data(), x.data(), x.bytes(), cudaMemcpyDeviceToDevice,
-                                       ctx_.stream));
+  COLONNADE_CUDA_CHECK(
+      cudaMemcpyAsync(y.data(), x.data(), x.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream));
 }
 
 void CudaOps::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
@@ -90,8 +90,7 @@ void CudaOps::ConvForward(const Tensor& x, const Tensor& w, Tensor& y, const Con
   ConvForwardGpu(ctx_, Dims(x, w, y, p), p, x.data(), w.data(), y.data());
 }
 
-void CudaOps::ConvBackwardData(const Tensor& dy, const Tensor& w, Tensor& dx,
-                               const ConvParams& p) {
+void CudaOps::ConvBackwardData(const Tensor& dy, const Tensor& w, Tensor& dx, const ConvParams& p) {
   if (conv_math_ != MathMode::kFP32) {
     TcConvArgs a;
     a.dims = Dims(dx, w, dy, p);
@@ -134,9 +133,15 @@ void CudaOps::BiasBackward(const Tensor& dy, Tensor& db) {
 
 absl::Status CudaOps::SetPrecision(Precision p) {
   switch (p) {
-    case Precision::kFP32: conv_math_ = MathMode::kFP32; break;
-    case Precision::kTF32: conv_math_ = MathMode::kTF32; break;
-    case Precision::kBF16: conv_math_ = MathMode::kBF16; break;
+    case Precision::kFP32:
+      conv_math_ = MathMode::kFP32;
+      break;
+    case Precision::kTF32:
+      conv_math_ = MathMode::kTF32;
+      break;
+    case Precision::kBF16:
+      conv_math_ = MathMode::kBF16;
+      break;
   }
   // Pedantic keeps FP32 products strict even under NVIDIA_TF32_OVERRIDE; the TF32 mode
   // lets cuBLAS round the operands to TF32 on the tensor cores, accumulating in FP32.
@@ -165,9 +170,8 @@ void CudaOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
 void CudaOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                            const PoolParams& p) {
   op_shapes::PoolBackward(x, y, dy, dx, p);
-  PoolBackwardGpu(ctx_, x.data(), y.data(), dy.data(), dx.data(), I32(x.c(), "c"),
-                  I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"),
-                  I32(y.w(), "ow"), p);
+  PoolBackwardGpu(ctx_, x.data(), y.data(), dy.data(), dx.data(), I32(x.c(), "c"), I32(x.h(), "h"),
+                  I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), p);
 }
 
 void CudaOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
@@ -178,8 +182,8 @@ void CudaOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
 
 void CudaOps::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
   op_shapes::GlobalAvgPool(dx, dy, "GlobalAvgPoolBackward");
-  GlobalAvgPoolBackwardGpu(ctx_, dy.data(), dx.data(), I32(dx.c(), "c"),
-                           I32(dx.h() * dx.w(), "hw"), I32(dx.n(), "n"));
+  GlobalAvgPoolBackwardGpu(ctx_, dy.data(), dx.data(), I32(dx.c(), "c"), I32(dx.h() * dx.w(), "hw"),
+                           I32(dx.n(), "n"));
 }
 
 void CudaOps::LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) {
@@ -191,8 +195,8 @@ void CudaOps::LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const L
 void CudaOps::LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
                                const Tensor& dy, Tensor& dx, const LrnCrossParams& p) {
   op_shapes::LrnCross(x, p, {&y, &denom, &dy, &dx}, "LrnCrossBackward");
-  LrnCrossBackwardGpu(ctx_, x.data(), y.data(), denom.data(), dy.data(), dx.data(),
-                      I32(x.c(), "c"), I32(x.h() * x.w() * x.n(), "hwn"), p);
+  LrnCrossBackwardGpu(ctx_, x.data(), y.data(), denom.data(), dy.data(), dx.data(), I32(x.c(), "c"),
+                      I32(x.h() * x.w() * x.n(), "hwn"), p);
 }
 
 void CudaOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
@@ -216,9 +220,9 @@ void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const 
   op_shapes::BatchNorm(x, {&y},
                        {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd},
                        "BatchNormForwardTrain");
-  BatchNormForwardTrainGpu(ctx_, x.data(), gamma.data(), beta.data(), y.data(),
-                           running_mean.data(), running_var.data(), save_mean.data(),
-                           save_invstd.data(), I32(x.shape()[0], "c"), Inner(x), p);
+  BatchNormForwardTrainGpu(ctx_, x.data(), gamma.data(), beta.data(), y.data(), running_mean.data(),
+                           running_var.data(), save_mean.data(), save_invstd.data(),
+                           I32(x.shape()[0], "c"), Inner(x), p);
 }
 
 void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -263,8 +267,8 @@ void CudaOps::DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) 
   MulGpu(ctx_, dy.data(), mask.data(), dx.data(), dx.size());
 }
 
-void CudaOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels,
-                                         Tensor& probs, Tensor& loss_per_image) {
+void CudaOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                                         Tensor& loss_per_image) {
   const op_shapes::SoftmaxDims d =
       op_shapes::Softmax(logits, labels, probs, &loss_per_image, "SoftmaxCrossEntropyForward");
   if (d.batch == 0) return;  // nothing to launch (as on the CPU)

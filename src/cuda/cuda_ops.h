@@ -37,8 +37,7 @@ class CudaOps : public Ops {
                     const PoolParams& p) override;
   void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
   void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
-  void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom,
-                       const LrnCrossParams& p) override;
+  void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) override;
   void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom, const Tensor& dy,
                         Tensor& dx, const LrnCrossParams& p) override;
   void LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,

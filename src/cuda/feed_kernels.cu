@@ -35,7 +35,7 @@ struct AugmentParams {
 // C bytes of the source pixel are adjacent and read together. The arithmetic per value is
 // WriteImageCHWN's: v = pixel; v -= mean (image mode); (v + offset) * scale, offset =
 // light (- channel mean).
-__global__ void __launch_bounds__(kAugImages * kAugCols) AugmentKernel(AugmentParams p) {
+__global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentParams p) {
   const FeedGeometry& g = p.g;
   const int j = blockIdx.z * kAugImages + threadIdx.x;
   const int x = blockIdx.x * kAugCols + threadIdx.y;
@@ -48,8 +48,7 @@ __global__ void __launch_bounds__(kAugImages * kAugCols) AugmentKernel(AugmentPa
   const int64_t plane = static_cast<int64_t>(g.crop_h) * g.crop_w * p.n;  // one channel
   float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + j;
   const int64_t e = inside ? (static_cast<int64_t>(sy) * g.width + sx) * g.channels : 0;
-  const uint8_t* px =
-      p.src + static_cast<int64_t>(j) * g.height * g.width * g.channels + e;
+  const uint8_t* px = p.src + static_cast<int64_t>(j) * g.height * g.width * g.channels + e;
   for (int c = 0; c < g.channels; ++c) {
     float v = 0.0f;  // padding
     if (inside) {
@@ -66,7 +65,7 @@ __global__ void __launch_bounds__(kAugImages * kAugCols) AugmentKernel(AugmentPa
 // ---- synthetic images ----------------------------------------------------------------------
 
 constexpr int kSynthBlock = 256;
-constexpr int kGrid = 4;        // data::SyntheticRecipe::kGrid
+constexpr int kGrid = 4;  // data::SyntheticRecipe::kGrid
 constexpr int kMaxGridY = 65535;
 
 struct SynthParams {
@@ -81,12 +80,12 @@ struct SynthParams {
 // SyntheticDataset::BuildPatterns' bilinear interpolation, operation by operation.
 __device__ __forceinline__ float PatternValue(const float* cells, int y, int x, int c, int H,
                                               int W) {
-  const float fy = __fdiv_rn(__fmul_rn(static_cast<float>(y), static_cast<float>(kGrid)),
-                             static_cast<float>(H));
+  const float fy =
+      __fdiv_rn(__fmul_rn(static_cast<float>(y), static_cast<float>(kGrid)), static_cast<float>(H));
   const int y0 = static_cast<int>(fy);
   const float ty = __fsub_rn(fy, static_cast<float>(y0));
-  const float fx = __fdiv_rn(__fmul_rn(static_cast<float>(x), static_cast<float>(kGrid)),
-                             static_cast<float>(W));
+  const float fx =
+      __fdiv_rn(__fmul_rn(static_cast<float>(x), static_cast<float>(kGrid)), static_cast<float>(W));
   const int x0 = static_cast<int>(fx);
   const float tx = __fsub_rn(fx, static_cast<float>(x0));
   const int y1 = (y0 + 1) % kGrid, x1 = (x0 + 1) % kGrid;
@@ -130,17 +129,17 @@ __global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
       const float pattern = PatternValue(cells, sy, sx, c, g.height, g.width);
       const uint32_t word = noise.v[i / 2];
       const int shift = (i % 2) * 16;
-      const float tri = __fsub_rn(
-          __fdiv_rn(__fadd_rn(static_cast<float>((word >> shift) & 0xFF),
-                              static_cast<float>((word >> (shift + 8)) & 0xFF)),
-                    255.f),
-          1.f);
+      const float tri =
+          __fsub_rn(__fdiv_rn(__fadd_rn(static_cast<float>((word >> shift) & 0xFF),
+                                        static_cast<float>((word >> (shift + 8)) & 0xFF)),
+                              255.f),
+                    1.f);
       // 128 + (pattern - 128) * contrast + brightness + noise * tri, left to right.
       float v = __fadd_rn(128.f, __fmul_rn(__fsub_rn(pattern, 128.f), contrast));
       v = __fadd_rn(v, brightness);
       v = __fadd_rn(v, __fmul_rn(g.noise, tri));
-      v = 0.f < v ? v : 0.f;        // std::max(0.f, v)
-      v = v < 255.f ? v : 255.f;    // std::min(255.f, v)
+      v = 0.f < v ? v : 0.f;      // std::max(0.f, v)
+      v = v < 255.f ? v : 255.f;  // std::min(255.f, v)
       out[e] = static_cast<uint8_t>(static_cast<int>(__fadd_rn(v, 0.5f)));
     }
   }
@@ -153,8 +152,7 @@ void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* 
   if (n <= 0 || g.crop_h <= 0 || g.crop_w <= 0) return;
   AugmentParams p{g, src, augs, n, out};
   const dim3 grid(static_cast<unsigned>(CeilDiv(g.crop_w, kAugCols)),
-                  static_cast<unsigned>(g.crop_h),
-                  static_cast<unsigned>(CeilDiv(n, kAugImages)));
+                  static_cast<unsigned>(g.crop_h), static_cast<unsigned>(CeilDiv(n, kAugImages)));
   Launch(AugmentKernel, grid, dim3(kAugImages, kAugCols), stream, p);
 }
 

@@ -38,9 +38,8 @@ void SetConvGemmVersion(int version);
 
 ConvLaunchInfo ConvForwardGpu(const DeviceContext& ctx, const ConvDims& d, const ConvParams& p,
                               const float* x, const float* w, float* y);
-ConvLaunchInfo ConvBackwardDataGpu(const DeviceContext& ctx, const ConvDims& d,
-                                   const ConvParams& p, const float* dy, const float* w,
-                                   float* dx);
+ConvLaunchInfo ConvBackwardDataGpu(const DeviceContext& ctx, const ConvDims& d, const ConvParams& p,
+                                   const float* dy, const float* w, float* dx);
 ConvLaunchInfo ConvBackwardFilterGpu(const DeviceContext& ctx, const ConvDims& d,
                                      const ConvParams& p, const float* x, const float* dy,
                                      float* dw);
@@ -117,8 +116,8 @@ void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t chan
 // out[r] = sum_i x[r * inner + i] (deterministic two-pass reduction).
 void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner);
 
-void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int h, int w,
-                    int n, int oh, int ow, const PoolParams& p);
+void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int h, int w, int n,
+                    int oh, int ow, const PoolParams& p);
 // Max-pool backward version: 0 picks per shape by timing (default), 2 or 3 forces one.
 void SetPoolBackwardVersion(int version);
 void PoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* y, const float* dy,
@@ -140,9 +139,9 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
                           int n, const LrnWithinParams& p);
 
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
-                              const float* beta, float* y, float* running_mean,
-                              float* running_var, float* save_mean, float* save_invstd, int c,
-                              int64_t inner, const BatchNormParams& p);
+                              const float* beta, float* y, float* running_mean, float* running_var,
+                              float* save_mean, float* save_invstd, int c, int64_t inner,
+                              const BatchNormParams& p);
 void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, const float* running_mean,
                               const float* running_var, float* y, int c, int64_t inner,
@@ -162,8 +161,7 @@ void MulGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, 
 void SoftmaxCrossEntropyForwardGpu(const DeviceContext& ctx, const float* logits,
                                    const float* labels, float* probs, float* loss, int k, int n);
 void SoftmaxCrossEntropyBackwardGpu(const DeviceContext& ctx, const float* probs,
-                                    const float* labels, float scale, float* dlogits, int k,
-                                    int n);
+                                    const float* labels, float scale, float* dlogits, int k, int n);
 void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* v, int64_t n,
                   const SgdParams& p);
 

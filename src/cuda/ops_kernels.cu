@@ -36,7 +36,7 @@ dim3 GridFor(const DeviceContext& ctx, int64_t n, int per_thread = 1) {
   return dim3(static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(ctx.sm_count) * 32)));
 }
 
-#define GRID_STRIDE_LOOP(i, n)                                                          \
+#define GRID_STRIDE_LOOP(i, n)                                                           \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -73,9 +73,7 @@ struct FillParams {
   int64_t n;
   float v;
 };
-__global__ void FillKernel(const FillParams p) {
-  GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.v;
-}
+__global__ void FillKernel(const FillParams p) { GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.v; }
 
 // Kernel AxpbyKernel: y[i] = alpha*x[i] + beta*y[i] (y not read when beta == 0, as in BLAS).
 // Multiplies and adds are rounded separately (no FMA contraction) to match the CPU.
@@ -113,7 +111,7 @@ __global__ void BinaryKernel(const BinaryParams p) {
 // Kernel ReluKernel: forward y = max(x, 0); backward (y_or_x = y) dx = y > 0 ? dy : 0.
 // In place is fine (each element is read before it is written, by the same thread).
 struct ReluParams {
-  const float* a;  // x (forward) or y (backward)
+  const float* a;   // x (forward) or y (backward)
   const float* dy;  // backward only
   float* out;
   int64_t n;
@@ -147,8 +145,8 @@ __global__ void ReluBackwardKernel(const ReluVecParams q) {
     float4* o4 = reinterpret_cast<float4*>(p.out);
     GRID_STRIDE_LOOP(i, p.n / 4) {
       const float4 y = y4[i], g = g4[i];
-      o4[i] = make_float4(y.x > 0.0f ? g.x : 0.0f, y.y > 0.0f ? g.y : 0.0f,
-                          y.z > 0.0f ? g.z : 0.0f, y.w > 0.0f ? g.w : 0.0f);
+      o4[i] = make_float4(y.x > 0.0f ? g.x : 0.0f, y.y > 0.0f ? g.y : 0.0f, y.z > 0.0f ? g.z : 0.0f,
+                          y.w > 0.0f ? g.w : 0.0f);
     }
     done = p.n / 4 * 4;
   }
@@ -173,7 +171,10 @@ __global__ void AddBiasKernel(const AddBiasParams p) {
     float4* row4 = reinterpret_cast<float4*>(row);
     for (int64_t i = start; i < p.inner / 4; i += step) {
       float4 v = row4[i];
-      v.x += bias; v.y += bias; v.z += bias; v.w += bias;
+      v.x += bias;
+      v.y += bias;
+      v.z += bias;
+      v.w += bias;
       row4[i] = v;
     }
   } else {
@@ -454,7 +455,7 @@ struct LrnCrossKernelParams {
   float* denom_out;
   int c, cg;  // channels and channels per group
   int64_t hwn;
-  int half;  // size / 2
+  int half;              // size / 2
   float alpha, beta, k;  // alpha already divided by size when requested
   float grad_scale;      // 2 * alpha * beta, rounded as CpuOps does
 };
@@ -563,7 +564,8 @@ __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < L; ++i) s += rr[i];
-        p.out[c * p.hwn + q] = gr[HALF] * PowNegBeta(dr[HALF], p.beta) - p.grad_scale * xr[HALF] * s;
+        p.out[c * p.hwn + q] =
+            gr[HALF] * PowNegBeta(dr[HALF], p.beta) - p.grad_scale * xr[HALF] * s;
 #pragma unroll
         for (int i = 0; i + 1 < L; ++i) {
           rr[i] = rr[i + 1];
@@ -697,7 +699,8 @@ __global__ void BatchNormTrainKernel(const BnParams p) {
     p.save_mean[c] = fmean;
     p.save_invstd[c] = static_cast<float>(invstd);
     const double unbiased = p.inner > 1 ? ss / static_cast<double>(p.inner - 1) : var;
-    p.running_mean[c] = static_cast<float>((1.0 - p.momentum) * p.running_mean[c] + p.momentum * mean);
+    p.running_mean[c] =
+        static_cast<float>((1.0 - p.momentum) * p.running_mean[c] + p.momentum * mean);
     p.running_var[c] =
         static_cast<float>((1.0 - p.momentum) * p.running_var[c] + p.momentum * unbiased);
   }
@@ -769,7 +772,8 @@ __global__ void DropoutForwardKernel(const DropoutKernelParams p) {
     const int64_t hw = chw % (int64_t(p.h) * p.w);
     const int64_t gidx =
         ((c + p.channel_offset) * p.h * p.w + hw) * p.global_batch + img + p.image_offset;
-    const float u = PhiloxUniform(p.seed, static_cast<uint64_t>(p.step), static_cast<uint64_t>(gidx));
+    const float u =
+        PhiloxUniform(p.seed, static_cast<uint64_t>(p.step), static_cast<uint64_t>(gidx));
     const float m = u >= p.p ? p.scale : 0.0f;
     p.mask[i] = m;
     p.y[i] = p.x[i] * m;
@@ -841,7 +845,8 @@ __global__ void SgdKernel(const SgdKernelParams p) {
 
 }  // namespace
 
-// ================================ launchers ========================================================
+// ================================ launchers
+// ========================================================
 
 // Max-pool backward versions 2 and 3 are bit-identical; the autotuner (autotune.h) times
 // them on the first call of each shape and keeps the faster, unless one is forced
@@ -881,8 +886,8 @@ double SumGpu(const DeviceContext& ctx, const float* x, int64_t n) {
   Launch(SumPartialKernel, dim3(parts), dim3(kBlock), ctx.stream, p);
   Launch(SumFinishKernel, dim3(1), dim3(kBlock), ctx.stream, p);
   double out = 0.0;
-  COLONNADE_CUDA_CHECK(cudaMemcpyAsync(&out, part.d() + parts, sizeof(double),
-                                       cudaMemcpyDeviceToHost, ctx.stream));
+  COLONNADE_CUDA_CHECK(
+      cudaMemcpyAsync(&out, part.d() + parts, sizeof(double), cudaMemcpyDeviceToHost, ctx.stream));
   COLONNADE_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   return out;
 }
@@ -914,27 +919,31 @@ void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t row
   }
 }
 
-void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int h, int w,
-                    int n, int oh, int ow, const PoolParams& pp) {
-  PoolKernelParams p{x, nullptr, nullptr, y, c, h, w, n, oh, ow, pp.size, pp.stride, pp.pad,
-                     static_cast<int>(pp.kind)};
-  CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31) << "pooling supports tensors below 2^31 elements";
+void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int h, int w, int n,
+                    int oh, int ow, const PoolParams& pp) {
+  PoolKernelParams p{x, nullptr, nullptr, y,       c,         h,      w,
+                     n, oh,      ow,      pp.size, pp.stride, pp.pad, static_cast<int>(pp.kind)};
+  CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31)
+      << "pooling supports tensors below 2^31 elements";
   Launch(PoolForwardKernel, RowGrid(int64_t(ow) * n, int64_t(c) * oh), dim3(kBlock), ctx.stream, p);
 }
 
 void PoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* y, const float* dy,
                      float* dx, int c, int h, int w, int n, int oh, int ow, const PoolParams& pp) {
-  PoolKernelParams p{x, y, dy, dx, c, h, w, n, oh, ow, pp.size, pp.stride, pp.pad,
-                     static_cast<int>(pp.kind)};
-  CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31) << "pooling supports tensors below 2^31 elements";
+  PoolKernelParams p{x, y,  dy, dx,      c,         h,      w,
+                     n, oh, ow, pp.size, pp.stride, pp.pad, static_cast<int>(pp.kind)};
+  CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31)
+      << "pooling supports tensors below 2^31 elements";
   const dim3 in_grid = RowGrid(int64_t(w) * n, int64_t(c) * h);
   if (pp.kind != PoolParams::kMax) {
     Launch(PoolBackwardKernel, in_grid, dim3(kBlock), ctx.stream, p);
     return;
   }
   Scratch arg(ctx.alloc, sizeof(int) * size_t(c) * oh * ow * n);
-  PoolArgParams a{x, y, dy, static_cast<int*>(static_cast<void*>(arg.f())), dx, c, h, w, n, oh, ow,
-                  pp.size, pp.stride, pp.pad};
+  PoolArgParams a{x,         y,     dy, static_cast<int*>(static_cast<void*>(arg.f())),
+                  dx,        c,     h,  w,
+                  n,         oh,    ow, pp.size,
+                  pp.stride, pp.pad};
   const dim3 out_grid = RowGrid(int64_t(ow) * n, int64_t(c) * oh);
   auto run = [&](int version) {
     if (version == 2) {
@@ -995,11 +1004,20 @@ void LrnCrossForwardGpu(const DeviceContext& ctx, const float* x, float* y, floa
   p.denom_out = denom;
   void (*kernel)(LrnCrossKernelParams) = LrnCrossForwardKernel;
   switch (p.half) {
-    case 1: kernel = LrnCrossForwardRing<1>; break;
-    case 2: kernel = LrnCrossForwardRing<2>; break;
-    case 3: kernel = LrnCrossForwardRing<3>; break;
-    case 4: kernel = LrnCrossForwardRing<4>; break;
-    default: break;
+    case 1:
+      kernel = LrnCrossForwardRing<1>;
+      break;
+    case 2:
+      kernel = LrnCrossForwardRing<2>;
+      break;
+    case 3:
+      kernel = LrnCrossForwardRing<3>;
+      break;
+    case 4:
+      kernel = LrnCrossForwardRing<4>;
+      break;
+    default:
+      break;
   }
   Launch(kernel, GridFor(ctx, hwn), dim3(kBlock), ctx.stream, p);
 }
@@ -1015,11 +1033,20 @@ void LrnCrossBackwardGpu(const DeviceContext& ctx, const float* x, const float* 
   p.out = dx;
   void (*kernel)(LrnCrossKernelParams) = LrnCrossBackwardKernel;
   switch (p.half) {
-    case 1: kernel = LrnCrossBackwardRing<1>; break;
-    case 2: kernel = LrnCrossBackwardRing<2>; break;
-    case 3: kernel = LrnCrossBackwardRing<3>; break;
-    case 4: kernel = LrnCrossBackwardRing<4>; break;
-    default: break;
+    case 1:
+      kernel = LrnCrossBackwardRing<1>;
+      break;
+    case 2:
+      kernel = LrnCrossBackwardRing<2>;
+      break;
+    case 3:
+      kernel = LrnCrossBackwardRing<3>;
+      break;
+    case 4:
+      kernel = LrnCrossBackwardRing<4>;
+      break;
+    default:
+      break;
   }
   Launch(kernel, GridFor(ctx, hwn), dim3(kBlock), ctx.stream, p);
 }
@@ -1047,9 +1074,9 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
 }
 
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
-                              const float* beta, float* y, float* running_mean,
-                              float* running_var, float* save_mean, float* save_invstd, int c,
-                              int64_t inner, const BatchNormParams& bp) {
+                              const float* beta, float* y, float* running_mean, float* running_var,
+                              float* save_mean, float* save_invstd, int c, int64_t inner,
+                              const BatchNormParams& bp) {
   BnParams p{};
   p.x = x;
   p.gamma = gamma;

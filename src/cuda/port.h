@@ -19,24 +19,24 @@ namespace colonnade::cuda {
 
 // Aborts with the failing call's text: a CUDA error inside the backend is a programming
 // error or a broken device, neither of which the caller can recover from.
-#define COLONNADE_CUDA_CHECK(expr)                                                        \
-  do {                                                                                    \
-    cudaError_t err_ = (expr);                                                            \
-    if (err_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: CUDA error %d (%s) in %s\n", __FILE__, __LINE__,     \
-                   static_cast<int>(err_), cudaGetErrorString(err_), #expr);              \
-      std::abort();                                                                       \
-    }                                                                                     \
+#define COLONNADE_CUDA_CHECK(expr)                                                  \
+  do {                                                                              \
+    cudaError_t err_ = (expr);                                                      \
+    if (err_ != cudaSuccess) {                                                      \
+      std::fprintf(stderr, "%s:%d: CUDA error %d (%s) in %s\n", __FILE__, __LINE__, \
+                   static_cast<int>(err_), cudaGetErrorString(err_), #expr);        \
+      std::abort();                                                                 \
+    }                                                                               \
   } while (0)
 
-#define COLONNADE_CUBLAS_CHECK(expr)                                                      \
-  do {                                                                                    \
-    cublasStatus_t st_ = (expr);                                                          \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                   \
-      std::fprintf(stderr, "%s:%d: cuBLAS error %d in %s\n", __FILE__, __LINE__,         \
-                   static_cast<int>(st_), #expr);                                         \
-      std::abort();                                                                       \
-    }                                                                                     \
+#define COLONNADE_CUBLAS_CHECK(expr)                                             \
+  do {                                                                           \
+    cublasStatus_t st_ = (expr);                                                 \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                          \
+      std::fprintf(stderr, "%s:%d: cuBLAS error %d in %s\n", __FILE__, __LINE__, \
+                   static_cast<int>(st_), #expr);                                \
+      std::abort();                                                              \
+    }                                                                            \
   } while (0)
 
 // Launches `kernel(params)` (every kernel in src/cuda takes one parameter struct by
@@ -50,8 +50,8 @@ inline void Launch(void (*kernel)(P), dim3 grid, dim3 block, cudaStream_t stream
 #else
   P copy = p;
   void* args[] = {&copy};
-  COLONNADE_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block,
-                                        args, 0, stream));
+  COLONNADE_CUDA_CHECK(
+      cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args, 0, stream));
 #endif
 }
 
@@ -74,8 +74,8 @@ inline void LaunchDynamicSmem(void (*kernel)(P), dim3 grid, dim3 block, size_t s
   }
   P copy = p;
   void* args[] = {&copy};
-  COLONNADE_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block,
-                                        args, smem_bytes, stream));
+  COLONNADE_CUDA_CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, args,
+                                        smem_bytes, stream));
 #endif
 }
 

@@ -43,8 +43,8 @@ uint64_t PurposeKey(uint64_t seed, RandomPurpose p) {
 
 }  // namespace
 
-ImageAugment DrawAugment(const AugmentConfig& cfg, uint64_t seed, int64_t epoch,
-                         int64_t position, bool train, bool mirror, float lighting_sigma) {
+ImageAugment DrawAugment(const AugmentConfig& cfg, uint64_t seed, int64_t epoch, int64_t position,
+                         bool train, bool mirror, float lighting_sigma) {
   ImageAugment a;
   const uint64_t e = static_cast<uint64_t>(epoch), p = static_cast<uint64_t>(position);
   if (!train) {
@@ -223,8 +223,8 @@ void WriteChunkCHWN(const uint8_t* const* hwc, const ImageAugment* augs, int cou
 
 absl::StatusOr<std::vector<Tensor>> TenCrops(const Tensor& images, int crop) {
   if (images.shape().rank() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat("TenCrops: images must be CHWN, got ",
-                                                   images.shape().ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TenCrops: images must be CHWN, got ", images.shape().ToString()));
   }
   if (images.device() != Device::kCPU) {
     return absl::InvalidArgumentError("TenCrops: images must be a host tensor");
@@ -234,11 +234,8 @@ absl::StatusOr<std::vector<Tensor>> TenCrops(const Tensor& images, int crop) {
     return absl::InvalidArgumentError(
         absl::StrFormat("TenCrops: crop %d does not fit images of %dx%d", crop, H, W));
   }
-  const int64_t offs[5][2] = {{(H - crop) / 2, (W - crop) / 2},
-                              {0, 0},
-                              {0, W - crop},
-                              {H - crop, 0},
-                              {H - crop, W - crop}};
+  const int64_t offs[5][2] = {
+      {(H - crop) / 2, (W - crop) / 2}, {0, 0}, {0, W - crop}, {H - crop, 0}, {H - crop, W - crop}};
   std::vector<Tensor> out;
   const float* src = images.data();
   for (int m = 0; m < 2; ++m) {

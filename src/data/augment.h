@@ -38,9 +38,8 @@ absl::StatusOr<MeanMode> ParseMeanMode(const std::string& s);  // "image" | "cha
 // for RGB values in [0, 1], so the noise is multiplied by 255 for our 0..255 pixels.
 // Columns of kImagenetEigvec are the eigenvectors; rows are R, G, B.
 inline constexpr float kImagenetEigval[3] = {0.2175f, 0.0188f, 0.0045f};
-inline constexpr float kImagenetEigvec[3][3] = {{-0.5675f, 0.7192f, 0.4009f},
-                                                {-0.5808f, -0.0045f, -0.8140f},
-                                                {-0.5836f, -0.6948f, 0.4203f}};
+inline constexpr float kImagenetEigvec[3][3] = {
+    {-0.5675f, 0.7192f, 0.4009f}, {-0.5808f, -0.0045f, -0.8140f}, {-0.5836f, -0.6948f, 0.4203f}};
 // delta[i] = 255 * sum_j eigvec[i][j] * alpha[j] * eigval[j], added to channel i.
 void LightingDelta(const float alpha[3], float delta[3]);
 
@@ -51,8 +50,8 @@ struct AugmentConfig {
   int pad = 0;  // training: zero-valued (mean-valued) pixels added on every side before the
                 // random crop; ignored in eval. 0 <= pad < min(crop_h, crop_w).
   MeanMode mean = MeanMode::kImage;
-  std::vector<float> mean_image;            // height*width*channels (for kImage)
-  std::vector<float> channel_mean;          // channels (for kChannel)
+  std::vector<float> mean_image;    // height*width*channels (for kImage)
+  std::vector<float> channel_mean;  // channels (for kChannel)
   float scale = 1.0f / 255.0f;
 };
 
@@ -69,8 +68,8 @@ struct ImageAugment {
 // draws are exactly those of the unpadded pipeline), mirror with probability 1/2 if
 // `mirror` (kMirror), lighting alpha ~ N(0, lighting_sigma^2) per component if sigma > 0
 // (kLighting). Eval (train=false): centre crop (cfg.pad ignored), no mirror, no lighting.
-ImageAugment DrawAugment(const AugmentConfig& cfg, uint64_t seed, int64_t epoch,
-                         int64_t position, bool train, bool mirror, float lighting_sigma);
+ImageAugment DrawAugment(const AugmentConfig& cfg, uint64_t seed, int64_t epoch, int64_t position,
+                         bool train, bool mirror, float lighting_sigma);
 
 // Writes image `hwc` (cfg.height x cfg.width x cfg.channels) as column n of the CHWN
 // tensor data `out` with batch size N (shape channels x crop_h x crop_w x N). Output

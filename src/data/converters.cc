@@ -130,7 +130,7 @@ bool HasImageExtension(const std::string& name) {
 // One image after decoding/resizing/encoding, or the reason it could not be.
 struct Converted {
   absl::Status status;
-  bool fatal = false;   // an error that --strict or not must stop the conversion
+  bool fatal = false;  // an error that --strict or not must stop the conversion
   Image image;
   std::string encoded;  // for encoding jpeg
 };
@@ -267,10 +267,10 @@ absl::StatusOr<std::vector<float>> ReadMeanImage(const std::string& dir, int hei
                                                  int channels, const ImageLimits& limits) {
   ASSIGN_OR_RETURN(DatasetIndex idx, ReadDatasetIndex(dir, limits));
   if (idx.info.height != height || idx.info.width != width || idx.info.channels != channels) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: /mean_image: shape is [%d, %d, %d], expected [%d, %d, %d]",
-        JoinPath(dir, kIndexFileName), idx.info.height, idx.info.width, idx.info.channels,
-        height, width, channels));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: /mean_image: shape is [%d, %d, %d], expected [%d, %d, %d]",
+                        JoinPath(dir, kIndexFileName), idx.info.height, idx.info.width,
+                        idx.info.channels, height, width, channels));
   }
   return std::move(idx.mean_image);
 }
@@ -285,8 +285,8 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
   RETURN_IF_ERROR(CheckOptions(o));
   const auto t0 = Clock::now();
   constexpr int kRecord = 1 + 32 * 32 * 3;
-  std::vector<std::string> class_names = {"airplane", "automobile", "bird", "cat", "deer",
-                                          "dog", "frog", "horse", "ship", "truck"};
+  std::vector<std::string> class_names = {"airplane", "automobile", "bird",  "cat",  "deer",
+                                          "dog",      "frog",       "horse", "ship", "truck"};
   const std::string meta = JoinPath(input_dir, "batches.meta.txt");
   absl::StatusOr<std::string> m = ReadRegularFile(meta, 1 << 20);
   if (!m.ok() && !absl::IsNotFound(m.status())) return m.status();
@@ -308,8 +308,8 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
     const char* name;
     std::vector<std::string> files;
   } splits[2] = {{"train",
-                  {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
-                   "data_batch_4.bin", "data_batch_5.bin"}},
+                  {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+                   "data_batch_5.bin"}},
                  {"test", {"test_batch.bin"}}};
   for (const Split& split : splits) {
     std::string records;
@@ -318,8 +318,8 @@ absl::StatusOr<ConvertReport> ConvertCifar10Binary(const std::string& input_dir,
       ASSIGN_OR_RETURN(std::string data, ReadRegularFile(path, INT64_MAX));
       if (data.empty() || data.size() % kRecord != 0) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: size %d bytes is not a positive multiple of the %d-byte record (truncated?)",
-            path, data.size(), kRecord));
+            "%s: size %d bytes is not a positive multiple of the %d-byte record (truncated?)", path,
+            data.size(), kRecord));
       }
       const int64_t n = static_cast<int64_t>(data.size() / kRecord);
       for (int64_t i = 0; i < n; ++i) {
@@ -419,8 +419,7 @@ absl::Status ListClassFolders(const std::string& root, std::vector<std::string>*
 // Without --resize every image must have the size of the first decodable one: that size,
 // and the path of that image in `source` (for the message about an image of another size).
 absl::Status FirstImageSize(const std::string& root, const std::vector<FolderItem>& items,
-                            const ConvertOptions& o, int* height, int* width,
-                            std::string* source) {
+                            const ConvertOptions& o, int* height, int* width, std::string* source) {
   for (const FolderItem& it : items) {
     absl::StatusOr<std::string> bytes = ReadRegularFile(it.path, MaxImageFileBytes(o.limits));
     if (!bytes.ok()) continue;
@@ -468,8 +467,7 @@ Converted ConvertFolderImage(const std::string& path, const ConvertOptions& o, i
     int src_h = 0, src_w = 0;
     if (o.encoding == "jpeg" && o.jpeg_passthrough &&
         SniffFormat(data, bytes->size()) == ImageFormat::kJpeg &&
-        JpegSize(data, bytes->size(), &src_h, &src_w).ok() && src_h == height &&
-        src_w == width) {
+        JpegSize(data, bytes->size(), &src_h, &src_w).ok() && src_h == height && src_w == width) {
       c.encoded = std::move(*bytes);
     }
   } else if (o.resize > 0) {
@@ -477,9 +475,9 @@ Converted ConvertFolderImage(const std::string& path, const ConvertOptions& o, i
   } else if (o.resize_height > 0) {
     c.image = Resize(img, o.resize_height, o.resize_width);
   } else {
-    c.status = absl::InvalidArgumentError(absl::StrFormat(
-        "%s: image is %dx%d, but %s is %dx%d; pass --resize or --resize_exact", path,
-        img.width, img.height, size_source, width, height));
+    c.status = absl::InvalidArgumentError(
+        absl::StrFormat("%s: image is %dx%d, but %s is %dx%d; pass --resize or --resize_exact",
+                        path, img.width, img.height, size_source, width, height));
     c.fatal = true;
     return c;
   }
@@ -550,9 +548,8 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
     };
     std::function<int(int64_t)> label_of = [&list](int64_t i) { return list[i].label; };
     ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> w,
-                     WriteSplit(dir, o, height, width, classes,
-                                static_cast<int64_t>(list.size()), produce, label_of, m, msrc,
-                                &report));
+                     WriteSplit(dir, o, height, width, classes, static_cast<int64_t>(list.size()),
+                                produce, label_of, m, msrc, &report));
     written.push_back(std::move(w));
     return absl::OkStatus();
   };
@@ -571,8 +568,7 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
 
 // ---- synthetic ------------------------------------------------------------------------------
 
-absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth,
-                                                   int64_t test_size,
+absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth, int64_t test_size,
                                                    const std::string& output_dir,
                                                    const ConvertOptions& o_in) {
   ConvertOptions o = o_in;
@@ -603,12 +599,11 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
     };
     std::function<int(int64_t)> label_of = [d](int64_t i) { return d->Label(i); };
     const char* name = split == 0 ? "train" : "test";
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<DatasetWriter> w,
-        WriteSplit(JoinPath(output_dir, name), o, info.height, info.width, info.class_names,
-                   info.size, produce, label_of,
-                   split == 1 ? &written.front()->mean_image() : nullptr,
-                   split == 1 ? "train" : "", &report));
+    ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> w,
+                     WriteSplit(JoinPath(output_dir, name), o, info.height, info.width,
+                                info.class_names, info.size, produce, label_of,
+                                split == 1 ? &written.front()->mean_image() : nullptr,
+                                split == 1 ? "train" : "", &report));
     written.push_back(std::move(w));
   }
   RETURN_IF_ERROR(CommitSplits(&written, &report));

@@ -21,17 +21,17 @@ struct ConvertOptions {
   // Folder source with encoding jpeg: store a source JPEG's original bytes when it needs
   // no resize and decodes to the stored channel count directly (no second compression).
   bool jpeg_passthrough = true;
-  int resize = 0;                // folder: shorter side -> resize, then centre crop (AlexNet: 256)
+  int resize = 0;  // folder: shorter side -> resize, then centre crop (AlexNet: 256)
   int resize_height = 0, resize_width = 0;  // folder: exact resize (ignores aspect ratio)
-  int channels = 3;              // stored channels (grayscale sources are replicated)
-  int64_t shard_size = 10000;    // images per shard file
-  int threads = 2;               // decode/encode threads, 1..kMaxConvertThreads
-  bool strict = false;           // folder: an undecodable file is fatal (default: skip + count)
-  bool force = false;            // overwrite existing dataset files in the output dirs
-  uint64_t seed = 1;             // storage shuffle, validation split, synthetic data
-  bool shuffle = true;           // store images in a seeded random order (not class-sorted)
-  double val_fraction = 0.0;     // folder/synthetic: hold out this fraction as OUT/val
-  std::string mean_from;         // store this dataset dir's mean image instead of computing
+  int channels = 3;                         // stored channels (grayscale sources are replicated)
+  int64_t shard_size = 10000;               // images per shard file
+  int threads = 2;                          // decode/encode threads, 1..kMaxConvertThreads
+  bool strict = false;        // folder: an undecodable file is fatal (default: skip + count)
+  bool force = false;         // overwrite existing dataset files in the output dirs
+  uint64_t seed = 1;          // storage shuffle, validation split, synthetic data
+  bool shuffle = true;        // store images in a seeded random order (not class-sorted)
+  double val_fraction = 0.0;  // folder/synthetic: hold out this fraction as OUT/val
+  std::string mean_from;      // store this dataset dir's mean image instead of computing
   // Largest image decoded or written (source images beyond it are skipped and counted, or
   // fatal with strict; resize targets beyond it are refused).
   ImageLimits limits;
@@ -49,11 +49,11 @@ inline constexpr int kMaxConvertThreads = 1024;
 // own behind. Input files are read only when they are regular files (a FIFO is skipped
 // and counted like an undecodable image).
 struct ConvertReport {
-  std::vector<std::string> output_dirs;  // one per split written
-  std::vector<int64_t> written;          // images per split
-  int64_t skipped = 0;                   // undecodable files skipped (non-strict)
+  std::vector<std::string> output_dirs;       // one per split written
+  std::vector<int64_t> written;               // images per split
+  int64_t skipped = 0;                        // undecodable files skipped (non-strict)
   std::vector<std::string> skipped_messages;  // first 20 "path: reason"
-  int64_t ignored = 0;                   // files without an image extension
+  int64_t ignored = 0;                        // files without an image extension
   double seconds = 0;
 };
 
@@ -75,8 +75,7 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
 
 // Writes OUT/train (synth, held_out=false) and OUT/test (test_size images of the
 // held-out split; stores the train mean).
-absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth,
-                                                   int64_t test_size,
+absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth, int64_t test_size,
                                                    const std::string& output_dir,
                                                    const ConvertOptions& o);
 

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "data/image.h"
 #include "data/shard_format.h"
 
@@ -113,41 +114,40 @@ class ShardDataset : public Dataset {
   absl::StatusOr<int> Read(int64_t index, std::vector<uint8_t>* pixels) override {
     const DatasetInfo& info = index_.info;
     if (index < 0 || index >= info.size) {
-      return absl::OutOfRangeError(absl::StrFormat("%s: image index %d is outside [0, %d)",
-                                                   info.path, index, info.size));
+      return absl::OutOfRangeError(
+          absl::StrFormat("%s: image index %d is outside [0, %d)", info.path, index, info.size));
     }
     // Shard holding `index`: binary search over the start offsets.
-    int shard = static_cast<int>(
-        std::upper_bound(shard_start_.begin(), shard_start_.end(), index) -
-        shard_start_.begin() - 1);
+    int shard = static_cast<int>(std::upper_bound(shard_start_.begin(), shard_start_.end(), index) -
+                                 shard_start_.begin() - 1);
     const int64_t local = index - shard_start_[shard];
     const size_t bytes = static_cast<size_t>(info.height) * info.width * info.channels;
     if (info.encoding == "raw") {
       pixels->resize(bytes);
-      absl::Status s = cache_->ReadRaw(shard, local, pixels->data());
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(cache_->ReadRaw(shard, local, pixels->data()));
       return labels_[index];
     }
     thread_local std::string encoded;
     thread_local Image decoded;
     const std::vector<int64_t>& off = offsets_[shard];
-    absl::Status s = cache_->ReadBytes(shard, off[local], off[local + 1], &encoded);
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(cache_->ReadBytes(shard, off[local], off[local + 1], &encoded));
     auto image_error = [&](const std::string& what) {
-      return absl::DataLossError(absl::StrFormat(
-          "%s: /images: image %d: %s", JoinPath(info.path, index_.shard_files[shard]), local,
-          what));
+      return absl::DataLossError(absl::StrFormat("%s: /images: image %d: %s",
+                                                 JoinPath(info.path, index_.shard_files[shard]),
+                                                 local, what));
     };
     const uint8_t* data = reinterpret_cast<const uint8_t*>(encoded.data());
     // The header must declare the dataset's size before anything is decoded: a stream of
     // another size is an error (never silently resized), and a header claiming a huge
     // image costs no memory.
     int h = 0, w = 0;
-    s = JpegSize(data, encoded.size(), &h, &w);
+    absl::Status s = JpegSize(data, encoded.size(), &h, &w);
     if (!s.ok()) return image_error(std::string(s.message()));
     if (h != info.height || w != info.width) {
-      return image_error(absl::StrFormat("JPEG is %dx%d, but the dataset's images are %dx%d "
-                                         "(height x width)", h, w, info.height, info.width));
+      return image_error(
+          absl::StrFormat("JPEG is %dx%d, but the dataset's images are %dx%d "
+                          "(height x width)",
+                          h, w, info.height, info.width));
     }
     s = DecodeJpeg(data, encoded.size(), info.channels, &decoded, 0, 0, limits_);
     if (!s.ok()) return image_error(std::string(s.message()));

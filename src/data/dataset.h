@@ -13,7 +13,7 @@
 namespace colonnade::data {
 
 struct DatasetInfo {
-  int64_t size = 0;                      // number of images
+  int64_t size = 0;  // number of images
   int height = 0, width = 0, channels = 0;
   int num_classes = 0;
   std::vector<std::string> class_names;  // num_classes entries
@@ -52,9 +52,9 @@ struct SyntheticOptions {
   int height = 32, width = 32, channels = 3;
   int num_classes = 10;
   uint64_t seed = 1;
-  bool held_out = false;   // the held-out (test) split
-  float noise = 24.0f;     // amplitude of the per-pixel noise, in pixel units (0..255)
-  int max_shift = -1;      // largest circular shift in pixels; -1 = width / 8
+  bool held_out = false;  // the held-out (test) split
+  float noise = 24.0f;    // amplitude of the per-pixel noise, in pixel units (0..255)
+  int max_shift = -1;     // largest circular shift in pixels; -1 = width / 8
   // mean_image() is computed (on its first call) over the first min(size, mean_images)
   // images.
   int64_t mean_images = 4096;

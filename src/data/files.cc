@@ -24,9 +24,9 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max
   if (::fstat(fd, &st) != 0) return FileOpenError(path, errno);
   if (!S_ISREG(st.st_mode)) return NotRegularFileError(path, st.st_mode);
   if (st.st_size > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: file of %d bytes is larger than the limit of %d bytes", path,
-        static_cast<int64_t>(st.st_size), max_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: file of %d bytes is larger than the limit of %d bytes", path,
+                        static_cast<int64_t>(st.st_size), max_bytes));
   }
   std::string data;
   data.reserve(static_cast<size_t>(st.st_size));
@@ -41,8 +41,8 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max
     data.append(buf, static_cast<size_t>(got));
     // A file that grows while read is capped too.
     if (static_cast<int64_t>(data.size()) > max_bytes) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: file is larger than the limit of %d bytes", path, max_bytes));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: file is larger than the limit of %d bytes", path, max_bytes));
     }
   }
   return data;

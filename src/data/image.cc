@@ -97,8 +97,8 @@ absl::Status JpegSize(const uint8_t* data, size_t size, int* height, int* width)
   return absl::OkStatus();
 }
 
-absl::Status DecodeJpeg(const uint8_t* data, size_t size, int channels, Image* out,
-                        int min_height, int min_width, const ImageLimits& limits) {
+absl::Status DecodeJpeg(const uint8_t* data, size_t size, int channels, Image* out, int min_height,
+                        int min_width, const ImageLimits& limits) {
   if (channels != 1 && channels != 3) {
     return absl::InvalidArgumentError(absl::StrCat("unsupported channel count ", channels));
   }
@@ -166,8 +166,7 @@ absl::Status DecodeJpeg(const uint8_t* data, size_t size, int channels, Image* o
     }
   } else {
     while (cinfo.output_scanline < cinfo.output_height) {
-      JSAMPROW row = out->pixels.data() +
-                     static_cast<size_t>(cinfo.output_scanline) * w * channels;
+      JSAMPROW row = out->pixels.data() + static_cast<size_t>(cinfo.output_scanline) * w * channels;
       jpeg_read_scanlines(&cinfo, &row, 1);
     }
   }
@@ -213,8 +212,8 @@ absl::Status DecodePng(const uint8_t* data, size_t size, int channels, Image* ou
 #endif
 }
 
-absl::Status DecodeImage(const uint8_t* data, size_t size, int channels, Image* out,
-                         int min_height, int min_width, const ImageLimits& limits) {
+absl::Status DecodeImage(const uint8_t* data, size_t size, int channels, Image* out, int min_height,
+                         int min_width, const ImageLimits& limits) {
   switch (SniffFormat(data, size)) {
     case ImageFormat::kJpeg:
       return DecodeJpeg(data, size, channels, out, min_height, min_width, limits);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 
 namespace colonnade::data {
 namespace {
@@ -16,8 +17,8 @@ absl::Status ReadLimit(const char* name, int64_t max, int64_t* value) {
   if (v == nullptr || *v == '\0') return absl::OkStatus();
   int64_t parsed = 0;
   if (!absl::SimpleAtoi(v, &parsed) || parsed <= 0 || parsed > max) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "environment variable %s='%s' is not an integer in 1..%d", name, v, max));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("environment variable %s='%s' is not an integer in 1..%d", name, v, max));
   }
   *value = parsed;
   return absl::OkStatus();
@@ -28,9 +29,8 @@ absl::Status ReadLimit(const char* name, int64_t max, int64_t* value) {
 absl::StatusOr<ImageLimits> ImageLimitsFromEnvironment() {
   ImageLimits l;
   // Sides beyond 2^20 or more than 2^40 pixels are no images a node can hold.
-  absl::Status s = ReadLimit(kMaxImageSideEnv, int64_t{1} << 20, &l.max_side);
-  if (s.ok()) s = ReadLimit(kMaxImagePixelsEnv, int64_t{1} << 40, &l.max_pixels);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(ReadLimit(kMaxImageSideEnv, int64_t{1} << 20, &l.max_side));
+  RETURN_IF_ERROR(ReadLimit(kMaxImagePixelsEnv, int64_t{1} << 40, &l.max_pixels));
   return l;
 }
 
@@ -69,12 +69,8 @@ std::string ImageSizeProblem(int64_t height, int64_t width, const ImageLimits& l
   return "";
 }
 
-bool CheckedMul(int64_t a, int64_t b, int64_t* out) {
-  return !__builtin_mul_overflow(a, b, out);
-}
+bool CheckedMul(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
-bool CheckedAdd(int64_t a, int64_t b, int64_t* out) {
-  return !__builtin_add_overflow(a, b, out);
-}
+bool CheckedAdd(int64_t a, int64_t b, int64_t* out) { return !__builtin_add_overflow(a, b, out); }
 
 }  // namespace colonnade::data

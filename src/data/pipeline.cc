@@ -32,27 +32,31 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
                                                                      Cursor start) {
   if (ds == nullptr) return absl::InvalidArgumentError("batch pipeline: no dataset");
   const DatasetInfo& info = ds->info();
-  auto bad = [](const std::string& m) { return absl::InvalidArgumentError("batch pipeline: " + m); };
-  if (o.global_batch <= 0) return bad(absl::StrCat("global_batch ", o.global_batch, " must be > 0"));
+  auto bad = [](const std::string& m) {
+    return absl::InvalidArgumentError("batch pipeline: " + m);
+  };
+  if (o.global_batch <= 0)
+    return bad(absl::StrCat("global_batch ", o.global_batch, " must be > 0"));
   if (o.dp_size <= 0 || o.dp_rank < 0 || o.dp_rank >= o.dp_size) {
     return bad(absl::StrFormat("dp_rank %d / dp_size %d is invalid", o.dp_rank, o.dp_size));
   }
   if (o.global_batch % o.dp_size != 0) {
-    return bad(absl::StrFormat("global_batch %d is not divisible by dp_size %d",
-                               o.global_batch, o.dp_size));
+    return bad(absl::StrFormat("global_batch %d is not divisible by dp_size %d", o.global_batch,
+                               o.dp_size));
   }
   if (info.size <= 0) return bad(absl::StrCat(info.path, ": the dataset is empty"));
   if (o.crop < 0 || o.crop > info.height || o.crop > info.width) {
-    return bad(absl::StrFormat("crop %d does not fit the %dx%d images of %s", o.crop,
-                               info.height, info.width, info.path));
+    return bad(absl::StrFormat("crop %d does not fit the %dx%d images of %s", o.crop, info.height,
+                               info.width, info.path));
   }
   // pad < crop side keeps at least one image row and column in every crop (and 2*pad far
   // from overflowing the span). Checked for eval pipelines too, where pad is unused.
   const int crop_side = o.crop > 0 ? o.crop : std::min(info.height, info.width);
   if (o.pad < 0 || (o.pad > 0 && o.pad >= crop_side)) {
-    return bad(absl::StrFormat("pad %d must be >= 0 and smaller than the crop side %d of the "
-                               "%dx%d images of %s", o.pad, crop_side, info.height,
-                               info.width, info.path));
+    return bad(
+        absl::StrFormat("pad %d must be >= 0 and smaller than the crop side %d of the "
+                        "%dx%d images of %s",
+                        o.pad, crop_side, info.height, info.width, info.path));
   }
   absl::StatusOr<MeanMode> mean = ParseMeanMode(o.mean);
   if (!mean.ok()) return bad(std::string(mean.status().message()));
@@ -65,8 +69,9 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
   if (o.queue_depth < 1) return bad(absl::StrCat("queue_depth ", o.queue_depth, " must be >= 1"));
   if (o.epochs < 0) return bad("epochs must be >= 0");
   if (o.pinned && !o.pinned_allocator) {
-    return bad("pinned=true needs PipelineOptions::pinned_allocator (this module does not "
-               "link CUDA)");
+    return bad(
+        "pinned=true needs PipelineOptions::pinned_allocator (this module does not "
+        "link CUDA)");
   }
   if (o.pinned && o.output == BatchOutput::kSourceUint8 && !o.pinned_bytes_allocator) {
     return bad("pinned=true with uint8 output needs PipelineOptions::pinned_bytes_allocator");
@@ -81,8 +86,8 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
         !CheckedMul(values, o.global_batch / o.dp_size, &values) || values > kMaxBatchValues) {
       return bad(absl::StrFormat(
           "a batch of %d images of %dx%dx%d per rank is more than the limit of %d values "
-          "(docs/LIMITS.md)", o.global_batch / o.dp_size, info.channels, side_h, side_w,
-          kMaxBatchValues));
+          "(docs/LIMITS.md)",
+          o.global_batch / o.dp_size, info.channels, side_h, side_w, kMaxBatchValues));
     }
     // The uint8 output holds the uncropped source images: the same limit, in bytes.
     int64_t bytes = 0;
@@ -91,8 +96,8 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
          !CheckedMul(bytes, o.global_batch / o.dp_size, &bytes) || bytes > kMaxBatchValues)) {
       return bad(absl::StrFormat(
           "a uint8 batch of %d source images of %dx%dx%d per rank is more than the limit of "
-          "%d bytes (docs/LIMITS.md)", o.global_batch / o.dp_size, info.height, info.width,
-          info.channels, kMaxBatchValues));
+          "%d bytes (docs/LIMITS.md)",
+          o.global_batch / o.dp_size, info.height, info.width, info.channels, kMaxBatchValues));
     }
   }
   const size_t image_values = static_cast<size_t>(info.height) * info.width * info.channels;
@@ -105,9 +110,8 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
   }
   const bool drop_last = o.train && o.drop_last;
   if (drop_last && info.size < o.global_batch) {
-    return bad(absl::StrFormat(
-        "%s has %d images, fewer than one global batch of %d (drop_last)", info.path,
-        info.size, o.global_batch));
+    return bad(absl::StrFormat("%s has %d images, fewer than one global batch of %d (drop_last)",
+                               info.path, info.size, o.global_batch));
   }
   if (start.epoch < 0 || start.position < 0 || start.position > info.size) {
     return bad(absl::StrFormat("start cursor %s is outside the dataset of %d images",
@@ -142,7 +146,8 @@ BatchPipeline::BatchPipeline(Dataset* ds, const PipelineOptions& o, Cursor start
     for (int64_t i = 0; i < pixels; ++i) {
       for (int c = 0; c < info.channels; ++c) sum[c] += cfg_.mean_image[i * info.channels + c];
     }
-    for (int c = 0; c < info.channels; ++c) cfg_.channel_mean[c] = static_cast<float>(sum[c] / pixels);
+    for (int c = 0; c < info.channels; ++c)
+      cfg_.channel_mean[c] = static_cast<float>(sum[c] / pixels);
   }
   if (!o.train) {
     o_.mirror = false;
@@ -291,8 +296,8 @@ void BatchPipeline::ProcessChunk(Job* job, int64_t begin, int64_t end,
     b.indices[n] = index;
     labels[n] = static_cast<float>(*label);
     ptrs[j] = (*px)[j].data();
-    augs[j] = DrawAugment(cfg_, o_.seed, b.cursor.epoch, position, o_.train, o_.mirror,
-                          o_.lighting);
+    augs[j] =
+        DrawAugment(cfg_, o_.seed, b.cursor.epoch, position, o_.train, o_.mirror, o_.lighting);
     if (o_.output != BatchOutput::kFloatCHWN) b.augments[n] = augs[j];
     if (o_.output == BatchOutput::kSourceUint8) {
       std::memcpy(b.pixels.data() + static_cast<size_t>(n) * image_bytes, ptrs[j], image_bytes);
@@ -310,8 +315,8 @@ absl::StatusOr<Batch> BatchPipeline::Next() {
   if (jobs_.empty()) {
     // Let a worker create the job (or find out that the data has ended).
     if (!MaybeCreateJobLocked() && end_of_data_) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "batch pipeline: end of data after %d epoch(s)", o_.epochs));
+      return absl::OutOfRangeError(
+          absl::StrFormat("batch pipeline: end of data after %d epoch(s)", o_.epochs));
     }
     work_cv_.notify_all();
   }
@@ -325,8 +330,7 @@ absl::StatusOr<Batch> BatchPipeline::Next() {
     return failed_;
   }
   Batch b = std::move(job->batch);
-  b.wait_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  b.wait_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return b;
 }
 

@@ -60,25 +60,25 @@ struct PipelineOptions {
   bool train = true;
   bool shuffle = true;
   bool drop_last = true;
-  int crop = 0;           // output height = width (0 = the full image); train: random crop,
-                          // eval: centre crop
-  int pad = 0;            // train: pad every side by `pad` pixels whose output is 0 (mean-
-                          // valued; no lighting) before the random crop, so crop offsets
-                          // range over [-pad, H-crop+pad]. CIFAR: pad 4 with 32x32 crops of
-                          // 32x32 images. Must be in [0, crop side). Eval: ignored.
-  bool mirror = false;    // train: horizontal flip with probability 1/2
-  std::string mean = "image";  // "image": subtract the mean image; "channel": its per-channel
-                               // average; "none"
+  int crop = 0;                   // output height = width (0 = the full image); train: random crop,
+                                  // eval: centre crop
+  int pad = 0;                    // train: pad every side by `pad` pixels whose output is 0 (mean-
+                                  // valued; no lighting) before the random crop, so crop offsets
+                                  // range over [-pad, H-crop+pad]. CIFAR: pad 4 with 32x32 crops of
+                                  // 32x32 images. Must be in [0, crop side). Eval: ignored.
+  bool mirror = false;            // train: horizontal flip with probability 1/2
+  std::string mean = "image";     // "image": subtract the mean image; "channel": its per-channel
+                                  // average; "none"
   std::vector<float> mean_image;  // if non-empty (H*W*C), used instead of the dataset's,
                                   // e.g. the training set's mean for an eval pipeline
-  float lighting = 0.0f;  // AlexNet PCA lighting noise sigma (the paper: 0.1); 0 = off
-  float scale = 1.0f / 255.0f;  // applied last: out = (pixel - mean + lighting) * scale
-  int threads = 2;        // reader/augment threads
-  int queue_depth = 4;    // batches prepared ahead of the consumer (ready or in progress)
-  int64_t epochs = 0;     // stop after this many epochs from the start cursor (Next()
-                          // returns OutOfRange); 0 = endless
-  bool pinned = false;    // allocate batches with `pinned_allocator` (required then) and,
-                          // for kSourceUint8, pixels with `pinned_bytes_allocator` (required)
+  float lighting = 0.0f;          // AlexNet PCA lighting noise sigma (the paper: 0.1); 0 = off
+  float scale = 1.0f / 255.0f;    // applied last: out = (pixel - mean + lighting) * scale
+  int threads = 2;                // reader/augment threads
+  int queue_depth = 4;            // batches prepared ahead of the consumer (ready or in progress)
+  int64_t epochs = 0;             // stop after this many epochs from the start cursor (Next()
+                                  // returns OutOfRange); 0 = endless
+  bool pinned = false;            // allocate batches with `pinned_allocator` (required then) and,
+                        // for kSourceUint8, pixels with `pinned_bytes_allocator` (required)
   HostTensorAllocator pinned_allocator;
   HostBytesAllocator pinned_bytes_allocator;
   BatchOutput output = BatchOutput::kFloatCHWN;
@@ -101,7 +101,7 @@ struct Batch {
   double wait_seconds = 0;     // time the consumer waited in Next()
   // Dataset index of each image (n entries), for checks and debugging.
   std::vector<int64_t> indices;
-  int64_t global_count = 0;    // images in the whole global batch (all dp ranks)
+  int64_t global_count = 0;  // images in the whole global batch (all dp ranks)
 };
 
 class BatchPipeline {

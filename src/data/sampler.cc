@@ -45,7 +45,10 @@ void RankSlice(int64_t count, int rank, int size, int64_t* begin, int64_t* end) 
 
 Sampler::Sampler(int64_t dataset_size, int64_t global_batch, uint64_t seed, bool shuffle,
                  bool drop_last)
-    : size_(dataset_size), batch_(global_batch), seed_(seed), shuffle_(shuffle),
+    : size_(dataset_size),
+      batch_(global_batch),
+      seed_(seed),
+      shuffle_(shuffle),
       drop_last_(drop_last) {
   CHECK_GT(global_batch, 0);
   CHECK_GE(dataset_size, 0);
@@ -61,9 +64,7 @@ Cursor Sampler::Normalize(Cursor c) const {
   return c;
 }
 
-int64_t Sampler::BatchCount(const Cursor& c) const {
-  return std::min(batch_, size_ - c.position);
-}
+int64_t Sampler::BatchCount(const Cursor& c) const { return std::min(batch_, size_ - c.position); }
 
 Cursor Sampler::Advance(const Cursor& c) const {
   return Normalize(Cursor{c.epoch, c.position + BatchCount(c)});

@@ -24,7 +24,7 @@ struct Cursor {
   int64_t position = 0;  // index of the next global batch's first sample within the epoch
   bool operator==(const Cursor& o) const { return epoch == o.epoch && position == o.position; }
   bool operator!=(const Cursor& o) const { return !(*this == o); }
-  std::string ToString() const;                           // "3:1280"
+  std::string ToString() const;                               // "3:1280"
   static absl::StatusOr<Cursor> Parse(const std::string& s);  // inverse of ToString
 };
 
@@ -42,8 +42,7 @@ class Sampler {
  public:
   // shuffle=false: the identity order every epoch. drop_last: the last global batch of an
   // epoch is dropped when it has fewer than global_batch images; otherwise it is kept.
-  Sampler(int64_t dataset_size, int64_t global_batch, uint64_t seed, bool shuffle,
-          bool drop_last);
+  Sampler(int64_t dataset_size, int64_t global_batch, uint64_t seed, bool shuffle, bool drop_last);
 
   int64_t dataset_size() const { return size_; }
   int64_t global_batch() const { return batch_; }

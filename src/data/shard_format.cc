@@ -77,8 +77,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
   }
   if (o.height <= 0 || o.width <= 0 || (o.channels != 1 && o.channels != 3)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "image size %dx%dx%d is invalid (channels must be 1 or 3)", o.height, o.width,
-        o.channels));
+        "image size %dx%dx%d is invalid (channels must be 1 or 3)", o.height, o.width, o.channels));
   }
   // The reader's limits: never write a dataset that OpenDataset would refuse.
   if (std::string why = ImageSizeProblem(o.height, o.width, o.limits); !why.empty()) {
@@ -86,9 +85,9 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
   }
   if (o.num_classes <= 0 || o.num_classes > kMaxClasses ||
       static_cast<int>(o.class_names.size()) != o.num_classes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "num_classes %d with %d class names (at most %d classes)", o.num_classes,
-        o.class_names.size(), kMaxClasses));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("num_classes %d with %d class names (at most %d classes)", o.num_classes,
+                        o.class_names.size(), kMaxClasses));
   }
   if (o.shard_size <= 0 || o.shard_size > kMaxDatasetImages) {
     return absl::InvalidArgumentError(
@@ -108,15 +107,15 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
   }
   if (!ours.empty()) {
     if (!o.force) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          o.dir, ": already holds a dataset (", ours.size(),
-          " files such as ", ours.front(), "); pass --force to overwrite"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(o.dir, ": already holds a dataset (", ours.size(), " files such as ",
+                       ours.front(), "); pass --force to overwrite"));
     }
     for (const std::string& n : ours) {
       std::string p = JoinPath(o.dir, n);
       if (::unlink(p.c_str()) != 0) {
-        return absl::PermissionDeniedError(absl::StrCat(p, ": cannot delete: ",
-                                                        std::strerror(errno)));
+        return absl::PermissionDeniedError(
+            absl::StrCat(p, ": cannot delete: ", std::strerror(errno)));
       }
     }
   }
@@ -204,16 +203,16 @@ absl::Status DatasetWriter::CloseShard() {
 absl::Status DatasetWriter::Add(const uint8_t* pixels, const std::string* encoded, int label) {
   if (finished_) return absl::FailedPreconditionError("DatasetWriter::Add after Finish");
   if (label < 0 || label >= o_.num_classes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "label %d of image %d is outside [0, %d)", label, total_, o_.num_classes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("label %d of image %d is outside [0, %d)", label, total_, o_.num_classes));
   }
   if (o_.encoding == "jpeg" && (encoded == nullptr || encoded->empty())) {
     return absl::InvalidArgumentError("encoding jpeg needs the encoded bytes of every image");
   }
   if (total_ >= kMaxDatasetImages) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: more than %d images (the largest dataset the reader accepts)", o_.dir,
-        kMaxDatasetImages));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: more than %d images (the largest dataset the reader accepts)", o_.dir,
+                        kMaxDatasetImages));
   }
   hdf5::Scope lock;
   if (!file_.valid()) {
@@ -227,8 +226,8 @@ absl::Status DatasetWriter::Add(const uint8_t* pixels, const std::string* encode
     hdf5::Handle fspace = hdf5::SpaceHandle(H5Dget_space(images_.get()));
     H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
     hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(4, count, nullptr));
-    if (H5Dwrite(images_.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(), H5P_DEFAULT,
-                 pixels) < 0) {
+    if (H5Dwrite(images_.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(), H5P_DEFAULT, pixels) <
+        0) {
       return absl::InternalError(absl::StrCat(JoinPath(o_.dir, shard_files_.back()),
                                               ": /images: write failed (disk full?)"));
     }
@@ -245,8 +244,7 @@ absl::Status DatasetWriter::Add(const uint8_t* pixels, const std::string* encode
   return absl::OkStatus();
 }
 
-absl::Status DatasetWriter::Finish(const std::vector<float>* mean,
-                                   const std::string& mean_source) {
+absl::Status DatasetWriter::Finish(const std::vector<float>* mean, const std::string& mean_source) {
   absl::Status s = Prepare(mean, mean_source);
   if (s.ok()) s = Commit();
   return s;
@@ -275,17 +273,16 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
     RETURN_IF_ERROR(CloseShard());
   }
   if (total_ == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(o_.dir, ": no images to write (empty dataset)"));
+    return absl::InvalidArgumentError(absl::StrCat(o_.dir, ": no images to write (empty dataset)"));
   }
   std::vector<float>& mean_image = mean_image_;
   mean_image.assign(image_bytes_, 0.f);
   std::string source = "computed";
   if (mean != nullptr) {
     if (static_cast<int64_t>(mean->size()) != image_bytes_) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "given mean image has %d values, expected %dx%dx%d", mean->size(), o_.height,
-          o_.width, o_.channels));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("given mean image has %d values, expected %dx%dx%d", mean->size(),
+                          o_.height, o_.width, o_.channels));
     }
     mean_image = *mean;
     source = mean_source.empty() ? "given" : mean_source;
@@ -341,8 +338,8 @@ namespace {
 
 absl::Status Mismatch(const std::string& where, const char* attr, int64_t got, int64_t want,
                       const char* from) {
-  return absl::InvalidArgumentError(absl::StrFormat("%s: attribute '%s' is %d, expected %d%s",
-                                                    where, attr, got, want, from));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: attribute '%s' is %d, expected %d%s", where, attr, got, want, from));
 }
 
 }  // namespace
@@ -360,14 +357,14 @@ absl::Status ReadIndexAttributes(hid_t f, const std::string& path, const ImageLi
   }
   ASSIGN_OR_RETURN(int64_t version, ReadIntAttribute(f, path, "version"));
   if (version != kShardFormatVersion) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: attribute 'version' is %d; this build reads version %d", path, version,
-        kShardFormatVersion));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: attribute 'version' is %d; this build reads version %d", path, version,
+                        kShardFormatVersion));
   }
   ASSIGN_OR_RETURN(std::string encoding, ReadStringAttribute(f, path, "encoding"));
   if (encoding != "raw" && encoding != "jpeg") {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'encoding' is '",
-                                                   encoding, "', expected raw or jpeg"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": attribute 'encoding' is '", encoding, "', expected raw or jpeg"));
   }
   int64_t vals[6];
   const char* names[6] = {"height", "width", "channels", "num_classes", "size", "num_shards"};
@@ -392,13 +389,13 @@ absl::Status ReadIndexAttributes(hid_t f, const std::string& path, const ImageLi
         absl::StrFormat("%s: attribute 'size' is %d: the dataset is empty", path, N));
   }
   if (N > kMaxDatasetImages) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: attribute 'size' is %d, more than the limit of %d images", path, N,
-        kMaxDatasetImages));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: attribute 'size' is %d, more than the limit of %d images", path, N,
+                        kMaxDatasetImages));
   }
   if (S <= 0 || S > kMaxShards) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: attribute 'num_shards' is %d, must be in 1..%d", path, S, kMaxShards));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: attribute 'num_shards' is %d, must be in 1..%d", path, S, kMaxShards));
   }
   ASSIGN_OR_RETURN(idx.mean_source, ReadStringAttribute(f, path, "mean_source"));
   idx.info.size = N;
@@ -423,8 +420,8 @@ absl::Status ReadCounts(hid_t f, const std::string& path, const char* name, int6
   int64_t sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     if ((*out)[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: %s: %s %d of %s %d is negative",
-                                                        path, name, what, (*out)[i], of, i));
+      return absl::InvalidArgumentError(absl::StrFormat("%s: %s: %s %d of %s %d is negative", path,
+                                                        name, what, (*out)[i], of, i));
     }
     if (!CheckedAdd(sum, (*out)[i], &sum)) {
       return absl::InvalidArgumentError(
@@ -453,14 +450,14 @@ absl::Status ReadIndexDatasets(hid_t f, const std::string& path, int64_t S, Data
     ASSIGN_OR_RETURN(hdf5::Handle d, hdf5::OpenChecked(f, path, "/mean_image",
                                                        hdf5::Dtype::kFloat32, {H, W, C}, nullptr));
     idx.mean_image.resize(H * W * C);
-    RETURN_IF_ERROR(hdf5::ReadAll(d.get(), path, "/mean_image", hdf5::Dtype::kFloat32,
-                                  idx.mean_image.data()));
+    RETURN_IF_ERROR(
+        hdf5::ReadAll(d.get(), path, "/mean_image", hdf5::Dtype::kFloat32, idx.mean_image.data()));
   }
   for (size_t i = 0; i < idx.mean_image.size(); ++i) {
     float m = idx.mean_image[i];
     if (!(m >= 0.f && m <= 255.f)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: /mean_image: value %g at index %d is outside [0, 255]", path, m, i));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: /mean_image: value %g at index %d is outside [0, 255]", path, m, i));
     }
   }
   {
@@ -493,8 +490,8 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
   absl::StatusOr<hdf5::Handle> file = hdf5::OpenFileReadOnly(path);
   if (!file.ok()) {
     if (absl::IsNotFound(file.status())) {
-      return absl::NotFoundError(absl::StrCat(
-          path, ": file not found (not a dataset directory written by make_shards?)"));
+      return absl::NotFoundError(
+          absl::StrCat(path, ": file not found (not a dataset directory written by make_shards?)"));
     }
     return file.status();
   }
@@ -521,8 +518,7 @@ absl::Status ReadJpegOffsets(hid_t f, const std::string& path, int64_t n,
   ASSIGN_OR_RETURN(hdf5::Handle o,
                    hdf5::OpenChecked(f, path, "/offsets", hdf5::Dtype::kInt64, {n + 1}, &dims));
   offsets->resize(n + 1);
-  RETURN_IF_ERROR(
-      hdf5::ReadAll(o.get(), path, "/offsets", hdf5::Dtype::kInt64, offsets->data()));
+  RETURN_IF_ERROR(hdf5::ReadAll(o.get(), path, "/offsets", hdf5::Dtype::kInt64, offsets->data()));
   const std::vector<int64_t>& off = *offsets;
   if (off[0] != 0) {
     return absl::InvalidArgumentError(
@@ -531,8 +527,8 @@ absl::Status ReadJpegOffsets(hid_t f, const std::string& path, int64_t n,
   for (int64_t i = 0; i < n; ++i) {
     if (off[i + 1] <= off[i]) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("%s: /offsets: image %d has %d bytes (offsets must increase)", path,
-                          i, off[i + 1] - off[i]));
+          absl::StrFormat("%s: /offsets: image %d has %d bytes (offsets must increase)", path, i,
+                          off[i + 1] - off[i]));
     }
   }
   if (off[n] != total) {
@@ -558,20 +554,17 @@ absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard
   }
   ASSIGN_OR_RETURN(std::string encoding, ReadStringAttribute(f, path, "encoding"));
   if (encoding != info.encoding) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'encoding' is '",
-                                                   encoding, "', expected '", info.encoding,
+    return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'encoding' is '", encoding,
+                                                   "', expected '", info.encoding,
                                                    "' (from dataset.h5)"));
   }
   struct Expect {
     const char* name;
     int64_t want;
-  } expects[] = {{"version", kShardFormatVersion},
-                 {"height", info.height},
-                 {"width", info.width},
-                 {"channels", info.channels},
-                 {"num_classes", info.num_classes},
-                 {"count", n},
-                 {"shard_index", shard_index}};
+  } expects[] = {
+      {"version", kShardFormatVersion}, {"height", info.height},           {"width", info.width},
+      {"channels", info.channels},      {"num_classes", info.num_classes}, {"count", n},
+      {"shard_index", shard_index}};
   for (const Expect& e : expects) {
     ASSIGN_OR_RETURN(int64_t v, ReadIntAttribute(f, path, e.name));
     if (v != e.want) return Mismatch(path, e.name, v, e.want, " (from dataset.h5)");
@@ -596,8 +589,7 @@ absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard
     }
     if (v >= info.num_classes) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: /labels: label %d at index %d is >= num_classes %d", path, v, i,
-          info.num_classes));
+          "%s: /labels: label %d at index %d is >= num_classes %d", path, v, i, info.num_classes));
     }
   }
   return out;
@@ -673,7 +665,7 @@ absl::Status ShardFileCache::LoadResident(int shard, Resident* r) {
   const std::string path = JoinPath(index_->info.path, index_->shard_files[shard]);
   const int64_t want = resident_bytes_[shard];
   hdf5::Scope lock;
-  ASSIGN_OR_RETURN(Open* o, Get(shard));
+  ASSIGN_OR_RETURN(Open * o, Get(shard));
   // The file may have been replaced since it was validated: its /images must still hold
   // exactly the bytes the dataset's budget was reserved for.
   const hssize_t got = H5Sget_simple_extent_npoints(o->space.get());
@@ -700,8 +692,7 @@ absl::StatusOr<const ShardFileCache::Resident*> ShardFileCache::ResidentImages(i
   return r;
 }
 
-absl::Status ShardFileCache::CopyResident(int shard, int64_t begin, int64_t end,
-                                          uint8_t* out) {
+absl::Status ShardFileCache::CopyResident(int shard, int64_t begin, int64_t end, uint8_t* out) {
   ASSIGN_OR_RETURN(const Resident* r, ResidentImages(shard));
   if (begin < 0 || begin > end || end > r->size) {
     return absl::DataLossError(absl::StrFormat(
@@ -719,17 +710,17 @@ absl::Status ShardFileCache::ReadRaw(int shard, int64_t local, uint8_t* out) {
     return CopyResident(shard, local * bytes, (local + 1) * bytes, out);
   }
   hdf5::Scope lock;
-  ASSIGN_OR_RETURN(Open* o, Get(shard));
+  ASSIGN_OR_RETURN(Open * o, Get(shard));
   hsize_t start[4] = {static_cast<hsize_t>(local), 0, 0, 0};
   hsize_t count[4] = {1, static_cast<hsize_t>(info.height), static_cast<hsize_t>(info.width),
                       static_cast<hsize_t>(info.channels)};
   H5Sselect_hyperslab(o->space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
   hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(4, count, nullptr));
-  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(),
-              H5P_DEFAULT, out) < 0) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: /images: reading image %d failed (truncated or corrupt data)",
-        JoinPath(info.path, index_->shard_files[shard]), local));
+  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(), H5P_DEFAULT, out) <
+      0) {
+    return absl::DataLossError(
+        absl::StrFormat("%s: /images: reading image %d failed (truncated or corrupt data)",
+                        JoinPath(info.path, index_->shard_files[shard]), local));
   }
   return absl::OkStatus();
 }
@@ -740,16 +731,16 @@ absl::Status ShardFileCache::ReadBytes(int shard, int64_t begin, int64_t end, st
     return CopyResident(shard, begin, end, reinterpret_cast<uint8_t*>(out->data()));
   }
   hdf5::Scope lock;
-  ASSIGN_OR_RETURN(Open* o, Get(shard));
+  ASSIGN_OR_RETURN(Open * o, Get(shard));
   out->resize(end - begin);
   hsize_t start = static_cast<hsize_t>(begin), count = static_cast<hsize_t>(end - begin);
   H5Sselect_hyperslab(o->space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr);
   hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(1, &count, nullptr));
-  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(),
-              H5P_DEFAULT, out->data()) < 0) {
-    return absl::DataLossError(absl::StrFormat(
-        "%s: /images: reading bytes [%d, %d) failed (truncated or corrupt data)",
-        JoinPath(index_->info.path, index_->shard_files[shard]), begin, end));
+  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(), H5P_DEFAULT,
+              out->data()) < 0) {
+    return absl::DataLossError(
+        absl::StrFormat("%s: /images: reading bytes [%d, %d) failed (truncated or corrupt data)",
+                        JoinPath(index_->info.path, index_->shard_files[shard]), begin, end));
   }
   return absl::OkStatus();
 }

@@ -44,14 +44,12 @@ class SyntheticDataset : public Dataset {
     return mean_;
   }
   const SyntheticRecipe* synthetic_recipe() const override { return &recipe_; }
-  int Label(int64_t index) const override {
-    return static_cast<int>(index % o_.num_classes);
-  }
+  int Label(int64_t index) const override { return static_cast<int>(index % o_.num_classes); }
 
   absl::StatusOr<int> Read(int64_t index, std::vector<uint8_t>* pixels) override {
     if (index < 0 || index >= info_.size) {
-      return absl::OutOfRangeError(absl::StrFormat("%s: image index %d is outside [0, %d)",
-                                                   info_.path, index, info_.size));
+      return absl::OutOfRangeError(
+          absl::StrFormat("%s: image index %d is outside [0, %d)", info_.path, index, info_.size));
     }
     Generate(index, pixels);
     return Label(index);
@@ -137,7 +135,9 @@ class SyntheticDataset : public Dataset {
           const uint32_t word = noise.v[(e % 8) / 2];
           const int shift = static_cast<int>(e % 2) * 16;
           const float tri = (static_cast<float>((word >> shift) & 0xFF) +
-                             static_cast<float>((word >> (shift + 8)) & 0xFF)) / 255.f - 1.f;
+                             static_cast<float>((word >> (shift + 8)) & 0xFF)) /
+                                255.f -
+                            1.f;
           float v = 128.f + (src[c] - 128.f) * contrast + brightness + o_.noise * tri;
           v = std::min(255.f, std::max(0.f, v));
           out[e] = static_cast<uint8_t>(static_cast<int>(v + 0.5f));  // v >= 0
@@ -182,19 +182,19 @@ absl::Status CheckSyntheticOptions(const SyntheticOptions& o) {
         absl::StrFormat("synthetic dataset: size %d: the dataset is empty", o.size));
   }
   if (o.size > kMaxDatasetImages) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "synthetic dataset: size %d is more than the limit of %d images", o.size,
-        kMaxDatasetImages));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("synthetic dataset: size %d is more than the limit of %d images", o.size,
+                        kMaxDatasetImages));
   }
   // NaN would turn every pixel into 0 (a cast of NaN), silently.
   if (!(o.noise >= 0.f && o.noise <= 255.f)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "synthetic dataset: noise %g is outside 0..255 (pixel units)", o.noise));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("synthetic dataset: noise %g is outside 0..255 (pixel units)", o.noise));
   }
   if (o.height <= 0 || o.width <= 0 || (o.channels != 1 && o.channels != 3)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "synthetic dataset: image size %dx%dx%d is invalid (channels 1 or 3)", o.height,
-        o.width, o.channels));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("synthetic dataset: image size %dx%dx%d is invalid (channels 1 or 3)",
+                        o.height, o.width, o.channels));
   }
   if (o.num_classes <= 0) {
     return absl::InvalidArgumentError(

@@ -29,8 +29,7 @@ bool CheckedMul(uint64_t a, uint64_t b, uint64_t* out) {
 
 }  // namespace
 
-bool CheckedByteCount(const std::vector<hsize_t>& dims, uint64_t element_bytes,
-                      int64_t* bytes) {
+bool CheckedByteCount(const std::vector<hsize_t>& dims, uint64_t element_bytes, int64_t* bytes) {
   uint64_t n = 1;
   for (hsize_t d : dims) {
     if (!CheckedMul(n, d, &n)) return false;

@@ -156,8 +156,8 @@ int64_t FileSizeOf(hid_t loc);
 // Element types of datasets.
 enum class Dtype { kUint8, kInt32, kInt64, kFloat32, kString };
 const char* DtypeName(Dtype t);  // "uint8", ...
-hid_t MemType(Dtype t);   // the native HDF5 memory type (not for kString)
-hid_t FileType(Dtype t);  // the little-endian file type (not for kString)
+hid_t MemType(Dtype t);          // the native HDF5 memory type (not for kString)
+hid_t FileType(Dtype t);         // the little-endian file type (not for kString)
 // "uint8", "int32", "float32", "string", ... for messages.
 std::string DescribeType(hid_t type);
 // "[20, 8, 8, 3]"; -1 prints as "*" (any extent).
@@ -169,8 +169,7 @@ absl::StatusOr<std::vector<hsize_t>> Extents(hid_t space, const std::string& fil
                                              const std::string& label);
 // The product of `dims` times `element_bytes`, or false when it exceeds 2^63 - 1: a
 // crafted file can claim any shape at no cost, so sizes are checked before allocating.
-bool CheckedByteCount(const std::vector<hsize_t>& dims, uint64_t element_bytes,
-                      int64_t* bytes);
+bool CheckedByteCount(const std::vector<hsize_t>& dims, uint64_t element_bytes, int64_t* bytes);
 
 // ---- attributes ----------------------------------------------------------------------------
 //
@@ -203,8 +202,7 @@ absl::StatusOr<Handle> OpenChecked(hid_t file_id, const std::string& file, const
                                    Dtype dtype, const std::vector<int64_t>& expected_dims,
                                    std::vector<int64_t>* dims);
 // Whole-dataset reads into host memory (after OpenChecked).
-absl::Status ReadAll(hid_t dset, const std::string& file, const char* name, Dtype dtype,
-                     void* out);
+absl::Status ReadAll(hid_t dset, const std::string& file, const char* name, Dtype dtype, void* out);
 absl::StatusOr<std::vector<std::string>> ReadStrings(hid_t dset, const std::string& file,
                                                      const char* name, int64_t count);
 

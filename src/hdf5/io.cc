@@ -51,33 +51,48 @@ std::string WithLastError(const std::string& what) {
 
 const char* DtypeName(Dtype t) {
   switch (t) {
-    case Dtype::kUint8: return "uint8";
-    case Dtype::kInt32: return "int32";
-    case Dtype::kInt64: return "int64";
-    case Dtype::kFloat32: return "float32";
-    case Dtype::kString: return "string";
+    case Dtype::kUint8:
+      return "uint8";
+    case Dtype::kInt32:
+      return "int32";
+    case Dtype::kInt64:
+      return "int64";
+    case Dtype::kFloat32:
+      return "float32";
+    case Dtype::kString:
+      return "string";
   }
   return "?";
 }
 
 hid_t MemType(Dtype t) {
   switch (t) {
-    case Dtype::kUint8: return H5T_NATIVE_UINT8;
-    case Dtype::kInt32: return H5T_NATIVE_INT32;
-    case Dtype::kInt64: return H5T_NATIVE_INT64;
-    case Dtype::kFloat32: return H5T_NATIVE_FLOAT;
-    case Dtype::kString: break;
+    case Dtype::kUint8:
+      return H5T_NATIVE_UINT8;
+    case Dtype::kInt32:
+      return H5T_NATIVE_INT32;
+    case Dtype::kInt64:
+      return H5T_NATIVE_INT64;
+    case Dtype::kFloat32:
+      return H5T_NATIVE_FLOAT;
+    case Dtype::kString:
+      break;
   }
   return -1;
 }
 
 hid_t FileType(Dtype t) {
   switch (t) {
-    case Dtype::kUint8: return H5T_STD_U8LE;
-    case Dtype::kInt32: return H5T_STD_I32LE;
-    case Dtype::kInt64: return H5T_STD_I64LE;
-    case Dtype::kFloat32: return H5T_IEEE_F32LE;
-    case Dtype::kString: break;
+    case Dtype::kUint8:
+      return H5T_STD_U8LE;
+    case Dtype::kInt32:
+      return H5T_STD_I32LE;
+    case Dtype::kInt64:
+      return H5T_STD_I64LE;
+    case Dtype::kFloat32:
+      return H5T_IEEE_F32LE;
+    case Dtype::kString:
+      break;
   }
   return -1;
 }
@@ -87,13 +102,20 @@ std::string DescribeType(hid_t type) {
   switch (H5Tget_class(type)) {
     case H5T_INTEGER:
       return absl::StrCat(H5Tget_sign(type) == H5T_SGN_2 ? "int" : "uint", size * 8);
-    case H5T_FLOAT: return absl::StrCat("float", size * 8);
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    case H5T_VLEN: return "vlen";
-    case H5T_ARRAY: return "array";
-    case H5T_ENUM: return "enum";
-    default: return "unknown";
+    case H5T_FLOAT:
+      return absl::StrCat("float", size * 8);
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_VLEN:
+      return "vlen";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_ENUM:
+      return "enum";
+    default:
+      return "unknown";
   }
 }
 
@@ -132,10 +154,10 @@ absl::StatusOr<Handle> OpenAttr(hid_t loc, const char* name, const std::string& 
   if (!a.valid()) return AttrError(file, WithLastError("cannot open attribute " + label));
   Handle type = TypeHandle(H5Aget_type(a.get()));
   if (!type.valid() || H5Tget_class(type.get()) != cls) {
-    return AttrError(file, absl::StrCat("attribute ", label, " has type ",
-                                        type.valid() ? DescribeType(type.get()) : "unknown",
-                                        cls == H5T_STRING ? ", expected string"
-                                                          : ", expected an integer"));
+    return AttrError(
+        file, absl::StrCat("attribute ", label, " has type ",
+                           type.valid() ? DescribeType(type.get()) : "unknown",
+                           cls == H5T_STRING ? ", expected string" : ", expected an integer"));
   }
   Handle space = SpaceHandle(H5Aget_space(a.get()));
   if (!space.valid() || H5Sget_simple_extent_npoints(space.get()) != 1) {
@@ -205,7 +227,8 @@ absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const char* name, const st
   const int64_t file_bytes = FileSizeOf(loc);
   if (n == 0 || (file_bytes >= 0 && n > static_cast<uint64_t>(file_bytes))) {
     return AttrError(file, absl::StrFormat("attribute %s claims a string of %d bytes in a "
-                                           "file of %d", label, n, file_bytes));
+                                           "file of %d",
+                                           label, n, file_bytes));
   }
   std::string buf(n, '\0');
   if (H5Aread(a.get(), mem.get(), buf.data()) < 0) {
@@ -272,8 +295,9 @@ absl::StatusOr<Handle> OpenChecked(hid_t file_id, const std::string& file, const
   if (!dset.valid()) return DatasetError(file, name, "dataset cannot be opened");
   Handle type = TypeHandle(H5Dget_type(dset.get()));
   if (!TypeMatches(type.get(), dtype)) {
-    return DatasetError(file, name, absl::StrCat("dtype is ", DescribeType(type.get()),
-                                                 ", expected ", DtypeName(dtype)));
+    return DatasetError(
+        file, name,
+        absl::StrCat("dtype is ", DescribeType(type.get()), ", expected ", DtypeName(dtype)));
   }
   Handle space = SpaceHandle(H5Dget_space(dset.get()));
   ASSIGN_OR_RETURN(std::vector<hsize_t> extents, Extents(space.get(), file, name));
@@ -283,8 +307,9 @@ absl::StatusOr<Handle> OpenChecked(hid_t file_id, const std::string& file, const
     if (expected_dims[i] >= 0 && expected_dims[i] != got[i]) ok = false;
   }
   if (!ok) {
-    return DatasetError(file, name, absl::StrCat("shape is ", DescribeShape(got), ", expected ",
-                                                 DescribeShape(expected_dims)));
+    return DatasetError(
+        file, name,
+        absl::StrCat("shape is ", DescribeShape(got), ", expected ", DescribeShape(expected_dims)));
   }
   // Every element the shape claims must have stored bytes before a caller allocates for it:
   // a crafted file can declare any shape at no cost (storage is allocated on write).

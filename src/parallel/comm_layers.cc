@@ -61,9 +61,9 @@ SliceChannelsLayer::SliceChannelsLayer(std::string name, Communicator* comm)
 absl::StatusOr<std::vector<Shape>> SliceChannelsLayer::Setup(const std::vector<Shape>& in) {
   if (auto s = OneCHWNInput(*this, in); !s.ok()) return s;
   if (in[0].c() % comm_->size() != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "layer %s: %d channels do not split over %d model-parallel ranks", name(), in[0].c(),
-        comm_->size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("layer %s: %d channels do not split over %d model-parallel ranks", name(),
+                        in[0].c(), comm_->size()));
   }
   Shape out = in[0];
   out[0] /= comm_->size();
@@ -98,8 +98,7 @@ void GradSumLayer::Forward(Ops& ops, const RunContext&, const std::vector<const 
 }
 
 void GradSumLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>&,
-                            const std::vector<const Tensor*>&,
-                            const std::vector<const Tensor*>& dy,
+                            const std::vector<const Tensor*>&, const std::vector<const Tensor*>& dy,
                             const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
   ops.Copy(*dy[0], *dx[0]);

@@ -62,8 +62,8 @@ absl::Status Communicator::CheckAllGather(const Tensor& in, const Tensor& out) c
 absl::Status Communicator::CheckReduceScatter(const Tensor& in, const Tensor& out) const {
   if (in.size() != out.size() * size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "reduce-scatter over %d ranks of %s into %s: the input must hold %d x %d elements",
-        size(), in.shape().ToString(), out.shape().ToString(), size(), out.size()));
+        "reduce-scatter over %d ranks of %s into %s: the input must hold %d x %d elements", size(),
+        in.shape().ToString(), out.shape().ToString(), size(), out.size()));
   }
   if (in.device() != out.device()) {
     return absl::InvalidArgumentError("reduce-scatter input and output are on different devices");
@@ -121,7 +121,7 @@ class MpiRequest : public CommRequest {
     done_ = true;
     status_ = std::move(s);
     if (status_.ok() && finish_) finish_();  // unstage into the device tensor
-    finish_ = nullptr;                      // drops the staging buffers
+    finish_ = nullptr;                       // drops the staging buffers
   }
   Communicator* owner_;
   MPI_Request req_;
@@ -140,8 +140,7 @@ class DoneRequest : public CommRequest {
 
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, int rank, int size)
-      : Communicator(rank, size), comm_(comm) {}
+  MpiCommunicator(MPI_Comm comm, int rank, int size) : Communicator(rank, size), comm_(comm) {}
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -177,8 +176,8 @@ class MpiCommunicator : public Communicator {
       // One buffer: the gathered output, with this rank's block filled from `in`.
       std::shared_ptr<float> stage = pool_.Get(out.bytes());
       Sync(out.device());
-      GetBackend(in.device())->CopyToHost(stage.get() + static_cast<int64_t>(rank()) * n,
-                                          in.data(), in.bytes());
+      GetBackend(in.device())
+          ->CopyToHost(stage.get() + static_cast<int64_t>(rank()) * n, in.data(), in.bytes());
       recv = stage.get();
       send = nullptr;  // in place
       finish = Unstage(out, stage, 0, out.bytes());
@@ -186,8 +185,8 @@ class MpiCommunicator : public Communicator {
       send = nullptr;  // the caller's input already sits in its block
     }
     MPI_Request req;
-    int rc = MPI_Iallgather(send == nullptr ? MPI_IN_PLACE : send, n, MPI_FLOAT, recv, n,
-                            MPI_FLOAT, comm_, &req);
+    int rc = MPI_Iallgather(send == nullptr ? MPI_IN_PLACE : send, n, MPI_FLOAT, recv, n, MPI_FLOAT,
+                            comm_, &req);
     if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Iallgather");
     return CommHandle(new MpiRequest(this, req, std::move(finish)));
   }

@@ -26,7 +26,9 @@ class ShapeOnlyCommunicator : public Communicator {
   absl::Status Barrier() override { return No(); }
 
  private:
-  static absl::Status No() { return absl::UnimplementedError("the cost model does not communicate"); }
+  static absl::Status No() {
+    return absl::UnimplementedError("the cost model does not communicate");
+  }
 };
 
 // Per image: forward FLOPs and the bytes of the full blobs the mp collectives move.
@@ -72,9 +74,9 @@ absl::StatusOr<Built> BuildForModel(const std::string& model, const ModelOptions
   // cached: a table of layouts and node counts reuses each shard.
   static std::mutex mu;
   static std::map<std::string, Built> cache;
-  const std::string key = absl::StrFormat("%s/%d/%d/%d/%d/%d/%g", model, options.input_size,
-                                          options.num_classes, options.columns,
-                                          options.input_channels, mp, bucket_mb);
+  const std::string key =
+      absl::StrFormat("%s/%d/%d/%d/%d/%d/%g", model, options.input_size, options.num_classes,
+                      options.columns, options.input_channels, mp, bucket_mb);
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   ShapeOnlyCommunicator comm(mp);
@@ -95,9 +97,9 @@ absl::StatusOr<StepPrediction> PredictStep(const std::string& model, const Model
                                            int nodes, int mp, const ClusterModel& cl,
                                            const ComputeModel& cm) {
   if (nodes < 1 || mp < 1 || cl.gpus_per_node % mp != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cost model: %d node(s), mp %d: mp must divide the %d GPUs of a node", nodes, mp,
-        cl.gpus_per_node));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cost model: %d node(s), mp %d: mp must divide the %d GPUs of a node",
+                        nodes, mp, cl.gpus_per_node));
   }
   ASSIGN_OR_RETURN(const Built one, BuildForModel(model, options, 1, cm.bucket_mb));
   const double flops_ref = one.flops * cm.per_gpu_batch;  // one GPU's forward work

@@ -38,7 +38,7 @@ struct ClusterModel {
 };
 
 struct ComputeModel {
-  double compute_ms = 30;        // forward + backward of per_gpu_batch images on one GPU
+  double compute_ms = 30;  // forward + backward of per_gpu_batch images on one GPU
   int64_t per_gpu_batch = 256;
   double bwd_fraction = 2.0 / 3;  // backward's share of compute_ms
   double bucket_mb = 25;
@@ -47,14 +47,14 @@ struct ComputeModel {
 struct StepPrediction {
   int nodes = 1, dp = 1, mp = 1;
   int64_t global_batch = 0;
-  double fwd_ms = 0, bwd_ms = 0;   // compute plus the blocking mp collectives
-  double mp_comm_ms = 0;           // the mp collectives alone
-  double dp_comm_ms = 0;           // all buckets' all-reduce time, if nothing overlapped
-  double exposed_ms = 0;           // all-reduce time not hidden behind backward
+  double fwd_ms = 0, bwd_ms = 0;  // compute plus the blocking mp collectives
+  double mp_comm_ms = 0;          // the mp collectives alone
+  double dp_comm_ms = 0;          // all buckets' all-reduce time, if nothing overlapped
+  double exposed_ms = 0;          // all-reduce time not hidden behind backward
   double step_ms = 0;
-  double efficiency = 0;           // compute_ms / step_ms
+  double efficiency = 0;             // compute_ms / step_ms
   double efficiency_no_overlap = 0;  // if the all-reduce started after backward
-  double mp_mb = 0, dp_mb = 0;     // megabytes each GPU sends per step (ring algorithms)
+  double mp_mb = 0, dp_mb = 0;       // megabytes each GPU sends per step (ring algorithms)
   int buckets = 0;
 };
 

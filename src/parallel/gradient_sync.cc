@@ -17,8 +17,8 @@ int64_t AlignUp(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAli
 
 }  // namespace
 
-absl::StatusOr<std::vector<GradientSync::BucketInfo>> GradientSync::PlanBuckets(
-    const Net& net, double bucket_mb) {
+absl::StatusOr<std::vector<GradientSync::BucketInfo>> GradientSync::PlanBuckets(const Net& net,
+                                                                                double bucket_mb) {
   if (!(bucket_mb > 0)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--bucket_mb=%g must be positive", bucket_mb));
@@ -39,9 +39,9 @@ absl::StatusOr<std::vector<GradientSync::BucketInfo>> GradientSync::PlanBuckets(
       const Param* p = *it;
       if (!p->learnable) continue;
       if (p->value.empty()) {
-        return absl::FailedPreconditionError(
-            "GradientSync: the Net is not built (parameter " + layers[i].layer->name() + "/" +
-            p->name + " has no storage)");
+        return absl::FailedPreconditionError("GradientSync: the Net is not built (parameter " +
+                                             layers[i].layer->name() + "/" + p->name +
+                                             " has no storage)");
       }
       current.params.push_back(layers[i].layer->name() + "/" + p->name);
       current.elements += p->value.size();
@@ -53,8 +53,7 @@ absl::StatusOr<std::vector<GradientSync::BucketInfo>> GradientSync::PlanBuckets(
   return plan;
 }
 
-absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(Net& net,
-                                                                   Communicator* dp_comm,
+absl::StatusOr<std::unique_ptr<GradientSync>> GradientSync::Create(Net& net, Communicator* dp_comm,
                                                                    double bucket_mb) {
   absl::StatusOr<std::vector<BucketInfo>> plan = PlanBuckets(net, bucket_mb);
   if (!plan.ok()) return plan.status();
@@ -130,7 +129,8 @@ absl::Status GradientSync::Finish() {
     if (!s.ok() && error_.ok()) error_ = s;
     b.handle.reset();
   }
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_.steps++;
   stats_.last_wait_seconds = waited;
   stats_.total_wait_seconds += waited;

@@ -38,10 +38,10 @@ class GradientSync {
   };
   struct Stats {
     int64_t steps = 0;
-    int64_t bytes_per_step = 0;         // gradient bytes all-reduced per step (payload)
-    double last_wait_seconds = 0;       // time Finish() blocked in the last step
+    int64_t bytes_per_step = 0;    // gradient bytes all-reduced per step (payload)
+    double last_wait_seconds = 0;  // time Finish() blocked in the last step
     double total_wait_seconds = 0;
-    int launched_in_backward = 0;       // buckets started by the hook in the last step
+    int launched_in_backward = 0;  // buckets started by the hook in the last step
   };
 
   // `net` must be built (parameters allocated); it and `dp_comm` must outlive this. A
@@ -68,8 +68,8 @@ class GradientSync {
   void Launch(size_t b);
 
   struct Bucket {
-    Tensor buffer;                                  // {padded elements, 1, 1, 1}
-    std::vector<std::pair<Param*, float*>> views;   // each param and where its grad must live
+    Tensor buffer;                                 // {padded elements, 1, 1, 1}
+    std::vector<std::pair<Param*, float*>> views;  // each param and where its grad must live
     CommHandle handle;
   };
   Net& net_;

@@ -58,8 +58,7 @@ class Mesh {
   int GpuIndex(int visible_gpus) const;
   // The RunContext fields that depend on the layout: image_offset = dp_rank * local batch,
   // global_batch, loss_scale = 1 / global_batch.
-  RunContext MakeRunContext(Phase phase, uint64_t seed, int64_t step,
-                            int64_t global_batch) const;
+  RunContext MakeRunContext(Phase phase, uint64_t seed, int64_t step, int64_t global_batch) const;
   // "world 8 = dp 4 x mp 2 on 1 node(s)"
   std::string ToString() const;
 

@@ -70,8 +70,9 @@ class Splitter {
       full = absl::StrFormat("%s@full%d", b, n);
       layer = absl::StrFormat("%s/gather%d", b, n);
     }
-    net_->Add(std::make_unique<AllGatherChannelsLayer>(layer, comm_, AllGatherChannelsLayer::kSlice),
-              {b}, {full});
+    net_->Add(
+        std::make_unique<AllGatherChannelsLayer>(layer, comm_, AllGatherChannelsLayer::kSlice), {b},
+        {full});
     info_[full] = {false, false, Info(b).channels};
     gathered_[b] = full;
     return full;
@@ -162,8 +163,7 @@ class Splitter {
   absl::Status Place(LayerEntry& e);
   absl::Status PlaceOutputChannels(LayerEntry& e, const std::vector<std::string>& in);
   // Runs the layer unchanged on every rank, on gathered inputs.
-  absl::Status Replicate(LayerEntry& e, const std::vector<std::string>& in,
-                         const std::string& why);
+  absl::Status Replicate(LayerEntry& e, const std::vector<std::string>& in, const std::string& why);
   // Runs the layer on the rank's block of a split input (or on the whole replicated one).
   absl::Status Follow(LayerEntry& e, const std::vector<std::string>& in);
   void Note(const std::string& layer, const std::string& what) {
@@ -174,7 +174,7 @@ class Splitter {
   int mp_, rank_;
   Communicator* comm_;
   Net* net_ = nullptr;
-  std::map<std::string, Shape> shapes_;  // full model, batch 1
+  std::map<std::string, Shape> shapes_;   // full model, batch 1
   std::map<std::string, BlobInfo> info_;  // by shard blob name
   std::map<std::string, std::string> rename_;
   std::map<std::string, std::string> gathered_;  // split blob -> its current gathered copy
@@ -209,24 +209,24 @@ absl::Status Splitter::PlaceOutputChannels(LayerEntry& e, const std::vector<std:
   std::string how, input;
   if (ci.role == ColumnInfo::kIsolated && g > 1 && g % mp_ == 0) {
     ASSIGN_OR_RETURN(input, SplitInput(in[0], lname, &how));
-    Note(lname, absl::StrFormat("isolated, %s %d/%d in %d/%d groups, %s", noun, f / mp_, f,
-                                g / mp_, g, how));
+    Note(lname, absl::StrFormat("isolated, %s %d/%d in %d/%d groups, %s", noun, f / mp_, f, g / mp_,
+                                g, how));
   } else if (ci.role != ColumnInfo::kNone && g == 1 && f % mp_ == 0) {
     input = CrossInput(in[0], lname, &how);
     Note(lname, absl::StrFormat("cross, %s %d/%d, %s", noun, f / mp_, f, how));
   } else if (ci.role == ColumnInfo::kNone) {
     return Replicate(e, in, "no column information");
   } else if (g > 1) {
-    return Replicate(e, in, absl::StrFormat("%d %s in %d groups do not split over %d ranks", f,
-                                            noun, g, mp_));
+    return Replicate(
+        e, in, absl::StrFormat("%d %s in %d groups do not split over %d ranks", f, noun, g, mp_));
   } else {
     return Replicate(e, in, absl::StrFormat("%d %s do not split over %d ranks", f, noun, mp_));
   }
   std::unique_ptr<Layer> block = e.layer->MakeOutputBlock(rank_, mp_);
   if (!block) {
-    return absl::InternalError(absl::StrFormat(
-        "layer %s (%s) splits along its outputs but makes no output block", lname,
-        e.layer->type()));
+    return absl::InternalError(
+        absl::StrFormat("layer %s (%s) splits along its outputs but makes no output block", lname,
+                        e.layer->type()));
   }
   Emit(std::move(block), e, {input}, true);
   return absl::OkStatus();
@@ -254,9 +254,10 @@ absl::Status Splitter::Place(LayerEntry& e) {
       if (!split_in) return Follow(e, in);
       const int g = split.groups;
       if (g % mp_ != 0) {
-        return Replicate(e, in, absl::StrFormat("its windows cross the column blocks: %d "
-                                                "group(s) do not split over %d ranks",
-                                                g, mp_));
+        return Replicate(e, in,
+                         absl::StrFormat("its windows cross the column blocks: %d "
+                                         "group(s) do not split over %d ranks",
+                                         g, mp_));
       }
       set_block();
       Note(e.layer->name(), absl::StrFormat("column-local, %d/%d groups", g / mp_, g));
@@ -318,8 +319,8 @@ absl::Status InitShardParams(ModelShard& shard, uint64_t seed) {
   for (const NamedParam& np : shard.net->params()) {
     Param& p = *np.param;
     if (p.value.empty()) {
-      return absl::FailedPreconditionError(
-          "InitShardParams: parameter " + np.name + " is not allocated; call Net::Build first");
+      return absl::FailedPreconditionError("InitShardParams: parameter " + np.name +
+                                           " is not allocated; call Net::Build first");
     }
     auto it = shard.full_init.find(np.name);
     if (it == shard.full_init.end()) {

@@ -132,8 +132,8 @@ class NcclCommunicator : public Communicator {
     if (auto s = CheckDevice(in, "reduce-scatter"); !s.ok()) return s;
     Count(in.bytes(), RingShare(in.bytes(), size()));
     Before();
-    auto r = ncclReduceScatter(in.data(), out.data(), out.size(), ncclFloat, ncclSum, comm_,
-                               stream_);
+    auto r =
+        ncclReduceScatter(in.data(), out.data(), out.size(), ncclFloat, ncclSum, comm_, stream_);
     return After(r, "ncclReduceScatter");
   }
   absl::StatusOr<CommHandle> StartBroadcast(Tensor& t, int root) override {
@@ -174,7 +174,8 @@ class NcclCommunicator : public Communicator {
   absl::StatusOr<CommHandle> After(ncclResult_t r, const char* what) {
     if (r != ncclSuccess) return NcclError(r, what);
     cudaEvent_t ev;
-    if (auto s = CudaError(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    if (auto s =
+            CudaError(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
         !s.ok()) {
       return s;
     }
@@ -214,9 +215,9 @@ absl::StatusOr<std::string> DescribeSharedGpus(MPI_Comm comm) {
         "NCCL needs a CUDA device on every rank, and some rank has none");
   }
   std::snprintf(mine.data(), kIdLen, "%s/%s", host, bus);
-  if (auto s = MpiError(MPI_Allgather(mine.data(), kIdLen, MPI_CHAR, all.data(), kIdLen,
-                                      MPI_CHAR, comm),
-                        "MPI_Allgather (GPU ids)");
+  if (auto s =
+          MpiError(MPI_Allgather(mine.data(), kIdLen, MPI_CHAR, all.data(), kIdLen, MPI_CHAR, comm),
+                   "MPI_Allgather (GPU ids)");
       !s.ok()) {
     return s;
   }
@@ -246,8 +247,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(MPI_Comm co
     return s;
   }
   cudaStream_t stream;
-  if (auto s = CudaError(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                         "cudaStreamCreate");
+  if (auto s =
+          CudaError(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
       !s.ok()) {
     return s;
   }

@@ -247,9 +247,9 @@ TEST(CheckpointWrite, KeepLastDeletesOnlyOlderOnes) {
   // keep_last <= 0 keeps everything.
   ASSERT_TRUE(Write(dir.path(), SmallState(80), SmallEntries(8), 0, &path).ok());
   ASSERT_TRUE(Write(dir.path(), SmallState(85), SmallEntries(8), -1, &path).ok());
-  EXPECT_THAT(Files(dir.path()), ElementsAre("ckpt-000000070.h5", "ckpt-000000080.h5",
-                                             "ckpt-000000085.h5", "ckpt-000000900.h5",
-                                             "notes.txt"));
+  EXPECT_THAT(Files(dir.path()),
+              ElementsAre("ckpt-000000070.h5", "ckpt-000000080.h5", "ckpt-000000085.h5",
+                          "ckpt-000000900.h5", "notes.txt"));
   // Rewriting the same step replaces the file atomically.
   ASSERT_TRUE(Write(dir.path(), SmallState(85), SmallEntries(9), 0, &path).ok());
   absl::StatusOr<Checkpoint> c = Read(path);
@@ -362,16 +362,16 @@ TEST(CheckpointRead, NoSingleByteCorruptionGoesUnnoticed) {
       continue;
     }
     ++harmless;
-    SCOPED_TRACE(::testing::Message() << "byte " << off << " of " << good.size()
-                                      << " changed silently");
+    SCOPED_TRACE(::testing::Message()
+                 << "byte " << off << " of " << good.size() << " changed silently");
     ExpectSameCheckpoint(*c, s, entries);
     if (::testing::Test::HasFailure()) break;
   }
   close(fd);
   EXPECT_GT(detected, static_cast<int>(good.size() / 2));
   EXPECT_TRUE(Read(path).ok()) << "the file is restored";
-  std::printf("%zu bytes: %d flips detected, %d in unused bytes (content unchanged)\n",
-              good.size(), detected, harmless);
+  std::printf("%zu bytes: %d flips detected, %d in unused bytes (content unchanged)\n", good.size(),
+              detected, harmless);
 }
 
 TEST(CheckpointRead, RefusesOtherFormatVersionsAndMissingAttributes) {
@@ -400,8 +400,9 @@ TEST(CheckpointRead, RefusesOtherFormatVersionsAndMissingAttributes) {
     H5Fclose(f);
     absl::StatusOr<Checkpoint> c = Read(path);
     EXPECT_TRUE(absl::IsDataLoss(c.status())) << c.status();
-    EXPECT_THAT(std::string(c.status().message()),
-                AllOf(HasSubstr(path), HasSubstr(std::string("attribute /") + attr + " is missing")));
+    EXPECT_THAT(
+        std::string(c.status().message()),
+        AllOf(HasSubstr(path), HasSubstr(std::string("attribute /") + attr + " is missing")));
   }
 }
 
@@ -534,7 +535,8 @@ TEST(CheckCompatible, NamesTheMismatchedTensor) {
   EXPECT_THAT(std::string(st.message()),
               HasSubstr("ckpt-000000100.h5: /params/fc8/weight has shape (10, 4096) but model "
                         "alexnet expects (1000, 4096)"));
-  EXPECT_TRUE(CheckCompatible(*c, {{"fc8/weight", {10, 4096}}, {"fc8/bias", {10}}}, "alexnet").ok());
+  EXPECT_TRUE(
+      CheckCompatible(*c, {{"fc8/weight", {10, 4096}}, {"fc8/bias", {10}}}, "alexnet").ok());
 
   st = CheckCompatible(*c, {{"fc8/weight", {10, 4096}}, {"fc8/bias", {10}}}, "cifar10-80sec");
   EXPECT_THAT(std::string(st.message()), HasSubstr("is of model alexnet, not cifar10-80sec"));
@@ -557,7 +559,8 @@ std::vector<TensorEntry> BigEntries(int64_t step) {
   e[0].value.resize(4096 * 4096);
   e[0].velocity.resize(4096 * 4096);
   for (size_t i = 0; i < e[0].value.size(); ++i) {
-    const uint32_t h = static_cast<uint32_t>(i) * 2654435761u + static_cast<uint32_t>(step) * 40503u;
+    const uint32_t h =
+        static_cast<uint32_t>(i) * 2654435761u + static_cast<uint32_t>(step) * 40503u;
     e[0].value[i] = static_cast<float>(h >> 8) * (1.0f / 16777216.0f) - 0.5f;
     e[0].velocity[i] = static_cast<float>(step);
   }
@@ -611,7 +614,8 @@ TEST(CrashSafety, SigkillDuringWriteLeavesPreviousCheckpointValid) {
   EXPECT_GE(c->state.step, 1);
   ExpectSameCheckpoint(*c, SmallState(c->state.step), BigEntries(c->state.step));
   bool warned = false;
-  for (const std::string& w : warnings) warned |= w.find(".tmp: partial checkpoint") != std::string::npos;
+  for (const std::string& w : warnings)
+    warned |= w.find(".tmp: partial checkpoint") != std::string::npos;
   EXPECT_TRUE(warned) << ::testing::PrintToString(warnings);
   // Every complete checkpoint the killed writers left is valid and holds its own step.
   for (const std::string& n : Files(dir.path())) {

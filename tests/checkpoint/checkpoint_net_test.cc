@@ -42,7 +42,8 @@ TrainState StateFor(const Net& net, int64_t step) {
 // would hide a velocity that is not restored).
 void FillVelocities(Net& net, uint32_t seed) {
   for (const NamedParam& p : net.params()) {
-    if (p.param->learnable) p.param->velocity.CopyFromHost(RandomValues(p.param->velocity.size(), ++seed));
+    if (p.param->learnable)
+      p.param->velocity.CopyFromHost(RandomValues(p.param->velocity.size(), ++seed));
   }
 }
 
@@ -119,7 +120,7 @@ TEST(CheckpointNet, LoadIntoParamCutsTheShard) {
   shard.velocity = Tensor(Shape{2, 2, 3});
   shard.shard_offset = 2;
   shard.full_rows = 6;
-  EXPECT_EQ(FullShape(shard), (std::vector<int64_t>{6, 2, 3}));
+  EXPECT_EQ(shard.full_shape().dims(), (std::vector<int64_t>{6, 2, 3}));
   ASSERT_TRUE(LoadIntoParam(full, shard).ok());
   std::vector<float> want(full.value.begin() + 12, full.value.begin() + 24);
   std::vector<float> want_v(full.velocity.begin() + 12, full.velocity.begin() + 24);
@@ -155,7 +156,7 @@ TEST(CheckpointNet, LoadIntoParamCutsTheShard) {
   whole.value = Tensor(Shape{2, 2, 3});
   whole.velocity = Tensor(Shape{2, 2, 3});
   whole.full_rows = 2;  // a "shard" that is the whole tensor is fine
-  EXPECT_EQ(FullShape(whole), (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_EQ(whole.full_shape().dims(), (std::vector<int64_t>{2, 2, 3}));
 }
 
 TEST(CheckpointNet, CollectRefusesShardedNets) {

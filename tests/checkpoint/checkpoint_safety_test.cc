@@ -329,7 +329,9 @@ std::string CaptureStderr(F body) {
   return ReadBytes(file);
 }
 
-hid_t OpenMissingFile() { return H5Fopen("/nonexistent/colonnade.h5", H5F_ACC_RDONLY, H5P_DEFAULT); }
+hid_t OpenMissingFile() {
+  return H5Fopen("/nonexistent/colonnade.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+}
 
 TEST(Hdf5Errors, NothingIsPrintedOutsideAScope) {
   // On the main thread, before and after a Scope (which once restored HDF5's printing).

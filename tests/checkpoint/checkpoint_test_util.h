@@ -52,7 +52,8 @@ inline std::vector<float> RandomValues(size_t n, uint32_t seed) {
   for (float& x : v) x = d(rng);
   // Values a lossy path would change: signed zero, subnormals, extremes.
   const float special[] = {-0.0f, 1e-40f, -1e-45f, FLT_MAX, -FLT_MAX, FLT_MIN, 1.0f / 3.0f};
-  for (size_t i = 0; i < sizeof(special) / sizeof(special[0]) && i < n; ++i) v[i * 7 % n] = special[i];
+  for (size_t i = 0; i < sizeof(special) / sizeof(special[0]) && i < n; ++i)
+    v[i * 7 % n] = special[i];
   return v;
 }
 
@@ -65,10 +66,14 @@ inline std::vector<TensorEntry> SmallEntries(uint32_t seed, bool velocity = true
     bool learnable;
   };
   const Spec specs[] = {
-      {"conv1/weight", {4, 3, 3, 3}, true},   {"conv1/bias", {4}, true},
-      {"bn1/gamma", {4}, true},               {"bn1/beta", {4}, true},
-      {"bn1/running_mean", {4}, false},       {"bn1/running_var", {4}, false},
-      {"fc/weight", {5, 36}, true},           {"fc/bias", {5}, true},
+      {"conv1/weight", {4, 3, 3, 3}, true},
+      {"conv1/bias", {4}, true},
+      {"bn1/gamma", {4}, true},
+      {"bn1/beta", {4}, true},
+      {"bn1/running_mean", {4}, false},
+      {"bn1/running_var", {4}, false},
+      {"fc/weight", {5, 36}, true},
+      {"fc/bias", {5}, true},
   };
   std::vector<TensorEntry> out;
   uint32_t k = seed;

@@ -26,7 +26,8 @@ inline absl::StatusOr<std::vector<TensorEntry>> CollectFromNet(const Net& net) {
   }
   std::vector<TensorEntry> out;
   absl::Status s = CollectFromNet(
-      net, [](const Param&, const Tensor& t) -> absl::StatusOr<std::vector<float>> {
+      net,
+      [](const Param&, const Tensor& t) -> absl::StatusOr<std::vector<float>> {
         return t.ToHost();
       },
       &out);

@@ -216,10 +216,10 @@ TEST(CheckpointPolicy, EveryTSeconds) {
 TEST(CheckpointPolicy, WhicheverComesFirst) {
   CheckpointPolicy p(5, 10.0, 0, 0.0);
   EXPECT_FALSE(p.Due(1, 1.0));
-  EXPECT_TRUE(p.Due(2, 10.5));   // time
+  EXPECT_TRUE(p.Due(2, 10.5));  // time
   EXPECT_FALSE(p.Due(3, 12.0));
   EXPECT_FALSE(p.Due(4, 13.0));
-  EXPECT_TRUE(p.Due(5, 14.0));   // steps; restarts the timer too
+  EXPECT_TRUE(p.Due(5, 14.0));  // steps; restarts the timer too
   EXPECT_FALSE(p.Due(6, 23.0));
   EXPECT_TRUE(p.Due(7, 24.0));
 }

@@ -88,7 +88,8 @@ int main(int argc, char** argv) {
   // Read after Forward below: kept out of the memory plan's sharing.
   net.PinBlob(fc_input);
   net.PinBlob(fc_output);
-  if (absl::Status s = net.Build(batch, Device::kCPU); !s.ok()) return Fail(std::string(s.message()));
+  if (absl::Status s = net.Build(batch, Device::kCPU); !s.ok())
+    return Fail(std::string(s.message()));
   const uint64_t seed_v = std::strtoull(seed.c_str(), nullptr, 10);
   net.InitParams(seed_v);
 
@@ -106,7 +107,8 @@ int main(int argc, char** argv) {
     }
     hid_t f = H5Fcreate(activations.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) return Fail("cannot create " + activations);
-    bool ok = WriteBlob(f, "fc_input", net.blob(fc_input)) && WriteBlob(f, "fc_output", net.blob(fc_output));
+    bool ok = WriteBlob(f, "fc_input", net.blob(fc_input)) &&
+              WriteBlob(f, "fc_output", net.blob(fc_output));
     if (H5Fclose(f) < 0 || !ok) return Fail("cannot write " + activations);
   }
 
@@ -130,8 +132,8 @@ int main(int argc, char** argv) {
   st.input_size = o.input_size > 0 ? o.input_size : 0;
   st.num_classes = o.num_classes;
   st.input_channels = o.input_channels;
-  st.flags = "--model=" + model + "\n--input_size=" + input_size + "\n--num_classes=" +
-             num_classes + "\n--seed=" + seed + "\n";
+  st.flags = "--model=" + model + "\n--input_size=" + input_size +
+             "\n--num_classes=" + num_classes + "\n--seed=" + seed + "\n";
   std::string path;
   if (absl::Status s = checkpoint::Write(dir, st, *entries, 0, &path); !s.ok()) {
     return Fail(std::string(s.message()));

@@ -83,8 +83,8 @@ TEST(Dropout, MaskIsThePhiloxFunctionOfTheGlobalElementIndex) {
   ctx.image_offset = image_offset;
   ctx.global_batch = global_batch;
   std::vector<float> mask = MaskOf(layer, xs, ctx);
-  const uint64_t key = MixKey(MixKey(42, static_cast<uint64_t>(RandomPurpose::kDropout)),
-                              StringHash("drop6"));
+  const uint64_t key =
+      MixKey(MixKey(42, static_cast<uint64_t>(RandomPurpose::kDropout)), StringHash("drop6"));
   const Dims d = DimsOf(xs);
   int64_t dropped = 0;
   for (int64_t c = 0; c < d.c; ++c)

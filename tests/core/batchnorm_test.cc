@@ -49,13 +49,15 @@ void CheckTrainForward(const Shape& xs) {
   // Per-channel offsets and scales so the statistics differ between channels.
   std::vector<float> x = RandomUniform(xs.elements(), rng);
   const int64_t per_channel = xs.elements() / C;
-  for (int64_t i = 0; i < xs.elements(); ++i) x[i] = x[i] * (1 + i / per_channel) + 3.0f * (i / per_channel);
+  for (int64_t i = 0; i < xs.elements(); ++i)
+    x[i] = x[i] * (1 + i / per_channel) + 3.0f * (i / per_channel);
   Tensor xt = TensorFrom(xs, x);
   RunContext ctx;
   ctx.phase = Phase::kTrain;
   std::vector<Tensor> y = RunForward(layer, {&xt}, out, ctx);
   std::vector<double> mean, var, unbiased;
-  std::vector<double> ref = RefBatchNormTrain(x, DimsOf(xs), gamma, beta, bp.eps, &mean, &var, &unbiased);
+  std::vector<double> ref =
+      RefBatchNormTrain(x, DimsOf(xs), gamma, beta, bp.eps, &mean, &var, &unbiased);
   EXPECT_LT(RelativeError(y[0].ToHost(), ref), kForwardTolerance) << xs.ToString();
   std::vector<double> rm(C), rv(C);
   for (int64_t c = 0; c < C; ++c) {
@@ -88,8 +90,9 @@ TEST(BatchNorm, InferForwardUsesRunningStatistics) {
   RunContext ctx;
   ctx.phase = Phase::kEval;
   std::vector<Tensor> y = RunForward(layer, {&xt}, out, ctx);
-  EXPECT_LT(RelativeError(y[0].ToHost(), RefBatchNormInfer(x, DimsOf(xs), gamma, beta, rm, rv, bp.eps)),
-            kForwardTolerance);
+  EXPECT_LT(
+      RelativeError(y[0].ToHost(), RefBatchNormInfer(x, DimsOf(xs), gamma, beta, rm, rv, bp.eps)),
+      kForwardTolerance);
   // Inference leaves the running statistics alone.
   EXPECT_EQ(p.mean->value.ToHost(), rm);
   EXPECT_EQ(p.var->value.ToHost(), rv);

@@ -62,8 +62,8 @@ class ConvTest : public ::testing::TestWithParam<ConvCase> {
     Tensor xt = TensorFrom(xs, x);
     std::vector<Tensor> y = RunForward(layer, {&xt}, out);
     Dims yd;
-    std::vector<double> ref = RefConv(x, DimsOf(xs), w, k.filters, k.kh, k.kw, k.stride, k.pad,
-                                      k.groups, &b, &yd);
+    std::vector<double> ref =
+        RefConv(x, DimsOf(xs), w, k.filters, k.kh, k.kw, k.stride, k.pad, k.groups, &b, &yd);
     ASSERT_EQ(out[0], Shape::CHWN(yd.c, yd.h, yd.w, yd.n));
     EXPECT_LT(RelativeError(y[0].ToHost(), ref), kForwardTolerance);
   }
@@ -95,16 +95,16 @@ TEST_P(ConvTest, GradientsInTinyChunks) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ConvTest,
-    ::testing::Values(ConvCase{3, 9, 9, 7, 4, 3, 3, 1, 1, 1},     // 3x3 same, batch 7
-                      ConvCase{5, 11, 10, 1, 6, 5, 5, 2, 2, 1},   // 5x5/2 pad 2, batch 1
-                      ConvCase{6, 9, 9, 7, 4, 3, 3, 1, 0, 2},     // groups 2, no padding
-                      ConvCase{3, 19, 19, 2, 4, 11, 11, 4, 2, 1}, // AlexNet conv1-like 11x11/4
-                      ConvCase{4, 7, 7, 3, 6, 1, 1, 1, 0, 2},     // pointwise (no im2col), groups 2
-                      ConvCase{5, 8, 8, 7, 3, 1, 1, 2, 0, 1},     // 1x1 stride 2
-                      ConvCase{6, 6, 5, 7, 4, 3, 2, 1, 1, 2},     // non-square kernel, groups 2
-                      ConvCase{3, 5, 5, 1, 2, 5, 5, 1, 2, 1},     // kernel = image, pad 2
-                      ConvCase{5, 10, 10, 2, 3, 3, 3, 4, 1, 1},   // stride 4 > kernel: gaps
-                      ConvCase{4, 7, 9, 5, 4, 3, 3, 2, 2, 2}),    // pad 2 stride 2 groups 2
+    ::testing::Values(ConvCase{3, 9, 9, 7, 4, 3, 3, 1, 1, 1},      // 3x3 same, batch 7
+                      ConvCase{5, 11, 10, 1, 6, 5, 5, 2, 2, 1},    // 5x5/2 pad 2, batch 1
+                      ConvCase{6, 9, 9, 7, 4, 3, 3, 1, 0, 2},      // groups 2, no padding
+                      ConvCase{3, 19, 19, 2, 4, 11, 11, 4, 2, 1},  // AlexNet conv1-like 11x11/4
+                      ConvCase{4, 7, 7, 3, 6, 1, 1, 1, 0, 2},    // pointwise (no im2col), groups 2
+                      ConvCase{5, 8, 8, 7, 3, 1, 1, 2, 0, 1},    // 1x1 stride 2
+                      ConvCase{6, 6, 5, 7, 4, 3, 2, 1, 1, 2},    // non-square kernel, groups 2
+                      ConvCase{3, 5, 5, 1, 2, 5, 5, 1, 2, 1},    // kernel = image, pad 2
+                      ConvCase{5, 10, 10, 2, 3, 3, 3, 4, 1, 1},  // stride 4 > kernel: gaps
+                      ConvCase{4, 7, 9, 5, 4, 3, 3, 2, 2, 2}),   // pad 2 stride 2 groups 2
     [](const ::testing::TestParamInfo<ConvCase>& info) {
       std::ostringstream os;
       os << info.param;

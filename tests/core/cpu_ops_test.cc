@@ -294,7 +294,7 @@ TEST(CpuThreads, ForkedChildCanUseOps) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    alarm(30);  // a hang becomes a SIGALRM death instead of a stuck test
+    alarm(30);         // a hang becomes a SIGALRM death instead of a stuck test
     SetCpuThreads(3);  // replaces the inherited pool, whose threads are not here to join
     Tensor z(s);
     Cpu().ReluForward(x, z);

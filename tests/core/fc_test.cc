@@ -27,8 +27,12 @@ void CheckFcForward(const Shape& xs, int outputs) {
   EXPECT_LT(RelativeError(y[0].ToHost(), ref), kForwardTolerance);
 }
 
-TEST(FullyConnected, ForwardMatchesNaiveOnFlatInput) { CheckFcForward(Shape::CHWN(13, 1, 1, 7), 5); }
-TEST(FullyConnected, ForwardMatchesNaiveOnSpatialInput) { CheckFcForward(Shape::CHWN(5, 2, 3, 7), 4); }
+TEST(FullyConnected, ForwardMatchesNaiveOnFlatInput) {
+  CheckFcForward(Shape::CHWN(13, 1, 1, 7), 5);
+}
+TEST(FullyConnected, ForwardMatchesNaiveOnSpatialInput) {
+  CheckFcForward(Shape::CHWN(5, 2, 3, 7), 4);
+}
 TEST(FullyConnected, ForwardMatchesNaiveBatchOne) { CheckFcForward(Shape::CHWN(3, 3, 3, 1), 6); }
 
 TEST(FullyConnected, Gradients) {

@@ -16,9 +16,7 @@ namespace {
 class CubeLayer : public Layer {
  public:
   enum Bug { kNone, kFactor, kShifted, kUnwritten, kParam };
-  CubeLayer(Bug bug) : Layer("cube"), bug_(bug) {
-    a_.name = "a";
-  }
+  CubeLayer(Bug bug) : Layer("cube"), bug_(bug) { a_.name = "a"; }
   const char* type() const override { return "cube"; }
   absl::StatusOr<std::vector<Shape>> Setup(const std::vector<Shape>& in) override {
     return std::vector<Shape>{in[0]};
@@ -98,7 +96,12 @@ TEST(GradientCheck, SamplesAtLeastTwoHundredElementsOfBigTensors) {
   std::vector<GradTarget> targets = {{"big", v.data(), 5000, std::vector<float>(5000, 0.0f)}};
   GradientCheckOptions o;
   o.noise_samples = 0;  // count only the central differences
-  EXPECT_TRUE(CompareWithFiniteDifferences([&] { ++evaluations; return 0.0; }, targets, o));
+  EXPECT_TRUE(CompareWithFiniteDifferences(
+      [&] {
+        ++evaluations;
+        return 0.0;
+      },
+      targets, o));
   EXPECT_GE(evaluations, 2 * 200);
   EXPECT_EQ(evaluations, 2 * o.samples);
 }

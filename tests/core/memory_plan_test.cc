@@ -100,10 +100,11 @@ TEST(MemoryPlan, ImageNetModelsAtTheIssuesBatches) {
     ASSERT_TRUE(CheckMemoryPlan(*plan).ok()) << c.model << ": " << CheckMemoryPlan(*plan);
     const double ratio =
         static_cast<double>(plan->planned_bytes()) / static_cast<double>(plan->unshared_bytes());
-    std::printf("%-9s batch %3d: activations+gradients %8.1f MiB planned, %8.1f MiB one buffer "
-                "each (%.2f); inputs %.1f MiB\n",
-                c.model, c.batch, plan->planned_bytes() / 1048576.0,
-                plan->unshared_bytes() / 1048576.0, ratio, plan->input_bytes() / 1048576.0);
+    std::printf(
+        "%-9s batch %3d: activations+gradients %8.1f MiB planned, %8.1f MiB one buffer "
+        "each (%.2f); inputs %.1f MiB\n",
+        c.model, c.batch, plan->planned_bytes() / 1048576.0, plan->unshared_bytes() / 1048576.0,
+        ratio, plan->input_bytes() / 1048576.0);
     EXPECT_LT(ratio, c.max_ratio) << c.model;
   }
 }
@@ -172,7 +173,8 @@ Trace Train(const std::string& model, int input, bool plan, bool poison, int ste
   return t;
 }
 
-bool BitwiseEqual(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+bool BitwiseEqual(const std::vector<std::vector<float>>& a,
+                  const std::vector<std::vector<float>>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].size() != b[i].size()) return false;

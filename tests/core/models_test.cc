@@ -21,9 +21,7 @@ int64_t CountParams(const std::string& model, ModelOptions o = {}) {
   return (*net)->num_learnable();
 }
 
-TEST(Models, AlexNetHasThePapersParameterCount) {
-  EXPECT_EQ(CountParams("alexnet"), 60965224);
-}
+TEST(Models, AlexNetHasThePapersParameterCount) { EXPECT_EQ(CountParams("alexnet"), 60965224); }
 
 TEST(Models, PublishedParameterCounts) {
   // torchvision's figures (GoogLeNet without its auxiliary heads).
@@ -333,7 +331,8 @@ TEST_P(ZooTrainsTest, FewStepsOnTheCpu) {
   size_t i = 0;
   for (const NamedParam& p : net.params()) {
     std::vector<float> after = p.param->value.ToHost();
-    if (p.param->learnable) EXPECT_NE(after, before[i]) << GetParam() << " " << p.name << " did not move";
+    if (p.param->learnable)
+      EXPECT_NE(after, before[i]) << GetParam() << " " << p.name << " did not move";
     ++i;
   }
 }

@@ -125,9 +125,9 @@ std::vector<double> RefGlobalAvgPool(const std::vector<float>& x, const Dims& xd
   return y;
 }
 
-std::vector<double> RefLrnCross(const std::vector<float>& x, const Dims& xd, int size,
-                                double alpha, double beta, double k, bool alpha_over_size,
-                                int groups, std::vector<double>* denom) {
+std::vector<double> RefLrnCross(const std::vector<float>& x, const Dims& xd, int size, double alpha,
+                                double beta, double k, bool alpha_over_size, int groups,
+                                std::vector<double>* denom) {
   const double a = alpha_over_size ? alpha / size : alpha;
   const int64_t cg = xd.c / groups;
   std::vector<double> y(xd.size());
@@ -152,8 +152,7 @@ std::vector<double> RefLrnCross(const std::vector<float>& x, const Dims& xd, int
 }
 
 std::vector<double> RefLrnWithin(const std::vector<float>& x, const Dims& xd, int size,
-                                 double alpha, double beta, double k,
-                                 std::vector<double>* denom) {
+                                 double alpha, double beta, double k, std::vector<double>* denom) {
   std::vector<double> y(xd.size());
   denom->assign(xd.size(), 0.0);
   for (int64_t c = 0; c < xd.c; ++c)
@@ -193,7 +192,8 @@ std::vector<double> RefBatchNormTrain(const std::vector<float>& x, const Dims& x
     double ss = 0.0;
     for (int64_t h = 0; h < xd.h; ++h)
       for (int64_t w = 0; w < xd.w; ++w)
-        for (int64_t n = 0; n < xd.n; ++n) ss += (x[xd.at(c, h, w, n)] - mu) * (x[xd.at(c, h, w, n)] - mu);
+        for (int64_t n = 0; n < xd.n; ++n)
+          ss += (x[xd.at(c, h, w, n)] - mu) * (x[xd.at(c, h, w, n)] - mu);
     (*mean)[c] = mu;
     (*var)[c] = ss / m;
     (*unbiased_var)[c] = ss / (m - 1);
@@ -209,8 +209,8 @@ std::vector<double> RefBatchNormTrain(const std::vector<float>& x, const Dims& x
 std::vector<double> RefBatchNormInfer(const std::vector<float>& x, const Dims& xd,
                                       const std::vector<float>& gamma,
                                       const std::vector<float>& beta,
-                                      const std::vector<float>& mean,
-                                      const std::vector<float>& var, double eps) {
+                                      const std::vector<float>& mean, const std::vector<float>& var,
+                                      double eps) {
   std::vector<double> y(xd.size());
   for (int64_t c = 0; c < xd.c; ++c)
     for (int64_t h = 0; h < xd.h; ++h)

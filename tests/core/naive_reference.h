@@ -40,16 +40,14 @@ std::vector<double> RefPool(const std::vector<float>& x, const Dims& xd, bool ma
 // dx of max pooling with dy routed to the first maximum of each window in row-major
 // window order (ties included).
 std::vector<double> RefMaxPoolBackward(const std::vector<float>& x, const Dims& xd,
-                                       const std::vector<float>& dy, int size, int stride,
-                                       int pad);
+                                       const std::vector<float>& dy, int size, int stride, int pad);
 std::vector<double> RefGlobalAvgPool(const std::vector<float>& x, const Dims& xd);
 
-std::vector<double> RefLrnCross(const std::vector<float>& x, const Dims& xd, int size,
-                                double alpha, double beta, double k, bool alpha_over_size,
-                                int groups, std::vector<double>* denom);
+std::vector<double> RefLrnCross(const std::vector<float>& x, const Dims& xd, int size, double alpha,
+                                double beta, double k, bool alpha_over_size, int groups,
+                                std::vector<double>* denom);
 std::vector<double> RefLrnWithin(const std::vector<float>& x, const Dims& xd, int size,
-                                 double alpha, double beta, double k,
-                                 std::vector<double>* denom);
+                                 double alpha, double beta, double k, std::vector<double>* denom);
 
 // Training-mode batch norm; mean, biased and unbiased variance per channel.
 std::vector<double> RefBatchNormTrain(const std::vector<float>& x, const Dims& xd,
@@ -60,8 +58,8 @@ std::vector<double> RefBatchNormTrain(const std::vector<float>& x, const Dims& x
 std::vector<double> RefBatchNormInfer(const std::vector<float>& x, const Dims& xd,
                                       const std::vector<float>& gamma,
                                       const std::vector<float>& beta,
-                                      const std::vector<float>& mean,
-                                      const std::vector<float>& var, double eps);
+                                      const std::vector<float>& mean, const std::vector<float>& var,
+                                      double eps);
 
 // logits K x N; probs K x N and loss N.
 void RefSoftmaxCrossEntropy(const std::vector<float>& logits, int64_t k, int64_t n,

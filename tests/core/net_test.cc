@@ -46,10 +46,10 @@ TEST(Net, ParameterNamesInLayerOrder) {
   ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
   std::vector<std::string> names;
   for (const NamedParam& p : net->params()) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"conv_a/weight", "conv_a/bias", "conv_b/weight",
-                                             "conv_b/bias", "conv_c/weight", "conv_c/bias",
-                                             "conv_d/weight", "conv_d/bias", "fc/weight",
-                                             "fc/bias"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"conv_a/weight", "conv_a/bias", "conv_b/weight",
+                                      "conv_b/bias", "conv_c/weight", "conv_c/bias",
+                                      "conv_d/weight", "conv_d/bias", "fc/weight", "fc/bias"}));
   // 4*3*9+4 + 2*4+2 + 2*4*9+2 + 2*6+2 + 5*(2*16)+5
   EXPECT_EQ(net->num_learnable(), 112 + 10 + 74 + 14 + 165);
   EXPECT_EQ(net->blob("cat").shape(), Shape::CHWN(6, 4, 4, 2));

@@ -45,8 +45,8 @@ class PoolTest : public ::testing::TestWithParam<PoolCase> {
     Tensor xt = TensorFrom(xs, x);
     std::vector<Tensor> y = RunForward(layer, {&xt}, out);
     Dims yd;
-    std::vector<double> ref = RefPool(x, DimsOf(xs), kind == PoolParams::kMax, k.size, k.stride,
-                                      k.pad, &yd);
+    std::vector<double> ref =
+        RefPool(x, DimsOf(xs), kind == PoolParams::kMax, k.size, k.stride, k.pad, &yd);
     ASSERT_EQ(out[0], Shape::CHWN(yd.c, yd.h, yd.w, yd.n));
     EXPECT_LT(RelativeError(y[0].ToHost(), ref), kForwardTolerance);
   }
@@ -94,14 +94,15 @@ TEST_P(PoolTest, MaxBackwardRoutesTiesToFirstMaximum) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PoolTest,
-    ::testing::Values(PoolCase{3, 13, 13, 7, 3, 2, 0, 6},    // AlexNet 3x3/2 overlapping, odd size
-                      PoolCase{2, 55, 55, 1, 3, 2, 0, 27},   // AlexNet pool1 55 -> 27
-                      PoolCase{5, 32, 32, 2, 3, 2, 0, 16},   // cuda-convnet 18pct 32 -> 16
-                      PoolCase{3, 7, 7, 7, 2, 2, 0, 4},      // last window clipped to 1 row
-                      PoolCase{5, 10, 9, 3, 3, 3, 0, 4},     // non-overlapping, last clipped
-                      PoolCase{3, 5, 5, 7, 3, 1, 1, 5},      // pad 1, stride 1
-                      PoolCase{2, 7, 7, 3, 4, 2, 2, 5},      // pad 2, even window
-                      PoolCase{3, 5, 5, 1, 2, 2, 1, 3}),     // a last window in the padding only is dropped
+    ::testing::Values(PoolCase{3, 13, 13, 7, 3, 2, 0, 6},   // AlexNet 3x3/2 overlapping, odd size
+                      PoolCase{2, 55, 55, 1, 3, 2, 0, 27},  // AlexNet pool1 55 -> 27
+                      PoolCase{5, 32, 32, 2, 3, 2, 0, 16},  // cuda-convnet 18pct 32 -> 16
+                      PoolCase{3, 7, 7, 7, 2, 2, 0, 4},     // last window clipped to 1 row
+                      PoolCase{5, 10, 9, 3, 3, 3, 0, 4},    // non-overlapping, last clipped
+                      PoolCase{3, 5, 5, 7, 3, 1, 1, 5},     // pad 1, stride 1
+                      PoolCase{2, 7, 7, 3, 4, 2, 2, 5},     // pad 2, even window
+                      PoolCase{3, 5, 5, 1, 2, 2, 1,
+                               3}),  // a last window in the padding only is dropped
     [](const ::testing::TestParamInfo<PoolCase>& info) {
       std::ostringstream os;
       os << info.param;
@@ -126,7 +127,8 @@ TEST(AvgPool, ConstantImageStaysConstantAtBorders) {
 
 TEST(GlobalAvgPool, ForwardMatchesNaive) {
   std::mt19937 rng(2);
-  for (const Shape& xs : {Shape::CHWN(5, 7, 6, 7), Shape::CHWN(3, 1, 1, 1), Shape::CHWN(4, 13, 13, 2)}) {
+  for (const Shape& xs :
+       {Shape::CHWN(5, 7, 6, 7), Shape::CHWN(3, 1, 1, 1), Shape::CHWN(4, 13, 13, 2)}) {
     GlobalAvgPoolLayer layer("gap");
     std::vector<Shape> out = SetUpLayer(layer, {xs});
     ASSERT_EQ(out[0], Shape::CHWN(xs.c(), 1, 1, xs.n()));

@@ -57,7 +57,8 @@ TEST(SoftmaxLoss, Gradients) {
   o.output_weights = [&](int output, int64_t size, std::mt19937&) {
     return std::vector<float>(size, output == 0 ? o.ctx.loss_scale : 0.0f);
   };
-  EXPECT_TRUE(CheckLayerGradients(layer, {Shape::CHWN(classes, 1, 1, n), Shape::CHWN(1, 1, 1, n)}, o));
+  EXPECT_TRUE(
+      CheckLayerGradients(layer, {Shape::CHWN(classes, 1, 1, n), Shape::CHWN(1, 1, 1, n)}, o));
 }
 
 TEST(SoftmaxLoss, RejectsSpatialLogits) {

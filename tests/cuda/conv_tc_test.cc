@@ -151,8 +151,7 @@ struct Mode {
 };
 std::string ModeName(const Mode& m) {
   auto st = [](StorageType t) { return t == StorageType::kBF16 ? "bf16" : "f32"; };
-  return absl::StrFormat("%s math, %s in, %s out", cuda::MathModeName(m.math), st(m.in),
-                         st(m.out));
+  return absl::StrFormat("%s math, %s in, %s out", cuda::MathModeName(m.math), st(m.in), st(m.out));
 }
 double Tolerance(const Mode& m, bool output_bf16_possible = true) {
   const bool any_bf16 = m.math == MathMode::kBF16 || m.in == StorageType::kBF16 ||
@@ -185,9 +184,9 @@ class TcTest : public ::testing::Test {
 
 struct ConvCase {
   int n, c, h, w, f, kh, kw, stride, pad, groups;
-  bool large;       // GPU only
-  bool all_modes;   // every storage combination (else the first three) on the emulator or,
-                    // for large cases, on the GPU
+  bool large;      // GPU only
+  bool all_modes;  // every storage combination (else the first three) on the emulator or,
+                   // for large cases, on the GPU
 };
 
 std::string CaseName(const ConvCase& k) {
@@ -201,7 +200,7 @@ const ConvCase kCases[] = {
     {7, 5, 11, 11, 8, 3, 3, 2, 0, 1, false, false},     // batch 7, stride 2
     {33, 48, 5, 5, 96, 5, 5, 1, 2, 2, false, false},    // batch 33, groups 2, K = 600
     {128, 96, 3, 3, 96, 3, 3, 1, 1, 2, false, true},    // batch 128, groups, M = 48
-    {8, 3, 27, 27, 96, 11, 11, 4, 2, 1, false, false},   // AlexNet conv1: 11x11/4, K = 363
+    {8, 3, 27, 27, 96, 11, 11, 4, 2, 1, false, false},  // AlexNet conv1: 11x11/4, K = 363
     {8, 16, 8, 8, 32, 1, 1, 2, 0, 1, false, false},     // ResNet 1x1 stride 2 (downsample)
     {16, 8, 14, 14, 16, 7, 7, 2, 3, 1, false, false},   // ResNet 7x7/2 stem
     {8, 16, 9, 9, 24, 3, 3, 2, 1, 1, false, true},      // ResNet 3x3 stride 2
@@ -211,14 +210,14 @@ const ConvCase kCases[] = {
     {4, 3, 6, 6, 4, 1, 1, 1, 1, 1, false, false},       // pad larger than kernel - 1
     // GPU only: real layer sizes (batches kept moderate: the CPU reference of every mode runs
     // in the same ctest budget as the rest of the GPU suite).
-    {32, 3, 227, 227, 96, 11, 11, 4, 2, 1, true, false},   // AlexNet conv1
-    {64, 96, 27, 27, 256, 5, 5, 1, 2, 2, true, true},      // AlexNet conv2 (groups 2)
-    {64, 256, 13, 13, 384, 3, 3, 1, 1, 1, true, false},    // AlexNet conv3
-    {33, 64, 28, 28, 128, 3, 3, 2, 1, 1, true, false},     // ResNet 3x3/2, batch 33
-    {64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true, false},    // ResNet 1x1/2 downsample
-    {32, 3, 224, 224, 64, 7, 7, 2, 3, 1, true, false},     // ResNet stem
-    {32, 64, 28, 28, 64, 3, 3, 1, 1, 1, true, false},      // VGG / ResNet 3x3
-    {7, 96, 13, 13, 256, 3, 3, 1, 1, 2, true, true},       // batch 7 at full width
+    {32, 3, 227, 227, 96, 11, 11, 4, 2, 1, true, false},  // AlexNet conv1
+    {64, 96, 27, 27, 256, 5, 5, 1, 2, 2, true, true},     // AlexNet conv2 (groups 2)
+    {64, 256, 13, 13, 384, 3, 3, 1, 1, 1, true, false},   // AlexNet conv3
+    {33, 64, 28, 28, 128, 3, 3, 2, 1, 1, true, false},    // ResNet 3x3/2, batch 33
+    {64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true, false},   // ResNet 1x1/2 downsample
+    {32, 3, 224, 224, 64, 7, 7, 2, 3, 1, true, false},    // ResNet stem
+    {32, 64, 28, 28, 64, 3, 3, 1, 1, 1, true, false},     // VGG / ResNet 3x3
+    {7, 96, 13, 13, 256, 3, 3, 1, 1, 2, true, true},      // batch 7 at full width
 };
 
 class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase> {
@@ -430,14 +429,12 @@ TEST_P(TcTileTest, EveryTileAgrees) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TcTileTest,
-                         ::testing::Values(ConvCase{12, 6, 10, 12, 10, 3, 3, 2, 1, 2, false, false},
-                                           ConvCase{24, 8, 9, 11, 6, 3, 5, 1, 1, 1, false, false},
-                                           ConvCase{64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true,
-                                                    false}),
-                         [](const ::testing::TestParamInfo<ConvCase>& i) {
-                           return CaseName(i.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, TcTileTest,
+    ::testing::Values(ConvCase{12, 6, 10, 12, 10, 3, 3, 2, 1, 2, false, false},
+                      ConvCase{24, 8, 9, 11, 6, 3, 5, 1, 1, 1, false, false},
+                      ConvCase{64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true, false}),
+    [](const ::testing::TestParamInfo<ConvCase>& i) { return CaseName(i.param); });
 
 // Negative controls: a deliberately wrong kernel (fault 1 skips the first K slice of every
 // tile, as a lost pipeline stage would) must fail each bound, in every op and both math
@@ -467,8 +464,7 @@ TEST_P(TcNegativeControl, WrongKernelFails) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TcNegativeControl,
                          ::testing::Values(ConvCase{33, 48, 5, 5, 96, 5, 5, 1, 2, 2, false, false},
-                                           ConvCase{8, 16, 9, 9, 24, 3, 3, 2, 1, 1, false,
-                                                    false}),
+                                           ConvCase{8, 16, 9, 9, 24, 3, 3, 2, 1, 1, false, false}),
                          [](const ::testing::TestParamInfo<ConvCase>& i) {
                            return CaseName(i.param);
                          });
@@ -526,8 +522,8 @@ TEST_F(TcTest, CudaOpsConvMathHook) {
                        gy.data());
   cuda::ConvBackwardDataGpu(Ctx(), cuda::ConvDims{8, 6, 7, 7, 10, 7, 7}, p, gdy.data(), gw.data(),
                             gdx.data());
-  cuda::ConvBackwardFilterGpu(Ctx(), cuda::ConvDims{8, 6, 7, 7, 10, 7, 7}, p, gx.data(),
-                              gdy.data(), gdw.data());
+  cuda::ConvBackwardFilterGpu(Ctx(), cuda::ConvDims{8, 6, 7, 7, 10, 7, 7}, p, gx.data(), gdy.data(),
+                              gdw.data());
   EXPECT_EQ(fp32[0], host(gy));
   EXPECT_EQ(fp32[1], host(gdx));
   EXPECT_EQ(fp32[2], host(gdw));
@@ -535,9 +531,15 @@ TEST_F(TcTest, CudaOpsConvMathHook) {
 
 // float <-> bf16 conversion kernels: round to nearest even, ties included, NaN kept.
 TEST_F(TcTest, Bf16Conversions) {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, 1.00390625f /* tie: 1 + 2^-8 -> 1 */,
-                          1.01171875f /* tie: 1 + 3*2^-8 -> 1 + 2^-6 */, -3.14159f, 1e-40f,
-                          3.0e38f, std::numeric_limits<float>::infinity(),
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          1.00390625f /* tie: 1 + 2^-8 -> 1 */,
+                          1.01171875f /* tie: 1 + 3*2^-8 -> 1 + 2^-6 */,
+                          -3.14159f,
+                          1e-40f,
+                          3.0e38f,
+                          std::numeric_limits<float>::infinity(),
                           std::numeric_limits<float>::quiet_NaN()};
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> u(-100.0f, 100.0f);

@@ -95,22 +95,22 @@ std::string CaseName(const ConvCase& k) {
 }
 
 const ConvCase kConvCases[] = {
-    {1, 3, 13, 13, 5, 3, 3, 1, 1, 1, false},       // batch 1, odd everything
-    {7, 5, 11, 11, 8, 3, 3, 2, 0, 1, false},       // batch 7, stride 2 (dilated bwd data)
-    {33, 48, 9, 9, 96, 5, 5, 1, 2, 2, false},      // batch 33, two groups
-    {128, 96, 7, 7, 96, 3, 3, 1, 1, 2, false},     // batch 128, groups (bwd data M = 48)
-    {32, 3, 27, 27, 96, 11, 11, 4, 2, 1, false},   // conv1-like, stride 4, BM = 96
-    {4, 6, 10, 12, 10, 3, 3, 2, 1, 2, false},      // non-square image, stride 2, groups
-    {33, 5, 9, 9, 7, 1, 1, 1, 0, 1, false},        // 1x1
-    {64, 16, 8, 8, 192, 3, 3, 1, 1, 1, false},     // M = 192 -> BM = 96 tiles
-    {8, 4, 9, 11, 6, 3, 5, 1, 1, 1, false},        // non-square kernel
-    {33, 3, 19, 19, 8, 7, 7, 4, 3, 1, false},      // stride 4, odd batch (scalar paths)
-    {5, 3, 6, 6, 4, 1, 1, 1, 1, 1, false},         // pad larger than kernel - 1
-    {128, 3, 31, 31, 16, 5, 5, 2, 2, 1, false},    // stride 2, batch 128
-    {2, 96, 13, 13, 256, 3, 3, 1, 1, 2, false},    // conv5-like with batch 2
-    {128, 48, 13, 13, 128, 3, 3, 1, 1, 1, true},   // BM = 128 tiles, batch 128
-    {128, 8, 32, 32, 16, 3, 3, 1, 1, 1, true},     // long reduction: split-K backward filter
-    {128, 96, 27, 27, 256, 5, 5, 1, 2, 2, true},   // AlexNet conv2 at batch 128
+    {1, 3, 13, 13, 5, 3, 3, 1, 1, 1, false},      // batch 1, odd everything
+    {7, 5, 11, 11, 8, 3, 3, 2, 0, 1, false},      // batch 7, stride 2 (dilated bwd data)
+    {33, 48, 9, 9, 96, 5, 5, 1, 2, 2, false},     // batch 33, two groups
+    {128, 96, 7, 7, 96, 3, 3, 1, 1, 2, false},    // batch 128, groups (bwd data M = 48)
+    {32, 3, 27, 27, 96, 11, 11, 4, 2, 1, false},  // conv1-like, stride 4, BM = 96
+    {4, 6, 10, 12, 10, 3, 3, 2, 1, 2, false},     // non-square image, stride 2, groups
+    {33, 5, 9, 9, 7, 1, 1, 1, 0, 1, false},       // 1x1
+    {64, 16, 8, 8, 192, 3, 3, 1, 1, 1, false},    // M = 192 -> BM = 96 tiles
+    {8, 4, 9, 11, 6, 3, 5, 1, 1, 1, false},       // non-square kernel
+    {33, 3, 19, 19, 8, 7, 7, 4, 3, 1, false},     // stride 4, odd batch (scalar paths)
+    {5, 3, 6, 6, 4, 1, 1, 1, 1, 1, false},        // pad larger than kernel - 1
+    {128, 3, 31, 31, 16, 5, 5, 2, 2, 1, false},   // stride 2, batch 128
+    {2, 96, 13, 13, 256, 3, 3, 1, 1, 2, false},   // conv5-like with batch 2
+    {128, 48, 13, 13, 128, 3, 3, 1, 1, 1, true},  // BM = 128 tiles, batch 128
+    {128, 8, 32, 32, 16, 3, 3, 1, 1, 1, true},    // long reduction: split-K backward filter
+    {128, 96, 27, 27, 256, 5, 5, 1, 2, 2, true},  // AlexNet conv2 at batch 128
 };
 
 class ConvTest : public CudaTest, public ::testing::WithParamInterface<ConvCase> {
@@ -299,8 +299,8 @@ TEST_F(CudaTest, CopyChannelsAndSum) {
 }
 
 TEST_F(CudaTest, BiasForwardBackward) {
-  for (const Shape& s : {Shape{5, 7, 7, 33}, Shape{96, 3, 3, 128}, Shape{4096, 1, 1, 7},
-                         Shape{3, 64, 64, 128}}) {
+  for (const Shape& s :
+       {Shape{5, 7, 7, 33}, Shape{96, 3, 3, 128}, Shape{4096, 1, 1, 7}, Shape{3, 64, 64, 128}}) {
     if (kEmulated && s.elements() > 2000000) continue;
     Tensor y = RandomCpu(s, 41), b = RandomCpu(Shape{s[0]}, 42);
     Tensor gy = OnGpu(y);
@@ -341,10 +341,10 @@ struct PoolCase {
 
 TEST_F(CudaTest, Pooling) {
   const PoolCase cases[] = {
-      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},  {PoolParams::kMax, 3, 2, 0, 3, 12, 12, 7},
-      {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 33},  {PoolParams::kMax, 2, 2, 0, 4, 9, 7, 1},
-      {PoolParams::kAvg, 3, 2, 1, 3, 8, 8, 128},   {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},
-      {PoolParams::kAvg, 5, 3, 2, 4, 11, 11, 4},   {PoolParams::kMax, 3, 2, 0, 96, 27, 27, 32},
+      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33}, {PoolParams::kMax, 3, 2, 0, 3, 12, 12, 7},
+      {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 33}, {PoolParams::kMax, 2, 2, 0, 4, 9, 7, 1},
+      {PoolParams::kAvg, 3, 2, 1, 3, 8, 8, 128},  {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},
+      {PoolParams::kAvg, 5, 3, 2, 4, 11, 11, 4},  {PoolParams::kMax, 3, 2, 0, 96, 27, 27, 32},
   };
   for (const PoolCase& k : cases) {
     if (kEmulated && k.c * k.h * k.w * k.n > 500000) continue;
@@ -403,7 +403,8 @@ TEST_F(CudaTest, GlobalAvgPool) {
   EXPECT_BITWISE(gdx, dx);
 }
 
-// ---- normalisation ----------------------------------------------------------------------------------
+// ---- normalisation
+// ----------------------------------------------------------------------------------
 TEST_F(CudaTest, LrnAcrossChannels) {
   struct Case {
     int c, h, w, n, size, groups;
@@ -413,8 +414,8 @@ TEST_F(CudaTest, LrnAcrossChannels) {
   const Case cases[] = {
       {96, 5, 5, 33, 5, 2, false, 1e-4f, 0.75f, 2.0f},  // AlexNet's norm1 with two columns
       {5, 3, 4, 7, 5, 1, true, 1e-2f, 0.75f, 1.0f},
-      {48, 3, 3, 128, 3, 1, false, 0.5f, 0.6f, 1.5f},   // large alpha, beta != 0.75
-      {6, 2, 2, 1, 4, 2, false, 0.3f, 0.75f, 1.0f},     // even size
+      {48, 3, 3, 128, 3, 1, false, 0.5f, 0.6f, 1.5f},  // large alpha, beta != 0.75
+      {6, 2, 2, 1, 4, 2, false, 0.3f, 0.75f, 1.0f},    // even size
   };
   for (const Case& k : cases) {
     LrnCrossParams p;
@@ -493,7 +494,8 @@ TEST_F(CudaTest, BatchNorm) {
   EXPECT_CLOSE(gdb, db);
 }
 
-// ---- activations, dropout, loss, optimiser ------------------------------------------------------------
+// ---- activations, dropout, loss, optimiser
+// ------------------------------------------------------------
 TEST_F(CudaTest, Relu) {
   const Shape s{7, 5, 5, 33};
   Tensor x = RandomCpu(s, 111), y(s, Device::kCPU);
@@ -573,7 +575,8 @@ TEST_F(CudaTest, SgdUpdate) {
   EXPECT_BITWISE(gv, v);
 }
 
-// ---- allocator ------------------------------------------------------------------------------------------
+// ---- allocator
+// ------------------------------------------------------------------------------------------
 TEST_F(CudaTest, AllocatorCachesBlocks) {
   { Tensor warm(Shape{1 << 20}, Device::kCUDA); }
   const size_t before = cuda::GetMemoryStats().device_allocations;
@@ -589,10 +592,11 @@ TEST_F(CudaTest, AllocatorCachesBlocks) {
   EXPECT_GE(GetBackend(Device::kCUDA)->PeakBytes(), size_t(4) << 20);
 }
 
-// ---- a whole network, GPU against CPU ----------------------------------------------------------------------
-// Trains `model` for `steps` SGD steps from one seed on one device (synthetic images and
-// labels, the same on both devices, as are the dropout masks). Returns the per-step mean
-// losses and every learnable parameter before and after.
+// ---- a whole network, GPU against CPU
+// ---------------------------------------------------------------------- Trains `model` for `steps`
+// SGD steps from one seed on one device (synthetic images and labels, the same on both devices, as
+// are the dropout masks). Returns the per-step mean losses and every learnable parameter before and
+// after.
 struct TrainResult {
   std::vector<double> losses;
   std::vector<std::vector<float>> init, final;
@@ -628,7 +632,8 @@ TrainResult Train(Device device, const std::string& model, int input, int classe
     std::vector<float> img(data.size()), lab(label.size());
     for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 2 * step, i);
     for (size_t i = 0; i < lab.size(); ++i)
-      lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 2 * step + 1, i) * classes) % classes);
+      lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 2 * step + 1, i) * classes) %
+                                  classes);
     data.CopyFromHost(img);
     label.CopyFromHost(lab);
     RunContext ctx;

@@ -114,9 +114,9 @@ struct AugCase {
 
 std::string AugName(const AugCase& k) {
   const char* mean[] = {"image", "channel", "none"};
-  return absl::StrFormat("c%d_%dx%d_crop%d_pad%d_m%d_l%d_%s_n%d_%s", k.c, k.h, k.w, k.crop,
-                         k.pad, k.mirror, static_cast<int>(k.lighting * 100), mean[static_cast<int>(k.mean)], k.n,
-                         k.train ? "train" : "eval");
+  return absl::StrFormat("c%d_%dx%d_crop%d_pad%d_m%d_l%d_%s_n%d_%s", k.c, k.h, k.w, k.crop, k.pad,
+                         k.mirror, static_cast<int>(k.lighting * 100),
+                         mean[static_cast<int>(k.mean)], k.n, k.train ? "train" : "eval");
 }
 
 const AugCase kAugCases[] = {
@@ -200,12 +200,9 @@ struct SynthCase {
 };
 
 const SynthCase kSynthCases[] = {
-    {13, 11, 3, 7, 24.f, -1, 1000, 7, false},
-    {9, 16, 1, 3, 0.f, 4, 50, 33, false},
-    {16, 16, 3, 10, 255.f, -1, 100000, 33, false},
-    {5, 17, 3, 1000, 24.f, 0, 5000, 1, false},
-    {32, 32, 3, 10, 24.f, 16, 300, 128, false},
-    {64, 64, 3, 100, 24.f, -1, 1000000, 128, false},
+    {13, 11, 3, 7, 24.f, -1, 1000, 7, false},       {9, 16, 1, 3, 0.f, 4, 50, 33, false},
+    {16, 16, 3, 10, 255.f, -1, 100000, 33, false},  {5, 17, 3, 1000, 24.f, 0, 5000, 1, false},
+    {32, 32, 3, 10, 24.f, 16, 300, 128, false},     {64, 64, 3, 100, 24.f, -1, 1000000, 128, false},
     {224, 224, 3, 10, 24.f, -1, 1281167, 33, true},
 };
 
@@ -265,8 +262,9 @@ TEST_P(SyntheticKernelTest, EqualsReadBitwise) {
 INSTANTIATE_TEST_SUITE_P(Cases, SyntheticKernelTest, ::testing::ValuesIn(kSynthCases),
                          [](const auto& info) {
                            const SynthCase& k = info.param;
-                           return absl::StrFormat("%dx%dx%d_k%d_noise%d_shift%d_n%d", k.h, k.w,
-                                                  k.c, k.classes, static_cast<int>(k.noise), k.max_shift + 1, k.n);
+                           return absl::StrFormat("%dx%dx%d_k%d_noise%d_shift%d_n%d", k.h, k.w, k.c,
+                                                  k.classes, static_cast<int>(k.noise),
+                                                  k.max_shift + 1, k.n);
                          });
 
 // ---- the whole feed: pipeline -> Stage / Produce -> the net's input ----------------------------

@@ -41,7 +41,7 @@ struct PlanRun {
 };
 
 PlanRun Train(const std::string& model, int input, int classes, int batch, int steps, bool plan,
-          bool poison) {
+              bool poison) {
   PlanRun r;
   ModelOptions o;
   o.input_size = input;
@@ -85,8 +85,8 @@ PlanRun Train(const std::string& model, int input, int classes, int batch, int s
   }
   GetBackend(Device::kCUDA)->Synchronize();
   r.peak_bytes = cuda::GetMemoryStats().peak_bytes_in_use - base;
-  r.predicted_bytes = net.memory_plan().planned_bytes() + net.memory_plan().input_bytes() +
-                      net.param_bytes();
+  r.predicted_bytes =
+      net.memory_plan().planned_bytes() + net.memory_plan().input_bytes() + net.param_bytes();
   for (const NamedParam& p : net.params()) r.params.push_back(p.param->value.ToHost());
   return r;
 }

@@ -24,14 +24,16 @@ void WriteCifarFile(const std::string& path, int file, int records, int bad_labe
   for (int r = 0; r < records; ++r) {
     data.push_back(static_cast<char>(r == bad_label_at ? 12 : (file + r) % 10));
     for (int plane = 0; plane < 3; ++plane)
-      for (int p = 0; p < 1024; ++p) data.push_back(static_cast<char>(CifarByte(file, r, plane, p)));
+      for (int p = 0; p < 1024; ++p)
+        data.push_back(static_cast<char>(CifarByte(file, r, plane, p)));
   }
   testing::WriteFileBytes(path, data);
 }
 
 void WriteFakeCifar(const std::string& dir, int per_file) {
   testing::MakeDir(dir);
-  for (int f = 1; f <= 5; ++f) WriteCifarFile(dir + "/data_batch_" + std::to_string(f) + ".bin", f, per_file);
+  for (int f = 1; f <= 5; ++f)
+    WriteCifarFile(dir + "/data_batch_" + std::to_string(f) + ".bin", f, per_file);
   WriteCifarFile(dir + "/test_batch.bin", 6, per_file);
 }
 
@@ -116,7 +118,8 @@ Image Pattern(int h, int w, int c, int seed) {
   img.width = w;
   img.channels = c;
   img.pixels.resize(static_cast<size_t>(h) * w * c);
-  for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>((i * 5 + seed * 40) % 256);
+  for (size_t i = 0; i < img.pixels.size(); ++i)
+    img.pixels[i] = static_cast<uint8_t>((i * 5 + seed * 40) % 256);
   return img;
 }
 
@@ -132,9 +135,9 @@ void WriteTree(const std::string& root) {
   testing::MakeDir(root + "/dog");
   WriteJpeg(root + "/cat/a.jpg", Pattern(16, 24, 3, 1));
   WriteJpeg(root + "/cat/b.JPEG", Pattern(24, 16, 1, 2));
-  testing::WriteFileBytes(root + "/cat/c.png",
-                          std::string(reinterpret_cast<const char*>(testing::kTinyPng),
-                                      sizeof(testing::kTinyPng)));
+  testing::WriteFileBytes(
+      root + "/cat/c.png",
+      std::string(reinterpret_cast<const char*>(testing::kTinyPng), sizeof(testing::kTinyPng)));
   WriteJpeg(root + "/dog/d.jpg", Pattern(20, 20, 3, 3));
   testing::WriteFileBytes(root + "/dog/bad.jpg", "\xFF\xD8\xFF garbage, not a jpeg");
   testing::WriteFileBytes(root + "/dog/notes.txt", "hello");
@@ -162,7 +165,8 @@ TEST(ConvertersTest, ImageFolderSkipsUndecodableAndResizes) {
   bool bad_reported = false, png_reported = false;
   for (const std::string& m : r->skipped_messages) {
     bad_reported |= m.rfind(tmp / "root/dog/bad.jpg" + ": undecodable JPEG", 0) == 0;
-    png_reported |= m == tmp / "root/cat/c.png" + ": png unsupported in this build (libpng not found)";
+    png_reported |=
+        m == tmp / "root/cat/c.png" + ": png unsupported in this build (libpng not found)";
   }
   EXPECT_TRUE(bad_reported);
   EXPECT_EQ(png_reported, !HavePngSupport());
@@ -189,8 +193,9 @@ TEST(ConvertersTest, ImageFolderSkipsUndecodableAndResizes) {
   r = ConvertImageFolder(tmp / "root", tmp / "out_strict", o);
   ASSERT_FALSE(r.ok());
   const std::string strict_msg(r.status().message());
-  EXPECT_TRUE(strict_msg.rfind(tmp / "root/dog/bad.jpg: undecodable JPEG", 0) == 0 ||
-              (!HavePngSupport() && strict_msg.rfind(tmp / "root/cat/c.png: png unsupported", 0) == 0))
+  EXPECT_TRUE(
+      strict_msg.rfind(tmp / "root/dog/bad.jpg: undecodable JPEG", 0) == 0 ||
+      (!HavePngSupport() && strict_msg.rfind(tmp / "root/cat/c.png: png unsupported", 0) == 0))
       << strict_msg;
 
   // Without a resize option, images of different sizes are a fatal configuration error.
@@ -219,7 +224,8 @@ TEST(ConvertersTest, ImageFolderIsDeterministicAcrossThreadsAndSplits) {
   for (int k = 0; k < 3; ++k) {
     const std::string cls = root + "/class" + std::to_string(k);
     testing::MakeDir(cls);
-    for (int i = 0; i < 20; ++i) WriteJpeg(cls + "/" + std::to_string(i) + ".jpg", Pattern(12, 12, 3, k * 20 + i));
+    for (int i = 0; i < 20; ++i)
+      WriteJpeg(cls + "/" + std::to_string(i) + ".jpg", Pattern(12, 12, 3, k * 20 + i));
   }
   ConvertOptions o;
   o.val_fraction = 0.25;
@@ -289,7 +295,8 @@ TEST(ConvertersTest, JpegPassthroughKeepsSourceBytes) {
   H5Dclose(d);
   H5Fclose(f);
   int h = 0, w = 0;
-  ASSERT_TRUE(JpegSize(reinterpret_cast<const uint8_t*>(stored.data()), stored.size(), &h, &w).ok());
+  ASSERT_TRUE(
+      JpegSize(reinterpret_cast<const uint8_t*>(stored.data()), stored.size(), &h, &w).ok());
   EXPECT_EQ(h, 32);
   EXPECT_EQ(w, 32);
 }
@@ -388,8 +395,8 @@ TEST(ConvertersTest, FifoNamedLikeAnImageIsSkippedNotWaitedFor) {
     o.resize = 16;
     absl::StatusOr<ConvertReport> r = ConvertImageFolder(tmp / "root", tmp / "out", o);
     if (!r.ok()) return std::string(r.status().message());
-    return std::to_string(r->skipped) + " skipped: " +
-           (r->skipped_messages.empty() ? std::string() : r->skipped_messages[0]);
+    return std::to_string(r->skipped) +
+           " skipped: " + (r->skipped_messages.empty() ? std::string() : r->skipped_messages[0]);
   });
   EXPECT_EQ(g.text, "1 skipped: " + tmp / "root/dog/pipe.jpg" + ": is a FIFO, not a regular file");
 }
@@ -400,15 +407,17 @@ TEST(ConvertersTest, HugePngHeaderIsSkippedWithoutAllocating) {
   WriteTreeWith(tmp / "root", "huge.png", testing::PngClaimingSize(20000, 20000));
   // Before: 1.2 GB allocated for the pixels of the header's claim (here: the guard's 1 GiB
   // address-space limit turns that into an abort).
-  testing::Guarded g = testing::RunGuarded([&] {
-    ConvertOptions o;
-    o.resize = 16;
-    o.threads = 1;
-    absl::StatusOr<ConvertReport> r = ConvertImageFolder(tmp / "root", tmp / "out", o);
-    if (!r.ok()) return std::string(r.status().message());
-    return std::to_string(r->skipped) + " skipped: " +
-           (r->skipped_messages.empty() ? std::string() : r->skipped_messages[0]);
-  }, 60, uint64_t{1} << 30);
+  testing::Guarded g = testing::RunGuarded(
+      [&] {
+        ConvertOptions o;
+        o.resize = 16;
+        o.threads = 1;
+        absl::StatusOr<ConvertReport> r = ConvertImageFolder(tmp / "root", tmp / "out", o);
+        if (!r.ok()) return std::string(r.status().message());
+        return std::to_string(r->skipped) + " skipped: " +
+               (r->skipped_messages.empty() ? std::string() : r->skipped_messages[0]);
+      },
+      60, uint64_t{1} << 30);
   EXPECT_EQ(g.text, "1 skipped: " + tmp / "root/dog/huge.png" +
                         ": PNG too large: 20000x20000 is larger than the limit of 16384 pixels "
                         "per side (COLONNADE_MAX_IMAGE_SIDE)");
@@ -475,8 +484,10 @@ TEST(MakeShardsToolTest, FlagsExitCodesAndOverwrite) {
   EXPECT_NE(out.find("bad value 'abc' for --shard_size"), std::string::npos) << out;
   EXPECT_EQ(testing::RunCommand(bin + " --source=folder --output=x", &out), 2);
 
-  const std::string cmd = bin + " --source=synthetic --size=40 --test_size=10 --height=8 "
-                                "--width=8 --progress=false --output=" + tmp / "syn";
+  const std::string cmd = bin +
+                          " --source=synthetic --size=40 --test_size=10 --height=8 "
+                          "--width=8 --progress=false --output=" +
+                          tmp / "syn";
   ASSERT_EQ(testing::RunCommand(cmd, &out), 0) << out;
   EXPECT_NE(out.find("wrote " + tmp / "syn/train: 40 images"), std::string::npos) << out;
   EXPECT_EQ(testing::RunCommand(cmd, &out), 1);
@@ -485,21 +496,20 @@ TEST(MakeShardsToolTest, FlagsExitCodesAndOverwrite) {
   EXPECT_EQ(testing::RunCommand(cmd + " --force", &out), 0) << out;
   // An undecodable image in a folder: skipped and counted, or fatal with --strict.
   WriteTree(tmp / "tree");
-  const std::string folder = bin + " --source=folder --resize=16 --progress=false --input=" +
-                             tmp / "tree --output=";
+  const std::string folder =
+      bin + " --source=folder --resize=16 --progress=false --input=" + tmp / "tree --output=";
   ASSERT_EQ(testing::RunCommand(folder + tmp / "f1", &out), 0) << out;
-  EXPECT_NE(out.find("skipped " + std::to_string(HavePngSupport() ? 1 : 2) +
-                     " undecodable file(s)"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("skipped " + std::to_string(HavePngSupport() ? 1 : 2) + " undecodable file(s)"),
+      std::string::npos)
       << out;
   EXPECT_NE(out.find(tmp / "tree/dog/bad.jpg: undecodable JPEG"), std::string::npos) << out;
   EXPECT_EQ(testing::RunCommand(folder + tmp / "f2 --strict", &out), 1) << out;
   EXPECT_EQ(out.rfind("make_shards: " + tmp / "tree/", 0), 0u) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   // Conversion errors are one line and exit 1.
-  EXPECT_EQ(testing::RunCommand(bin + " --source=cifar10 --input=" + tmp / "none --output=" +
-                                    tmp / "c",
-                                &out),
+  EXPECT_EQ(testing::RunCommand(
+                bin + " --source=cifar10 --input=" + tmp / "none --output=" + tmp / "c", &out),
             1);
   EXPECT_EQ(out, "make_shards: " + tmp / "none/data_batch_1.bin" + ": file not found\n");
 }

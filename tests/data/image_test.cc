@@ -34,7 +34,8 @@ TEST(ImageTest, JpegRoundTripIsClose) {
   EXPECT_EQ(SniffFormat(reinterpret_cast<const uint8_t*>(jpg->data()), jpg->size()),
             ImageFormat::kJpeg);
   Image back;
-  ASSERT_TRUE(DecodeJpeg(reinterpret_cast<const uint8_t*>(jpg->data()), jpg->size(), 3, &back).ok());
+  ASSERT_TRUE(
+      DecodeJpeg(reinterpret_cast<const uint8_t*>(jpg->data()), jpg->size(), 3, &back).ok());
   EXPECT_EQ(back.height, 40);
   EXPECT_EQ(back.width, 56);
   EXPECT_EQ(back.channels, 3);
@@ -50,7 +51,8 @@ TEST(ImageTest, GrayscaleJpegDecodesToRgbWithEqualChannels) {
   absl::StatusOr<std::string> jpg = EncodeJpeg(gray, 90);
   ASSERT_TRUE(jpg.ok());
   Image rgb;
-  ASSERT_TRUE(DecodeImage(reinterpret_cast<const uint8_t*>(jpg->data()), jpg->size(), 3, &rgb).ok());
+  ASSERT_TRUE(
+      DecodeImage(reinterpret_cast<const uint8_t*>(jpg->data()), jpg->size(), 3, &rgb).ok());
   ASSERT_EQ(rgb.channels, 3);
   for (int p = 0; p < 16 * 16; ++p) {
     EXPECT_EQ(rgb.pixels[3 * p], rgb.pixels[3 * p + 1]);
@@ -61,8 +63,8 @@ TEST(ImageTest, GrayscaleJpegDecodesToRgbWithEqualChannels) {
 TEST(ImageTest, CorruptAndTruncatedJpegAreErrors) {
   std::string garbage = "\xFF\xD8\xFF this is not a jpeg at all";
   Image out;
-  absl::Status s = DecodeImage(reinterpret_cast<const uint8_t*>(garbage.data()), garbage.size(),
-                               3, &out);
+  absl::Status s =
+      DecodeImage(reinterpret_cast<const uint8_t*>(garbage.data()), garbage.size(), 3, &out);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("undecodable JPEG"), std::string::npos) << s;
 
@@ -83,8 +85,9 @@ TEST(ImageTest, DctScalingKeepsAtLeastTheRequestedSize) {
   absl::StatusOr<std::string> jpg = EncodeJpeg(Gradient(400, 640, 3), 90);
   ASSERT_TRUE(jpg.ok());
   Image out;
-  ASSERT_TRUE(DecodeJpeg(reinterpret_cast<const uint8_t*>(jpg->data()), jpg->size(), 3, &out,
-                         100, 100).ok());
+  ASSERT_TRUE(
+      DecodeJpeg(reinterpret_cast<const uint8_t*>(jpg->data()), jpg->size(), 3, &out, 100, 100)
+          .ok());
   EXPECT_GE(out.height, 100);
   EXPECT_GE(out.width, 100);
   EXPECT_EQ(out.height, 100);  // 400 / 4
@@ -141,12 +144,14 @@ TEST(ImageTest, PngDecodeOrClearUnsupportedMessage) {
 // ---- crafted headers and missing data ------------------------------------------------------
 
 std::string GuardedDecode(const std::string& bytes) {
-  testing::Guarded g = testing::RunGuarded([&] {
-    Image out;
-    absl::Status s = DecodeImage(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
-                                 3, &out);
-    return s.ok() ? std::string("decoded") : std::string(s.message());
-  }, 20, uint64_t{1} << 30);
+  testing::Guarded g = testing::RunGuarded(
+      [&] {
+        Image out;
+        absl::Status s =
+            DecodeImage(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 3, &out);
+        return s.ok() ? std::string("decoded") : std::string(s.message());
+      },
+      20, uint64_t{1} << 30);
   return g.text;
 }
 
@@ -179,8 +184,8 @@ TEST(ImageTest, JpegWithoutImageDataIsAnErrorNotFlatGray) {
   ASSERT_FALSE(empty.empty());
   Image out;
   // Before: decoded "successfully" to a flat gray image (libjpeg only warns).
-  absl::Status s = DecodeImage(reinterpret_cast<const uint8_t*>(empty.data()), empty.size(), 3,
-                               &out);
+  absl::Status s =
+      DecodeImage(reinterpret_cast<const uint8_t*>(empty.data()), empty.size(), 3, &out);
   EXPECT_EQ(s.message(), "undecodable JPEG: Corrupt JPEG data: premature end of data segment");
   // Also with DCT-domain downscaling (the make_shards --resize path).
   s = DecodeImage(reinterpret_cast<const uint8_t*>(empty.data()), empty.size(), 3, &out, 16, 16);

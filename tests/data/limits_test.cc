@@ -99,14 +99,16 @@ TEST(LimitsTest, LoweredLimitsApplyToDecodingWritingAndOpening) {
   small.max_pixels = 48;
   std::string jpg = *EncodeJpeg(Flat(10, 4), 90);
   Image out;
-  absl::Status s = DecodeJpeg(reinterpret_cast<const uint8_t*>(jpg.data()), jpg.size(), 3, &out,
-                              0, 0, small);
-  EXPECT_EQ(s.message(), "JPEG too large: 10x4 is larger than the limit of 8 pixels per side "
-                         "(COLONNADE_MAX_IMAGE_SIDE)");
+  absl::Status s =
+      DecodeJpeg(reinterpret_cast<const uint8_t*>(jpg.data()), jpg.size(), 3, &out, 0, 0, small);
+  EXPECT_EQ(s.message(),
+            "JPEG too large: 10x4 is larger than the limit of 8 pixels per side "
+            "(COLONNADE_MAX_IMAGE_SIDE)");
   // The writer refuses what the reader would refuse; nothing is left behind.
   s = WriteFlatDataset(tmp / "w", 8, 8, 3, "raw", small);
-  EXPECT_EQ(s.message(), tmp / "w" + ": image size 8x8 has more than the limit of 48 pixels "
-                                     "(COLONNADE_MAX_IMAGE_PIXELS)");
+  EXPECT_EQ(s.message(), tmp / "w" +
+                             ": image size 8x8 has more than the limit of 48 pixels "
+                             "(COLONNADE_MAX_IMAGE_PIXELS)");
   // A dataset written within the defaults is refused under a lowered limit, accepted again
   // without it: reader and writer read the same variables.
   ASSERT_TRUE(WriteFlatDataset(tmp / "ds", 8, 8, 4, "jpeg").ok());
@@ -114,9 +116,9 @@ TEST(LimitsTest, LoweredLimitsApplyToDecodingWritingAndOpening) {
     ScopedEnv side(kMaxImageSideEnv, "4");
     absl::StatusOr<std::unique_ptr<Dataset>> ds = OpenDataset(tmp / "ds");
     ASSERT_FALSE(ds.ok());
-    EXPECT_EQ(ds.status().message(),
-              tmp / "ds/dataset.h5" + ": attributes 'height'x'width': 8x8 is larger than the "
-                                      "limit of 4 pixels per side (COLONNADE_MAX_IMAGE_SIDE)");
+    EXPECT_EQ(ds.status().message(), tmp / "ds/dataset.h5" +
+                                         ": attributes 'height'x'width': 8x8 is larger than the "
+                                         "limit of 4 pixels per side (COLONNADE_MAX_IMAGE_SIDE)");
   }
   {
     ScopedEnv side(kMaxImageSideEnv, "nope");

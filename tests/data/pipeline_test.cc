@@ -190,8 +190,8 @@ TEST(PipelineTest, EvalIsInOrderAndKeepsThePartialLastBatch) {
   o.global_batch = 32;
   o.train = false;
   o.crop = 12;
-  o.mirror = true;     // ignored in eval
-  o.lighting = 0.1f;   // ignored in eval
+  o.mirror = true;    // ignored in eval
+  o.lighting = 0.1f;  // ignored in eval
   o.epochs = 1;
   absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(ds->get(), o);
   ASSERT_TRUE(p.ok()) << p.status();
@@ -357,26 +357,27 @@ TEST(PipelineTest, ChunkWriterIsBitwiseTheSingleImageWriter) {
     for (int e = 0; e < 11 * 13 * 3; ++e) cfg.mean_image.push_back(0.31f * e);
     cfg.channel_mean = {10.1f, 20.2f, 30.3f};
     for (int shape = 0; shape < 2; ++shape) {
-    // 21 images at column 3 of 25 (unaligned, partial blocks); 16 at column 16 of 32 (the
-    // aligned whole-cache-line path).
-    const int count = shape == 0 ? 21 : 16;
-    const int64_t N = shape == 0 ? 25 : 32, n0 = shape == 0 ? 3 : 16;
-    std::vector<std::vector<uint8_t>> images(count);
-    std::vector<const uint8_t*> ptrs;
-    std::vector<ImageAugment> augs;
-    for (int j = 0; j < count; ++j) {
-      for (int e = 0; e < 11 * 13 * 3; ++e) images[j].push_back(static_cast<uint8_t>(e * 7 + j * 13));
-      ptrs.push_back(images[j].data());
-      augs.push_back(DrawAugment(cfg, 99, 2, j, true, true, 0.1f));
-    }
-    // 64-byte aligned outputs, like Tensor storage.
-    const int64_t size = 3 * 7 * 9 * N;
-    Tensor ta(Shape{size}), tb(Shape{size});
-    std::fill(ta.data(), ta.data() + size, -1.f);
-    std::fill(tb.data(), tb.data() + size, -1.f);
-    WriteChunkCHWN(ptrs.data(), augs.data(), count, cfg, ta.data(), N, n0);
-    for (int j = 0; j < count; ++j) WriteImageCHWN(ptrs[j], cfg, augs[j], tb.data(), N, n0 + j);
-    ASSERT_EQ(std::memcmp(ta.data(), tb.data(), size * sizeof(float)), 0);
+      // 21 images at column 3 of 25 (unaligned, partial blocks); 16 at column 16 of 32 (the
+      // aligned whole-cache-line path).
+      const int count = shape == 0 ? 21 : 16;
+      const int64_t N = shape == 0 ? 25 : 32, n0 = shape == 0 ? 3 : 16;
+      std::vector<std::vector<uint8_t>> images(count);
+      std::vector<const uint8_t*> ptrs;
+      std::vector<ImageAugment> augs;
+      for (int j = 0; j < count; ++j) {
+        for (int e = 0; e < 11 * 13 * 3; ++e)
+          images[j].push_back(static_cast<uint8_t>(e * 7 + j * 13));
+        ptrs.push_back(images[j].data());
+        augs.push_back(DrawAugment(cfg, 99, 2, j, true, true, 0.1f));
+      }
+      // 64-byte aligned outputs, like Tensor storage.
+      const int64_t size = 3 * 7 * 9 * N;
+      Tensor ta(Shape{size}), tb(Shape{size});
+      std::fill(ta.data(), ta.data() + size, -1.f);
+      std::fill(tb.data(), tb.data() + size, -1.f);
+      WriteChunkCHWN(ptrs.data(), augs.data(), count, cfg, ta.data(), N, n0);
+      for (int j = 0; j < count; ++j) WriteImageCHWN(ptrs[j], cfg, augs[j], tb.data(), N, n0 + j);
+      ASSERT_EQ(std::memcmp(ta.data(), tb.data(), size * sizeof(float)), 0);
     }
   }
 }
@@ -447,7 +448,7 @@ TEST(PipelineTest, ReaderErrorsSurfaceInNextAndStay) {
   o.threads = 3;
   absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(&ds, o);
   ASSERT_TRUE(p.ok());
-  EXPECT_TRUE((*p)->Next().ok());  // images 0..7
+  EXPECT_TRUE((*p)->Next().ok());          // images 0..7
   absl::StatusOr<Batch> b = (*p)->Next();  // images 8..15 include 13
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().message(), "data/x/shard-00000.h5: /images: image 13: undecodable JPEG");
@@ -511,8 +512,9 @@ TEST(PipelineTest, BatchBeyondTheTensorLimitIsRefused) {
     absl::StatusOr<Batch> b = (*p)->Next();
     return std::string(b.ok() ? "batch" : b.status().message());
   });
-  EXPECT_EQ(g.text, "batch pipeline: a batch of 268435456 images of 3x12x12 per rank is more "
-                    "than the limit of 2147483647 values (docs/LIMITS.md)");
+  EXPECT_EQ(g.text,
+            "batch pipeline: a batch of 268435456 images of 3x12x12 per rank is more "
+            "than the limit of 2147483647 values (docs/LIMITS.md)");
 }
 
 TEST(PipelineTest, PinnedAllocatorHookAndRecycling) {
@@ -634,14 +636,16 @@ TEST(PadTest, WritersEqualAnExplicitlyPaddedImage) {
               a.x0 = xlo + static_cast<int>(rng() % (xhi - xlo + 1));
               a.mirror = rng() & 1;
             }
-            for (int c = 0; c < 3; ++c) a.light[c] = static_cast<float>(rng() % 4001) / 100.f - 20.f;
+            for (int c = 0; c < 3; ++c)
+              a.light[c] = static_cast<float>(rng() % 4001) / 100.f - 20.f;
           }
           const int64_t size = static_cast<int64_t>(C) * g.ch * g.cw * N;
           Tensor ta(Shape{size}), tb(Shape{size});
           std::fill(ta.data(), ta.data() + size, -1.f);
           std::fill(tb.data(), tb.data() + size, -1.f);
           WriteChunkCHWN(ptrs.data(), augs.data(), count, cfg, ta.data(), N, n0);
-          for (int j = 0; j < count; ++j) WriteImageCHWN(ptrs[j], cfg, augs[j], tb.data(), N, n0 + j);
+          for (int j = 0; j < count; ++j)
+            WriteImageCHWN(ptrs[j], cfg, augs[j], tb.data(), N, n0 + j);
           const std::vector<float> untouched(static_cast<size_t>(C) * g.ch * g.cw, -1.f);
           for (int64_t n = 0; n < N; ++n) {
             const bool in = n >= n0 && n < n0 + count;
@@ -728,8 +732,8 @@ TEST(PadTest, PadZeroIsThePipelineWithoutPadding) {
     for (int64_t n = 0; n < batch.images.n(); ++n) {
       const int64_t position = batch.cursor.position + n;
       ImageAugment aug = DrawAugment(cfg, zero.seed, batch.epoch, position, true, true, 0.1f);
-      const Philox4 r = Philox4x32(key, static_cast<uint64_t>(batch.epoch),
-                                   static_cast<uint64_t>(position));
+      const Philox4 r =
+          Philox4x32(key, static_cast<uint64_t>(batch.epoch), static_cast<uint64_t>(position));
       ASSERT_EQ(aug.y0, static_cast<int>((static_cast<uint64_t>(r.v[0]) * 5) >> 32));
       ASSERT_EQ(aug.x0, static_cast<int>((static_cast<uint64_t>(r.v[1]) * 5) >> 32));
       std::vector<uint8_t> px;
@@ -760,8 +764,8 @@ TEST(PadTest, TrainingPipelineCropsThePaddedImage) {
   for (const Batch& batch : batches) {
     EXPECT_EQ(batch.images.shape(), Shape::CHWN(3, 16, 16, 32));
     for (int64_t n = 0; n < batch.images.n(); ++n) {
-      const ImageAugment aug = DrawAugment(cfg, o.seed, batch.epoch,
-                                           batch.cursor.position + n, true, true, 0.1f);
+      const ImageAugment aug =
+          DrawAugment(cfg, o.seed, batch.epoch, batch.cursor.position + n, true, true, 0.1f);
       shifted += aug.y0 != 0 || aug.x0 != 0;
       std::vector<uint8_t> px;
       ASSERT_TRUE(d->Read(batch.indices[n], &px).ok());
@@ -824,8 +828,8 @@ TEST(PadTest, PipelineRejectsBadPad) {
   EXPECT_NE(err(o).find("pad -1"), std::string::npos);
   o = TrainOptions(32);
   o.pad = 12;  // not smaller than the crop
-  EXPECT_NE(err(o).find("pad 12 must be >= 0 and smaller than the crop side 12"),
-            std::string::npos) << err(o);
+  EXPECT_NE(err(o).find("pad 12 must be >= 0 and smaller than the crop side 12"), std::string::npos)
+      << err(o);
   o.crop = 0;
   o.pad = 16;  // crop 0: the crop side is the image side
   EXPECT_NE(err(o).find("crop side 16"), std::string::npos) << err(o);
@@ -878,7 +882,6 @@ TEST(PipelineTest, SyntheticIsLearnableAndSplitsAreDisjoint) {
   ASSERT_TRUE((*again)->Read(17, &b).ok());
   EXPECT_EQ(a, b);
 }
-
 
 // ---- uint8 and indices-only outputs (the GPU feed's host half) -------------------------------
 

@@ -30,7 +30,8 @@ double RunTimed(const std::string& cmd, std::string* out, int* rc) {
 TEST(RealDataTest, Cifar10JpegTreeConvertsUnderTwoMinutesAndReadsBack) {
   const std::string archive = ArchiveOrSkipMessage("cifar10-jpeg.tar.gz");
   if (archive.empty()) {
-    SKIP_OR_FAIL_WITHOUT("real data: " << testing::SharedDataDir()
+    SKIP_OR_FAIL_WITHOUT("real data: "
+                         << testing::SharedDataDir()
                          << "/cifar10-jpeg.tar.gz (set COLONNADE_SHARED_DATA to its folder)");
   }
   TempDir tmp;
@@ -44,15 +45,16 @@ TEST(RealDataTest, Cifar10JpegTreeConvertsUnderTwoMinutesAndReadsBack) {
                                 "/train --output=" + tmp / "shards/train",
                             &out, &rc);
   ASSERT_EQ(rc, 0) << out;
-  double t_test = RunTimed(bin + " --source=folder --threads=2 --progress=false --input=" + src +
-                               "/test --output=" + tmp / "shards/test --mean_from=" +
-                               tmp / "shards/train",
-                           &out, &rc);
+  double t_test =
+      RunTimed(bin + " --source=folder --threads=2 --progress=false --input=" + src +
+                   "/test --output=" + tmp / "shards/test --mean_from=" + tmp / "shards/train",
+               &out, &rc);
   ASSERT_EQ(rc, 0) << out;
   const double total = t_train + t_test;
-  std::printf("[ MEASURE  ] CIFAR-10 JPEG tree -> raw shards, 2 threads: train %.1f s, test %.1f s, "
-              "total %.1f s\n",
-              t_train, t_test, total);
+  std::printf(
+      "[ MEASURE  ] CIFAR-10 JPEG tree -> raw shards, 2 threads: train %.1f s, test %.1f s, "
+      "total %.1f s\n",
+      t_train, t_test, total);
   RecordProperty("cifar10_convert_seconds", absl::StrFormat("%.1f", total));
   EXPECT_LT(total, 120.0) << "acceptance: the CIFAR-10 folder tree converts in < 2 minutes";
 
@@ -60,8 +62,8 @@ TEST(RealDataTest, Cifar10JpegTreeConvertsUnderTwoMinutesAndReadsBack) {
   auto test = OpenDataset(tmp / "shards/test");
   ASSERT_TRUE(train.ok()) << train.status();
   ASSERT_TRUE(test.ok()) << test.status();
-  const std::vector<std::string> names = {"airplane", "automobile", "bird", "cat", "deer",
-                                          "dog", "frog", "horse", "ship", "truck"};
+  const std::vector<std::string> names = {"airplane", "automobile", "bird",  "cat",  "deer",
+                                          "dog",      "frog",       "horse", "ship", "truck"};
   EXPECT_EQ((*train)->info().size, 50000);
   EXPECT_EQ((*test)->info().size, 10000);
   EXPECT_EQ((*train)->info().class_names, names);
@@ -87,7 +89,8 @@ TEST(RealDataTest, Cifar10JpegTreeConvertsUnderTwoMinutesAndReadsBack) {
   }();
   std::string bytes = testing::ReadFileBytes(cat0);
   Image ref;
-  ASSERT_TRUE(DecodeImage(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 3, &ref).ok());
+  ASSERT_TRUE(
+      DecodeImage(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 3, &ref).ok());
   bool found = false;
   for (int64_t i = 0; i < 10000 && !found; ++i) {
     if ((*test)->Label(i) != 3) continue;
@@ -116,14 +119,15 @@ TEST(RealDataTest, Cifar10JpegTreeConvertsUnderTwoMinutesAndReadsBack) {
 TEST(RealDataTest, ImagenetteValWithGrayscaleImages) {
   const std::string archive = ArchiveOrSkipMessage("imagenette-224.tar.gz");
   if (archive.empty()) {
-    SKIP_OR_FAIL_WITHOUT("real data: " << testing::SharedDataDir()
+    SKIP_OR_FAIL_WITHOUT("real data: "
+                         << testing::SharedDataDir()
                          << "/imagenette-224.tar.gz (set COLONNADE_SHARED_DATA to its folder)");
   }
   TempDir tmp;
   std::string out;
-  ASSERT_EQ(testing::RunCommand("tar xzf " + archive + " -C " + tmp.path() + " imagenette-224/val",
-                                &out),
-            0)
+  ASSERT_EQ(
+      testing::RunCommand("tar xzf " + archive + " -C " + tmp.path() + " imagenette-224/val", &out),
+      0)
       << out;
   int rc = 0;
   double secs = RunTimed(testing::MakeShardsBinary() +

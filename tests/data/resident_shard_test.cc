@@ -286,8 +286,9 @@ TEST(ResidentShardBudgetTest, ShardChangedAfterOpenIsDataLossNamingTheFile) {
     ASSERT_FALSE(r.ok());
     EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
     EXPECT_EQ(r.status().message(),
-              shard + ": /images: holds 3072 bytes, expected 1536 (file changed since it was "
-                      "opened?)");
+              shard +
+                  ": /images: holds 3072 bytes, expected 1536 (file changed since it was "
+                  "opened?)");
   }
   // Other shards are unaffected.
   std::vector<uint8_t> px;

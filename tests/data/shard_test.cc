@@ -269,7 +269,8 @@ TEST(ShardTest, WrongDtypeShapeAndMissingFields) {
   EXPECT_EQ(OpenError(tmp / "ds"), index + ": attribute 'channels' is 4, must be 1 or 3");
   testing::WriteFileBytes(index, index_pristine);
   EditHdf5(index, [](hid_t f) { SetIntAttr(f, "version", 7); });
-  EXPECT_EQ(OpenError(tmp / "ds"), index + ": attribute 'version' is 7; this build reads version 1");
+  EXPECT_EQ(OpenError(tmp / "ds"),
+            index + ": attribute 'version' is 7; this build reads version 1");
   testing::WriteFileBytes(index, index_pristine);
   EXPECT_TRUE(OpenDataset(tmp / "ds").ok());
 }
@@ -290,8 +291,7 @@ TEST(ShardTest, LabelOutOfRangeNamesFileFieldAndIndex) {
     H5Sclose(space);
     H5Dclose(d);
   });
-  EXPECT_EQ(OpenError(tmp / "ds"),
-            shard + ": /labels: label 12 at index 40 is >= num_classes 10");
+  EXPECT_EQ(OpenError(tmp / "ds"), shard + ": /labels: label 12 at index 40 is >= num_classes 10");
 }
 
 TEST(ShardTest, BadJpegOffsetsAndUndecodableImage) {
@@ -396,9 +396,7 @@ std::string GuardedOpen(const std::string& dir, int64_t read_index = -1) {
   return g.text;
 }
 
-bool StartsWith(const std::string& s, const std::string& prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 TEST(CraftedShardTest, HugeImageSizeInTheIndexIsRefusedBeforeAllocating) {
   TempDir tmp;
@@ -413,8 +411,9 @@ TEST(CraftedShardTest, HugeImageSizeInTheIndexIsRefusedBeforeAllocating) {
     ReplaceWithUnwritten(f, "/mean_image", H5T_IEEE_F32LE, {60000, 60000, 3}, {1, 60000, 3});
   });
   EXPECT_EQ(GuardedOpen(tmp / "ds"),
-            index + ": attributes 'height'x'width': 60000x60000 is larger than the limit of "
-                    "16384 pixels per side (COLONNADE_MAX_IMAGE_SIDE)");
+            index +
+                ": attributes 'height'x'width': 60000x60000 is larger than the limit of "
+                "16384 pixels per side (COLONNADE_MAX_IMAGE_SIDE)");
   // Within the side limit, beyond the pixel limit.
   testing::WriteFileBytes(index, pristine);
   EditHdf5(index, [](hid_t f) {
@@ -423,16 +422,18 @@ TEST(CraftedShardTest, HugeImageSizeInTheIndexIsRefusedBeforeAllocating) {
     ReplaceWithUnwritten(f, "/mean_image", H5T_IEEE_F32LE, {12000, 12000, 3}, {1, 12000, 3});
   });
   EXPECT_EQ(GuardedOpen(tmp / "ds"),
-            index + ": attributes 'height'x'width': 12000x12000 has more than the limit of "
-                    "134217728 pixels (COLONNADE_MAX_IMAGE_PIXELS)");
+            index +
+                ": attributes 'height'x'width': 12000x12000 has more than the limit of "
+                "134217728 pixels (COLONNADE_MAX_IMAGE_PIXELS)");
   // The right size, never written: it read back as an all-zero mean image.
   testing::WriteFileBytes(index, pristine);
   EditHdf5(index, [](hid_t f) {
     ReplaceWithUnwritten(f, "/mean_image", H5T_IEEE_F32LE, {kH, kW, kC}, {1, kW, kC});
   });
   EXPECT_EQ(GuardedOpen(tmp / "ds"),
-            index + ": /mean_image: was never written (no storage is allocated for its 192 "
-                    "elements, which would read back as zeros)");
+            index +
+                ": /mean_image: was never written (no storage is allocated for its 192 "
+                "elements, which would read back as zeros)");
 }
 
 TEST(CraftedShardTest, HugeClassCountIsRefusedBeforeAllocating) {
@@ -502,15 +503,14 @@ TEST(CraftedShardTest, ImagesClaimedWithoutBytesAreRefused) {
     ReplaceWithUnwritten(f, "/images", H5T_STD_U8LE, {20, kH, kW, kC}, {1, kH, kW, kC}, 10);
   });
   EXPECT_EQ(GuardedOpen(tmp / "half", 15),
-            half + ": /images: has only 10 of its 20 chunks written (the others would read "
-                   "back as zeros)");
+            half +
+                ": /images: has only 10 of its 20 chunks written (the others would read "
+                "back as zeros)");
   // Labels never written (they would all be class 0).
   testing::WriteFileBytes(shard, pristine);
   WriteDataset(tmp / "labels", 20, "raw", 100);
   const std::string lshard = tmp / "labels/shard-00000.h5";
-  EditHdf5(lshard, [](hid_t f) {
-    ReplaceWithUnwritten(f, "/labels", H5T_STD_I32LE, {20}, {4});
-  });
+  EditHdf5(lshard, [](hid_t f) { ReplaceWithUnwritten(f, "/labels", H5T_STD_I32LE, {20}, {4}); });
   m = GuardedOpen(tmp / "labels");
   EXPECT_TRUE(StartsWith(m, lshard + ": /labels: was never written")) << m;
 }
@@ -531,8 +531,7 @@ TEST(CraftedShardTest, JpegOffsetsClaimingATerabyteAreRefused) {
     H5Ldelete(f, "/images", H5P_DEFAULT);
     hsize_t n = hsize_t{1} << 40;
     hid_t space = H5Screate_simple(1, &n, nullptr);
-    hid_t d = H5Dcreate2(f, "/images", H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT,
-                         H5P_DEFAULT);
+    hid_t d = H5Dcreate2(f, "/images", H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     H5Dclose(d);
     H5Sclose(space);
   });
@@ -576,16 +575,17 @@ TEST(CraftedShardTest, JpegOfAnotherSizeThanDeclaredIsAnError) {
   WriteJpegDatasetWithStream(tmp / "ds", *EncodeJpeg(big, 90));
   const std::string shard = tmp / "ds/shard-00000.h5";
   EXPECT_EQ(GuardedOpen(tmp / "ds", 3),
-            shard + ": /images: image 3: JPEG is 16x16, but the dataset's images are 8x8 "
-                    "(height x width)");
+            shard +
+                ": /images: image 3: JPEG is 16x16, but the dataset's images are 8x8 "
+                "(height x width)");
   EXPECT_EQ(GuardedOpen(tmp / "ds", 2), "read ok");
   // A header claiming 60000 x 60000. Before: the decoder allocated 10.8 GB and training
   // aborted (on every rank, under mpirun too).
-  WriteJpegDatasetWithStream(tmp / "huge", testing::JpegClaimingSize(*EncodeJpeg(big, 90),
-                                                                     60000, 60000));
-  EXPECT_EQ(GuardedOpen(tmp / "huge", 3),
-            tmp / "huge/shard-00000.h5" + ": /images: image 3: JPEG is 60000x60000, but the "
-                                          "dataset's images are 8x8 (height x width)");
+  WriteJpegDatasetWithStream(tmp / "huge",
+                             testing::JpegClaimingSize(*EncodeJpeg(big, 90), 60000, 60000));
+  EXPECT_EQ(GuardedOpen(tmp / "huge", 3), tmp / "huge/shard-00000.h5" +
+                                              ": /images: image 3: JPEG is 60000x60000, but the "
+                                              "dataset's images are 8x8 (height x width)");
 }
 
 TEST(CraftedShardTest, LinksToOtherFilesAndExternalStorageAreRefused) {
@@ -618,8 +618,9 @@ TEST(CraftedShardTest, LinksToOtherFilesAndExternalStorageAreRefused) {
     H5Lcreate_soft("/mean_data", f, "/mean_image", H5P_DEFAULT, H5P_DEFAULT);
   });
   EXPECT_EQ(GuardedOpen(tmp / "ds"),
-            index + ": /mean_image: is a soft link to '/mean_data', not data stored in this "
-                    "file (links are refused)");
+            index +
+                ": /mean_image: is a soft link to '/mean_data', not data stored in this "
+                "file (links are refused)");
   testing::WriteFileBytes(index, index_pristine);
   // A virtual dataset whose data is the other file's labels.
   testing::WriteFileBytes(shard, pristine);
@@ -661,19 +662,23 @@ TEST(CraftedShardTest, FifosAreNeverOpened) {
   unlink(shard.c_str());
   ASSERT_TRUE(testing::MakeFifo(shard));
   // Before: open() blocked forever (the guard kills the child after 10 s).
-  testing::Guarded g = testing::RunGuarded([&] {
-    absl::StatusOr<std::unique_ptr<Dataset>> ds = OpenDataset(tmp / "ds");
-    return ds.ok() ? std::string("opened") : std::string(ds.status().message());
-  }, 10);
+  testing::Guarded g = testing::RunGuarded(
+      [&] {
+        absl::StatusOr<std::unique_ptr<Dataset>> ds = OpenDataset(tmp / "ds");
+        return ds.ok() ? std::string("opened") : std::string(ds.status().message());
+      },
+      10);
   EXPECT_EQ(g.text, shard + ": is a FIFO, not a regular file");
   // The index as a FIFO.
   const std::string index = tmp / "ds/dataset.h5";
   unlink(index.c_str());
   ASSERT_TRUE(testing::MakeFifo(index));
-  g = testing::RunGuarded([&] {
-    absl::StatusOr<std::unique_ptr<Dataset>> ds = OpenDataset(tmp / "ds");
-    return ds.ok() ? std::string("opened") : std::string(ds.status().message());
-  }, 10);
+  g = testing::RunGuarded(
+      [&] {
+        absl::StatusOr<std::unique_ptr<Dataset>> ds = OpenDataset(tmp / "ds");
+        return ds.ok() ? std::string("opened") : std::string(ds.status().message());
+      },
+      10);
   EXPECT_EQ(g.text, index + ": is a FIFO, not a regular file");
 }
 
@@ -704,7 +709,8 @@ TEST(ShardTest, DocumentedH5pyExampleReadsAShard) {
   if (testing::RunCommand("/usr/bin/python3 -c 'import h5py, numpy'", &out) != 0) {
     SKIP_OR_FAIL_WITHOUT("python3-h5py for /usr/bin/python3 (apt-get install python3-h5py)");
   }
-  const std::string doc = testing::ReadFileBytes(std::string(COLONNADE_SOURCE_DIR) + "/docs/DATA.md");
+  const std::string doc =
+      testing::ReadFileBytes(std::string(COLONNADE_SOURCE_DIR) + "/docs/DATA.md");
   const size_t begin = doc.find("```python\n");
   ASSERT_NE(begin, std::string::npos) << "docs/DATA.md has no ```python block";
   const size_t end = doc.find("```", begin + 10);

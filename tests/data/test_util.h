@@ -25,13 +25,13 @@
 // A test that needs an optional resource (../shared/data, h5py, Pillow, libpng) skips
 // where it is missing, but fails where COLONNADE_NO_SKIP=1 (.ci/run sets it: CI installs
 // every package and has ../shared/data, so a skip there would hide a broken install).
-#define SKIP_OR_FAIL_WITHOUT(what)                                                       \
-  do {                                                                                   \
-    const char* no_skip = getenv("COLONNADE_NO_SKIP");                                   \
-    if (no_skip && std::string(no_skip) == "1") {                                        \
-      FAIL() << "missing " << what << " (COLONNADE_NO_SKIP=1: nothing may be skipped)";  \
-    }                                                                                    \
-    GTEST_SKIP() << "missing " << what;                                                  \
+#define SKIP_OR_FAIL_WITHOUT(what)                                                      \
+  do {                                                                                  \
+    const char* no_skip = getenv("COLONNADE_NO_SKIP");                                  \
+    if (no_skip && std::string(no_skip) == "1") {                                       \
+      FAIL() << "missing " << what << " (COLONNADE_NO_SKIP=1: nothing may be skipped)"; \
+    }                                                                                   \
+    GTEST_SKIP() << "missing " << what;                                                 \
   } while (0)
 
 namespace colonnade::data::testing {
@@ -178,7 +178,8 @@ inline Guarded RunGuarded(const std::function<std::string()>& fn, int timeout_s 
   bool hung = false;
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now()).count();
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
     if (left <= 0) {
       hung = true;
       break;
@@ -210,12 +211,11 @@ inline bool MakeFifo(const std::string& path) { return mkfifo(path.c_str(), 0644
 
 // A 2x2 RGB PNG: red, green / blue, gray(128).
 inline constexpr unsigned char kTinyPng[] = {
-    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44,
-    0x52, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x02, 0x08, 0x02, 0x00, 0x00, 0x00, 0xFD,
-    0xD4, 0x9A, 0x73, 0x00, 0x00, 0x00, 0x13, 0x49, 0x44, 0x41, 0x54, 0x78, 0xDA, 0x63, 0xF8,
-    0xCF, 0xC0, 0xC0, 0x00, 0xC2, 0x0C, 0xFF, 0x1B, 0x1A, 0x1A, 0x00, 0x1C, 0xF4, 0x04, 0x7E,
-    0x9D, 0x71, 0x8C, 0x3D, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60,
-    0x82};
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x02, 0x08, 0x02, 0x00, 0x00, 0x00, 0xFD, 0xD4, 0x9A,
+    0x73, 0x00, 0x00, 0x00, 0x13, 0x49, 0x44, 0x41, 0x54, 0x78, 0xDA, 0x63, 0xF8, 0xCF, 0xC0, 0xC0,
+    0x00, 0xC2, 0x0C, 0xFF, 0x1B, 0x1A, 0x1A, 0x00, 0x1C, 0xF4, 0x04, 0x7E, 0x9D, 0x71, 0x8C, 0x3D,
+    0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82};
 
 // ---- crafted images ----------------------------------------------------------------------
 
@@ -240,8 +240,8 @@ inline std::string JpegClaimingSize(std::string jpeg, int height, int width) {
 inline std::string JpegWithoutImageData(const std::string& jpeg) {
   const size_t sos = jpeg.find("\xFF\xDA");
   if (sos == std::string::npos || sos + 4 > jpeg.size()) return "";
-  const size_t len = (static_cast<unsigned char>(jpeg[sos + 2]) << 8) |
-                     static_cast<unsigned char>(jpeg[sos + 3]);
+  const size_t len =
+      (static_cast<unsigned char>(jpeg[sos + 2]) << 8) | static_cast<unsigned char>(jpeg[sos + 3]);
   return jpeg.substr(0, sos + 2 + len) + "\xFF\xD9";
 }
 

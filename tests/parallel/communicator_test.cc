@@ -226,7 +226,8 @@ TEST(CreateCommunicator, Kinds) {
 // With COLONNADE_TEST_CUDA=1: NCCL where every rank has its own GPU, else the error
 // that says to use --comm=mpi, and "auto" choosing accordingly.
 TEST(CreateCommunicator, NcclOnRealGpus) {
-  if (!RealCudaRequested() || !NcclCompiledIn()) GTEST_SKIP() << "needs COLONNADE_TEST_CUDA=1 and NCCL";
+  if (!RealCudaRequested() || !NcclCompiledIn())
+    GTEST_SKIP() << "needs COLONNADE_TEST_CUDA=1 and NCCL";
   int gpus = 0;
 #ifdef COLONNADE_WITH_CUDA
   cudaGetDeviceCount(&gpus);

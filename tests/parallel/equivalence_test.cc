@@ -45,8 +45,8 @@ Worst Compare(const TrainResult& got, const TrainResult& ref, const std::string&
   for (size_t i = 0; i < got.losses.size() && i < ref.losses.size(); ++i) {
     double rel = std::abs(got.losses[i] - ref.losses[i]) / std::abs(ref.losses[i]);
     w.loss = std::max(w.loss, rel);
-    EXPECT_LE(rel, kLossTol) << what << ": loss of step " << i << " " << got.losses[i]
-                             << " vs " << ref.losses[i];
+    EXPECT_LE(rel, kLossTol) << what << ": loss of step " << i << " " << got.losses[i] << " vs "
+                             << ref.losses[i];
   }
   EXPECT_EQ(got.params.size(), ref.params.size()) << what;
   for (size_t i = 0; i < got.params.size() && i < ref.params.size(); ++i) {
@@ -130,8 +130,7 @@ void CheckAllLayouts(const std::function<std::unique_ptr<Net>()>& make, const Tr
 
 TEST(Equivalence, ColumnTestNetOnEveryLayout) {
   TrainSpec spec;
-  CheckAllLayouts([] { return BuildColumnTestNet(); }, spec, {1, 2, 4}, "column-test net",
-                  true);
+  CheckAllLayouts([] { return BuildColumnTestNet(); }, spec, {1, 2, 4}, "column-test net", true);
 }
 
 // Device tensors: the GPU path of the MPI communicator (staging through host buffers) on
@@ -143,9 +142,10 @@ TEST(Equivalence, ColumnTestNetOnDevice) {
   TrainSpec spec;
   spec.device = dc.device;
   const int64_t copies_before = standin ? standin->to_host : 0;
-  CheckAllLayouts([] { return BuildColumnTestNet(); }, spec, {1, 2, 4}, "column-test net",
-                  true, dc.comm);
-  if (standin && WorldSize() > 1) EXPECT_GT(standin->to_host, copies_before) << "nothing was staged";
+  CheckAllLayouts([] { return BuildColumnTestNet(); }, spec, {1, 2, 4}, "column-test net", true,
+                  dc.comm);
+  if (standin && WorldSize() > 1)
+    EXPECT_GT(standin->to_host, copies_before) << "nothing was staged";
 }
 
 // AlexNet itself (its real layer sequence, LRN groups, dropout), at 67x67 and 8 classes;
@@ -241,8 +241,7 @@ TEST(Equivalence, ShardExposesReplicatedLogits) {
   (*full)->Forward(ctx);
   ASSERT_EQ(net.blob(kLogitsBlob).shape(), Shape::CHWN(8, 1, 1, 2));
   // The fc GEMMs over column blocks sum in another order: equal to rounding.
-  EXPECT_LE(RelativeL2(net.blob(kLogitsBlob).ToHost(), (*full)->blob(kLogitsBlob).ToHost()),
-            1e-5);
+  EXPECT_LE(RelativeL2(net.blob(kLogitsBlob).ToHost(), (*full)->blob(kLogitsBlob).ToHost()), 1e-5);
 }
 
 // Shards are initialised as the rows of the full model's Net::InitParams, bit for bit.

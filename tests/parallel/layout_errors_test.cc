@@ -37,15 +37,15 @@ constexpr int kTimeoutSeconds = 60;
 
 // Runs `env timeout mpirun mpi_args -np np layout_probe args`.
 ProbeRun Probe(int np, const std::string& args, const std::string& env = "",
-          const std::string& mpi_args = "") {
+               const std::string& mpi_args = "") {
   fs::path dir = fs::temp_directory_path() /
                  absl::StrFormat("layout_probe_%d_%d", static_cast<int>(getpid()), std::rand());
   fs::create_directories(dir);
   fs::path err = dir / "stderr.txt";
   const std::string cmd = absl::StrFormat(
       "%s PROBE_MARKER_DIR=%s timeout %d %s -x PROBE_MARKER_DIR %s -np %d %s %s 2>%s >/dev/null",
-      env, dir.string(), kTimeoutSeconds, COLONNADE_TEST_MPIRUN, mpi_args, np,
-      COLONNADE_TEST_PROBE, args, err.string());
+      env, dir.string(), kTimeoutSeconds, COLONNADE_TEST_MPIRUN, mpi_args, np, COLONNADE_TEST_PROBE,
+      args, err.string());
   auto t0 = std::chrono::steady_clock::now();
   int rc = std::system(cmd.c_str());
   ProbeRun r;
@@ -112,7 +112,7 @@ TEST(LayoutErrors, BatchNotDivisibleByDp) {
 // Found by a collective (the node check), agreed on by every rank.
 TEST(LayoutErrors, MpGroupSpanningNodes) {
   ProbeRun r = Probe(4, "--mp=2 --columns=2 --batch_size=8", "COLONNADE_TEST_RANKS_PER_NODE=3",
-                "-x COLONNADE_TEST_RANKS_PER_NODE");
+                     "-x COLONNADE_TEST_RANKS_PER_NODE");
   ExpectAllRanksExit(r, 4, 2, "an mp group across fake nodes");
   EXPECT_EQ(ErrorLines(r.stderr_text), 1) << r.stderr_text;
   EXPECT_NE(r.stderr_text.find("spans two nodes"), std::string::npos) << r.stderr_text;

@@ -18,7 +18,8 @@ namespace {
 
 int Exit(int rank, int code) {
   if (const char* dir = std::getenv("PROBE_MARKER_DIR")) {
-    std::string path = std::string(dir) + "/rank" + std::to_string(rank) + ".exit" + std::to_string(code);
+    std::string path =
+        std::string(dir) + "/rank" + std::to_string(rank) + ".exit" + std::to_string(code);
     if (FILE* f = std::fopen(path.c_str(), "w")) std::fclose(f);
   }
   colonnade::FinalizeMpi();
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
     if (!mesh.ok()) s = mesh.status();
   }
   if (!s.ok()) {
-    if (rank == 0) std::fprintf(stderr, "layout_probe: error: %s\n", std::string(s.message()).c_str());
+    if (rank == 0)
+      std::fprintf(stderr, "layout_probe: error: %s\n", std::string(s.message()).c_str());
     return Exit(rank, 2);
   }
   MPI_Barrier(MPI_COMM_WORLD);

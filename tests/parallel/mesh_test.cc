@@ -107,10 +107,12 @@ TEST(ValidateLayout, AcceptsAndRejects) {
 
   absl::Status s = ValidateLayout(8, 3, 3, 256);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("--mp=3 does not divide the world size 8"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("--mp=3 does not divide the world size 8"), absl::string_view::npos)
+      << s;
 
   s = ValidateLayout(8, 4, 2, 256);
-  EXPECT_NE(s.message().find("2 column(s) are not divisible by --mp=4"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("2 column(s) are not divisible by --mp=4"), absl::string_view::npos)
+      << s;
 
   s = ValidateLayout(6, 2, 2, 100);
   EXPECT_NE(s.message().find("--batch_size=100"), absl::string_view::npos) << s;

@@ -72,7 +72,9 @@ class HostAsDeviceBackend : public Backend {
     ++from_host;
     std::memcpy(dst, src, n);
   }
-  void CopyDeviceToDevice(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void CopyDeviceToDevice(void* dst, const void* src, size_t n) override {
+    std::memcpy(dst, src, n);
+  }
   void Synchronize() override { ++syncs; }
   Ops& ops() override { return ops_; }
   int64_t to_host = 0, from_host = 0, syncs = 0;
@@ -123,14 +125,14 @@ inline DeviceCase DeviceUnderTest() {
   return {Device::kCUDA, "auto"};
 }
 
-// ---- the test model ------------------------------------------------------------------------------
-// 3x15x15 images, K = 4 columns. Exercises: a cross conv on the images, LRN across
-// channels in column groups, isolated convs, a cross conv on a split blob (all-gather,
-// reduce-scatter), a conv without column info (replicated on gathered input), an isolated
-// conv reading a replicated blob (slice), a split blob with two readers (conv4 and the
-// residual add), average pooling, dropout on split blobs, cross fc layers, an fc whose 5
-// outputs do not split (replicated), a cross fc reading a replicated computed blob
-// (gradient all-reduce), a replicated blob with two readers, an add of a split and a
+// ---- the test model
+// ------------------------------------------------------------------------------ 3x15x15 images, K
+// = 4 columns. Exercises: a cross conv on the images, LRN across channels in column groups,
+// isolated convs, a cross conv on a split blob (all-gather, reduce-scatter), a conv without column
+// info (replicated on gathered input), an isolated conv reading a replicated blob (slice), a split
+// blob with two readers (conv4 and the residual add), average pooling, dropout on split blobs,
+// cross fc layers, an fc whose 5 outputs do not split (replicated), a cross fc reading a replicated
+// computed blob (gradient all-reduce), a replicated blob with two readers, an add of a split and a
 // replicated blob, and the loss on gathered logits.
 inline std::unique_ptr<Net> BuildColumnTestNet(int classes = 8) {
   const int k = 4;
@@ -156,22 +158,23 @@ inline std::unique_ptr<Net> BuildColumnTestNet(int classes = 8) {
   net->Emplace<ConvLayer>({"data"}, {"conv1"}, "conv1", 8, conv(3, 1, 1), true, cross, 0.1f);
   net->Emplace<ReluLayer>({"conv1"}, {"conv1"}, "conv1_relu");
   net->Emplace<LrnCrossLayer>({"conv1"}, {"norm1"}, "norm1", lrn);
-  net->Emplace<PoolLayer>({"norm1"}, {"pool1"}, "pool1", maxpool);                   // 7x7
+  net->Emplace<PoolLayer>({"norm1"}, {"pool1"}, "pool1", maxpool);  // 7x7
   net->Emplace<ConvLayer>({"pool1"}, {"conv2"}, "conv2", 8, conv(3, 1, k), true, isolated, 0.5f);
   net->Emplace<ReluLayer>({"conv2"}, {"conv2"}, "conv2_relu");
   net->Emplace<ConvLayer>({"conv2"}, {"conv3"}, "conv3", 12, conv(3, 1, 1), true, cross, 0.0f);
   net->Emplace<ReluLayer>({"conv3"}, {"conv3"}, "conv3_relu");
-  net->Emplace<ConvLayer>({"conv3"}, {"conv3b"}, "conv3b", 8, conv(1, 0, 1), true, ColumnInfo{}, 0.0f);
+  net->Emplace<ConvLayer>({"conv3"}, {"conv3b"}, "conv3b", 8, conv(1, 0, 1), true, ColumnInfo{},
+                          0.0f);
   net->Emplace<ConvLayer>({"conv3b"}, {"conv3c"}, "conv3c", 8, conv(3, 1, k), true, isolated, 0.1f);
   net->Emplace<ReluLayer>({"conv3c"}, {"conv3c"}, "conv3c_relu");
   net->Emplace<ConvLayer>({"conv3c"}, {"conv4"}, "conv4", 8, conv(3, 1, k), true, isolated, 0.0f);
   net->Emplace<AddLayer>({"conv3c", "conv4"}, {"res4"}, "res4");
-  net->Emplace<PoolLayer>({"res4"}, {"pool4"}, "pool4", avgpool);                    // 3x3
+  net->Emplace<PoolLayer>({"res4"}, {"pool4"}, "pool4", avgpool);  // 3x3
   net->Emplace<DropoutLayer>({"pool4"}, {"drop4"}, "drop4", 0.25f);
   net->Emplace<FullyConnectedLayer>({"drop4"}, {"fc5"}, "fc5", 16, cross, 0.1f);
   net->Emplace<ReluLayer>({"fc5"}, {"fc5"}, "fc5_relu");
   net->Emplace<DropoutLayer>({"fc5"}, {"drop5"}, "drop5", 0.5f);
-  net->Emplace<FullyConnectedLayer>({"drop5"}, {"fc6"}, "fc6", 5, cross, 0.0f);      // replicated
+  net->Emplace<FullyConnectedLayer>({"drop5"}, {"fc6"}, "fc6", 5, cross, 0.0f);  // replicated
   net->Emplace<ReluLayer>({"fc6"}, {"fc6"}, "fc6_relu");
   net->Emplace<FullyConnectedLayer>({"fc6"}, {"fc7"}, "fc7", classes, cross, 0.0f);  // sharded
   net->Emplace<FullyConnectedLayer>({"fc6"}, {"fc7b"}, "fc7b", classes, ColumnInfo{}, 0.0f);
@@ -187,9 +190,10 @@ inline std::unique_ptr<Net> BuildColumnTestNet(int classes = 8) {
   return net;
 }
 
-// ---- data ----------------------------------------------------------------------------------------
-// Image g of the run (g = step * global_batch + index in the global batch) and its label
-// are functions of (seed, g) only, so every layout feeds the same global batch.
+// ---- data
+// ---------------------------------------------------------------------------------------- Image g
+// of the run (g = step * global_batch + index in the global batch) and its label are functions of
+// (seed, g) only, so every layout feeds the same global batch.
 inline void FillBatch(Net& net, uint64_t seed, int64_t step, int64_t global_batch,
                       int64_t first_in_batch, int classes) {
   Tensor& data = net.blob("data");
@@ -199,13 +203,15 @@ inline void FillBatch(Net& net, uint64_t seed, int64_t step, int64_t global_batc
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t g = static_cast<uint64_t>(step * global_batch + first_in_batch + i);
     for (int64_t e = 0; e < per_image; ++e) x[e * n + i] = PhiloxNormal(key, g, e);
-    y[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, g, per_image) * classes) % classes);
+    y[i] =
+        static_cast<float>(static_cast<int>(PhiloxUniform(key, g, per_image) * classes) % classes);
   }
   data.CopyFromHost(x);
   net.blob("label").CopyFromHost(y);
 }
 
-// ---- training over a layout ------------------------------------------------------------------------
+// ---- training over a layout
+// ------------------------------------------------------------------------
 struct TrainSpec {
   int64_t global_batch = 8;
   int steps = 5;
@@ -241,10 +247,12 @@ inline absl::StatusOr<TrainResult> TrainOnLayout(std::unique_ptr<Net> full, cons
   const int classes = static_cast<int>(net.blob("probs").c());
   SgdOptimizer opt(spec.sgd);
   TrainResult r;
-  auto gather_all = [&](bool grads, std::vector<std::pair<std::string, std::vector<float>>>* out)
-      -> absl::Status {
+  auto gather_all =
+      [&](bool grads,
+          std::vector<std::pair<std::string, std::vector<float>>>* out) -> absl::Status {
     for (const NamedParam& np : net.params()) {
-      auto full_tensor = GatherFullParam(*np.param, grads ? np.param->grad : np.param->value, mp_comm);
+      auto full_tensor =
+          GatherFullParam(*np.param, grads ? np.param->grad : np.param->value, mp_comm);
       if (!full_tensor.ok()) return full_tensor.status();
       out->emplace_back(np.name, std::move(*full_tensor));
     }
@@ -256,7 +264,8 @@ inline absl::StatusOr<TrainResult> TrainOnLayout(std::unique_ptr<Net> full, cons
     net.Forward(ctx);
     net.Backward(ctx, (*sync)->AfterLayerHook());
     if (auto s = (*sync)->Finish(); !s.ok()) return s;
-    r.launched_in_backward = std::max(r.launched_in_backward, (*sync)->stats().launched_in_backward);
+    r.launched_in_backward =
+        std::max(r.launched_in_backward, (*sync)->stats().launched_in_backward);
     if (step == 0) {
       if (auto s = gather_all(true, &r.grads0); !s.ok()) return s;
     }
