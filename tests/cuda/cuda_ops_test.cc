@@ -4,9 +4,11 @@
 // Without a GPU every test skips with a message. The same file also builds against the
 // CPU emulator of the CUDA backend (cuda_emu_tests), with smaller problem sizes.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -278,6 +280,35 @@ TEST_F(CudaTest, PinnedHostTensorAndAsyncCopy) {
   Gpu().Copy(g, y);  // queued after it
   EXPECT_BITWISE(y, x);
   EXPECT_BITWISE(g, x);
+}
+
+// The trainer's metrics path: a device -> pinned host copy is only enqueued behind the
+// device's work, and holds the data once a fence recorded after it has passed; fences
+// measure device time in order.
+TEST_F(CudaTest, AsyncCopyToPinnedHostAndFences) {
+  const Shape s{7, 3, 3, 33};
+  Tensor x = RandomCpu(s, 41);
+  Tensor g = Poisoned(s, Device::kCUDA);
+  Backend* b = GetBackend(Device::kCUDA);
+  std::unique_ptr<Fence> start = b->RecordFence();
+  g.CopyFrom(x);
+  Tensor doubled = Poisoned(s, Device::kCUDA);
+  Gpu().Add(g, g, doubled);  // queued before the copy back: the copy must see its result
+  Tensor h = Tensor::PinnedHost(s, Device::kCUDA);
+  std::fill(h.data(), h.data() + h.size(), std::nanf(""));
+  h.CopyFromAsync(doubled);
+  std::unique_ptr<Fence> done = b->RecordFence();
+  done->Wait();
+  std::vector<float> want = x.ToHost();
+  for (float& v : want) v += v;
+  for (int64_t i = 0; i < h.size(); ++i) {
+    ASSERT_EQ(h.data()[i], want[i]) << "element " << i;
+  }
+  EXPECT_GE(done->MillisecondsSince(*start), 0.0);
+  Gpu().Fill(g, 1.0f);  // later work does not change the copy already made
+  Gpu().Copy(g, doubled);
+  b->Synchronize();
+  EXPECT_EQ(h.data()[0], want[0]);
 }
 
 TEST_F(CudaTest, CopyChannelsAndSum) {
