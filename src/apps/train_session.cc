@@ -935,6 +935,10 @@ void Trainer::PrintBanner() {
   std::printf("  data       %s: %lld images %dx%dx%d, %d classes (%s)\n", dinfo.path.c_str(),
               static_cast<long long>(dinfo.size), dinfo.height, dinfo.width, dinfo.channels,
               dinfo.num_classes, dinfo.encoding.c_str());
+  if (const int64_t resident = data::ResidentShardBytes(); resident > 0) {
+    std::printf("  host cache %.1f MiB of shard images in memory (COLONNADE_SHARD_CACHE_MB)\n",
+                resident / 1048576.0);
+  }
   if (feed_) {
     std::printf("  feed       GPU: uint8 %s, augmented on the device (--gpu_augment)\n",
                 pipeline_->output() == data::BatchOutput::kIndicesOnly ? "indices, images generated"

@@ -3,7 +3,7 @@
 # step later, or at once when a progress line, checkpoint or evaluation needs them, and
 # --profile_steps times steps phase by phase. Neither may change what is trained.
 #   step_loop_tests.sh CASE BUILD_DIR
-# Cases: sparse_logging, profile_steps, nan_between_logs
+# Cases: sparse_logging, profile_steps, nan_between_logs, host_cache
 set -uo pipefail
 case_name=$1; build=$2
 T="$build/trainer"; DIFF="$build/checkpoint_diff"
@@ -73,6 +73,20 @@ nan_between_logs)
   [ "$step" = "$step1" ] || fail "caught at step $step, but logging every step says $step1"
   [ "$step" -lt 25 ] || fail "diverged only at step $step: the case needs an earlier one"
   ! ls "$work"/a/ckpt-*.h5 >/dev/null 2>&1 || fail "a checkpoint was written: $(ls "$work/a")"
+  ;;
+host_cache)
+  # The banner says how much of the shard data is held in memory (read without the HDF5
+  # lock), and says nothing when the budget is 0; training is the same either way.
+  "$build/make_shards" --source=synthetic --output="$work/shards" --size=300 --test_size=10 \
+    > "$work/ms.log" 2>&1 || { cat "$work/ms.log"; fail "make_shards"; }
+  "$T" "${CIFAR[@]/--data=synthetic/--data=$work/shards/train}" --steps=3 \
+    --checkpoint_dir="$work/a" > "$work/a.log" || fail "run with the cache"
+  grep -E "^  host cache 0\.9 MiB of shard images in memory" "$work/a.log" ||
+    fail "no host cache line for 300 images of 32x32x3: $(grep -A1 '^  data' "$work/a.log")"
+  COLONNADE_SHARD_CACHE_MB=0 "$T" "${CIFAR[@]/--data=synthetic/--data=$work/shards/train}" \
+    --steps=3 --checkpoint_dir="$work/b" > "$work/b.log" || fail "run without the cache"
+  ! grep -q "host cache" "$work/b.log" || fail "a host cache line with the budget at 0"
+  "$DIFF" "$work/a/ckpt-000000003.h5" "$work/b/ckpt-000000003.h5" || fail "the cache changed the run"
   ;;
 *) fail "unknown case $case_name" ;;
 esac
