@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -37,6 +38,11 @@ ABSL_FLAG(std::string, threads_list, "",
           "Comma-separated reader thread counts to measure; empty = 1, 2, 4, ... up to the "
           "number of cores");
 ABSL_FLAG(std::string, encodings, "raw,jpeg", "Comma-separated shard encodings to measure");
+ABSL_FLAG(std::string, outputs, "float,uint8",
+          "Comma-separated pipeline outputs to measure: float (the host augments and writes "
+          "the CHWN float batch) and/or uint8 (what a GPU run's pipeline does under "
+          "--gpu_augment: decode only, the source images as uint8 plus each image's "
+          "augmentation draw; the device augments)");
 ABSL_FLAG(int32_t, batches, 12,
           "Measured batches per configuration (after queue_depth + 3 warm-up batches)");
 ABSL_FLAG(int32_t, jpeg_quality, 90, "JPEG quality of the benchmark's JPEG shards");
@@ -80,6 +86,7 @@ struct Settings {
   int cores = 1;
   std::vector<int> threads;
   std::vector<std::string> encodings;
+  std::vector<std::string> outputs;
 };
 
 absl::Status Usage(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -115,6 +122,10 @@ absl::StatusOr<Settings> ReadSettings() {
   for (const std::string& e : s.encodings) {
     if (e != "raw" && e != "jpeg") return Usage("--encodings must list raw and/or jpeg");
   }
+  s.outputs = absl::StrSplit(absl::GetFlag(FLAGS_outputs), ',');
+  for (const std::string& o : s.outputs) {
+    if (o != "float" && o != "uint8") return Usage("--outputs must list float and/or uint8");
+  }
   return s;
 }
 
@@ -137,18 +148,25 @@ int main(int argc, char** argv) {
   const int size = settings->size, crop = settings->crop, batches = settings->batches;
   const int cores = settings->cores;
 
-  const size_t out_bytes = static_cast<size_t>(3) * crop * crop * sizeof(float);
+  // Bytes per image the pipeline hands over: the float crop, or the uint8 source image.
+  auto out_bytes_of = [&](const std::string& output) {
+    return output == "float" ? static_cast<size_t>(3) * crop * crop * sizeof(float)
+                             : static_cast<size_t>(3) * size * size;
+  };
   std::printf("bench_data: %lld images %dx%d -> crop %d, batch %lld, %d cores\n",
               static_cast<long long>(images), size, size, crop, static_cast<long long>(batch),
               cores);
-  const double memcpy_rate = MemcpyImagesPerSecond(out_bytes, batch);
-  std::printf("memcpy floor (1 thread, %.0f KB float output per image): %.0f images/s\n",
-              out_bytes / 1024.0, memcpy_rate);
-  std::printf("%-6s %8s %12s %12s %14s %10s\n", "enc", "threads", "images/s", "MB/s out",
-              "memcpy img/s", "% of copy");
+  std::map<std::string, double> memcpy_rate;
+  for (const std::string& o : settings->outputs) {
+    memcpy_rate[o] = MemcpyImagesPerSecond(out_bytes_of(o), batch);
+    std::printf("memcpy floor (1 thread, %.0f KB %s output per image): %.0f images/s\n",
+                out_bytes_of(o) / 1024.0, o.c_str(), memcpy_rate[o]);
+  }
+  std::printf("%-6s %-6s %8s %12s %12s %14s %10s\n", "enc", "output", "threads", "images/s",
+              "MB/s out", "memcpy img/s", "% of copy");
   std::string csv =
-      "encoding,threads,batch,image_size,crop,images_per_s,mb_per_s_out,memcpy_images_per_s,"
-      "fraction_of_memcpy,consumer_wait_s\n";
+      "encoding,output,threads,batch,image_size,crop,images_per_s,mb_per_s_out,"
+      "memcpy_images_per_s,fraction_of_memcpy,consumer_wait_s\n";
   for (const std::string& enc : settings->encodings) {
     const std::string path = colonnade::JoinPath(dir, enc);
     absl::StatusOr<std::unique_ptr<colonnade::data::Dataset>> ds =
@@ -173,41 +191,46 @@ int main(int argc, char** argv) {
       ds = colonnade::data::OpenDataset(colonnade::JoinPath(path, "train"));
       if (!ds.ok()) Fail(ds.status());
     }
-    for (int t : settings->threads) {
-      colonnade::data::PipelineOptions po;
-      po.global_batch = batch;
-      po.seed = 7;
-      po.crop = crop;
-      po.mirror = true;
-      po.lighting = 0.1f;
-      po.threads = t;
-      po.queue_depth = std::max(4, t / 4);
-      absl::StatusOr<std::unique_ptr<colonnade::data::BatchPipeline>> p =
-          colonnade::data::BatchPipeline::Create(ds->get(), po);
-      if (!p.ok()) Fail(p.status());
-      // Warm-up: enough batches that every buffer in the queue has been recycled once, so
-      // the measurement is the steady state (no fresh allocations / page faults).
-      for (int w = 0; w < po.queue_depth + 3; ++w) {
-        absl::StatusOr<colonnade::data::Batch> b = (*p)->Next();
-        if (!b.ok()) Fail(b.status());
-        (*p)->Recycle(std::move(*b));
+    for (const std::string& output : settings->outputs) {
+      for (int t : settings->threads) {
+        colonnade::data::PipelineOptions po;
+        po.output = output == "float" ? colonnade::data::BatchOutput::kFloatCHWN
+                                      : colonnade::data::BatchOutput::kSourceUint8;
+        po.global_batch = batch;
+        po.seed = 7;
+        po.crop = crop;
+        po.mirror = true;
+        po.lighting = 0.1f;
+        po.threads = t;
+        po.queue_depth = std::max(4, t / 4);
+        absl::StatusOr<std::unique_ptr<colonnade::data::BatchPipeline>> p =
+            colonnade::data::BatchPipeline::Create(ds->get(), po);
+        if (!p.ok()) Fail(p.status());
+        // Warm-up: enough batches that every buffer in the queue has been recycled once, so
+        // the measurement is the steady state (no fresh allocations / page faults).
+        for (int w = 0; w < po.queue_depth + 3; ++w) {
+          absl::StatusOr<colonnade::data::Batch> b = (*p)->Next();
+          if (!b.ok()) Fail(b.status());
+          (*p)->Recycle(std::move(*b));
+        }
+        double wait = 0;
+        auto t0 = Clock::now();
+        for (int i = 0; i < batches; ++i) {
+          absl::StatusOr<colonnade::data::Batch> b = (*p)->Next();
+          if (!b.ok()) Fail(b.status());
+          wait += b->wait_seconds;
+          (*p)->Recycle(std::move(*b));
+        }
+        const double secs = Seconds(t0, Clock::now());
+        const double rate = batches * batch / secs;
+        const double mbs = rate * out_bytes_of(output) / 1e6;
+        const double floor = memcpy_rate[output];
+        std::printf("%-6s %-6s %8d %12.0f %12.0f %14.0f %9.1f%%\n", enc.c_str(), output.c_str(), t,
+                    rate, mbs, floor, 100.0 * rate / floor);
+        std::fflush(stdout);
+        csv += absl::StrFormat("%s,%s,%d,%d,%d,%d,%.1f,%.1f,%.1f,%.4f,%.3f\n", enc, output, t,
+                               batch, size, crop, rate, mbs, floor, rate / floor, wait);
       }
-      double wait = 0;
-      auto t0 = Clock::now();
-      for (int i = 0; i < batches; ++i) {
-        absl::StatusOr<colonnade::data::Batch> b = (*p)->Next();
-        if (!b.ok()) Fail(b.status());
-        wait += b->wait_seconds;
-        (*p)->Recycle(std::move(*b));
-      }
-      const double secs = Seconds(t0, Clock::now());
-      const double rate = batches * batch / secs;
-      const double mbs = rate * out_bytes / 1e6;
-      std::printf("%-6s %8d %12.0f %12.0f %14.0f %9.1f%%\n", enc.c_str(), t, rate, mbs, memcpy_rate,
-                  100.0 * rate / memcpy_rate);
-      std::fflush(stdout);
-      csv += absl::StrFormat("%s,%d,%d,%d,%d,%.1f,%.1f,%.1f,%.4f,%.3f\n", enc, t, batch, size, crop,
-                             rate, mbs, memcpy_rate, rate / memcpy_rate, wait);
     }
   }
   const std::string csv_path = absl::GetFlag(FLAGS_csv);
