@@ -16,7 +16,7 @@
 #             images per class, JPEG shards), default init vs --paper_init at lr 0.01
 # Everything lands in OUTDIR/results/ and is packed into OUTDIR/results.tgz (the device
 # tool brings back few files). Knobs: CIFAR_EPOCHS, CIFAR_SCHEDULE, CIFAR_TIMEOUT,
-# RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, PRECISION (fp32 | tf32 | bf16 for the cifar,
+# RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, ALEXNET_INITS ("default paper"), PRECISION (fp32 | tf32 | bf16 for the cifar,
 # resnet and alexnet runs, default fp32; other than fp32 it suffixes their files), ALEXNET_EPOCHS, ALEXNET_TIMEOUT, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
 # ZOO_TIMEOUT, ZOO_PEER_TIMEOUT. COMMIT: the tree's full hash (the device machine's copy has
 # no git history); every results file names it (scripts/record_commit.py).
@@ -100,14 +100,14 @@ for part in $PARTS; do
     say "resnet18-cifar $PRECISION rc=$? $(grep '^eval' "$R/resnet18_cifar$SFX.log" | tail -n 1)"
     ;;
   alexnet)
-    for v in default paper; do
+    for v in ${ALEXNET_INITS:-default paper}; do
       extra=(); [ "$v" = paper ] && extra=(--paper_init)
       timeout -s TERM "${ALEXNET_TIMEOUT:-150}" "$BUILD/trainer" --model=alexnet --device=cuda \
         --data="$ROOT/.gpu_data/inet/train" --val_data="$ROOT/.gpu_data/inet/val" \
         --epochs="${ALEXNET_EPOCHS:-90}" --mirror --pad=16 --eval_every=135 --log_every=27 \
-        --data_threads=14 "${extra[@]}" --metrics_file="$R/alexnet_init_$v.jsonl" \
-        > "$R/alexnet_init_$v.log" 2>&1
-      say "alexnet init=$v rc=$? $(grep '^eval' "$R/alexnet_init_$v.log" | tail -n 1)"
+        --data_threads=14 "${extra[@]}" --precision="$PRECISION" \
+        --metrics_file="$R/alexnet_init_$v$SFX.jsonl" > "$R/alexnet_init_$v$SFX.log" 2>&1
+      say "alexnet init=$v $PRECISION rc=$? $(grep '^eval' "$R/alexnet_init_$v$SFX.log" | tail -n 1)"
     done
     ;;
   *) say "unknown part $part" ;;
