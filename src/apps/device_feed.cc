@@ -32,6 +32,18 @@ cuda::FeedAugment FeedAugmentOf(const data::ImageAugment& a) {
 
 }  // namespace
 
+cuda::SyntheticGeometry SyntheticGeometryOf(const data::SyntheticRecipe& r) {
+  cuda::SyntheticGeometry g;
+  g.height = r.height;
+  g.width = r.width;
+  g.channels = r.channels;
+  g.num_classes = r.num_classes;
+  g.image_key = r.image_key;
+  g.max_shift = r.max_shift;
+  g.noise = r.noise;
+  return g;
+}
+
 absl::StatusOr<std::unique_ptr<DeviceFeed>> DeviceFeed::Create(const data::Dataset& ds,
                                                                data::BatchPipeline* pipe) {
   if (pipe == nullptr || pipe->output() == data::BatchOutput::kFloatCHWN) {
@@ -56,14 +68,7 @@ absl::StatusOr<std::unique_ptr<DeviceFeed>> DeviceFeed::Create(const data::Datas
           "GPU feed: indices-only batches need a dataset the device can generate (synthetic)");
     }
     cfg.synthetic = true;
-    cuda::SyntheticGeometry& g = cfg.synthetic_geometry;
-    g.height = r->height;
-    g.width = r->width;
-    g.channels = r->channels;
-    g.num_classes = r->num_classes;
-    g.image_key = r->image_key;
-    g.max_shift = r->max_shift;
-    g.noise = r->noise;
+    cfg.synthetic_geometry = SyntheticGeometryOf(*r);
     cfg.synthetic_grid = r->grid;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::BatchFeed> feed, cuda::BatchFeed::Create(cfg));

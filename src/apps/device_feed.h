@@ -28,6 +28,10 @@
 
 namespace colonnade {
 
+// The device generator's description of the synthetic dataset `r` (data -> cuda types);
+// `grid` stays null: the caller uploads r.grid and points it there (BatchFeed does).
+cuda::SyntheticGeometry SyntheticGeometryOf(const data::SyntheticRecipe& r);
+
 class DeviceFeed {
  public:
   // `pipe` (outliving the feed) must hand uint8 batches, or indices only for a dataset

@@ -7,15 +7,10 @@
 #include "cuda/autotune.h"
 #include "cuda/cuda_backend.h"
 #include "gtest/gtest.h"
+#include "gpu_test.h"
 
 namespace colonnade::cuda {
 namespace {
-
-#if defined(COLONNADE_CUDA_EMULATE)
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
 
 class KernelAutotunerTest : public ::testing::Test {
  protected:

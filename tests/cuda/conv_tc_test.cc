@@ -35,15 +35,10 @@
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 #include "gtest/gtest.h"
+#include "gpu_test.h"
 
 namespace colonnade {
 namespace {
-
-#if defined(COLONNADE_CUDA_EMULATE)
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
 
 using cuda::MathMode;
 using cuda::StorageType;
@@ -171,13 +166,8 @@ const Mode kModes[] = {
     {MathMode::kBF16, StorageType::kFloat, StorageType::kBF16},
 };
 
-class TcTest : public ::testing::Test {
+class TcTest : public GpuTest {
  protected:
-  void SetUp() override {
-    if (!cuda::Available()) GTEST_SKIP() << "no CUDA device present: GPU tests skipped";
-    absl::Status s = cuda::RegisterBackend(0);
-    ASSERT_TRUE(s.ok()) << s;
-  }
   static cuda::CudaOps& Ops() { return dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)); }
   static const cuda::DeviceContext& Ctx() { return Ops().context(); }
 };

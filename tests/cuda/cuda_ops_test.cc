@@ -25,15 +25,10 @@
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 #include "gtest/gtest.h"
+#include "gpu_test.h"
 
 namespace colonnade {
 namespace {
-
-#if defined(COLONNADE_CUDA_EMULATE)
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
 
 constexpr double kTol = 1e-5;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -44,14 +39,7 @@ Ops& Cpu() {
 }
 Ops& Gpu() { return OpsFor(Device::kCUDA); }
 
-class CudaTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::Available()) GTEST_SKIP() << "no CUDA device present: GPU tests skipped";
-    absl::Status s = cuda::RegisterBackend(0);
-    ASSERT_TRUE(s.ok()) << s;
-  }
-};
+class CudaTest : public GpuTest {};
 
 Tensor RandomCpu(const Shape& s, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   Tensor t(s, Device::kCPU);

@@ -23,23 +23,13 @@
 #include "data/dataset.h"
 #include "data/pipeline.h"
 #include "gtest/gtest.h"
+#include "gpu_test.h"
 
 namespace colonnade {
 namespace {
 
-#if defined(COLONNADE_CUDA_EMULATE)
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
-
-class FeedTest : public ::testing::Test {
+class FeedTest : public GpuTest {
  protected:
-  void SetUp() override {
-    if (!cuda::Available()) GTEST_SKIP() << "no CUDA device present: GPU tests skipped";
-    absl::Status s = cuda::RegisterBackend(0);
-    ASSERT_TRUE(s.ok()) << s;
-  }
   cudaStream_t Stream() { return static_cast<cudaStream_t>(cuda::ComputeStream()); }
 };
 
@@ -239,14 +229,7 @@ TEST_P(SyntheticKernelTest, EqualsReadBitwise) {
     std::memcpy(want.data() + j * image, px.data(), image);
   }
   DeviceBuffers dev;
-  cuda::SyntheticGeometry g;
-  g.height = r->height;
-  g.width = r->width;
-  g.channels = r->channels;
-  g.num_classes = r->num_classes;
-  g.image_key = r->image_key;
-  g.max_shift = r->max_shift;
-  g.noise = r->noise;
+  cuda::SyntheticGeometry g = SyntheticGeometryOf(*r);
   g.grid = dev.Upload(r->grid);
   uint8_t* out = dev.Alloc<uint8_t>(want.size(), 0xAB);
   cuda::SyntheticImagesGpu(Stream(), g, dev.Upload(indices), k.n, out);

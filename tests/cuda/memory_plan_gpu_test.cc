@@ -14,24 +14,12 @@
 #include "core/philox.h"
 #include "cuda/cuda_backend.h"
 #include "gtest/gtest.h"
+#include "gpu_test.h"
 
 namespace colonnade {
 namespace {
 
-#if defined(COLONNADE_CUDA_EMULATE)
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
-
-class MemoryPlanGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda::Available()) GTEST_SKIP() << "no CUDA device present: GPU tests skipped";
-    absl::Status s = cuda::RegisterBackend(0);
-    ASSERT_TRUE(s.ok()) << s;
-  }
-};
+class MemoryPlanGpu : public GpuTest {};
 
 struct PlanRun {
   std::vector<double> losses;
