@@ -420,6 +420,10 @@ void BoxSum(const float* in, float* out, int64_t outer, int64_t len, int64_t inn
 
 }  // namespace
 
+void ParallelRanges(int64_t n, int64_t cost, const std::function<void(int64_t, int64_t)>& fn) {
+  ParallelFor(n, cost, fn);
+}
+
 // ---------------------------------------------------------------------------------------
 // Thread settings
 // ---------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 // training backend and the reference every CUDA kernel is tested against.
 #pragma once
 
+#include <functional>
+
 #include <cstddef>
 
 #include "core/ops.h"
@@ -65,6 +67,11 @@ class CpuOps : public Ops {
 // COLONNADE_CPU_THREADS environment variable overrides).
 int CpuThreads();
 void SetCpuThreads(int n);
+// Calls fn(begin, end) on a partition of [0, n) over CpuOps' thread pool (inline when the
+// work is small, `cost` being a rough per-item cost in element operations, or when called
+// from inside the pool). For loops whose items are independent, so that the result does
+// not depend on the partition (e.g. parameter initialisation keyed by element index).
+void ParallelRanges(int64_t n, int64_t cost, const std::function<void(int64_t, int64_t)>& fn);
 
 // Upper bound, in bytes, of the im2col scratch buffer one convolution call uses on the
 // CPU (default 16 MiB); the output pixels are processed in chunks that fit it. Exposed so

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/backend.h"
+#include "core/cpu_ops.h"
 #include "core/log.h"
 #include "core/philox.h"
 #include "core/status_macros.h"
@@ -162,7 +163,10 @@ void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spe
       float std = spec.kind == InitSpec::kGaussian
                       ? spec.value
                       : std::sqrt(2.0f / static_cast<float>(std::max<int64_t>(1, spec.fan_in)));
-      for (int64_t i = 0; i < count; ++i) out[i] = std * PhiloxNormal(key, 0, first + i);
+      // Each element is a function of its index alone: split over threads, same values.
+      ParallelRanges(count, 64, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[i] = std * PhiloxNormal(key, 0, first + i);
+      });
       break;
     }
     case InitSpec::kUniform:
@@ -171,8 +175,10 @@ void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spe
                     ? spec.value
                     : std::sqrt(6.0f / static_cast<float>(
                                            std::max<int64_t>(1, spec.fan_in + spec.fan_out)));
-      for (int64_t i = 0; i < count; ++i)
-        out[i] = a * (2.0f * PhiloxUniform(key, 0, first + i) - 1.0f);
+      ParallelRanges(count, 32, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          out[i] = a * (2.0f * PhiloxUniform(key, 0, first + i) - 1.0f);
+      });
       break;
     }
   }
