@@ -644,30 +644,8 @@ TrainResult Train(Device device, const std::string& model, int input, int classe
   so.momentum = 0.9f;
   so.weight_decay = 5e-4f;
   SgdOptimizer opt(so);
-  Tensor& data = net.blob("data");
-  Tensor& label = net.blob("label");
-  const uint64_t key = MixKey(seed, static_cast<uint64_t>(RandomPurpose::kSynthetic));
   for (int step = 0; step < steps; ++step) {
-    std::vector<float> img(data.size()), lab(label.size());
-    for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 2 * step, i);
-    for (size_t i = 0; i < lab.size(); ++i)
-      lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 2 * step + 1, i) * classes) %
-                                  classes);
-    data.CopyFromHost(img);
-    label.CopyFromHost(lab);
-    RunContext ctx;
-    ctx.phase = Phase::kTrain;
-    ctx.seed = seed;
-    ctx.step = step;
-    ctx.global_batch = batch;
-    ctx.loss_scale = 1.0f / static_cast<float>(batch);
-    net.Forward(ctx);
-    std::vector<float> l = net.blob("loss").ToHost();
-    double sum = 0;
-    for (float v : l) sum += v;
-    r.losses.push_back(sum / batch);
-    net.Backward(ctx);
-    opt.Step(net, lr);
+    r.losses.push_back(TrainStepOnRandomData(net, opt, step, seed, classes, lr));
   }
   for (const NamedParam& np : net.params())
     if (np.param->learnable) r.final.push_back(np.param->value.ToHost());

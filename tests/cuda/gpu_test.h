@@ -3,7 +3,12 @@
 // backend on device 0.
 #pragma once
 
+#include <vector>
+
 #include "absl/status/status.h"
+#include "core/net.h"
+#include "core/optimizer.h"
+#include "core/philox.h"
 #include "cuda/cuda_backend.h"
 #include "gtest/gtest.h"
 
@@ -23,5 +28,34 @@ class GpuTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s;
   }
 };
+
+// One SGD step of `net` (built with "data" and "label" blobs) on random inputs keyed by
+// (seed, step): Gaussian images, labels uniform over `classes`. Returns the mean loss.
+inline double TrainStepOnRandomData(Net& net, SgdOptimizer& opt, int step, uint64_t seed,
+                                    int classes, float lr) {
+  Tensor& data = net.blob("data");
+  Tensor& label = net.blob("label");
+  const int64_t batch = label.size();
+  const uint64_t key = MixKey(seed, static_cast<uint64_t>(RandomPurpose::kSynthetic));
+  std::vector<float> img(data.size()), lab(label.size());
+  for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 2 * step, i);
+  for (size_t i = 0; i < lab.size(); ++i)
+    lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 2 * step + 1, i) * classes) %
+                                classes);
+  data.CopyFromHost(img);
+  label.CopyFromHost(lab);
+  RunContext ctx;
+  ctx.phase = Phase::kTrain;
+  ctx.seed = seed;
+  ctx.step = step;
+  ctx.global_batch = batch;
+  ctx.loss_scale = 1.0f / static_cast<float>(batch);
+  net.Forward(ctx);
+  double sum = 0;
+  for (float v : net.blob("loss").ToHost()) sum += v;
+  net.Backward(ctx);
+  opt.Step(net, lr);
+  return sum / batch;
+}
 
 }  // namespace colonnade

@@ -48,28 +48,8 @@ PlanRun Train(const std::string& model, int input, int classes, int batch, int s
   if (!s.ok()) return r;
   net.InitParams(7);
   SgdOptimizer opt({0.9f, 5e-4f});
-  const uint64_t key = MixKey(7, static_cast<uint64_t>(RandomPurpose::kSynthetic));
-  Tensor& data = net.blob("data");
-  Tensor& label = net.blob("label");
   for (int step = 0; step < steps; ++step) {
-    std::vector<float> img(data.size()), lab(label.size());
-    for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 2 * step, i);
-    for (size_t i = 0; i < lab.size(); ++i)
-      lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 2 * step + 1, i) * classes) %
-                                  classes);
-    data.CopyFromHost(img);
-    label.CopyFromHost(lab);
-    RunContext ctx;
-    ctx.seed = 7;
-    ctx.step = step;
-    ctx.global_batch = batch;
-    ctx.loss_scale = 1.0f / static_cast<float>(batch);
-    net.Forward(ctx);
-    double sum = 0;
-    for (float v : net.blob("loss").ToHost()) sum += v;
-    r.losses.push_back(sum / batch);
-    net.Backward(ctx);
-    opt.Step(net, 0.01f);
+    r.losses.push_back(TrainStepOnRandomData(net, opt, step, 7, classes, 0.01f));
   }
   GetBackend(Device::kCUDA)->Synchronize();
   r.peak_bytes = cuda::GetMemoryStats().peak_bytes_in_use - base;
