@@ -100,7 +100,7 @@ if [ -z "${SKIP_TRAINER:-}" ]; then
   # The whole trainer (data pipeline, pinned batch copies, metrics) on the same AlexNet
   # step: the gap to bench_train's img/s is the trainer's overhead. Synthetic data.
   t0=$(date +%s)
-  timeout 120 "$BUILD/trainer" --model=alexnet --device=cuda --data=synthetic \
+  timeout 120 "$BUILD/trainer" --model=alexnet --device=cuda --precision=fp32 --data=synthetic \
     --synthetic_size=4096 --batch_size=128 --steps=90 --log_every=30 --resume=none \
     > "$OUT/trainer.log" 2>&1
   rc=$?

@@ -126,7 +126,7 @@ for run in $RUNS; do
   rm -f "$raw"
   t=$(now)
   timeout --preserve-status -s TERM -k 30 "$limit" "$BUILD/trainer" --model=alexnet --device="$DEVICE" \
-    --columns="$cols" --seed="$seed" --data="$DATA/train" --val_data="$DATA/val" \
+    --precision=fp32 --columns="$cols" --seed="$seed" --data="$DATA/train" --val_data="$DATA/val" \
     --mirror --pad=16 --lighting=0.1 --batch_size="$BATCH" "${LENGTH[@]}" \
     --eval_every="$EVAL_EVERY" --log_every="$PER_EPOCH" --data_threads="$THREADS" \
     --checkpoint_dir="$ck" --keep_checkpoints=1 --metrics_file="$raw" > "$R/$run.log" 2>&1

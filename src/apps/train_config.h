@@ -91,7 +91,7 @@ struct TrainConfig {
   float momentum = -1;
   float weight_decay = -1;
   std::string weight_decay_on;     // weights | all; empty: the recipe's
-  std::string precision = "fp32";  // fp32 | tf32 | bf16 (core/precision.h)
+  std::string precision = "auto";  // auto | fp32 | tf32 | bf16 (core/precision.h)
   uint64_t seed = 1;
   // Output.
   int log_every = 10;

@@ -60,7 +60,8 @@ note "2. trainer AlexNet, ${STEPS} steps, global batch ${BATCH}: 1 rank vs 2 ran
 # loss first explodes (2.8 -> 20 in three steps), which amplifies rounding-order
 # differences between layouts exponentially (1e-4 by step 9) and so tests chaos, not the
 # split; with the default init the layouts agree within 3e-7 (experiments/alexnet_init).
-COMMON=(--model=alexnet --device=cuda --data=synthetic --synthetic_size=$((BATCH * STEPS))
+# FP32 (not the GPU default bf16): the layouts' agreement above is an FP32 fact.
+COMMON=(--model=alexnet --device=cuda --precision=fp32 --data=synthetic --synthetic_size=$((BATCH * STEPS))
         --batch_size="$BATCH" --steps="$STEPS" --log_every=1 --seed=1 --resume=none
         --lr="${LR:-0.01}")
 run_trainer() {  # name np extra-flags...
