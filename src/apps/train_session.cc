@@ -278,11 +278,11 @@ EndCode SetUpOptimizer(Job& job) {
     job.sgd.decay_on = *on;
   }
   if (cfg.precision != "auto" && !ParsePrecision(cfg.precision, &job.precision)) {
-    return AgreedError(job.l,
-                       absl::InvalidArgumentError(absl::StrFormat(
-                           "--precision must be auto, fp32, tf32 or bf16, not '%s'",
-                           cfg.precision)),
-                       kExitUsage);
+    return AgreedError(
+        job.l,
+        absl::InvalidArgumentError(absl::StrFormat(
+            "--precision must be auto, fp32, tf32 or bf16, not '%s'", cfg.precision)),
+        kExitUsage);
   }
   return std::nullopt;
 }
