@@ -360,10 +360,17 @@ struct PoolCase {
 
 TEST_F(CudaTest, Pooling) {
   const PoolCase cases[] = {
-      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33}, {PoolParams::kMax, 3, 2, 0, 3, 12, 12, 7},
-      {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 33}, {PoolParams::kMax, 2, 2, 0, 4, 9, 7, 1},
-      {PoolParams::kAvg, 3, 2, 1, 3, 8, 8, 128},  {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},
-      {PoolParams::kAvg, 5, 3, 2, 4, 11, 11, 4},  {PoolParams::kMax, 3, 2, 0, 96, 27, 27, 32},
+      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},
+      {PoolParams::kMax, 3, 2, 0, 3, 12, 12, 7},
+      {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 33},
+      {PoolParams::kMax, 2, 2, 0, 4, 9, 7, 1},
+      {PoolParams::kAvg, 3, 2, 1, 3, 8, 8, 128},
+      {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},
+      {PoolParams::kAvg, 5, 3, 2, 4, 11, 11, 4},
+      {PoolParams::kMax, 3, 2, 0, 96, 27, 27, 32},
+      // Batches that are multiples of 4 take the float4 kernels (four images per thread).
+      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 8},
+      {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 12},
   };
   for (const PoolCase& k : cases) {
     if (kEmulated && k.c * k.h * k.w * k.n > 500000) continue;
