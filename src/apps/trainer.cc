@@ -136,9 +136,9 @@ ABSL_FLAG(colonnade::EvalViews, eval_views, colonnade::EvalViews::kOne,
           "each image: 1 (the centre crop) or 10 (AlexNet's test: the centre and four corner "
           "crops of the full image and their mirrors, the ten softmax outputs averaged; "
           "top-1/top-5 rank the average, the loss is the cross-entropy of the average, "
-          "--predictions holds its log). The crop is --crop (the model's input side) and "
-          "must fit the validation images. On a CUDA run the views are cut on the GPU "
-          "(docs/DATA.md, 'Ten crops').");
+          "--predictions holds its log). The views' side is the model's input side (--crop, "
+          "else the image size) and must fit the validation images. On a CUDA run the views "
+          "are cut on the GPU (docs/DATA.md, 'Ten crops').");
 // ---- optimisation -----------------------------------------------------------------------
 ABSL_FLAG(int64_t, batch_size, 0,
           Help("batch_size",
