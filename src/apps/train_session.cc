@@ -524,7 +524,7 @@ EvalSpec EvalSpecOf(const Job& job) {
 }
 
 // The ten views' average of one evaluation batch (--eval_views=10), the AlexNet paper's
-// recipe: p̄ = the mean of the ten views' softmax probabilities. Accumulated on the host in
+// recipe: pbar = the mean of the ten views' softmax probabilities. Accumulated on the host in
 // double, view by view in TenCrops' order, from the net's own "probs" and "loss" blobs, so a
 // CPU run and a GPU run with the same probabilities get the same average.
 class ViewAverage {
@@ -543,28 +543,29 @@ class ViewAverage {
     ++views_;
   }
   int64_t classes() const { return classes_; }
-  // p̄, K x n.
+  // pbar, K x n.
   std::vector<double> MeanProbs() const {
     std::vector<double> mean(sum_.size());
     for (size_t i = 0; i < sum_.size(); ++i) mean[i] = sum_[i] / views_;
     return mean;
   }
-  // The cross-entropy of the average for image j, −ln p̄(label) = ln V − ln Σ_v p_v(label)
-  // with p_v(label) = exp(−loss_v): computed from the views' own losses as a log-sum-exp,
+  // The cross-entropy of the average for image j, -ln pbar(label) = ln V - ln sum_v p_v(label)
+  // with p_v(label) = exp(-loss_v): computed from the views' own losses as a log-sum-exp,
   // so it stays finite when every view's probability of the label underflows in float.
   double Loss(int64_t j) const {
     double top = -INFINITY;  // max_v ln p_v(label)
     for (int v = 0; v < views_; ++v) top = std::max(top, -static_cast<double>(losses_[v * n_ + j]));
     double sum = 0;
-    for (int v = 0; v < views_; ++v) sum += std::exp(-static_cast<double>(losses_[v * n_ + j]) - top);
+    for (int v = 0; v < views_; ++v)
+      sum += std::exp(-static_cast<double>(losses_[v * n_ + j]) - top);
     return std::log(static_cast<double>(views_)) - (top + std::log(sum));
   }
 
  private:
   int64_t classes_ = 0, n_ = 0;
   int views_ = 0;
-  std::vector<double> sum_;     // K x n: the views' probabilities summed
-  std::vector<float> losses_;   // views x n
+  std::vector<double> sum_;    // K x n: the views' probabilities summed
+  std::vector<float> losses_;  // views x n
 };
 
 // Runs the ten views of `batch` (n > 0 images, already the net's batch size) through `net`
@@ -608,8 +609,7 @@ using EvalVisitor =
 // in `visit` run on every rank. The net is rebuilt for a batch of another size and back to
 // `local_batch` at the end.
 absl::Status ForEachEvalBatch(Net& net, data::Dataset& val, data::PipelineOptions o,
-                              int64_t local_batch, const EvalSpec& spec,
-                              const EvalVisitor& visit) {
+                              int64_t local_batch, const EvalSpec& spec, const EvalVisitor& visit) {
   o.train = false;
   o.shuffle = false;
   o.drop_last = false;
@@ -729,11 +729,10 @@ absl::Status WritePredictions(const TrainConfig& cfg, const std::vector<float>& 
                  H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 &&
                  ds.Close();
         };
-        const bool ok = write("logits", 2, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, logits.data()) &&
-                        write("labels", 1, H5T_STD_I32LE, H5T_NATIVE_INT32, labels.data()) &&
-                        hdf5::WriteIntAttr(file.get(), "eval_views",
-                                           static_cast<int>(cfg.eval_views))
-                            .ok();
+        const bool ok =
+            write("logits", 2, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, logits.data()) &&
+            write("labels", 1, H5T_STD_I32LE, H5T_NATIVE_INT32, labels.data()) &&
+            hdf5::WriteIntAttr(file.get(), "eval_views", static_cast<int>(cfg.eval_views)).ok();
         const std::string why = ok ? "" : hdf5::LastError();
         if (!file.Close() || !ok) {
           return absl::InternalError("writing --predictions file " + cfg.predictions + " failed" +
@@ -824,7 +823,7 @@ class PredictionGather {
   std::vector<int32_t> labels_;
 };
 
-// The ten views' "logits" for --predictions: ln p̄ in float (softmax gives p̄ back; -inf
+// The ten views' "logits" for --predictions: ln pbar in float (softmax gives pbar back; -inf
 // where every view's probability of a class underflowed to 0).
 std::vector<float> LogOf(const std::vector<double>& mean_probs) {
   std::vector<float> out(mean_probs.size());

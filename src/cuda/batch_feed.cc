@@ -190,8 +190,7 @@ absl::Status BatchFeed::ProduceView(int view, bool last, Tensor* images, Tensor*
   return ProduceFromOldest(view, last, images, labels);
 }
 
-absl::Status BatchFeed::ProduceFromOldest(int view, bool consume, Tensor* images,
-                                          Tensor* labels) {
+absl::Status BatchFeed::ProduceFromOldest(int view, bool consume, Tensor* images, Tensor* labels) {
   if (staged_ == 0) return absl::FailedPreconditionError("GPU feed: no batch is staged");
   Slot& s = *slots_[produced_ % slots_.size()];
   const Shape want = Shape::CHWN(cfg_.channels, cfg_.crop_h, cfg_.crop_w, s.n);

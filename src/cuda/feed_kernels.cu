@@ -162,8 +162,8 @@ void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* 
   LaunchAugment(stream, AugmentParams{g, src, augs, FeedAugment{}, n, out});
 }
 
-void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src, int view,
-                    int n, float* out) {
+void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src, int view, int n,
+                    float* out) {
   const FeedAugment same = TenCropView(view, g.height, g.width, g.crop_h, g.crop_w);
   LaunchAugment(stream, AugmentParams{g, src, nullptr, same, n, out});
 }

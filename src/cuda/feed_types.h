@@ -30,7 +30,7 @@ inline FeedAugment TenCropView(int view, int height, int width, int crop_h, int 
     a.y0 = (height - crop_h) / 2;
     a.x0 = (width - crop_w) / 2;
   } else {
-    a.y0 = k >= 3 ? height - crop_h : 0;  // bottom row of corners
+    a.y0 = k >= 3 ? height - crop_h : 0;     // bottom row of corners
     a.x0 = k % 2 == 0 ? width - crop_w : 0;  // right column: 2 and 4
   }
   a.mirror = view >= 5 ? 1 : 0;

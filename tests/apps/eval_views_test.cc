@@ -99,8 +99,8 @@ Predictions ReadPredictions(const std::string& path) {
 struct Reference {
   int64_t classes = 0;
   std::vector<int> labels;
-  std::vector<std::vector<float>> centre_logits;  // per image: view 0 (the centre crop)
-  std::vector<std::vector<double>> mean_probs;    // per image: the ten views' average
+  std::vector<std::vector<float>> centre_logits;    // per image: view 0 (the centre crop)
+  std::vector<std::vector<double>> mean_probs;      // per image: the ten views' average
   double loss = 0, top1_error = 0, top5_error = 0;  // of the average
 };
 
@@ -212,14 +212,15 @@ class EvalViewsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     work_ = new std::string(absl::StrCat(::testing::TempDir(), "eval_views_", getpid()));
     Execute("rm -rf " + *work_);
-    Process ms = Execute(absl::StrCat(BuildDir(), "/make_shards --source=synthetic --output=", *work_,
-                                  "/ds --size=96 --test_size=37 --height=37 --width=37 "
-                                  "--progress=false"));
+    Process ms =
+        Execute(absl::StrCat(BuildDir(), "/make_shards --source=synthetic --output=", *work_,
+                             "/ds --size=96 --test_size=37 --height=37 --width=37 "
+                             "--progress=false"));
     ASSERT_EQ(ms.code, 0) << ms.output;
-    train_ = new Process(Execute(Trainer(absl::StrCat(
-        "--data=", *work_, "/ds/train --val_data=", *work_, "/ds/test --steps=3 --log_every=3 ",
-        "--eval_views=10 --metrics_file=", *work_, "/metrics.jsonl --checkpoint_dir=", *work_,
-        "/ck"))));
+    train_ = new Process(Execute(Trainer(
+        absl::StrCat("--data=", *work_, "/ds/train --val_data=", *work_,
+                     "/ds/test --steps=3 --log_every=3 ", "--eval_views=10 --metrics_file=", *work_,
+                     "/metrics.jsonl --checkpoint_dir=", *work_, "/ck"))));
     ASSERT_EQ(train_->code, 0) << train_->output;
   }
   static void TearDownTestSuite() {
@@ -232,9 +233,9 @@ class EvalViewsTest : public ::testing::Test {
   static std::string Val() { return *work_ + "/ds/test"; }
   // --mode=predict from the checkpoint into FILE with `flags`.
   static Predictions Predict(const std::string& file, const std::string& flags) {
-    Process r = Execute(Trainer(absl::StrCat("--mode=predict --val_data=", Val(), " --resume=",
-                                         Checkpoint(), " --predictions=", Work(), "/", file, " ",
-                                         flags)));
+    Process r = Execute(
+        Trainer(absl::StrCat("--mode=predict --val_data=", Val(), " --resume=", Checkpoint(),
+                             " --predictions=", Work(), "/", file, " ", flags)));
     EXPECT_EQ(r.code, 0) << r.output;
     return ReadPredictions(Work() + "/" + file);
   }
@@ -264,7 +265,8 @@ TEST_F(EvalViewsTest, TenViewsAverageTheSoftmaxOfTenCrops) {
       most = std::max(most, std::abs(std::exp(ref.centre_logits[j][c]) / z - ref.mean_probs[j][c]));
     }
   }
-  EXPECT_GT(most, 1e-4) << "the ten views agree with the centre crop: the test cannot tell them apart";
+  EXPECT_GT(most, 1e-4)
+      << "the ten views agree with the centre crop: the test cannot tell them apart";
 
   const Predictions p = Predict("p10.h5", "--eval_views=10");
   EXPECT_EQ(p.eval_views, 10);
@@ -343,11 +345,12 @@ TEST_F(EvalViewsTest, RefusesBadValuesAndCropsThatDoNotFit) {
       << three.output;
 
   Process ms = Execute(absl::StrCat(BuildDir(), "/make_shards --source=synthetic --output=", Work(),
-                                "/small --size=16 --test_size=16 --height=24 --width=24 "
-                                "--progress=false"));
+                                    "/small --size=16 --test_size=16 --height=24 --width=24 "
+                                    "--progress=false"));
   ASSERT_EQ(ms.code, 0) << ms.output;
-  const Process small = Execute(Trainer(absl::StrCat("--data=", Work(), "/ds/train --val_data=", Work(),
-                                                 "/small/test --steps=1 --eval_views=10")));
+  const Process small =
+      Execute(Trainer(absl::StrCat("--data=", Work(), "/ds/train --val_data=", Work(),
+                                   "/small/test --steps=1 --eval_views=10")));
   EXPECT_EQ(small.code, 2) << small.output;
   EXPECT_NE(small.output.find("--eval_views=10 cuts crops of 32x32 (the model's input) from the "
                               "full images, but the images of"),

@@ -1,9 +1,9 @@
 // The GPU feed (src/cuda/feed_kernels.cu, batch_feed.h, src/apps/device_feed.h) against
 // the CPU: the augmentation kernel equals data::WriteImageCHWN, its ten-crop views equal
-// data::TenCrops, the synthetic kernel equals SyntheticDataset::Read, and a uint8 pipeline through the feed equals the float
-// pipeline, all bit for bit. Outputs are poisoned (NaN / 0xAB bytes) before each run so
-// that an unwritten element fails. Built for the GPU (cuda_tests) and the CPU emulator
-// (cuda_emu_tests, smaller cases); skips without a GPU.
+// data::TenCrops, the synthetic kernel equals SyntheticDataset::Read, and a uint8 pipeline through
+// the feed equals the float pipeline, all bit for bit. Outputs are poisoned (NaN / 0xAB bytes)
+// before each run so that an unwritten element fails. Built for the GPU (cuda_tests) and the CPU
+// emulator (cuda_emu_tests, smaller cases); skips without a GPU.
 
 #include <cstring>
 #include <limits>
@@ -178,7 +178,7 @@ TEST_P(AugmentKernelTest, EqualsTheCpuWriterBitwise) {
 INSTANTIATE_TEST_SUITE_P(Cases, AugmentKernelTest, ::testing::ValuesIn(kAugCases),
                          [](const auto& info) { return AugName(info.param); });
 
-// ---- ten-crop views ------------------------------------------------------------------------------
+// ---- ten-crop views --------------------------------------------------------------------------
 
 struct ViewCase {
   int c, h, w, crop;
@@ -189,7 +189,7 @@ struct ViewCase {
 };
 
 const ViewCase kViewCases[] = {
-    {3, 13, 11, 9, data::MeanMode::kImage, 7, 1.f / 255, false},  // margins 4 and 2, H != W
+    {3, 13, 11, 9, data::MeanMode::kImage, 7, 1.f / 255, false},    // margins 4 and 2, H != W
     {3, 37, 37, 32, data::MeanMode::kImage, 33, 1.f / 255, false},  // odd margin 5
     {1, 9, 10, 7, data::MeanMode::kNone, 1, 1.f / 255, false},
     {3, 12, 12, 12, data::MeanMode::kChannel, 5, 0.0173f, false},  // crop = image
