@@ -98,6 +98,12 @@ absl::Status DeviceFeed::Produce(Tensor* images, Tensor* labels) {
   return absl::OkStatus();
 }
 
+absl::Status DeviceFeed::ProduceView(int view, bool last, Tensor* images, Tensor* labels) {
+  RETURN_IF_ERROR(feed_->ProduceView(view, last, images, labels));
+  if (last) RecycleCopied(/*wait=*/false);
+  return absl::OkStatus();
+}
+
 void DeviceFeed::Recycle(data::Batch&& b) {
   uint64_t ticket = 0;
   for (auto it = tickets_.begin(); it != tickets_.end(); ++it) {

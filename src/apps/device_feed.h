@@ -46,6 +46,10 @@ class DeviceFeed {
   // Enqueues the making of the oldest staged batch into the CUDA tensors `images` (the
   // net's "data" blob) and `labels`.
   absl::Status Produce(Tensor* images, Tensor* labels);
+  // Evaluation on ten crops: view `view` (0..9) of the oldest staged batch (a uint8
+  // pipeline whose crop is the views' side; its augments are ignored) into `images` and
+  // `labels`; `last` consumes the batch (cuda::BatchFeed::ProduceView).
+  absl::Status ProduceView(int view, bool last, Tensor* images, Tensor* labels);
   // Takes a consumed batch (one that was staged) and returns it to the pipeline as soon
   // as the device has copied it: now, or in a later call.
   void Recycle(data::Batch&& b);

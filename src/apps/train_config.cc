@@ -47,6 +47,8 @@ constexpr std::pair<const char*, GpuAugment> kGpuAugments[] = {
     {"auto", GpuAugment::kAuto}, {"on", GpuAugment::kOn}, {"off", GpuAugment::kOff}};
 constexpr std::pair<const char*, MemoryPlanMode> kPlans[] = {{"on", MemoryPlanMode::kOn},
                                                              {"off", MemoryPlanMode::kOff}};
+constexpr std::pair<const char*, EvalViews> kEvalViews[] = {{"1", EvalViews::kOne},
+                                                            {"10", EvalViews::kTen}};
 constexpr std::pair<const char*, data::MeanMode> kMeans[] = {{"image", data::MeanMode::kImage},
                                                              {"channel", data::MeanMode::kChannel},
                                                              {"none", data::MeanMode::kNone}};
@@ -76,6 +78,10 @@ bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* er
   return ParseWord<MemoryPlanMode>(text, kPlans, plan, error);
 }
 std::string AbslUnparseFlag(MemoryPlanMode plan) { return WordOf<MemoryPlanMode>(plan, kPlans); }
+bool AbslParseFlag(absl::string_view text, EvalViews* views, std::string* error) {
+  return ParseWord<EvalViews>(text, kEvalViews, views, error);
+}
+std::string AbslUnparseFlag(EvalViews views) { return WordOf<EvalViews>(views, kEvalViews); }
 
 namespace data {
 

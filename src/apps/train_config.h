@@ -24,6 +24,11 @@ enum class GpuAugment { kAuto, kOn, kOff };
 // --memory_plan (trainer, bench_train): on shares activation and gradient memory by the
 // static plan of the step (docs/MEMORY.md); off gives every buffer its own allocation.
 enum class MemoryPlanMode { kOn, kOff };
+// --eval_views: the views evaluation scores each image by (held-out evaluation during
+// training, --mode=eval, --mode=predict). 1: the centre crop; 10: AlexNet's ten crops
+// (data::TenCrops: centre, four corners, their mirrors), the softmax probabilities of the
+// ten averaged (docs/DATA.md, "Ten crops"). The value is the number of views.
+enum class EvalViews { kOne = 1, kTen = 10 };
 
 // Abseil's flag hooks (found by argument-dependent lookup): the flag's words, and for a
 // word outside the set an error that lists them ("must be train, eval or predict"), which
@@ -38,6 +43,8 @@ bool AbslParseFlag(absl::string_view text, GpuAugment* mode, std::string* error)
 std::string AbslUnparseFlag(GpuAugment mode);
 bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* error);
 std::string AbslUnparseFlag(MemoryPlanMode plan);
+bool AbslParseFlag(absl::string_view text, EvalViews* views, std::string* error);
+std::string AbslUnparseFlag(EvalViews views);
 
 }  // namespace colonnade
 
@@ -82,6 +89,7 @@ struct TrainConfig {
   float lighting = 0.0f;
   int data_threads = 0;  // 0: automatic
   GpuAugment gpu_augment = GpuAugment::kAuto;
+  EvalViews eval_views = EvalViews::kOne;
   // Optimisation.
   int64_t batch_size = 0;   // global; 0: the model recipe's
   int64_t steps = 0;        // 0: from epochs

@@ -33,6 +33,8 @@
 #include "core/precision.h"
 #include "core/status_macros.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/feed_types.h"
+#include "data/augment.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
 #include "hdf5/hdf5.h"
@@ -71,15 +73,17 @@ std::string FormatDuration(double s) {
   return absl::StrFormat("%ds", t);
 }
 
-// Counts of correct top-1 and top-5 predictions from probabilities K x N (host copy).
-void CountCorrect(const float* probs, const float* labels, int64_t k, int64_t n, double* top1,
+// Counts of correct top-1 and top-5 predictions from probabilities K x N (host copy;
+// float from the net, double for the ten views' average).
+template <typename T>
+void CountCorrect(const T* probs, const float* labels, int64_t k, int64_t n, double* top1,
                   double* top5) {
   for (int64_t j = 0; j < n; ++j) {
     const int label = static_cast<int>(labels[j]);
-    const float p = probs[label * n + j];
+    const T p = probs[label * n + j];
     int64_t better = 0;  // classes ranked above the true one
     for (int64_t c = 0; c < k; ++c) {
-      float q = probs[c * n + j];
+      T q = probs[c * n + j];
       if (q > p || (q == p && c < label)) ++better;
     }
     if (better == 0) *top1 += 1;
@@ -370,6 +374,18 @@ EndCode OpenData(Job& job) {
                            mo.input_size, dinfo.height, dinfo.width, dinfo.path)),
                        kExitUsage);
   }
+  // --eval_views=10 cuts its crops of the input side from the full evaluation images.
+  const data::Dataset* eval_set = job.training ? job.val_data.get() : job.data.get();
+  if (cfg.eval_views == EvalViews::kTen && eval_set != nullptr &&
+      (mo.input_size > eval_set->info().height || mo.input_size > eval_set->info().width)) {
+    return AgreedError(l,
+                       absl::InvalidArgumentError(absl::StrFormat(
+                           "--eval_views=10 cuts crops of %dx%d (the model's input) from the full "
+                           "images, but the images of %s are %dx%d",
+                           mo.input_size, mo.input_size, eval_set->info().path,
+                           eval_set->info().height, eval_set->info().width)),
+                       kExitUsage);
+  }
   return std::nullopt;
 }
 
@@ -499,15 +515,107 @@ EndCode Resume(Job& job, ResumePoint& at) {
 
 // ---- evaluate and predict ------------------------------------------------------------------
 
+// How evaluation cuts and scores its views (--eval_views, docs/DATA.md "Ten crops").
+struct EvalSpec {
+  EvalViews views = EvalViews::kOne;
+  bool views_on_gpu = false;  // ten crops cut on the GPU by the feed (CUDA, --gpu_augment
+                              // not off); else by data::TenCrops on the host
+};
+
+EvalSpec EvalSpecOf(const Job& job) {
+  EvalSpec e;
+  e.views = job.cfg.eval_views;
+  e.views_on_gpu = job.device == Device::kCUDA && job.cfg.gpu_augment != GpuAugment::kOff;
+  return e;
+}
+
+// The ten views' average of one evaluation batch (--eval_views=10), the AlexNet paper's
+// recipe: pbar = the mean of the ten views' softmax probabilities. Accumulated on the host in
+// double, view by view in TenCrops' order, from the net's own "probs" and "loss" blobs, so a
+// CPU run and a GPU run with the same probabilities get the same average.
+class ViewAverage {
+ public:
+  void Start(int64_t classes, int64_t n) {
+    classes_ = classes;
+    n_ = n;
+    views_ = 0;
+    sum_.assign(static_cast<size_t>(classes * n), 0.0);
+    losses_.clear();
+  }
+  // One view's probabilities (K x n) and per-image losses (n).
+  void Add(const std::vector<float>& probs, const std::vector<float>& loss) {
+    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += probs[i];
+    losses_.insert(losses_.end(), loss.begin(), loss.end());
+    ++views_;
+  }
+  int64_t classes() const { return classes_; }
+  // pbar, K x n.
+  std::vector<double> MeanProbs() const {
+    std::vector<double> mean(sum_.size());
+    for (size_t i = 0; i < sum_.size(); ++i) mean[i] = sum_[i] / views_;
+    return mean;
+  }
+  // The cross-entropy of the average for image j, -ln pbar(label) = ln V - ln sum_v p_v(label)
+  // with p_v(label) = exp(-loss_v): computed from the views' own losses as a log-sum-exp,
+  // so it stays finite when every view's probability of the label underflows in float.
+  double Loss(int64_t j) const {
+    double top = -INFINITY;  // max_v ln p_v(label)
+    for (int v = 0; v < views_; ++v) top = std::max(top, -static_cast<double>(losses_[v * n_ + j]));
+    double sum = 0;
+    for (int v = 0; v < views_; ++v)
+      sum += std::exp(-static_cast<double>(losses_[v * n_ + j]) - top);
+    return std::log(static_cast<double>(views_)) - (top + std::log(sum));
+  }
+
+ private:
+  int64_t classes_ = 0, n_ = 0;
+  int views_ = 0;
+  std::vector<double> sum_;    // K x n: the views' probabilities summed
+  std::vector<float> losses_;  // views x n
+};
+
+// Runs the ten views of `batch` (n > 0 images, already the net's batch size) through `net`
+// into `avg`: cut on the GPU by `feed` from the batch's uint8 images when there is a feed,
+// else by data::TenCrops from the host batch of full images.
+absl::Status ForwardTenViews(Net& net, const data::Batch& batch, int side, DeviceFeed* feed,
+                             const RunContext& ctx, ViewAverage* avg) {
+  std::vector<Tensor> crops;
+  if (feed != nullptr) {
+    RETURN_IF_ERROR(feed->Stage(batch));
+  } else {
+    ASSIGN_OR_RETURN(crops, data::TenCrops(batch.images, side));
+    net.blob("label").CopyFrom(batch.labels);
+  }
+  avg->Start(net.blob("probs").c(), net.batch());
+  for (int v = 0; v < cuda::kTenCropViews; ++v) {
+    if (feed != nullptr) {
+      RETURN_IF_ERROR(feed->ProduceView(v, v == cuda::kTenCropViews - 1, &net.blob("data"),
+                                        &net.blob("label")));
+    } else {
+      net.blob("data").CopyFrom(crops[v]);
+    }
+    net.Forward(ctx);
+    avg->Add(net.blob("probs").ToHost(), net.blob("loss").ToHost());
+  }
+  return absl::OkStatus();
+}
+
+// What the batch loop hands on for each batch after its forward pass(es): the batch, its
+// n images on this rank, and with ten views their average (null for one view: the net's
+// blobs hold the outputs).
+using EvalVisitor =
+    std::function<absl::Status(const data::Batch& batch, int64_t n, const ViewAverage* avg)>;
+
 // The batch loop shared by evaluation and prediction: the whole of `val` in dataset order
-// through `net` in evaluation mode (centre crops, no padding, no dropout), each dp rank its
-// slice. `visit` sees every batch after the forward pass; with n == 0 (this rank's slice
-// of a short last batch is empty) no forward pass ran, but the batch is still visited so
-// that collectives in `visit` run on every rank. The net is rebuilt for a batch of another
-// size and back to `local_batch` at the end.
-absl::Status ForEachEvalBatch(
-    Net& net, data::Dataset& val, data::PipelineOptions o, int64_t local_batch,
-    const std::function<absl::Status(const data::Batch& batch, int64_t n)>& visit) {
+// through `net` in evaluation mode (no padding, no dropout), each dp rank its slice, on
+// `spec`'s views: the centre crop, or the ten crops (the pipeline then hands full images
+// for TenCrops, or uint8 images with crop = the input side for the GPU feed). `visit` sees
+// every batch after the forward pass(es); with n == 0 (this rank's slice of a short last
+// batch is empty) no forward pass ran, but the batch is still visited so that collectives
+// in `visit` run on every rank. The net is rebuilt for a batch of another size and back to
+// `local_batch` at the end.
+absl::Status ForEachEvalBatch(Net& net, data::Dataset& val, data::PipelineOptions o,
+                              int64_t local_batch, const EvalSpec& spec, const EvalVisitor& visit) {
   o.train = false;
   o.shuffle = false;
   o.drop_last = false;
@@ -515,22 +623,44 @@ absl::Status ForEachEvalBatch(
   // faster copies save.
   o.pinned = false;
   o.pinned_allocator = nullptr;
-  o.output = data::BatchOutput::kFloatCHWN;  // evaluation batches take the host path
+  o.output = data::BatchOutput::kFloatCHWN;  // the centre crop takes the host path
+  const bool ten = spec.views == EvalViews::kTen;
+  const int side = static_cast<int>(net.input_shape("data")[1]);
+  if (ten) {
+    o.crop = spec.views_on_gpu ? side : 0;
+    if (spec.views_on_gpu) {
+      o.output = val.synthetic_recipe() ? data::BatchOutput::kIndicesOnly
+                                        : data::BatchOutput::kSourceUint8;
+    }
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<data::BatchPipeline> pipe, data::BatchPipeline::Create(&val, o));
+  std::unique_ptr<DeviceFeed> feed;  // declared after pipe: destroyed first, it recycles into it
+  if (ten && spec.views_on_gpu) {
+    ASSIGN_OR_RETURN(feed, DeviceFeed::Create(val, pipe.get()));
+  }
   RunContext ctx;
   ctx.phase = Phase::kEval;
+  ViewAverage avg;
   const int64_t batches = pipe->batches_per_epoch();
   for (int64_t b = 0; b < batches; ++b) {
     ASSIGN_OR_RETURN(data::Batch batch, pipe->Next());
-    const int64_t n = batch.images.n();
+    const int64_t n = batch.labels.n();
     if (n > 0) {
       if (n != net.batch()) RETURN_IF_ERROR(net.Build(n, net.device()));
-      net.blob("data").CopyFrom(batch.images);
-      net.blob("label").CopyFrom(batch.labels);
-      net.Forward(ctx);
+      if (ten) {
+        RETURN_IF_ERROR(ForwardTenViews(net, batch, side, feed.get(), ctx, &avg));
+      } else {
+        net.blob("data").CopyFrom(batch.images);
+        net.blob("label").CopyFrom(batch.labels);
+        net.Forward(ctx);
+      }
     }
-    RETURN_IF_ERROR(visit(batch, n));
-    pipe->Recycle(std::move(batch));
+    RETURN_IF_ERROR(visit(batch, n, ten ? &avg : nullptr));
+    if (feed != nullptr && n > 0) {
+      feed->Recycle(std::move(batch));  // back to the pipeline once the device copied it
+    } else {
+      pipe->Recycle(std::move(batch));
+    }
   }
   if (net.batch() != local_batch) RETURN_IF_ERROR(net.Build(local_batch, net.device()));
   return absl::OkStatus();
@@ -542,19 +672,27 @@ struct EvalResult {
 };
 
 // Loss and top-1/top-5 error of `net` on the whole validation set, summed over the dp
-// group.
+// group. With ten views: of the views' average probabilities (ViewAverage).
 absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::PipelineOptions& o,
-                                    const Layout& l, int64_t local_batch) {
+                                    const EvalSpec& spec, const Layout& l, int64_t local_batch) {
   struct {
     double loss = 0, top1 = 0, top5 = 0, images = 0;  // summed, in this order, over dp
   } sums;
   RETURN_IF_ERROR(ForEachEvalBatch(
-      net, val, o, local_batch, [&](const data::Batch& batch, int64_t n) -> absl::Status {
+      net, val, o, local_batch, spec,
+      [&](const data::Batch& batch, int64_t n, const ViewAverage* avg) -> absl::Status {
         if (n == 0) return absl::OkStatus();
-        sums.loss += net.ops().Sum(net.blob("loss"));
-        std::vector<float> probs = net.blob("probs").ToHost();
         std::vector<float> labels = batch.labels.ToHost();
-        CountCorrect(probs.data(), labels.data(), net.blob("probs").c(), n, &sums.top1, &sums.top5);
+        if (avg != nullptr) {
+          for (int64_t j = 0; j < n; ++j) sums.loss += avg->Loss(j);
+          const std::vector<double> mean = avg->MeanProbs();
+          CountCorrect(mean.data(), labels.data(), avg->classes(), n, &sums.top1, &sums.top5);
+        } else {
+          sums.loss += net.ops().Sum(net.blob("loss"));
+          std::vector<float> probs = net.blob("probs").ToHost();
+          CountCorrect(probs.data(), labels.data(), net.blob("probs").c(), n, &sums.top1,
+                       &sums.top5);
+        }
         sums.images += n;
         return absl::OkStatus();
       }));
@@ -571,7 +709,8 @@ absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::Pi
 }
 
 // Writes predictions.h5: /logits float32 [N][classes] and /labels int32 [N], in dataset
-// order, through a unique temporary file renamed into place (WriteOutputFile). Runs in
+// order, and the attribute eval_views (1 or 10: /logits is then ln of the ten views' mean
+// probabilities), through a unique temporary file renamed into place (WriteOutputFile). Runs in
 // the project's HDF5 scope: the data pipeline's reader threads may still be reading
 // shards.
 absl::Status WritePredictions(const TrainConfig& cfg, const std::vector<float>& logits,
@@ -596,8 +735,10 @@ absl::Status WritePredictions(const TrainConfig& cfg, const std::vector<float>& 
                  H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 &&
                  ds.Close();
         };
-        const bool ok = write("logits", 2, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, logits.data()) &&
-                        write("labels", 1, H5T_STD_I32LE, H5T_NATIVE_INT32, labels.data());
+        const bool ok =
+            write("logits", 2, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, logits.data()) &&
+            write("labels", 1, H5T_STD_I32LE, H5T_NATIVE_INT32, labels.data()) &&
+            hdf5::WriteIntAttr(file.get(), "eval_views", static_cast<int>(cfg.eval_views)).ok();
         const std::string why = ok ? "" : hdf5::LastError();
         if (!file.Close() || !ok) {
           return absl::InternalError("writing --predictions file " + cfg.predictions + " failed" +
@@ -621,15 +762,21 @@ data::PipelineOptions EvalPipelineOptions(Job& job) {
   return o;
 }
 
+// The eval line's note of the views: nothing for the centre crop.
+const char* ViewsNote(EvalViews views) {
+  return views == EvalViews::kTen ? " (10 views averaged)" : "";
+}
+
 // --mode=eval: top-1/top-5 error of a checkpoint on --val_data.
 int RunEval(Job& job, const std::string& checkpoint_path) {
-  absl::StatusOr<EvalResult> r =
-      Evaluate(job.net(), *job.data, EvalPipelineOptions(job), job.l, job.local_batch);
+  absl::StatusOr<EvalResult> r = Evaluate(job.net(), *job.data, EvalPipelineOptions(job),
+                                          EvalSpecOf(job), job.l, job.local_batch);
   if (!r.ok()) RankError(job.l, r.status());
   if (job.lead) {
-    std::printf("eval %s on %s: %lld images  loss %.4f  top1-err %.4f  top5-err %.4f\n",
+    std::printf("eval %s on %s: %lld images%s  loss %.4f  top1-err %.4f  top5-err %.4f\n",
                 checkpoint_path.c_str(), job.data->info().path.c_str(),
-                static_cast<long long>(r->images), r->loss, r->top1_error, r->top5_error);
+                static_cast<long long>(r->images), ViewsNote(job.cfg.eval_views), r->loss,
+                r->top1_error, r->top5_error);
   }
   return kExitOk;
 }
@@ -682,22 +829,32 @@ class PredictionGather {
   std::vector<int32_t> labels_;
 };
 
-// --mode=predict: the logits of every image on --val_data, written to --predictions.
+// The ten views' "logits" for --predictions: ln pbar in float (softmax gives pbar back; -inf
+// where every view's probability of a class underflowed to 0).
+std::vector<float> LogOf(const std::vector<double>& mean_probs) {
+  std::vector<float> out(mean_probs.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(std::log(mean_probs[i]));
+  return out;
+}
+
+// --mode=predict: the logits of every image on --val_data, written to --predictions (with
+// ten views: the log of their average probabilities).
 int RunPredict(Job& job, const std::string& checkpoint_path) {
   Net& net = job.net();
   // The classifier's logits (replicated on every mp rank by the column split).
   const std::string logits_blob = kLogitsBlob;
   PredictionGather gather(job.l, net.blob(logits_blob).c());
-  absl::Status s = ForEachEvalBatch(net, *job.data, EvalPipelineOptions(job), job.local_batch,
-                                    [&](const data::Batch& batch, int64_t n) {
-                                      std::vector<float> kn, labels;
-                                      if (n > 0) {
-                                        kn = net.blob(logits_blob).ToHost();
-                                        labels = batch.labels.ToHost();
-                                      }
-                                      gather.Add(kn, labels, n);
-                                      return absl::OkStatus();
-                                    });
+  absl::Status s = ForEachEvalBatch(
+      net, *job.data, EvalPipelineOptions(job), job.local_batch, EvalSpecOf(job),
+      [&](const data::Batch& batch, int64_t n, const ViewAverage* avg) {
+        std::vector<float> kn, labels;
+        if (n > 0) {
+          kn = avg != nullptr ? LogOf(avg->MeanProbs()) : net.blob(logits_blob).ToHost();
+          labels = batch.labels.ToHost();
+        }
+        gather.Add(kn, labels, n);
+        return absl::OkStatus();
+      });
   if (!s.ok()) RankError(job.l, s);
   if (gather.writer()) {
     s = WritePredictions(job.cfg, gather.logits(), gather.labels(), net.blob(logits_blob).c());
@@ -706,8 +863,12 @@ int RunPredict(Job& job, const std::string& checkpoint_path) {
   MPI_Bcast(&ok, 1, MPI_INT, 0, job.mesh->world_comm());
   if (!ok) return AgreedError(job.l, s, kExitError);
   if (job.lead) {
-    std::printf("predict %s on %s: wrote logits of %zu images to %s\n", checkpoint_path.c_str(),
-                job.data->info().path.c_str(), gather.labels().size(), job.cfg.predictions.c_str());
+    std::printf("predict %s on %s: wrote %s of %zu images to %s\n", checkpoint_path.c_str(),
+                job.data->info().path.c_str(),
+                job.cfg.eval_views == EvalViews::kTen
+                    ? "the log of the 10-view average probabilities as logits"
+                    : "logits",
+                gather.labels().size(), job.cfg.predictions.c_str());
   }
   return kExitOk;
 }
@@ -1203,17 +1364,20 @@ void Trainer::Log(int64_t done, float lr) {
 // Evaluation on --val_data during training; its time is kept out of the next img/s.
 void Trainer::EvaluateNow(int64_t done) {
   const auto eval_start = Clock::now();
-  absl::StatusOr<EvalResult> r = Evaluate(net_, *job_.val_data, po_, l_, job_.local_batch);
+  absl::StatusOr<EvalResult> r =
+      Evaluate(net_, *job_.val_data, po_, EvalSpecOf(job_), l_, job_.local_batch);
   if (!r.ok()) RankError(l_, r.status());
   if (job_.lead) {
-    std::printf("eval  step %lld  %s: %lld images  loss %.4f  top1-err %.4f  top5-err %.4f\n",
+    std::printf("eval  step %lld  %s: %lld images%s  loss %.4f  top1-err %.4f  top5-err %.4f\n",
                 static_cast<long long>(done), job_.val_data->info().path.c_str(),
-                static_cast<long long>(r->images), r->loss, r->top1_error, r->top5_error);
+                static_cast<long long>(r->images), ViewsNote(cfg_.eval_views), r->loss,
+                r->top1_error, r->top5_error);
     std::fflush(stdout);
     WriteMetrics(absl::StrFormat(
         "{\"kind\":\"eval\",\"step\":%d,\"epoch\":%.4f,\"loss\":%.6f,\"top1_error\":%.5f,"
-        "\"top5_error\":%.5f,\"images\":%d}",
-        done, EpochOf(done), r->loss, r->top1_error, r->top5_error, r->images));
+        "\"top5_error\":%.5f,\"images\":%d,\"views\":%d}",
+        done, EpochOf(done), r->loss, r->top1_error, r->top5_error, r->images,
+        static_cast<int>(cfg_.eval_views)));
   }
   interval_.start += Clock::now() - eval_start;
 }

@@ -129,7 +129,16 @@ ABSL_FLAG(colonnade::GpuAugment, gpu_augment, colonnade::GpuAugment::kAuto,
           "(the host sends uint8 images, a quarter of the bytes, and the GPU augments them; "
           "--data=synthetic is then generated on the GPU too), off (the host writes the float "
           "batch), or auto (on for CUDA runs). The batches are the same bit for bit; CPU runs "
-          "and evaluation always use the host path (docs/DATA.md, 'The GPU feed').");
+          "and evaluation use the host path, except the views of --eval_views=10, cut on the "
+          "GPU unless this is off (docs/DATA.md, 'The GPU feed').");
+ABSL_FLAG(colonnade::EvalViews, eval_views, colonnade::EvalViews::kOne,
+          "How evaluation (--val_data during training, --mode=eval, --mode=predict) scores "
+          "each image: 1 (the centre crop) or 10 (AlexNet's test: the centre and four corner "
+          "crops of the full image and their mirrors, the ten softmax outputs averaged; "
+          "top-1/top-5 rank the average, the loss is the cross-entropy of the average, "
+          "--predictions holds its log). The views' side is the model's input side (--crop, "
+          "else the image size) and must fit the validation images. On a CUDA run the views "
+          "are cut on the GPU (docs/DATA.md, 'Ten crops').");
 // ---- optimisation -----------------------------------------------------------------------
 ABSL_FLAG(int64_t, batch_size, 0,
           Help("batch_size",
@@ -207,8 +216,9 @@ ABSL_FLAG(colonnade::RunMode, mode, colonnade::RunMode::kTrain,
           "train; eval (top-1/top-5 error of a checkpoint on --val_data); predict (also write "
           "the logits to --predictions).");
 ABSL_FLAG(std::string, predictions, "",
-          "With --mode=predict: HDF5 file to write, /logits [N][classes] and /labels [N]. An "
-          "existing file is refused unless --overwrite.");
+          "With --mode=predict: HDF5 file to write, /logits [N][classes] and /labels [N] "
+          "(with --eval_views=10, /logits holds the log of the ten views' mean probabilities). "
+          "An existing file is refused unless --overwrite.");
 ABSL_FLAG(bool, overwrite, false,
           "With --mode=predict: replace an existing --predictions file. Even then a "
           "checkpoint, a dataset or shard file (any HDF5 file but an earlier predictions "
@@ -264,6 +274,7 @@ int main(int argc, char** argv) {
   c.lighting = static_cast<float>(absl::GetFlag(FLAGS_lighting));
   c.data_threads = absl::GetFlag(FLAGS_data_threads);
   c.gpu_augment = absl::GetFlag(FLAGS_gpu_augment);
+  c.eval_views = absl::GetFlag(FLAGS_eval_views);
   c.batch_size = absl::GetFlag(FLAGS_batch_size);
   c.steps = absl::GetFlag(FLAGS_steps);
   c.epochs = absl::GetFlag(FLAGS_epochs);

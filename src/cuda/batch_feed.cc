@@ -174,6 +174,23 @@ absl::StatusOr<uint64_t> BatchFeed::Stage(const HostBatch& b) {
 }
 
 absl::Status BatchFeed::Produce(Tensor* images, Tensor* labels) {
+  return ProduceFromOldest(/*view=*/-1, /*consume=*/true, images, labels);
+}
+
+absl::Status BatchFeed::ProduceView(int view, bool last, Tensor* images, Tensor* labels) {
+  if (view < 0 || view >= kTenCropViews) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("GPU feed: ten-crop view %d is not in 0..%d", view, kTenCropViews - 1));
+  }
+  if (cfg_.crop_h > cfg_.height || cfg_.crop_w > cfg_.width) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("GPU feed: ten crops of %dx%d do not fit images of %dx%d", cfg_.crop_h,
+                        cfg_.crop_w, cfg_.height, cfg_.width));
+  }
+  return ProduceFromOldest(view, last, images, labels);
+}
+
+absl::Status BatchFeed::ProduceFromOldest(int view, bool consume, Tensor* images, Tensor* labels) {
   if (staged_ == 0) return absl::FailedPreconditionError("GPU feed: no batch is staged");
   Slot& s = *slots_[produced_ % slots_.size()];
   const Shape want = Shape::CHWN(cfg_.channels, cfg_.crop_h, cfg_.crop_w, s.n);
@@ -184,14 +201,21 @@ absl::Status BatchFeed::Produce(Tensor* images, Tensor* labels) {
   }
   cudaStream_t compute = AsStream(compute_stream_);
   COLONNADE_CUDA_CHECK(cudaStreamWaitEvent(compute, s.copied, 0));
-  AugmentBatchGpu(compute, geometry_, s.pixels, s.augs, s.n, images->data());
+  if (view < 0) {
+    AugmentBatchGpu(compute, geometry_, s.pixels, s.augs, s.n, images->data());
+  } else {
+    TenCropViewGpu(compute, geometry_, s.pixels, view, s.n, images->data());
+  }
   if (s.n > 0) {
     COLONNADE_CUDA_CHECK(cudaMemcpyAsync(labels->data(), s.labels, s.n * sizeof(float),
                                          cudaMemcpyDeviceToDevice, compute));
   }
+  // Recorded after every view: the slot is free for Stage after the last one's kernel.
   COLONNADE_CUDA_CHECK(cudaEventRecord(s.consumed, compute));
-  ++produced_;
-  --staged_;
+  if (consume) {
+    ++produced_;
+    --staged_;
+  }
   return absl::OkStatus();
 }
 

@@ -10,6 +10,8 @@
 //   Produce()   enqueues on the compute stream (cuda_backend.h ComputeStream()), after
 //               `copied` of the oldest staged slot: augment into `images`, copy the
 //               labels; records `consumed`.
+//   ProduceView(v, last)  the same with ten-crop view v (0..9) in place of the batch's
+//               augments; the batch stays staged for its next view until `last`.
 //   HostBatchDone(ticket)  whether the copy of the batch staged with that ticket has
 //               finished, i.e. its host buffers may be refilled (BatchPipeline::Recycle).
 //
@@ -79,6 +81,12 @@ class BatchFeed {
   // C x crop_h x crop_w x n) and `labels` (CUDA, n elements). FailedPrecondition when
   // nothing is staged, InvalidArgument for a tensor of the wrong shape or device.
   absl::Status Produce(Tensor* images, Tensor* labels);
+  // Evaluation on ten crops (docs/DATA.md, "Ten crops"): enqueues view `view` (0..9,
+  // TenCropView) of the oldest staged batch into `images` (C x crop_h x crop_w x n: the
+  // crop is the view's side) and `labels`, ignoring the batch's augments. The batch stays
+  // staged, so its next view can be produced, until a call with `last` consumes it.
+  // InvalidArgument for a view outside 0..9 or crops larger than the images.
+  absl::Status ProduceView(int view, bool last, Tensor* images, Tensor* labels);
   // Whether the host buffers of the batch staged with `ticket` may be reused (never
   // blocks); WaitHostBatch blocks until they may.
   bool HostBatchDone(uint64_t ticket);
@@ -89,6 +97,9 @@ class BatchFeed {
   struct Slot;
   explicit BatchFeed(const FeedConfig& cfg);
   Slot* SlotOf(uint64_t ticket);
+  // Produce and ProduceView: `view` < 0 applies the batch's augments; `consume` ends the
+  // batch's use of its slot.
+  absl::Status ProduceFromOldest(int view, bool consume, Tensor* images, Tensor* labels);
 
   FeedConfig cfg_;
   FeedGeometry geometry_{};
@@ -112,6 +123,9 @@ class BatchFeed {
   }
   absl::StatusOr<uint64_t> Stage(const HostBatch&) { return absl::UnavailableError("no CUDA"); }
   absl::Status Produce(Tensor*, Tensor*) { return absl::UnavailableError("no CUDA"); }
+  absl::Status ProduceView(int, bool, Tensor*, Tensor*) {
+    return absl::UnavailableError("no CUDA");
+  }
   bool HostBatchDone(uint64_t) { return true; }
   void WaitHostBatch(uint64_t) {}
   int staged() const { return 0; }

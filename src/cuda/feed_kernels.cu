@@ -24,7 +24,8 @@ constexpr int kAugCols = 8;     // output columns per block (threadIdx.y)
 struct AugmentParams {
   FeedGeometry g;
   const uint8_t* src;       // n x H x W x C
-  const FeedAugment* augs;  // n
+  const FeedAugment* augs;  // n, or null: every image takes `same`
+  FeedAugment same;         // (a ten-crop view, TenCropViewGpu)
   int n;
   float* out;  // C x crop_h x crop_w x n
 };
@@ -41,7 +42,7 @@ __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentPar
   const int x = blockIdx.x * kAugCols + threadIdx.y;
   const int y = blockIdx.y;
   if (j >= p.n || x >= g.crop_w) return;
-  const FeedAugment a = p.augs[j];
+  const FeedAugment a = p.augs != nullptr ? p.augs[j] : p.same;
   const int sy = a.y0 + y;
   const int sx = a.mirror ? a.x0 + g.crop_w - 1 - x : a.x0 + x;
   const bool inside = sy >= 0 && sy < g.height && sx >= 0 && sx < g.width;
@@ -145,15 +146,26 @@ __global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
   }
 }
 
+// The augmentation's grid over the output; no launch for an empty batch.
+void LaunchAugment(cudaStream_t stream, const AugmentParams& p) {
+  if (p.n <= 0 || p.g.crop_h <= 0 || p.g.crop_w <= 0) return;
+  const dim3 grid(static_cast<unsigned>(CeilDiv(p.g.crop_w, kAugCols)),
+                  static_cast<unsigned>(p.g.crop_h),
+                  static_cast<unsigned>(CeilDiv(p.n, kAugImages)));
+  Launch(AugmentKernel, grid, dim3(kAugImages, kAugCols), stream, p);
+}
+
 }  // namespace
 
 void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src,
                      const FeedAugment* augs, int n, float* out) {
-  if (n <= 0 || g.crop_h <= 0 || g.crop_w <= 0) return;
-  AugmentParams p{g, src, augs, n, out};
-  const dim3 grid(static_cast<unsigned>(CeilDiv(g.crop_w, kAugCols)),
-                  static_cast<unsigned>(g.crop_h), static_cast<unsigned>(CeilDiv(n, kAugImages)));
-  Launch(AugmentKernel, grid, dim3(kAugImages, kAugCols), stream, p);
+  LaunchAugment(stream, AugmentParams{g, src, augs, FeedAugment{}, n, out});
+}
+
+void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src, int view, int n,
+                    float* out) {
+  const FeedAugment same = TenCropView(view, g.height, g.width, g.crop_h, g.crop_w);
+  LaunchAugment(stream, AugmentParams{g, src, nullptr, same, n, out});
 }
 
 void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const int64_t* indices,

@@ -21,6 +21,13 @@ namespace colonnade::cuda {
 void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src,
                      const FeedAugment* augs, int n, float* out);
 
+// out (C x crop_h x crop_w x n) = ten-crop view `view` (0..9, TenCropView in feed_types.h)
+// of every source image: AugmentBatchGpu's kernel with TenCropView's origin and mirror
+// flag for every image and no lighting, i.e. data::TenCrops' view `view` of the normalised
+// full images, bit for bit. Queued on `stream`.
+void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src, int view, int n,
+                    float* out);
+
 // out (n x H x W x C uint8) = the synthetic images indices[0..n) (device, n), bitwise
 // equal to SyntheticDataset::Read. Queued on `stream`.
 void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const int64_t* indices,

@@ -14,6 +14,29 @@ struct FeedAugment {
   float light[3] = {0.f, 0.f, 0.f};  // lighting delta per channel, pixel units
 };
 
+// AlexNet's ten test views of a full image, in data::TenCrops' order: 0 centre, 1 top-left,
+// 2 top-right, 3 bottom-left, 4 bottom-right, 5..9 the same five mirrored horizontally.
+constexpr int kTenCropViews = 10;
+
+// View `view`'s crop of crop_h x crop_w from a height x width image as an augmentation
+// (origin and mirror flag, no lighting): applied by AugmentBatchGpu it gives
+// data::TenCrops' view of the normalised full image, bit for bit (the per-pixel
+// arithmetic does not depend on where the crop lies). The centre is the eval pipeline's
+// centre crop, floor((H - crop) / 2). Needs 0 <= view < 10 and crops that fit.
+inline FeedAugment TenCropView(int view, int height, int width, int crop_h, int crop_w) {
+  FeedAugment a;
+  const int k = view % 5;  // position: centre, then the corners
+  if (k == 0) {
+    a.y0 = (height - crop_h) / 2;
+    a.x0 = (width - crop_w) / 2;
+  } else {
+    a.y0 = k >= 3 ? height - crop_h : 0;     // bottom row of corners
+    a.x0 = k % 2 == 0 ? width - crop_w : 0;  // right column: 2 and 4
+  }
+  a.mirror = view >= 5 ? 1 : 0;
+  return a;
+}
+
 enum class FeedMean : int { kImage = 0, kChannel = 1, kNone = 2 };
 
 // Geometry and normalisation of a batch (data::AugmentConfig); pointers are device memory.

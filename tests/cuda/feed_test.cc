@@ -1,9 +1,9 @@
 // The GPU feed (src/cuda/feed_kernels.cu, batch_feed.h, src/apps/device_feed.h) against
-// the CPU: the augmentation kernel equals data::WriteImageCHWN, the synthetic kernel
-// equals SyntheticDataset::Read, and a uint8 pipeline through the feed equals the float
-// pipeline, all bit for bit. Outputs are poisoned (NaN / 0xAB bytes) before each run so
-// that an unwritten element fails. Built for the GPU (cuda_tests) and the CPU emulator
-// (cuda_emu_tests, smaller cases); skips without a GPU.
+// the CPU: the augmentation kernel equals data::WriteImageCHWN, its ten-crop views equal
+// data::TenCrops, the synthetic kernel equals SyntheticDataset::Read, and a uint8 pipeline through
+// the feed equals the float pipeline, all bit for bit. Outputs are poisoned (NaN / 0xAB bytes)
+// before each run so that an unwritten element fails. Built for the GPU (cuda_tests) and the CPU
+// emulator (cuda_emu_tests, smaller cases); skips without a GPU.
 
 #include <cstring>
 #include <limits>
@@ -178,6 +178,88 @@ TEST_P(AugmentKernelTest, EqualsTheCpuWriterBitwise) {
 INSTANTIATE_TEST_SUITE_P(Cases, AugmentKernelTest, ::testing::ValuesIn(kAugCases),
                          [](const auto& info) { return AugName(info.param); });
 
+// ---- ten-crop views --------------------------------------------------------------------------
+
+struct ViewCase {
+  int c, h, w, crop;
+  data::MeanMode mean;
+  int n;
+  float scale;
+  bool large;  // GPU only
+};
+
+const ViewCase kViewCases[] = {
+    {3, 13, 11, 9, data::MeanMode::kImage, 7, 1.f / 255, false},    // margins 4 and 2, H != W
+    {3, 37, 37, 32, data::MeanMode::kImage, 33, 1.f / 255, false},  // odd margin 5
+    {1, 9, 10, 7, data::MeanMode::kNone, 1, 1.f / 255, false},
+    {3, 12, 12, 12, data::MeanMode::kChannel, 5, 0.0173f, false},  // crop = image
+    {3, 17, 19, 15, data::MeanMode::kChannel, 65, 1.f / 255, false},
+    {1, 36, 35, 32, data::MeanMode::kImage, 257, 1.f, false},
+    {3, 256, 256, 224, data::MeanMode::kImage, 128, 1.f / 255, true},
+};
+
+class TenCropViewTest : public FeedTest, public ::testing::WithParamInterface<ViewCase> {};
+
+// Random images and a random (non-integral) mean: TenCropViewGpu's view v of the uint8
+// images equals data::TenCrops' view v of the normalised full images (the eval pipeline's
+// float batch with crop 0, written here by WriteImageCHWN), bit for bit, for all ten.
+TEST_P(TenCropViewTest, EqualsTenCropsBitwise) {
+  const ViewCase& k = GetParam();
+  if (IsSkipped()) return;
+  if (kEmulated && k.large) GTEST_SKIP() << "large case skipped on the emulator";
+  data::AugmentConfig full;  // the whole image, as an eval pipeline with crop = 0 writes it
+  full.height = full.crop_h = k.h;
+  full.width = full.crop_w = k.w;
+  full.channels = k.c;
+  full.mean = k.mean;
+  full.scale = k.scale;
+  std::mt19937 rng(k.n * 7 + k.w);
+  std::uniform_real_distribution<float> u(0.f, 255.f);
+  const size_t image = static_cast<size_t>(k.h) * k.w * k.c;
+  full.mean_image.resize(image);
+  for (float& m : full.mean_image) m = u(rng);
+  full.channel_mean.resize(k.c);
+  for (float& m : full.channel_mean) m = u(rng);
+  std::vector<uint8_t> pixels(image * k.n);
+  for (uint8_t& p : pixels) p = static_cast<uint8_t>(rng() & 0xFF);
+  Tensor images(Shape::CHWN(k.c, k.h, k.w, k.n));
+  const data::ImageAugment centre = data::DrawAugment(full, 1, 0, 0, false, false, 0.f);
+  for (int j = 0; j < k.n; ++j) {
+    data::WriteImageCHWN(pixels.data() + j * image, full, centre, images.data(), k.n, j);
+  }
+  absl::StatusOr<std::vector<Tensor>> want = data::TenCrops(images, k.crop);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_EQ(want->size(), static_cast<size_t>(cuda::kTenCropViews));
+
+  DeviceBuffers dev;
+  cuda::FeedGeometry g;
+  g.height = k.h;
+  g.width = k.w;
+  g.channels = k.c;
+  g.crop_h = g.crop_w = k.crop;
+  g.mean = static_cast<cuda::FeedMean>(static_cast<int>(k.mean));
+  g.scale = k.scale;
+  g.mean_image = dev.Upload(full.mean_image);
+  g.channel_mean = dev.Upload(full.channel_mean);
+  const uint8_t* src = dev.Upload(pixels);
+  const int64_t out_size = static_cast<int64_t>(k.c) * k.crop * k.crop * k.n;
+  for (int v = 0; v < cuda::kTenCropViews; ++v) {
+    SCOPED_TRACE(absl::StrFormat("view %d", v));
+    float* out = dev.Alloc<float>(out_size);  // NaN
+    cuda::TenCropViewGpu(Stream(), g, src, v, k.n, out);
+    EXPECT_TRUE(BitwiseEqual(dev.Download(out, out_size), (*want)[v].ToHost()));
+  }
+}
+
+std::string ViewName(const ViewCase& k) {
+  const char* mean[] = {"image", "channel", "none"};
+  return absl::StrFormat("c%d_%dx%d_crop%d_%s_n%d", k.c, k.h, k.w, k.crop,
+                         mean[static_cast<int>(k.mean)], k.n);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, TenCropViewTest, ::testing::ValuesIn(kViewCases),
+                         [](const auto& info) { return ViewName(info.param); });
+
 // ---- the synthetic kernel --------------------------------------------------------------------
 
 struct SynthCase {
@@ -339,6 +421,70 @@ INSTANTIATE_TEST_SUITE_P(
                              k.mean, k.pad, k.batch, k.dp_rank, k.dp_size);
     });
 
+// Ten crops through the whole feed as the trainer's evaluation uses it: an eval pipeline
+// handing uint8 images (or indices) with crop = the views' side, each batch staged once and
+// produced ten times (ProduceView 0..9, the last consuming it), against TenCrops of the
+// eval float pipeline's full images (crop 0): every view and label bit for bit, the last
+// partial batch included.
+class TenCropFeedTest : public FeedTest, public ::testing::WithParamInterface<data::BatchOutput> {};
+
+TEST_P(TenCropFeedTest, EqualsTenCropsOfTheFloatPipelineBitwise) {
+  if (IsSkipped()) return;
+  data::SyntheticOptions so;
+  so.size = 37;
+  so.height = so.width = kEmulated ? 15 : 41;
+  so.num_classes = 10;
+  so.seed = 5;
+  so.held_out = true;
+  auto ds = data::MakeSyntheticDataset(so);
+  ASSERT_TRUE(ds.ok());
+  const int crop = so.height - 5;  // odd margin: the centre rounds down
+  data::PipelineOptions o;
+  o.global_batch = 16;
+  o.train = false;
+  o.epochs = 1;
+  o.mean = "image";
+  o.threads = 2;
+  auto float_pipe = data::BatchPipeline::Create(ds->get(), o);
+  ASSERT_TRUE(float_pipe.ok()) << float_pipe.status();
+  o.crop = crop;
+  o.output = GetParam();
+  auto pipe = data::BatchPipeline::Create(ds->get(), o);
+  ASSERT_TRUE(pipe.ok()) << pipe.status();
+  absl::StatusOr<std::unique_ptr<DeviceFeed>> feed = DeviceFeed::Create(**ds, pipe->get());
+  ASSERT_TRUE(feed.ok()) << feed.status();
+  for (int64_t b = 0; b < (*pipe)->batches_per_epoch(); ++b) {
+    SCOPED_TRACE(absl::StrFormat("batch %d", b));
+    absl::StatusOr<data::Batch> cur = (*pipe)->Next();
+    absl::StatusOr<data::Batch> full = (*float_pipe)->Next();
+    ASSERT_TRUE(cur.ok() && full.ok());
+    absl::StatusOr<std::vector<Tensor>> want = data::TenCrops(full->images, crop);
+    ASSERT_TRUE(want.ok()) << want.status();
+    const int64_t n = static_cast<int64_t>(cur->indices.size());
+    ASSERT_EQ(n, full->images.n());
+    ASSERT_TRUE((*feed)->Stage(*cur).ok());
+    for (int v = 0; v < cuda::kTenCropViews; ++v) {
+      SCOPED_TRACE(absl::StrFormat("view %d", v));
+      Tensor images(Shape::CHWN(3, crop, crop, n), Device::kCUDA);
+      Tensor labels(Shape::CHWN(1, 1, 1, n), Device::kCUDA);
+      images.Fill(std::numeric_limits<float>::quiet_NaN());
+      labels.Fill(std::numeric_limits<float>::quiet_NaN());
+      ASSERT_TRUE((*feed)->ProduceView(v, v == cuda::kTenCropViews - 1, &images, &labels).ok());
+      EXPECT_TRUE(BitwiseEqual(images.ToHost(), (*want)[v].ToHost()));
+      EXPECT_TRUE(BitwiseEqual(labels.ToHost(), full->labels.ToHost()));
+    }
+    (*feed)->Recycle(std::move(*cur));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Outputs, TenCropFeedTest,
+                         ::testing::Values(data::BatchOutput::kSourceUint8,
+                                           data::BatchOutput::kIndicesOnly),
+                         [](const auto& info) {
+                           return info.param == data::BatchOutput::kSourceUint8 ? "uint8"
+                                                                                : "indices";
+                         });
+
 // Misuse is an error, not a hang or a crash: Produce before Stage, more Stages than slots,
 // a tensor of the wrong shape.
 TEST_F(FeedTest, BatchFeedRefusesMisuse) {
@@ -364,6 +510,13 @@ TEST_F(FeedTest, BatchFeedRefusesMisuse) {
   EXPECT_EQ((*feed)->Stage(hb).status().code(), absl::StatusCode::kFailedPrecondition);
   Tensor wrong(Shape::CHWN(1, 8, 8, 3), Device::kCUDA);
   EXPECT_EQ((*feed)->Produce(&wrong, &labels).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*feed)->ProduceView(10, true, &images, &labels).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*feed)->ProduceView(-1, true, &images, &labels).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*feed)->staged(), 2);  // a refused view consumes nothing
+  EXPECT_TRUE((*feed)->ProduceView(3, false, &images, &labels).ok());
+  EXPECT_EQ((*feed)->staged(), 2);  // not the last view: still staged
   EXPECT_TRUE((*feed)->Produce(&images, &labels).ok());
   std::vector<float> got = images.ToHost();
   EXPECT_EQ(got[0], 1.0f * cfg.scale);
