@@ -6,7 +6,9 @@ torchvision models on one GPU, in images per second: the peer of `bench_train
     python3 torchvision_step.py --models vgg16,resnet50 --batch 64 --modes fp32,tf32 \
         --json out.jsonl
 
-Modes: fp32 (strict: TF32 off for matmul and cuDNN), tf32. Inputs are random tensors on
+Modes: fp32 (strict: TF32 off for matmul and cuDNN), tf32, bf16_cl (autocast bf16,
+channels_last, eager), bf16_compile (the same under torch.compile; its compile time is
+spent in the warm-up, not timed) -- the peer modes of experiments/mixed_precision. Inputs are random tensors on
 the device, so the number is the network's, not a data pipeline's. Timed with CUDA
 events after warm-up; the median of --repeats runs of --steps steps.
 """
@@ -26,18 +28,27 @@ def build(name, classes):
 
 
 def time_model(name, batch, mode, steps, repeats, size, classes):
-    torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
-    torch.backends.cudnn.allow_tf32 = mode == "tf32"
+    if mode not in ("fp32", "tf32", "bf16_cl", "bf16_compile"):
+        raise SystemExit(f"torchvision_step.py: unknown mode {mode}")
+    tf32 = mode != "fp32"  # bf16 modes: what autocast leaves in float runs as TF32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
+    bf16 = mode.startswith("bf16")
     model = build(name, classes).cuda().train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     x = torch.randn(batch, 3, size, size, device="cuda")
+    if bf16:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     y = torch.randint(0, classes, (batch,), device="cuda")
     loss_fn = torch.nn.CrossEntropyLoss()
+    net = torch.compile(model, dynamic=False) if mode == "bf16_compile" else model
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(net(x), y)
         loss.backward()
         opt.step()
 
