@@ -130,6 +130,14 @@ ABSL_FLAG(colonnade::GpuAugment, gpu_augment, colonnade::GpuAugment::kAuto,
           "--data=synthetic is then generated on the GPU too), off (the host writes the float "
           "batch), or auto (on for CUDA runs). The batches are the same bit for bit; CPU runs "
           "and evaluation always use the host path (docs/DATA.md, 'The GPU feed').");
+ABSL_FLAG(colonnade::CudaGraphs, cuda_graphs, colonnade::CudaGraphs::kAuto,
+          "Whether a CUDA run's training step (forward, backward, optimizer) is captured once "
+          "as a CUDA graph and replayed every step: the same results bit for bit, one launch "
+          "per step instead of hundreds (small nets on a fast GPU are bound by the host's "
+          "launch rate). auto: on for a CUDA run of one rank; on: the same, and an error "
+          "with more ranks (their gradient sync waits on the host inside the step); off: "
+          "never. CPU runs ignore it; the banner says whether graphs are used "
+          "(docs/OPERATIONS.md, 'CUDA graphs').");
 // ---- optimisation -----------------------------------------------------------------------
 ABSL_FLAG(int64_t, batch_size, 0,
           Help("batch_size",
@@ -262,6 +270,7 @@ int main(int argc, char** argv) {
   c.lighting = static_cast<float>(absl::GetFlag(FLAGS_lighting));
   c.data_threads = absl::GetFlag(FLAGS_data_threads);
   c.gpu_augment = absl::GetFlag(FLAGS_gpu_augment);
+  c.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   c.batch_size = absl::GetFlag(FLAGS_batch_size);
   c.steps = absl::GetFlag(FLAGS_steps);
   c.epochs = absl::GetFlag(FLAGS_epochs);
