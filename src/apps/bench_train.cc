@@ -7,8 +7,8 @@
 // Inputs are synthetic (random images and labels written to the device once), so the
 // number is the network's, not the data pipeline's. Steps are timed with CUDA events after
 // --warmup untimed steps; img/s = batch * steps / elapsed. --cuda_graphs=on (the default)
-// replays the step as one CUDA graph, off launches its kernels one by one. --breakdown adds a per-layer
-// forward/backward table from events recorded between layers.
+// replays the step as one CUDA graph, off launches its kernels one by one. --breakdown adds a
+// per-layer forward/backward table from events recorded between layers.
 
 #include <algorithm>
 #include <cmath>
@@ -130,6 +130,20 @@ void Breakdown(Net& net, int64_t batch, SgdOptimizer& opt, float lr) {
   cudaEventDestroy(s1);
 }
 
+// Random images and labels, written to the device once.
+void WriteSyntheticInputs(Net& net) {
+  Tensor& data = net.blob("data");
+  Tensor& label = net.blob("label");
+  const int classes = static_cast<int>(net.blob("probs").c());
+  std::vector<float> img(data.size()), lab(label.size());
+  const uint64_t key = MixKey(1, static_cast<uint64_t>(RandomPurpose::kSynthetic));
+  for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 0, i);
+  for (size_t i = 0; i < lab.size(); ++i)
+    lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 1, i) * classes) % classes);
+  data.CopyFromHost(img);
+  label.CopyFromHost(lab);
+}
+
 int Main() {
   Precision precision;
   if (!ParsePrecision(absl::GetFlag(FLAGS_precision), &precision)) {
@@ -165,18 +179,7 @@ int Main() {
                 net.memory_plan().planned_bytes() / 1048576.0,
                 net.memory_plan().unshared_bytes() / 1048576.0);
     net.InitParams(1);
-    Tensor& data = net.blob("data");
-    Tensor& label = net.blob("label");
-    {
-      const int classes = static_cast<int>(net.blob("probs").c());
-      std::vector<float> img(data.size()), lab(label.size());
-      const uint64_t key = MixKey(1, static_cast<uint64_t>(RandomPurpose::kSynthetic));
-      for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 0, i);
-      for (size_t i = 0; i < lab.size(); ++i)
-        lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 1, i) * classes) % classes);
-      data.CopyFromHost(img);
-      label.CopyFromHost(lab);
-    }
+    WriteSyntheticInputs(net);
     SgdOptions so;
     so.momentum = 0.9f;
     so.weight_decay = 5e-4f;
@@ -228,10 +231,9 @@ int Main() {
         "in use, %.2f GiB reserved | cudaMalloc calls during timed steps: %zu | loss %.4f -> "
         "%.4f\n",
         model.c_str(), PrecisionName(precision), graphs ? "on" : "off",
-        static_cast<long long>(batch), ips,
-        total_ms / steps, per[steps / 2], mem.peak_bytes_in_use / 1073741824.0,
-        mem.peak_bytes_reserved / 1073741824.0, mem.device_allocations - mallocs_before, first_loss,
-        last_loss);
+        static_cast<long long>(batch), ips, total_ms / steps, per[steps / 2],
+        mem.peak_bytes_in_use / 1073741824.0, mem.peak_bytes_reserved / 1073741824.0,
+        mem.device_allocations - mallocs_before, first_loss, last_loss);
     std::fflush(stdout);
     lines.push_back(absl::StrFormat(
         "{\"impl\": \"colonnade\", \"model\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "

@@ -774,8 +774,7 @@ __global__ void DropoutForwardKernel(const DropoutKernelParams p) {
     const int64_t hw = chw % (int64_t(p.h) * p.w);
     const int64_t gidx =
         ((c + p.channel_offset) * p.h * p.w + hw) * p.global_batch + img + p.image_offset;
-    const float u =
-        PhiloxUniform(p.seed, step, static_cast<uint64_t>(gidx));
+    const float u = PhiloxUniform(p.seed, step, static_cast<uint64_t>(gidx));
     const float m = u >= p.p ? p.scale : 0.0f;
     p.mask[i] = m;
     p.y[i] = p.x[i] * m;
@@ -1207,8 +1206,9 @@ void SoftmaxCrossEntropyBackwardGpu(const DeviceContext& ctx, const float* probs
 
 void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* v, int64_t n,
                   const SgdParams& sp) {
-  SgdKernelParams p{w, grad, v, n, sp.lr, sp.momentum, sp.weight_decay, sp.lr_on_device,
-                    sp.lr_mult};
+  SgdKernelParams p{w, grad, v, n, sp.lr, sp.momentum, sp.weight_decay};
+  p.lr_on_device = sp.lr_on_device;
+  p.lr_mult = sp.lr_mult;
   Launch(SgdKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, p);
 }
 

@@ -163,9 +163,8 @@ TEST_F(StepGraphGpu, RecapturesWhenTheNetIsRebuilt) {
   const Trajectory graphed = Train(batches, true, Input(), Channels());
   ExpectBitwiseEqual(plain, graphed);
   using R = cuda::StepRun;
-  const std::vector<R> want = {R::kPlain,    R::kCaptured, R::kReplayed,
-                               R::kPlain,    R::kCaptured, R::kReplayed,
-                               R::kPlain,    R::kCaptured, R::kReplayed};
+  const std::vector<R> want = {R::kPlain,    R::kCaptured, R::kReplayed, R::kPlain,   R::kCaptured,
+                               R::kReplayed, R::kPlain,    R::kCaptured, R::kReplayed};
   EXPECT_EQ(graphed.runs, want);
 }
 
