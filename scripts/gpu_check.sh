@@ -94,6 +94,15 @@ if [ -z "${SKIP_TRAIN:-}" ]; then
   timeout 120 "$BUILD/bench_train" --batch_sizes="$BATCHES" --json="$OUT/results.jsonl" \
     > "$OUT/bench_train.log" 2>&1
   status "bench_train rc=$? in $(( $(date +%s) - t0 )) s"
+  # CUDA graphs on (the default) and off for the launch-bound small nets (docs/OPERATIONS.md).
+  t0=$(date +%s)
+  for m in cifar10-18pct resnet18-cifar; do
+    for g in on off; do
+      timeout 120 "$BUILD/bench_train" --model=$m --batch_sizes=128 --cuda_graphs=$g \
+        --breakdown=false --json="$OUT/results.jsonl" >> "$OUT/bench_train.log" 2>&1
+    done
+  done
+  status "bench_train graphs on/off rc=$? in $(( $(date +%s) - t0 )) s"
 fi
 
 if [ -z "${SKIP_TRAINER:-}" ]; then

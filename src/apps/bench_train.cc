@@ -6,8 +6,9 @@
 //
 // Inputs are synthetic (random images and labels written to the device once), so the
 // number is the network's, not the data pipeline's. Steps are timed with CUDA events after
-// --warmup untimed steps; img/s = batch * steps / elapsed. --breakdown adds a per-layer
-// forward/backward table from events recorded between layers.
+// --warmup untimed steps; img/s = batch * steps / elapsed. --cuda_graphs=on (the default)
+// replays the step as one CUDA graph, off launches its kernels one by one. --breakdown adds a
+// per-layer forward/backward table from events recorded between layers.
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +30,7 @@
 #include "core/philox.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/port.h"
+#include "cuda/step_graph.h"
 
 ABSL_FLAG(std::string, model, "alexnet", "model to train");
 ABSL_FLAG(std::string, batch_sizes, "128,256", "comma-separated batch sizes");
@@ -40,6 +42,11 @@ ABSL_FLAG(std::string, json, "", "append one JSON line per batch size here");
 ABSL_FLAG(colonnade::MemoryPlanMode, memory_plan, colonnade::MemoryPlanMode::kOn,
           "on: activations and gradients share one arena by the step's static memory plan "
           "(docs/MEMORY.md); off: one allocation per buffer");
+ABSL_FLAG(colonnade::CudaGraphs, cuda_graphs, colonnade::CudaGraphs::kAuto,
+          "on (auto): every timed step is a replay of the step captured as one CUDA graph "
+          "(cuda/step_graph.h; the warm-up steps include the plain step and the capture); "
+          "off: plain steps, hundreds of kernel launches each. Run both to see what the host's "
+          "launch rate costs a model");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
           "products (docs/PRECISION.md); tensors and weights stay FP32");
@@ -123,6 +130,20 @@ void Breakdown(Net& net, int64_t batch, SgdOptimizer& opt, float lr) {
   cudaEventDestroy(s1);
 }
 
+// Random images and labels, written to the device once.
+void WriteSyntheticInputs(Net& net) {
+  Tensor& data = net.blob("data");
+  Tensor& label = net.blob("label");
+  const int classes = static_cast<int>(net.blob("probs").c());
+  std::vector<float> img(data.size()), lab(label.size());
+  const uint64_t key = MixKey(1, static_cast<uint64_t>(RandomPurpose::kSynthetic));
+  for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 0, i);
+  for (size_t i = 0; i < lab.size(); ++i)
+    lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 1, i) * classes) % classes);
+  data.CopyFromHost(img);
+  label.CopyFromHost(lab);
+}
+
 int Main() {
   Precision precision;
   if (!ParsePrecision(absl::GetFlag(FLAGS_precision), &precision)) {
@@ -158,29 +179,30 @@ int Main() {
                 net.memory_plan().planned_bytes() / 1048576.0,
                 net.memory_plan().unshared_bytes() / 1048576.0);
     net.InitParams(1);
-    Tensor& data = net.blob("data");
-    Tensor& label = net.blob("label");
-    {
-      const int classes = static_cast<int>(net.blob("probs").c());
-      std::vector<float> img(data.size()), lab(label.size());
-      const uint64_t key = MixKey(1, static_cast<uint64_t>(RandomPurpose::kSynthetic));
-      for (size_t i = 0; i < img.size(); ++i) img[i] = PhiloxNormal(key, 0, i);
-      for (size_t i = 0; i < lab.size(); ++i)
-        lab[i] = static_cast<float>(static_cast<int>(PhiloxUniform(key, 1, i) * classes) % classes);
-      data.CopyFromHost(img);
-      label.CopyFromHost(lab);
-    }
+    WriteSyntheticInputs(net);
     SgdOptions so;
     so.momentum = 0.9f;
     so.weight_decay = 5e-4f;
     SgdOptimizer opt(so);
+    const bool graphs = absl::GetFlag(FLAGS_cuda_graphs) != CudaGraphs::kOff;
+    std::optional<cuda::StepGraph> graph;
+    if (graphs) graph.emplace();
     auto step_fn = [&](int64_t step) {
-      RunContext ctx = Context(step, batch);
-      net.Forward(ctx);
-      net.Backward(ctx);
-      opt.Step(net, lr);
+      auto enqueue = [&](const StepScalars* dev) {
+        RunContext ctx = Context(step, batch);
+        ctx.device_scalars = dev;
+        net.Forward(ctx);
+        net.Backward(ctx);
+        opt.Step(net, lr, dev != nullptr ? &dev->lr : nullptr);
+      };
+      if (!graph) return enqueue(nullptr);
+      StepScalars v;
+      v.step = step;
+      v.lr = lr;
+      graph->Step(net.builds(), v, enqueue);
     };
-    for (int i = 0; i < warmup; ++i) step_fn(i);
+    // A graphed run needs two warm-up steps: the plain one, then the capture.
+    for (int i = 0; i < std::max(warmup, graphs ? 2 : 0); ++i) step_fn(i);
     GetBackend(Device::kCUDA)->Synchronize();
     const double first_loss = OpsFor(Device::kCUDA).Sum(net.blob("loss")) / batch;
     cuda::ResetPeakMemoryStats();
@@ -203,25 +225,26 @@ int Main() {
     const cuda::MemoryStats mem = cuda::GetMemoryStats();
     const double ips = batch * steps / (total_ms * 1e-3);
     std::printf(
-        "%s %s batch %lld: %.0f img/s (%.2f ms/step mean, %.2f median) | peak device memory %.2f "
+        "%s %s graphs %s batch %lld: %.0f img/s (%.2f ms/step mean, %.2f median) | peak device "
+        "memory %.2f "
         "GiB "
         "in use, %.2f GiB reserved | cudaMalloc calls during timed steps: %zu | loss %.4f -> "
         "%.4f\n",
-        model.c_str(), PrecisionName(precision), static_cast<long long>(batch), ips,
-        total_ms / steps, per[steps / 2], mem.peak_bytes_in_use / 1073741824.0,
-        mem.peak_bytes_reserved / 1073741824.0, mem.device_allocations - mallocs_before, first_loss,
-        last_loss);
+        model.c_str(), PrecisionName(precision), graphs ? "on" : "off",
+        static_cast<long long>(batch), ips, total_ms / steps, per[steps / 2],
+        mem.peak_bytes_in_use / 1073741824.0, mem.peak_bytes_reserved / 1073741824.0,
+        mem.device_allocations - mallocs_before, first_loss, last_loss);
     std::fflush(stdout);
     lines.push_back(absl::StrFormat(
         "{\"impl\": \"colonnade\", \"model\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
         "\"img_per_s\": %.1f, "
         "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
         "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
-        "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"device\": \"%s\"}",
+        "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"cuda_graphs\": %s, \"device\": \"%s\"}",
         model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2],
         mem.peak_bytes_in_use, mem.peak_bytes_reserved, mem.device_allocations - mallocs_before,
         first_loss, last_loss, AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
-        cuda::DeviceDescription()));
+        graphs ? "true" : "false", cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
   const std::string json = absl::GetFlag(FLAGS_json);

@@ -11,6 +11,8 @@ const char* StepPhaseName(StepPhase p) {
   switch (p) {
     case StepPhase::kCopyIn:
       return "batch to device";
+    case StepPhase::kGraph:
+      return "graph: fwd+bwd+opt";
     case StepPhase::kForward:
       return "forward";
     case StepPhase::kBackward:
@@ -36,12 +38,14 @@ void StepTimeline::BeginStep(int64_t step, double batch_wait_s) {
   wall_start_ = std::chrono::steady_clock::now();
   batch_wait_ms_ += 1e3 * batch_wait_s;
   next_phase_ = 0;
+  for (auto& f : fences_) f.reset();
   start_ = backend_->RecordFence();
 }
 
 void StepTimeline::Mark(StepPhase p) {
   if (!in_step_) return;
-  CHECK_EQ(static_cast<int>(p), next_phase_) << "phases marked out of order";
+  CHECK_GE(static_cast<int>(p), next_phase_) << "phases marked out of order";
+  next_phase_ = static_cast<int>(p);
   fences_[next_phase_++] = backend_->RecordFence();
 }
 
@@ -53,7 +57,9 @@ void StepTimeline::EndStep() {
   fences_.back()->Wait();
   const Fence* prev = start_.get();
   for (int i = 0; i < static_cast<int>(StepPhase::kCount); ++i) {
+    if (!fences_[i]) continue;  // a phase this step does not have
     phase_ms_[i] += fences_[i]->MillisecondsSince(*prev);
+    marked_[i] = true;
     prev = fences_[i].get();
   }
   wall_ms_ +=
@@ -72,6 +78,7 @@ std::string StepTimeline::Table() const {
       "  %-20s %9s %7s\n",
       begin_ + 1, end_, profiled_, "phase", "ms/step", "share");
   for (int i = 0; i < static_cast<int>(StepPhase::kCount); ++i) {
+    if (!marked_[i]) continue;
     out += absl::StrFormat("  %-20s %9.3f %6.1f%%\n", StepPhaseName(static_cast<StepPhase>(i)),
                            phase_ms_[i] / n, 100.0 * phase_ms_[i] / std::max(1e-12, device_ms));
   }

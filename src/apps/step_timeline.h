@@ -21,6 +21,8 @@ namespace colonnade {
 
 enum class StepPhase {
   kCopyIn,  // the batch to the device (H2D copy, GPU augmentation)
+  kGraph,   // a replayed CUDA graph of the step: forward, backward, sync and optimizer in
+            // one (--cuda_graphs); a graphed step marks this instead of the next four
   kForward,
   kBackward,  // includes the gradient all-reduce launched from backward's hooks
   kGradSync,  // waiting for the last gradient buckets
@@ -38,7 +40,8 @@ class StepTimeline {
 
   bool active(int64_t step) const { return step >= begin_ && step < end_; }
   // Call at the start of step `step` with the host's wait for its batch, then Mark at the
-  // end of each phase in order, then EndStep.
+  // end of each phase in order (phases a step does not have are skipped: they count no
+  // time in it; the table lists the phases any profiled step marked), then EndStep.
   void BeginStep(int64_t step, double batch_wait_s);
   void Mark(StepPhase p);
   void EndStep();
@@ -56,6 +59,7 @@ class StepTimeline {
   std::unique_ptr<Fence> start_;  // of the step; then one fence at the end of each phase
   std::array<std::unique_ptr<Fence>, static_cast<int>(StepPhase::kCount)> fences_;
   std::array<double, static_cast<int>(StepPhase::kCount)> phase_ms_{};
+  std::array<bool, static_cast<int>(StepPhase::kCount)> marked_{};
   double batch_wait_ms_ = 0, wall_ms_ = 0;
   int64_t profiled_ = 0;
   std::chrono::steady_clock::time_point wall_start_;

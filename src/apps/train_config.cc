@@ -45,6 +45,8 @@ constexpr std::pair<const char*, CommChoice> kComms[] = {
     {"auto", CommChoice::kAuto}, {"nccl", CommChoice::kNccl}, {"mpi", CommChoice::kMpi}};
 constexpr std::pair<const char*, GpuAugment> kGpuAugments[] = {
     {"auto", GpuAugment::kAuto}, {"on", GpuAugment::kOn}, {"off", GpuAugment::kOff}};
+constexpr std::pair<const char*, CudaGraphs> kCudaGraphs[] = {
+    {"auto", CudaGraphs::kAuto}, {"on", CudaGraphs::kOn}, {"off", CudaGraphs::kOff}};
 constexpr std::pair<const char*, MemoryPlanMode> kPlans[] = {{"on", MemoryPlanMode::kOn},
                                                              {"off", MemoryPlanMode::kOff}};
 constexpr std::pair<const char*, EvalViews> kEvalViews[] = {{"1", EvalViews::kOne},
@@ -74,6 +76,10 @@ bool AbslParseFlag(absl::string_view text, GpuAugment* mode, std::string* error)
   return ParseWord<GpuAugment>(text, kGpuAugments, mode, error);
 }
 std::string AbslUnparseFlag(GpuAugment mode) { return WordOf<GpuAugment>(mode, kGpuAugments); }
+bool AbslParseFlag(absl::string_view text, CudaGraphs* mode, std::string* error) {
+  return ParseWord<CudaGraphs>(text, kCudaGraphs, mode, error);
+}
+std::string AbslUnparseFlag(CudaGraphs mode) { return WordOf<CudaGraphs>(mode, kCudaGraphs); }
 bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* error) {
   return ParseWord<MemoryPlanMode>(text, kPlans, plan, error);
 }

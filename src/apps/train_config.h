@@ -21,6 +21,12 @@ enum class CommChoice { kAuto, kMpi, kNccl };
 // mirrors, normalises (and generates) them on the device; off: the host writes the float
 // batch; auto: on for CUDA runs. Both give the same batches bit for bit (docs/DATA.md).
 enum class GpuAugment { kAuto, kOn, kOff };
+// --cuda_graphs (trainer, bench_train): whether a CUDA run's training step (forward,
+// backward, optimizer) is captured once as a CUDA graph and replayed (cuda/step_graph.h;
+// bitwise the same results, fewer kernel launches from the host). auto: on where it is
+// legal, a CUDA run of one rank; on: the same, and an error where it is not; off: never.
+// CPU runs ignore it.
+enum class CudaGraphs { kAuto, kOn, kOff };
 // --memory_plan (trainer, bench_train): on shares activation and gradient memory by the
 // static plan of the step (docs/MEMORY.md); off gives every buffer its own allocation.
 enum class MemoryPlanMode { kOn, kOff };
@@ -41,6 +47,8 @@ bool AbslParseFlag(absl::string_view text, CommChoice* comm, std::string* error)
 std::string AbslUnparseFlag(CommChoice comm);
 bool AbslParseFlag(absl::string_view text, GpuAugment* mode, std::string* error);
 std::string AbslUnparseFlag(GpuAugment mode);
+bool AbslParseFlag(absl::string_view text, CudaGraphs* mode, std::string* error);
+std::string AbslUnparseFlag(CudaGraphs mode);
 bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* error);
 std::string AbslUnparseFlag(MemoryPlanMode plan);
 bool AbslParseFlag(absl::string_view text, EvalViews* views, std::string* error);
@@ -90,6 +98,7 @@ struct TrainConfig {
   int data_threads = 0;  // 0: automatic
   GpuAugment gpu_augment = GpuAugment::kAuto;
   EvalViews eval_views = EvalViews::kOne;
+  CudaGraphs cuda_graphs = CudaGraphs::kAuto;
   // Optimisation.
   int64_t batch_size = 0;   // global; 0: the model recipe's
   int64_t steps = 0;        // 0: from epochs

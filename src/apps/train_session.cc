@@ -35,6 +35,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/feed_types.h"
 #include "data/augment.h"
+#include "cuda/step_graph.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
 #include "hdf5/hdf5.h"
@@ -905,6 +906,9 @@ class Trainer {
   EndCode OpenMetrics();
   void PrintBanner();
   EndCode OpenRankLog();
+  // --cuda_graphs: the step graph where it is legal and asked for (graph_).
+  EndCode SetUpGraphs();
+  std::string GraphsDescription() const;
   // Enqueues one training step on the device: the batch's copy, forward, backward, the
   // gradient all-reduce, the optimizer and the copy of its loss and probabilities back to
   // the host (pending_). Nothing here waits for the device.
@@ -947,6 +951,10 @@ class Trainer {
   AppendFile metrics_;   // rank 0 only
   AppendFile rank_log_;  // every rank's own, with --rank_log_dir
   SgdOptimizer optimizer_;
+  // --cuda_graphs: forward, backward, sync and optimizer as one CUDA graph (null: plain
+  // steps; always on a CPU run).
+  std::unique_ptr<cuda::StepGraph> graph_;
+  std::string graphs_off_;  // why graph_ is null, for the banner
   Clock::time_point start_;
   std::optional<checkpoint::CheckpointPolicy> policy_;
   IntervalTotals interval_;
@@ -968,7 +976,8 @@ class Trainer {
 };
 
 EndCode Trainer::Start() {
-  for (auto phase : {&Trainer::CreatePipeline, &Trainer::CountParameters, &Trainer::OpenMetrics}) {
+  for (auto phase : {&Trainer::CreatePipeline, &Trainer::CountParameters, &Trainer::OpenMetrics,
+                     &Trainer::SetUpGraphs}) {
     if (EndCode end = (this->*phase)()) return end;
   }
   PrintBanner();
@@ -1111,6 +1120,7 @@ void Trainer::PrintBanner() {
                 pipeline_->output() == data::BatchOutput::kIndicesOnly ? "indices, images generated"
                                                                        : "images");
   }
+  std::printf("  graphs     %s\n", GraphsDescription().c_str());
   std::printf("  batch      global %lld, per replica %lld, %lld steps/epoch\n",
               static_cast<long long>(job_.global_batch), static_cast<long long>(job_.local_batch),
               static_cast<long long>(per_epoch_));
@@ -1146,6 +1156,52 @@ void Trainer::PrintBanner() {
         cfg_.keep_checkpoints);
     std::fflush(stdout);
   }
+}
+
+// Graphs are legal where the step never waits on the host: one rank, so no gradient
+// all-reduce and no column exchange (with MPI they are host calls; NCCL's are stream-ordered
+// but the gradient sync still waits for its handles on the host, and capturing NCCL
+// collectives is not done yet). Elsewhere auto falls back to plain steps and on is refused.
+EndCode Trainer::SetUpGraphs() {
+  if (job_.device != Device::kCUDA) {
+    graphs_off_ = "off (CPU run)";
+    return std::nullopt;
+  }
+  if (cfg_.cuda_graphs == CudaGraphs::kOff) {
+    graphs_off_ = "off (--cuda_graphs=off)";
+    return std::nullopt;
+  }
+  std::string illegal;
+  if (!cuda::StepGraph::kAvailable) {
+    illegal = "this build has no CUDA graphs";
+  } else if (l_.world_size > 1 || job_.sync->enabled()) {
+    illegal = absl::StrFormat(
+        "%d ranks: the gradient all-reduce and column exchanges synchronise with the host inside "
+        "the step",
+        l_.world_size);
+  }
+  if (!illegal.empty()) {
+    if (cfg_.cuda_graphs == CudaGraphs::kOn) {
+      return AgreedError(l_,
+                         absl::InvalidArgumentError(absl::StrFormat(
+                             "--cuda_graphs=on needs a CUDA run of one rank (%s); use "
+                             "--cuda_graphs=auto or off",
+                             illegal)),
+                         kExitUsage);
+    }
+    graphs_off_ = "off (" + illegal + ")";
+    return std::nullopt;
+  }
+  graph_ = std::make_unique<cuda::StepGraph>();
+  return std::nullopt;
+}
+
+std::string Trainer::GraphsDescription() const {
+  if (!graph_) return graphs_off_;
+  return absl::StrFormat(
+      "on: the step (forward, backward, optimizer) is captured as a CUDA graph after one plain "
+      "step and replayed (--cuda_graphs=%s)",
+      AbslUnparseFlag(cfg_.cuda_graphs));
 }
 
 // --rank_log_dir: one progress file per rank. Each rank opens its own, so a failure is
@@ -1238,16 +1294,35 @@ void Trainer::Step(int64_t step, data::Batch&& batch, float lr) {
     net_.blob("label").CopyFromAsync(batch.labels);
   }
   timeline_->Mark(StepPhase::kCopyIn);
-  RunContext ctx = job_.mesh->MakeRunContext(Phase::kTrain, cfg_.seed, step, job_.global_batch);
-  net_.Forward(ctx);
-  timeline_->Mark(StepPhase::kForward);
-  net_.Backward(ctx, job_.sync->AfterLayerHook());
-  timeline_->Mark(StepPhase::kBackward);
-  if (absl::Status s = job_.sync->Finish(); !s.ok()) RankError(l_, s);
-  interval_.comm_wait_s += job_.sync->stats().last_wait_seconds;
-  timeline_->Mark(StepPhase::kGradSync);
-  optimizer_.Step(net_, lr);
-  timeline_->Mark(StepPhase::kOptimizer);
+  // The device work of the step; `dev` non-null when it is being captured as a graph (the
+  // kernels then read the step and the rate from the device block), whose phases cannot be
+  // told apart on the timeline.
+  auto enqueue = [&](const StepScalars* dev) {
+    const bool phases = dev == nullptr;
+    RunContext ctx = job_.mesh->MakeRunContext(Phase::kTrain, cfg_.seed, step, job_.global_batch);
+    ctx.device_scalars = dev;
+    net_.Forward(ctx);
+    if (phases) timeline_->Mark(StepPhase::kForward);
+    net_.Backward(ctx, job_.sync->AfterLayerHook());
+    if (phases) timeline_->Mark(StepPhase::kBackward);
+    if (absl::Status s = job_.sync->Finish(); !s.ok()) RankError(l_, s);
+    interval_.comm_wait_s += job_.sync->stats().last_wait_seconds;
+    if (phases) timeline_->Mark(StepPhase::kGradSync);
+    optimizer_.Step(net_, lr, dev != nullptr ? &dev->lr : nullptr);
+    if (phases) timeline_->Mark(StepPhase::kOptimizer);
+  };
+  if (graph_) {
+    StepScalars values;
+    values.step = step;
+    values.lr = lr;
+    // A rebuilt net (evaluation with a short last batch) moves its buffers: Net::builds()
+    // keys the graph, so a new one is warmed up and captured.
+    if (graph_->Step(net_.builds(), values, enqueue) != cuda::StepRun::kPlain) {
+      timeline_->Mark(StepPhase::kGraph);
+    }
+  } else {
+    enqueue(nullptr);
+  }
   PendingStep& p = pending_[step % 2];
   p.step = step;
   p.lr = lr;

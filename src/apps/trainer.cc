@@ -139,6 +139,14 @@ ABSL_FLAG(colonnade::EvalViews, eval_views, colonnade::EvalViews::kOne,
           "--predictions holds its log). The views' side is the model's input side (--crop, "
           "else the image size) and must fit the validation images. On a CUDA run the views "
           "are cut on the GPU (docs/DATA.md, 'Ten crops').");
+ABSL_FLAG(colonnade::CudaGraphs, cuda_graphs, colonnade::CudaGraphs::kAuto,
+          "Whether a CUDA run's training step (forward, backward, optimizer) is captured once "
+          "as a CUDA graph and replayed every step: the same results bit for bit, one launch "
+          "per step instead of hundreds (small nets on a fast GPU are bound by the host's "
+          "launch rate). auto: on for a CUDA run of one rank; on: the same, and an error "
+          "with more ranks (their gradient sync waits on the host inside the step); off: "
+          "never. CPU runs ignore it; the banner says whether graphs are used "
+          "(docs/OPERATIONS.md, 'CUDA graphs').");
 // ---- optimisation -----------------------------------------------------------------------
 ABSL_FLAG(int64_t, batch_size, 0,
           Help("batch_size",
@@ -275,6 +283,7 @@ int main(int argc, char** argv) {
   c.data_threads = absl::GetFlag(FLAGS_data_threads);
   c.gpu_augment = absl::GetFlag(FLAGS_gpu_augment);
   c.eval_views = absl::GetFlag(FLAGS_eval_views);
+  c.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   c.batch_size = absl::GetFlag(FLAGS_batch_size);
   c.steps = absl::GetFlag(FLAGS_steps);
   c.epochs = absl::GetFlag(FLAGS_epochs);

@@ -30,6 +30,9 @@ struct RunContext {
   int64_t global_batch = 0;
   // Scale applied to the loss gradient: 1 / global batch.
   float loss_scale = 1.0f;
+  // Non-null in a step captured as a CUDA graph: the device copy of this step's scalars
+  // (`step` above holds the same value), read by the kernels that need them (ops.h).
+  const StepScalars* device_scalars = nullptr;
 };
 
 // How a parameter is initialised. Draws are Philox-keyed by (seed, layer, param, element

@@ -340,6 +340,7 @@ void DropoutLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<co
   p.seed = MixKey(MixKey(ctx.seed, static_cast<uint64_t>(RandomPurpose::kDropout)),
                   StringHash(name().c_str()));
   p.step = ctx.step;
+  if (ctx.device_scalars != nullptr) p.step_on_device = &ctx.device_scalars->step;
   p.channel_offset = channel_offset_;
   p.image_offset = ctx.image_offset;
   p.global_batch = ctx.global_batch > 0 ? ctx.global_batch : x[0]->n();

@@ -132,6 +132,7 @@ absl::Status Net::Build(int64_t batch, Device device) {
   plan_ = std::move(plan);
   device_ = device;
   batch_ = batch;
+  ++builds_;
   for (LayerEntry& e : layers_) e.layer->AllocateParams(device);
   params_allocated_ = true;
   return absl::OkStatus();

@@ -86,6 +86,10 @@ class Net {
   // written twice). The column split runs it on the full model (batch 1).
   absl::StatusOr<std::map<std::string, Shape>> InferShapes(int64_t batch);
   int64_t batch() const { return batch_; }
+  // Counts the calls of Build: every Build may move every activation and gradient buffer,
+  // so work recorded with their addresses (a CUDA graph of the step) is valid only for the
+  // count it was recorded at.
+  int64_t builds() const { return builds_; }
   Device device() const { return device_; }
   Ops& ops() const;
 
@@ -135,6 +139,7 @@ class Net {
   bool plan_memory_ = true;
   bool poison_ = false;
   int64_t batch_ = 0;
+  int64_t builds_ = 0;
   Device device_ = Device::kCPU;
   int columns_ = 1;
   bool params_allocated_ = false;

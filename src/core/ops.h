@@ -89,6 +89,9 @@ struct DropoutParams {
   float p = 0.5f;
   uint64_t seed = 0;  // already mixed with the layer's identity
   int64_t step = 0;
+  // A CUDA-graph step (StepScalars): the kernel reads the step from here instead of `step`
+  // (the same value, uploaded before each replay). Null: `step`. The CPU ignores it.
+  const int64_t* step_on_device = nullptr;
   int64_t channel_offset = 0;
   int64_t image_offset = 0;
   int64_t global_batch = 0;  // 0 means the local batch
@@ -103,6 +106,23 @@ struct SgdParams {
   float lr = 0.01f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
+  // A CUDA-graph step (StepScalars): the kernel uses lr = *lr_on_device * lr_mult, one
+  // rounded FP32 product, the same bits as `lr` computed so on the host. Null: `lr`. The
+  // CPU ignores it.
+  const float* lr_on_device = nullptr;
+  float lr_mult = 1.0f;
+};
+
+// The values of a training step that change every step but are baked into the kernels'
+// launch arguments when the step is captured as a CUDA graph (src/cuda/step_graph.h): the
+// dropout masks' Philox step and the schedule's learning rate. A graphed step keeps one
+// copy of this block in device memory, rewritten (stream-ordered) before each replay, and
+// the kernels that need a value read it there (DropoutParams::step_on_device,
+// SgdParams::lr_on_device). Plain steps pass the values as arguments, as always.
+struct StepScalars {
+  int64_t step = 0;  // RunContext::step
+  float lr = 0.0f;   // the schedule's rate, before each parameter's lr_mult
+  float unused = 0.0f;
 };
 
 class Ops {

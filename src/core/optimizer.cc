@@ -23,13 +23,17 @@ const char* DecayOnDescription(DecayOn on) {
                              : "conv/fc weights only (not biases, BN gamma/beta)";
 }
 
-void SgdOptimizer::Step(Net& net, float lr) {
+void SgdOptimizer::Step(Net& net, float lr) { Step(net, lr, nullptr); }
+
+void SgdOptimizer::Step(Net& net, float lr, const float* lr_on_device) {
   Ops& ops = net.ops();
   for (const NamedParam& np : net.params()) {
     Param& p = *np.param;
     if (!p.learnable) continue;
     SgdParams s;
     s.lr = lr * p.lr_mult;
+    s.lr_on_device = lr_on_device;
+    s.lr_mult = p.lr_mult;
     s.momentum = o_.momentum;
     const bool decayed = p.is_weight || o_.decay_on == DecayOn::kAll;
     s.weight_decay = decayed ? o_.weight_decay * p.wd_mult : 0.0f;

@@ -36,6 +36,9 @@ class SgdOptimizer {
  public:
   explicit SgdOptimizer(SgdOptions o) : o_(o) {}
   void Step(Net& net, float lr);
+  // The same update for a step captured as a CUDA graph: the kernels read the rate from
+  // `lr_on_device` (StepScalars::lr, equal to `lr`) at every replay.
+  void Step(Net& net, float lr, const float* lr_on_device);
   const SgdOptions& options() const { return o_; }
 
  private:

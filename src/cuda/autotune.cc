@@ -35,6 +35,12 @@ int KernelAutotuner::Choose(cudaStream_t stream, const std::vector<int>& key,
     auto it = chosen_.find(key);
     if (it != chosen_.end()) return it->second;
   }
+  // Inside a CUDA-graph capture nothing can be timed (the launches are recorded, not run,
+  // and waiting for an event is forbidden): the untimed version, not remembered. The step
+  // graph's warm-up step runs every shape once before its capture, so this is a fallback.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  COLONNADE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return emulated_;
   // Timed without the lock, so other threads' kernels are not held up behind the race.
   const int best = Race(stream, run);
   std::lock_guard<std::mutex> lock(mu_);

@@ -13,7 +13,8 @@
 // Forcing a version (tests, benchmarks): Force(v), or the environment variable named at
 // construction set to "v<N>" for a candidate N (read on first use; any other value means
 // tune). On the CPU emulator timings mean nothing: it runs a fixed version unless one is
-// forced.
+// forced. A key first seen while its stream is capturing a CUDA graph is not timed either:
+// it gets that same fixed version, and is tuned on its next uncaptured call.
 #pragma once
 
 #include <functional>
@@ -28,7 +29,8 @@ namespace colonnade::cuda {
 class KernelAutotuner {
  public:
   // `env`: the variable that forces a version; `candidates`: the versions raced, in tie
-  // order; `emulated`: the version the emulator runs when none is forced.
+  // order; `emulated`: the version run untimed (the emulator, a capture) when none is
+  // forced.
   KernelAutotuner(const char* env, std::vector<int> candidates, int emulated);
 
   // 0 restores tuning (and overrides the environment); a candidate is always run.

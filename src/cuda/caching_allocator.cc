@@ -13,19 +13,27 @@ size_t CachingAllocator::RoundUp(size_t bytes) {
   return (bytes + q - 1) / q * q;
 }
 
+void* CachingAllocator::TakeFrom(std::multimap<size_t, void*>& from, size_t size) {
+  auto it = from.lower_bound(size);
+  if (it == from.end() || it->first > size + size / 4) return nullptr;
+  void* p = it->second;
+  const size_t got = it->first;
+  from.erase(it);
+  live_[p] = got;
+  in_use_ += got;
+  peak_in_use_ = std::max(peak_in_use_, in_use_);
+  return p;
+}
+
 void* CachingAllocator::Allocate(size_t bytes) {
   const size_t size = RoundUp(bytes);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = free_.lower_bound(size);
-  if (it != free_.end() && it->first <= size + size / 4) {
-    void* p = it->second;
-    size_t got = it->first;
-    free_.erase(it);
-    live_[p] = got;
-    in_use_ += got;
-    peak_in_use_ = std::max(peak_in_use_, in_use_);
-    return p;
+  if (capturing_) {
+    if (void* p = TakeFrom(capture_free_, size)) return p;
   }
+  if (void* p = TakeFrom(free_, size)) return p;
+  // During a capture the GPU allows this in relaxed mode; the emulator refuses it (the
+  // warm-up step should have cached every block the step needs).
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, size);
   if (err != cudaSuccess) {
@@ -52,8 +60,35 @@ void CachingAllocator::Free(void* ptr) {
   auto it = live_.find(ptr);
   CHECK(it != live_.end()) << "freeing a pointer this allocator did not hand out";
   in_use_ -= it->second;
-  free_.emplace(it->second, ptr);
+  (capturing_ ? capture_free_ : free_).emplace(it->second, ptr);
   live_.erase(it);
+}
+
+void CachingAllocator::BeginCapturePool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CHECK(!capturing_) << "one capture at a time";
+  capturing_ = true;
+}
+
+std::multimap<size_t, void*> CachingAllocator::EndCapturePool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CHECK(capturing_) << "EndCapturePool without BeginCapturePool";
+  capturing_ = false;
+  // The pool's blocks stay reserved (counted as in use: the graph uses them) until
+  // ReleaseCapturePool.
+  for (const auto& [size, p] : capture_free_) in_use_ += size;
+  peak_in_use_ = std::max(peak_in_use_, in_use_);
+  std::multimap<size_t, void*> pool;
+  pool.swap(capture_free_);
+  return pool;
+}
+
+void CachingAllocator::ReleaseCapturePool(const std::multimap<size_t, void*>& pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [size, p] : pool) {
+    in_use_ -= size;
+    free_.emplace(size, p);
+  }
 }
 
 void CachingAllocator::ReleaseCachedLocked() {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -26,6 +27,17 @@ class CachingAllocator {
   // Returns every cached (unused) block to the device.
   void ReleaseCached();
 
+  // A captured CUDA graph (step_graph.h) replays with the addresses its capture used, so
+  // a block freed during the capture (an Ops call's Scratch) must not be handed to anyone
+  // outside the graph while the graph lives: between BeginCapturePool and EndCapturePool
+  // freed blocks go to the capture's pool instead of the cache, and allocations are
+  // served from that pool first (a reuse inside one capture is stream-ordered, as ever).
+  // EndCapturePool returns the pool's blocks; ReleaseCapturePool, when the graph is
+  // destroyed, puts them back in the cache. One capture at a time.
+  void BeginCapturePool();
+  std::multimap<size_t, void*> EndCapturePool();
+  void ReleaseCapturePool(const std::multimap<size_t, void*>& pool);
+
   size_t bytes_in_use() const;
   size_t peak_bytes_in_use() const;
   size_t bytes_reserved() const;
@@ -35,11 +47,15 @@ class CachingAllocator {
 
  private:
   static size_t RoundUp(size_t bytes);
+  // Takes a block for `size` bytes from `from` (at most 25% larger), or null.
+  void* TakeFrom(std::multimap<size_t, void*>& from, size_t size);
   void ReleaseCachedLocked();
 
   mutable std::mutex mu_;
   std::unordered_map<void*, size_t> live_;
   std::multimap<size_t, void*> free_;
+  bool capturing_ = false;
+  std::multimap<size_t, void*> capture_free_;  // the open capture's freed blocks
   size_t in_use_ = 0, peak_in_use_ = 0, reserved_ = 0, peak_reserved_ = 0;
   size_t mallocs_ = 0;
 };

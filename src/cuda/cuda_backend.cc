@@ -169,6 +169,11 @@ void* ComputeStream() {
   return g_backend ? static_cast<void*>(g_backend->stream()) : nullptr;
 }
 
+CachingAllocator* BackendAllocator() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_backend ? &g_backend->allocator() : nullptr;
+}
+
 MemoryStats GetMemoryStats() {
   std::lock_guard<std::mutex> lock(g_mu);
   MemoryStats s;

@@ -36,6 +36,11 @@ absl::Status RegisterBackend(int device_ordinal);
 // RegisterBackend.
 void* ComputeStream();
 
+class CachingAllocator;
+// The registered backend's device allocator (null before RegisterBackend), for code of
+// src/cuda that must manage blocks around a graph capture (step_graph.h).
+CachingAllocator* BackendAllocator();
+
 struct MemoryStats {
   size_t bytes_in_use = 0, peak_bytes_in_use = 0;
   size_t bytes_reserved = 0, peak_bytes_reserved = 0;

@@ -164,5 +164,7 @@ void SoftmaxCrossEntropyBackwardGpu(const DeviceContext& ctx, const float* probs
                                     const float* labels, float scale, float* dlogits, int k, int n);
 void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* v, int64_t n,
                   const SgdParams& p);
+// *out = v, queued on `stream` (a step graph's scalars, written before each replay).
+void SetStepScalarsGpu(cudaStream_t stream, StepScalars* out, const StepScalars& v);
 
 }  // namespace colonnade::cuda

@@ -811,9 +811,11 @@ struct DropoutKernelParams {
   float p, scale;
   uint64_t seed;
   int64_t step, channel_offset, image_offset, global_batch;
+  const int64_t* step_on_device;  // a CUDA-graph step: the step is read here (StepScalars)
 };
 __global__ void DropoutForwardKernel(const DropoutKernelParams p) {
   const int64_t total = int64_t(p.c) * p.h * p.w * p.n;
+  const uint64_t step = static_cast<uint64_t>(p.step_on_device ? *p.step_on_device : p.step);
   GRID_STRIDE_LOOP(i, total) {
     const int64_t img = i % p.n;
     const int64_t chw = i / p.n;  // ((c*H + h)*W + w)
@@ -821,8 +823,7 @@ __global__ void DropoutForwardKernel(const DropoutKernelParams p) {
     const int64_t hw = chw % (int64_t(p.h) * p.w);
     const int64_t gidx =
         ((c + p.channel_offset) * p.h * p.w + hw) * p.global_batch + img + p.image_offset;
-    const float u =
-        PhiloxUniform(p.seed, static_cast<uint64_t>(p.step), static_cast<uint64_t>(gidx));
+    const float u = PhiloxUniform(p.seed, step, static_cast<uint64_t>(gidx));
     const float m = u >= p.p ? p.scale : 0.0f;
     p.mask[i] = m;
     p.y[i] = p.x[i] * m;
@@ -881,15 +882,30 @@ struct SgdKernelParams {
   float* v;
   int64_t n;
   float lr, momentum, wd;
+  const float* lr_on_device;  // a CUDA-graph step: lr = *lr_on_device * lr_mult (StepScalars)
+  float lr_mult;
 };
 __global__ void SgdKernel(const SgdKernelParams p) {
+  // One rounded product, as the host's `lr * lr_mult` that makes p.lr: the same bits.
+  const float lr = p.lr_on_device ? __fmul_rn(*p.lr_on_device, p.lr_mult) : p.lr;
   GRID_STRIDE_LOOP(i, p.n) {
     const float w = p.w[i];
     const float grad = __fadd_rn(p.g[i], __fmul_rn(p.wd, w));
-    const float v = __fsub_rn(__fmul_rn(p.momentum, p.v[i]), __fmul_rn(p.lr, grad));
+    const float v = __fsub_rn(__fmul_rn(p.momentum, p.v[i]), __fmul_rn(lr, grad));
     p.v[i] = v;
     p.w[i] = __fadd_rn(w, v);
   }
+}
+
+// Kernel SetStepScalarsKernel: one thread writes a step's StepScalars block. Queued on the
+// compute stream before each replay of a step graph: the values travel as launch
+// arguments, so no host buffer has to outlive the call.
+struct StepScalarsParams {
+  StepScalars* out;
+  StepScalars v;
+};
+__global__ void SetStepScalarsKernel(const StepScalarsParams p) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.out = p.v;
 }
 
 }  // namespace
@@ -1227,6 +1243,7 @@ void DropoutForwardGpu(const DeviceContext& ctx, const float* x, float* y, float
   p.scale = 1.0f / (1.0f - dp.p);
   p.seed = dp.seed;
   p.step = dp.step;
+  p.step_on_device = dp.step_on_device;
   p.channel_offset = dp.channel_offset;
   p.image_offset = dp.image_offset;
   p.global_batch = dp.global_batch > 0 ? dp.global_batch : n;
@@ -1261,7 +1278,13 @@ void SoftmaxCrossEntropyBackwardGpu(const DeviceContext& ctx, const float* probs
 void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* v, int64_t n,
                   const SgdParams& sp) {
   SgdKernelParams p{w, grad, v, n, sp.lr, sp.momentum, sp.weight_decay};
+  p.lr_on_device = sp.lr_on_device;
+  p.lr_mult = sp.lr_mult;
   Launch(SgdKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, p);
+}
+
+void SetStepScalarsGpu(cudaStream_t stream, StepScalars* out, const StepScalars& v) {
+  Launch(SetStepScalarsKernel, dim3(1), dim3(32), stream, StepScalarsParams{out, v});
 }
 
 }  // namespace colonnade::cuda

@@ -45,8 +45,10 @@ template <typename P>
 inline void Launch(void (*kernel)(P), dim3 grid, dim3 block, cudaStream_t stream, const P& p) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
 #if defined(COLONNADE_CUDA_EMULATE)
-  (void)stream;
-  colonnade::emu::Launch(grid, block, [&] { kernel(p); });
+  // The parameters by value: a captured launch runs after this call has returned.
+  colonnade::emu::Enqueue(stream, [kernel, grid, block, p] {
+    colonnade::emu::Launch(grid, block, [&] { kernel(p); });
+  });
 #else
   P copy = p;
   void* args[] = {&copy};
@@ -62,9 +64,10 @@ inline void LaunchDynamicSmem(void (*kernel)(P), dim3 grid, dim3 block, size_t s
                               cudaStream_t stream, const P& p) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
 #if defined(COLONNADE_CUDA_EMULATE)
-  (void)stream;
-  colonnade::emu::SetDynamicSharedBytes(smem_bytes);
-  colonnade::emu::Launch(grid, block, [&] { kernel(p); });
+  colonnade::emu::Enqueue(stream, [kernel, grid, block, smem_bytes, p] {
+    colonnade::emu::SetDynamicSharedBytes(smem_bytes);
+    colonnade::emu::Launch(grid, block, [&] { kernel(p); });
+  });
 #else
   if (smem_bytes > (48u << 10)) {
     // Idempotent and cheap next to a convolution; no cache, so no lock.

@@ -14,6 +14,15 @@
 // __shared__ becomes `static`, which is per-block memory because blocks run sequentially;
 // dynamic shared memory (COLONNADE_DYNAMIC_SMEM) is one static buffer, poisoned with 0xFF
 // bytes (NaN) at the start of every block. Not emulated: shuffles and votes, atomics, timing.
+//
+// Streams run their work at once, except a stream that is capturing (cudaStreamBeginCapture):
+// its kernel launches, copies, memsets and SGEMMs are recorded as closures, not run, and a
+// graph launch runs them in order (each reads its memory then, as a graph node does). The
+// emulator is stricter than the GPU during a capture: any allocation, free or host
+// synchronisation (cudaMalloc, cudaFree, cudaMemcpy, cudaMemset, cudaStreamSynchronize,
+// cudaDeviceSynchronize, cudaEventSynchronize, cudaEventQuery) fails with
+// cudaErrorStreamCaptureUnsupported and invalidates the capture, so such a call inside a
+// captured training step shows up in the tests.
 // Build: COLONNADE_CUDA_EMULATION=ON (tests/cuda).
 #pragma once
 
@@ -109,7 +118,12 @@ inline float __high2float(__nv_bfloat162 h) { return __bfloat162float(h.y); }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { return __nv_bfloat16{u}; }
 
+typedef struct EmuStream* cudaStream_t;
+
 namespace colonnade::emu {
+// Runs `work` now, or records it when `stream` is capturing (it then runs at each launch
+// of the graph made from the capture). Every queued operation of the runtime goes here.
+void Enqueue(cudaStream_t stream, std::function<void()> work);
 void SyncThreads();
 // Runs `body` once per thread of every block of `grid`.
 void Launch(dim3 grid, dim3 block, const std::function<void()>& body);
@@ -143,8 +157,14 @@ inline void __syncthreads() { colonnade::emu::SyncThreads(); }
 
 // ---- runtime API ----------------------------------------------------------------------
 typedef int cudaError_t;
-enum : int { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorNoDevice = 100 };
-typedef struct EmuStream* cudaStream_t;
+enum : int {
+  cudaSuccess = 0,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorNoDevice = 100,
+  cudaErrorIllegalState = 401,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901
+};
 typedef struct EmuEvent* cudaEvent_t;
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -195,6 +215,28 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+
+// Graphs by stream capture (see the top of this file).
+typedef struct EmuGraph* cudaGraph_t;
+typedef struct EmuGraphExec* cudaGraphExec_t;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2
+};
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 // ---- cuBLAS (column-major SGEMM only) ------------------------------------------------------
 typedef struct EmuBlas* cublasHandle_t;
