@@ -40,6 +40,9 @@ ABSL_FLAG(std::string, json, "", "append one JSON line per batch size here");
 ABSL_FLAG(colonnade::MemoryPlanMode, memory_plan, colonnade::MemoryPlanMode::kOn,
           "on: activations and gradients share one arena by the step's static memory plan "
           "(docs/MEMORY.md); off: one allocation per buffer");
+ABSL_FLAG(colonnade::RecomputeMode, recompute, colonnade::RecomputeMode::kBnRelu,
+          "bn_relu: batch-norm outputs (with their ReLU) are written again in the backward "
+          "pass instead of kept (docs/MEMORY.md); off: kept. Bitwise the same results");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
           "products (docs/PRECISION.md); tensors and weights stay FP32");
@@ -151,10 +154,13 @@ int Main() {
     CHECK(built.ok()) << built.status();
     Net& net = **built;
     net.set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
+    net.set_recompute(absl::GetFlag(FLAGS_recompute) == RecomputeMode::kBnRelu);
     st = net.Build(batch, Device::kCUDA);
     CHECK(st.ok()) << st;
-    std::printf("memory plan %s: activations+gradients %.1f MiB (%.1f MiB with one buffer each)\n",
+    std::printf("memory plan %s, recompute %s: activations+gradients %.1f MiB (%.1f MiB with one "
+                "buffer each)\n",
                 AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)).c_str(),
+                AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)).c_str(),
                 net.memory_plan().planned_bytes() / 1048576.0,
                 net.memory_plan().unshared_bytes() / 1048576.0);
     net.InitParams(1);
@@ -217,11 +223,12 @@ int Main() {
         "\"img_per_s\": %.1f, "
         "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
         "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
-        "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"device\": \"%s\"}",
+        "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"recompute\": \"%s\", "
+        "\"device\": \"%s\"}",
         model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2],
         mem.peak_bytes_in_use, mem.peak_bytes_reserved, mem.device_allocations - mallocs_before,
         first_loss, last_loss, AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
-        cuda::DeviceDescription()));
+        AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)), cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
   const std::string json = absl::GetFlag(FLAGS_json);

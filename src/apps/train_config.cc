@@ -47,6 +47,8 @@ constexpr std::pair<const char*, GpuAugment> kGpuAugments[] = {
     {"auto", GpuAugment::kAuto}, {"on", GpuAugment::kOn}, {"off", GpuAugment::kOff}};
 constexpr std::pair<const char*, MemoryPlanMode> kPlans[] = {{"on", MemoryPlanMode::kOn},
                                                              {"off", MemoryPlanMode::kOff}};
+constexpr std::pair<const char*, RecomputeMode> kRecomputes[] = {
+    {"bn_relu", RecomputeMode::kBnRelu}, {"off", RecomputeMode::kOff}};
 constexpr std::pair<const char*, data::MeanMode> kMeans[] = {{"image", data::MeanMode::kImage},
                                                              {"channel", data::MeanMode::kChannel},
                                                              {"none", data::MeanMode::kNone}};
@@ -76,6 +78,12 @@ bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* er
   return ParseWord<MemoryPlanMode>(text, kPlans, plan, error);
 }
 std::string AbslUnparseFlag(MemoryPlanMode plan) { return WordOf<MemoryPlanMode>(plan, kPlans); }
+bool AbslParseFlag(absl::string_view text, RecomputeMode* mode, std::string* error) {
+  return ParseWord<RecomputeMode>(text, kRecomputes, mode, error);
+}
+std::string AbslUnparseFlag(RecomputeMode mode) {
+  return WordOf<RecomputeMode>(mode, kRecomputes);
+}
 
 namespace data {
 

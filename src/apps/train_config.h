@@ -24,6 +24,10 @@ enum class GpuAugment { kAuto, kOn, kOff };
 // --memory_plan (trainer, bench_train): on shares activation and gradient memory by the
 // static plan of the step (docs/MEMORY.md); off gives every buffer its own allocation.
 enum class MemoryPlanMode { kOn, kOff };
+// --recompute (trainer, bench_train): bn_relu writes every batch-norm output (with its
+// in-place ReLU) again just before its first backward reader instead of keeping it from
+// the forward pass (docs/MEMORY.md); bitwise the same results. off keeps them.
+enum class RecomputeMode { kBnRelu, kOff };
 
 // Abseil's flag hooks (found by argument-dependent lookup): the flag's words, and for a
 // word outside the set an error that lists them ("must be train, eval or predict"), which
@@ -38,6 +42,8 @@ bool AbslParseFlag(absl::string_view text, GpuAugment* mode, std::string* error)
 std::string AbslUnparseFlag(GpuAugment mode);
 bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* error);
 std::string AbslUnparseFlag(MemoryPlanMode plan);
+bool AbslParseFlag(absl::string_view text, RecomputeMode* mode, std::string* error);
+std::string AbslUnparseFlag(RecomputeMode mode);
 
 }  // namespace colonnade
 
@@ -70,6 +76,7 @@ struct TrainConfig {
   CommChoice comm = CommChoice::kAuto;
   double bucket_mb = 25.0;
   MemoryPlanMode memory_plan = MemoryPlanMode::kOn;
+  RecomputeMode recompute = RecomputeMode::kBnRelu;
   bool print_memory_plan = false;  // print the plan and the predicted peak, then exit 0
   // Data.
   std::string data = "synthetic";

@@ -93,6 +93,12 @@ ABSL_FLAG(colonnade::MemoryPlanMode, memory_plan, colonnade::MemoryPlanMode::kOn
           "on: activations, gradients and gradient scratch share one arena by the static "
           "plan of the training step (buffers whose lives do not overlap share memory; "
           "docs/MEMORY.md); off: one allocation per buffer. Results are bitwise the same.");
+ABSL_FLAG(colonnade::RecomputeMode, recompute, colonnade::RecomputeMode::kBnRelu,
+          "bn_relu: every batch-norm output (with the ReLU after it) is not kept from the "
+          "forward to the backward pass but written again from the batch norm's input and "
+          "saved statistics just before its first backward reader (ResNet-50: about 1 GB less "
+          "at batch 64, one extra pass over each such tensor); off: kept. Results are bitwise "
+          "the same (docs/MEMORY.md).");
 ABSL_FLAG(bool, print_memory_plan, false,
           "Print this rank's memory plan (every buffer: bytes, arena offset, live interval, "
           "the buffers it shares memory with) and the predicted peak (arena + inputs + "
@@ -251,6 +257,7 @@ int main(int argc, char** argv) {
   c.comm = absl::GetFlag(FLAGS_comm);
   c.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
   c.memory_plan = absl::GetFlag(FLAGS_memory_plan);
+  c.recompute = absl::GetFlag(FLAGS_recompute);
   c.print_memory_plan = absl::GetFlag(FLAGS_print_memory_plan);
   c.data = absl::GetFlag(FLAGS_data);
   c.val_data = absl::GetFlag(FLAGS_val_data);

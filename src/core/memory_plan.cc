@@ -19,13 +19,19 @@ int64_t AlignUp(int64_t n, int64_t a) { return a <= 1 ? n : (n + a - 1) / a * a;
 class ScheduleBuilder {
  public:
   ScheduleBuilder(const std::vector<LayerEntry>& layers, const std::vector<std::string>& inputs,
-                  const std::map<std::string, Shape>& shapes, MemoryPlan* plan)
-      : layers_(layers), inputs_(inputs.begin(), inputs.end()), shapes_(shapes), plan_(plan) {}
+                  const std::map<std::string, Shape>& shapes, const std::set<std::string>& pinned,
+                  MemoryPlan* plan)
+      : layers_(layers),
+        inputs_(inputs.begin(), inputs.end()),
+        shapes_(shapes),
+        pinned_(pinned),
+        plan_(plan) {}
 
-  void Run() {
+  void Run(bool recompute) {
     for (const std::string& in : inputs_) Activation(in);
     plan_->layers.resize(layers_.size());
     for (size_t i = 0; i < layers_.size(); ++i) Forward(static_cast<int>(i));
+    if (recompute) FindRecomputable();
     for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) Backward(i);
   }
 
@@ -64,6 +70,65 @@ class ScheduleBuilder {
     plan_->steps.push_back(std::move(s));
   }
 
+  // The blobs MemoryPlanOptions::recompute names: activation buffer -> the layers that
+  // write it, producer first. A producer reading a recomputed blob is left alone (its
+  // recompute would read a forward buffer that is no longer live).
+  void FindRecomputable() {
+    std::map<std::string, std::vector<int>> writers;
+    std::set<std::string> read_back;  // blobs some Backward reads
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const LayerEntry& e = layers_[i];
+      const BackwardReads r = e.layer->backward_reads();
+      for (const std::string& b : e.outputs) writers[b].push_back(static_cast<int>(i));
+      if (r.x) read_back.insert(e.inputs.begin(), e.inputs.end());
+      if (r.y) read_back.insert(e.outputs.begin(), e.outputs.end());
+    }
+    std::set<std::string> chosen;
+    for (const LayerEntry& p : layers_) {  // forward order: inputs are decided first
+      if (p.outputs.size() != 1 || !p.layer->can_recompute() || !p.layer->backward_reads().x)
+        continue;
+      const std::string& blob = p.outputs[0];
+      const std::vector<int>& ws = writers.at(blob);
+      bool ok = &layers_[ws[0]] == &p && read_back.count(blob) && !pinned_.count(blob) &&
+                !inputs_.count(blob);
+      for (const std::string& in : p.inputs) ok = ok && !chosen.count(in);
+      for (size_t k = 1; ok && k < ws.size(); ++k) {
+        const LayerEntry& m = layers_[ws[k]];
+        ok = m.layer->can_recompute() && m.inputs == std::vector<std::string>{blob} &&
+             m.outputs.size() == 1;
+      }
+      if (!ok) continue;
+      chosen.insert(blob);
+      recomputable_[plan_->activation.at(blob)] = ws;
+    }
+  }
+
+  // A recomputed blob's buffer for the Backward of `bind`'s layer, whose code reads the
+  // buffers `reads`: the first reader's Backward is preceded by the recompute step.
+  void BindBackward(const std::vector<int>& reads, LayerBinding& bind) {
+    for (int id : reads) {
+      if (!recomputable_.count(id) || recomputed_.count(id)) continue;
+      const std::string blob = plan_->buffers[id].blob;
+      const int buffer = NewBuffer(PlanBuffer::kRecomputed, blob, blob + " (recomputed)");
+      PlanStep s;
+      s.kind = PlanStep::kRecompute;
+      s.layer = recomputable_.at(id)[0];
+      s.recompute = static_cast<int>(plan_->recomputes.size());
+      s.reads = plan_->layers[s.layer].x;
+      s.writes = {buffer};
+      bind.recompute.push_back(s.recompute);
+      plan_->recomputes.push_back({recomputable_.at(id), buffer});
+      plan_->steps.push_back(std::move(s));
+      recomputed_[id] = buffer;
+    }
+    auto backward_id = [this](int id) {
+      auto it = recomputed_.find(id);
+      return it == recomputed_.end() ? id : it->second;
+    };
+    for (int id : bind.x) bind.back_x.push_back(backward_id(id));
+    for (int id : bind.y) bind.back_y.push_back(backward_id(id));
+  }
+
   // Mirrors the gradient rule of Net::Backward: the first layer (in backward order) that
   // produces a blob's input gradient writes its gradient buffer, later ones a scratch
   // buffer that is then added (each addition its own step and its own scratch buffer, so
@@ -76,12 +141,16 @@ class ScheduleBuilder {
     s.kind = PlanStep::kBackward;
     s.layer = i;
     for (const std::string& b : e.outputs) bind.dy.push_back(Gradient(b));
+    std::vector<int> read_activations;
+    if (reads.x) read_activations.insert(read_activations.end(), bind.x.begin(), bind.x.end());
+    if (reads.y) read_activations.insert(read_activations.end(), bind.y.begin(), bind.y.end());
+    BindBackward(read_activations, bind);
     auto add = [&s](bool read, const std::vector<int>& ids) {
       std::vector<int>& to = read ? s.reads : s.touches;
       to.insert(to.end(), ids.begin(), ids.end());
     };
-    add(reads.x, bind.x);
-    add(reads.y, bind.y);
+    add(reads.x, bind.back_x);
+    add(reads.y, bind.back_y);
     add(reads.dy, bind.dy);
     for (size_t k = 0; k < e.inputs.size(); ++k) {
       const std::string& b = e.inputs[k];
@@ -113,8 +182,11 @@ class ScheduleBuilder {
   const std::vector<LayerEntry>& layers_;
   const std::set<std::string> inputs_;
   const std::map<std::string, Shape>& shapes_;
+  const std::set<std::string>& pinned_;
   MemoryPlan* plan_;
   std::map<std::string, bool> written_;
+  std::map<int, std::vector<int>> recomputable_;  // activation buffer -> its writers
+  std::map<int, int> recomputed_;                 // activation buffer -> kRecomputed buffer
 };
 
 // Intervals from the steps; pins; buffers read before any write become zero-filled.
@@ -217,9 +289,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(const std::vector<LayerEntry>& layers,
     if (it == shapes.end()) return absl::InvalidArgumentError("no shape for input " + in);
     plan.batch = it->second.n();
   }
-  ScheduleBuilder(layers, inputs, shapes, &plan).Run();
   std::set<std::string> pinned = options.pinned;
   pinned.insert({"loss", "probs", kLogitsBlob});
+  ScheduleBuilder(layers, inputs, shapes, pinned, &plan).Run(options.recompute);
   MarkLiveness(pinned, &plan);
   if (plan.share) plan.arena_elements = PlaceBuffers(options.align_elements, &plan);
   return plan;
@@ -230,11 +302,12 @@ int64_t MemoryPlan::planned_bytes() const {
 }
 
 int64_t MemoryPlan::unshared_bytes() const {
-  // As Net allocates without sharing: one scratch buffer per blob serves all its additions.
+  // As Net allocates without sharing: one scratch buffer per blob serves all its additions,
+  // and a recomputed blob is written again into its own activation buffer.
   int64_t n = 0;
   std::set<std::string> scratch_blobs;
   for (const PlanBuffer& b : buffers) {
-    if (b.external) continue;
+    if (b.external || b.kind == PlanBuffer::kRecomputed) continue;
     if (b.kind == PlanBuffer::kScratch && !scratch_blobs.insert(b.blob).second) continue;
     n += b.elements();
   }
@@ -250,7 +323,8 @@ int64_t MemoryPlan::input_bytes() const {
 
 std::string MemoryPlan::StepName(int step, const std::vector<LayerEntry>& layers) const {
   const PlanStep& s = steps[step];
-  const char* tag = s.kind == PlanStep::kForward ? "F" : s.kind == PlanStep::kBackward ? "B" : "A";
+  const char* tags[] = {"F", "B", "A", "R"};
+  const char* tag = tags[s.kind];
   return absl::StrCat(tag, s.layer, " ", layers[s.layer].layer->name());
 }
 
@@ -259,11 +333,13 @@ std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return buffers[a].first < buffers[b].first; });
-  const char* kinds[] = {"act", "grad", "scratch"};
+  const char* kinds[] = {"act", "grad", "scratch", "recomp"};
   std::string out = absl::StrFormat(
-      "memory plan (batch %d, %s): %d buffers over %d steps (F = forward, B = backward, A = "
-      "gradient addition, then the layer's index and name)\n",
-      batch, share ? "shared arena" : "one allocation each", buffers.size(), steps.size());
+      "memory plan (batch %d, %s, %d recomputed): %d buffers over %d steps (F = forward, B = "
+      "backward, A = gradient addition, R = recompute of the layer's output before the "
+      "backward step after it; then the layer's index and name)\n",
+      batch, share ? "shared arena" : "one allocation each", recomputes.size(), buffers.size(),
+      steps.size());
   absl::StrAppendFormat(&out, "%-40s %-7s %-18s %12s %12s  %-40s %s\n", "buffer", "kind", "shape",
                         "bytes", "byte offset", "live", "shares memory with");
   for (int id : order) {
@@ -321,7 +397,21 @@ absl::Status CheckMemoryPlan(const MemoryPlan& plan) {
         }
       }
     }
-    for (int id : s.writes) written[id] = true;
+    for (int id : s.writes) {
+      written[id] = true;
+      if ((bufs[id].kind == PlanBuffer::kRecomputed) != (s.kind == PlanStep::kRecompute)) {
+        return absl::InternalError(absl::StrFormat(
+            "step %d (layer %d) writes %s: only recompute steps write recomputed buffers", t,
+            s.layer, bufs[id].name));
+      }
+    }
+    for (int id : s.reads) {
+      if (bufs[id].kind == PlanBuffer::kRecomputed && s.kind != PlanStep::kBackward) {
+        return absl::InternalError(absl::StrFormat(
+            "step %d (layer %d) reads recomputed buffer %s outside the backward pass", t, s.layer,
+            bufs[id].name));
+      }
+    }
   }
   if (!plan.share) return absl::OkStatus();
   int64_t sum = 0;

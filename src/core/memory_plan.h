@@ -10,7 +10,10 @@
 // overlap may share memory: they get offsets in one arena (greedy, largest first, each at the
 // best-fitting gap among the buffers it overlaps in time). Pinned buffers (net inputs, "loss",
 // "probs", the logits, Net::PinBlob) live the whole step and share with nothing, so
-// callers may read them between steps. docs/MEMORY.md describes the rules.
+// callers may read them between steps. With recomputation (MemoryPlanOptions::recompute),
+// a batch-norm output (with the in-place ReLU after it) lives only through the forward
+// pass; a "recompute" step just before its first backward reader writes it again into a
+// short-lived buffer. docs/MEMORY.md describes the rules.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +31,12 @@ namespace colonnade {
 struct LayerEntry;
 
 struct PlanBuffer {
-  enum Kind { kActivation, kGradient, kScratch };
+  // kRecomputed: an activation written again in the backward pass (its backward life).
+  enum Kind { kActivation, kGradient, kScratch, kRecomputed };
   Kind kind = kActivation;
-  std::string blob;  // the blob it holds (kActivation) or the gradient of
-  std::string name;  // for printing: "conv1", "d conv1", "d conv1 (from pool1)"
+  std::string blob;  // the blob it holds (kActivation, kRecomputed) or the gradient of
+  // For printing: "conv1", "d conv1", "d conv1 (from pool1)", "bn1 (recomputed)".
+  std::string name;
   Shape shape;
   int first = -1;  // live interval in schedule steps, inclusive
   int last = -1;
@@ -46,19 +51,33 @@ struct PlanBuffer {
 };
 
 struct PlanStep {
-  enum Kind { kForward, kBackward, kAccumulate };
+  // kRecompute: MemoryPlan::recomputes[recompute], run before the next backward step.
+  enum Kind { kForward, kBackward, kAccumulate, kRecompute };
   Kind kind = kForward;
-  int layer = 0;
+  int layer = 0;       // kRecompute: the layer whose output it writes again
+  int recompute = -1;  // kRecompute: index into MemoryPlan::recomputes
   std::vector<int> reads, writes;  // buffer ids (reads: what the step's code reads)
   std::vector<int> touches;        // bound to an argument but neither read nor written
 };
 
 // Which buffer each argument of a layer's Forward and Backward is (buffer ids; -1: null).
 struct LayerBinding {
-  std::vector<int> x, y;  // activations of inputs and outputs
-  std::vector<int> dy;    // gradients of the outputs
-  std::vector<int> dx;    // gradients (or scratch) the inputs receive; -1 for net inputs
+  std::vector<int> x, y;  // activations of inputs and outputs (Forward)
+  // Backward's x and y: as x and y, except a recomputed blob's kRecomputed buffer.
+  std::vector<int> back_x, back_y;
+  std::vector<int> dy;  // gradients of the outputs
+  std::vector<int> dx;  // gradients (or scratch) the inputs receive; -1 for net inputs
   std::vector<std::pair<int, int>> accumulate;  // (gradient, scratch): gradient += scratch
+  std::vector<int> recompute;  // MemoryPlan::recomputes to run before this layer's Backward
+};
+
+// One blob written again before its first backward reader: `layers` (the producer, then
+// the layers that modify the blob in place, in forward order) run Layer::Recompute, the
+// producer from its Forward inputs (LayerBinding::x) into `buffer`, the others in place
+// on `buffer`.
+struct Recomputation {
+  std::vector<int> layers;
+  int buffer = -1;  // the kRecomputed buffer
 };
 
 struct MemoryPlanOptions {
@@ -68,6 +87,12 @@ struct MemoryPlanOptions {
   std::set<std::string> pinned;
   // Offsets are multiples of this many elements (256 bytes: any kernel's vector loads).
   int64_t align_elements = 64;
+  // Recompute in the backward pass (--recompute=bn_relu) every blob whose producer can
+  // recompute it (Layer::can_recompute) from inputs its own Backward reads anyway (so
+  // nothing lives longer), modified in place only by layers that can recompute too, and
+  // read by some Backward: in the zoo, each batch-norm output with its ReLU. Its forward
+  // buffer then dies at its last forward reader.
+  bool recompute = false;
 };
 
 struct MemoryPlan {
@@ -76,7 +101,8 @@ struct MemoryPlan {
   std::vector<PlanBuffer> buffers;
   std::vector<PlanStep> steps;
   std::vector<LayerBinding> layers;
-  std::map<std::string, int> activation, gradient;  // blob -> buffer id
+  std::vector<Recomputation> recomputes;
+  std::map<std::string, int> activation, gradient;  // blob -> buffer id (forward's)
   int64_t arena_elements = 0;                       // the arena (share) or 0
 
   // Bytes of the buffers in the arena (or of all non-input buffers without sharing).
@@ -84,7 +110,7 @@ struct MemoryPlan {
   // Bytes the buffers take with one allocation each (the plan off: one scratch per blob).
   int64_t unshared_bytes() const;
   int64_t input_bytes() const;  // the net inputs' own allocations
-  // "F3 conv2", "B3 conv2", "A3 conv2" for a schedule step.
+  // "F3 conv2", "B3 conv2", "A3 conv2", "R3 conv2" for a schedule step.
   std::string StepName(int step, const std::vector<LayerEntry>& layers) const;
   // The table --print_memory_plan shows: every buffer with its bytes, offset, live
   // interval and the buffers it shares memory with, in order of first use.
@@ -102,7 +128,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const std::vector<LayerEntry>& layers,
 // whose arena ranges overlap are never live at one step; every step reads only buffers
 // written at an earlier step (inputs and zero-filled buffers count as written before the
 // step); each buffer's interval covers every step that reads or writes it; the arena is no larger
-// than the buffers' sum.
+// than the buffers' sum; a recomputed buffer is written by its recompute step and read only
+// by later backward steps.
 absl::Status CheckMemoryPlan(const MemoryPlan& plan);
 
 }  // namespace colonnade

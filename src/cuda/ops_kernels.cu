@@ -667,11 +667,18 @@ struct BnParams {
   float* running_var;
   float* save_mean;
   float* save_invstd;
+  float* save_scale;  // gamma * invstd as the forward used it (BatchNormApply's scale)
   float* dgamma;
   float* dbeta;
   int64_t inner;
   float eps, momentum;
 };
+
+// y = (x - mean) * scale + shift: the one expression of the training forward and of
+// BatchNormApplyKernel, so both round alike (this file is built with --fmad=false).
+__device__ __forceinline__ float BnApply(float x, float mean, float scale, float shift) {
+  return (x - mean) * scale + shift;
+}
 
 // Kernel BatchNormTrainKernel: one block (256 threads) per channel c of x: C x inner.
 // Two passes over the channel for mean and biased variance (double), then y is written;
@@ -694,10 +701,11 @@ __global__ void BatchNormTrainKernel(const BnParams p) {
   const float fmean = static_cast<float>(mean);
   const float scale = static_cast<float>(p.gamma[c] * invstd), shift = p.beta[c];
   float* yc = p.y + c * p.inner;
-  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) yc[i] = (xc[i] - fmean) * scale + shift;
+  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) yc[i] = BnApply(xc[i], fmean, scale, shift);
   if (threadIdx.x == 0) {
     p.save_mean[c] = fmean;
     p.save_invstd[c] = static_cast<float>(invstd);
+    p.save_scale[c] = scale;
     const double unbiased = p.inner > 1 ? ss / static_cast<double>(p.inner - 1) : var;
     p.running_mean[c] =
         static_cast<float>((1.0 - p.momentum) * p.running_mean[c] + p.momentum * mean);
@@ -719,6 +727,16 @@ __global__ void BatchNormInferKernel(const BnInferParams q) {
     const double invstd = 1.0 / sqrt(static_cast<double>(p.invstd_in[c]) + p.eps);
     const float scale = static_cast<float>(p.gamma[c] * invstd);
     p.y[i] = (p.x[i] - p.mean_in[c]) * scale + p.beta[c];
+  }
+}
+
+// Kernel BatchNormApplyKernel: y = BnApply(x, mean, scale, shift) per channel (the saved
+// values of a training forward), grid-stride over x: C x inner.
+__global__ void BatchNormApplyKernel(const BnInferParams q) {
+  const BnParams& p = q.b;
+  GRID_STRIDE_LOOP(i, q.c * p.inner) {
+    const int64_t c = i / p.inner;
+    p.y[i] = BnApply(p.x[i], p.mean_in[c], p.gamma[c], p.beta[c]);
   }
 }
 
@@ -1075,8 +1093,8 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
 
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, float* y, float* running_mean, float* running_var,
-                              float* save_mean, float* save_invstd, int c, int64_t inner,
-                              const BatchNormParams& bp) {
+                              float* save_mean, float* save_invstd, float* save_scale, int c,
+                              int64_t inner, const BatchNormParams& bp) {
   BnParams p{};
   p.x = x;
   p.gamma = gamma;
@@ -1086,6 +1104,7 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const fl
   p.running_var = running_var;
   p.save_mean = save_mean;
   p.save_invstd = save_invstd;
+  p.save_scale = save_scale;
   p.inner = inner;
   p.eps = bp.eps;
   p.momentum = bp.momentum;
@@ -1107,6 +1126,19 @@ void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const fl
   q.b.eps = bp.eps;
   q.c = c;
   Launch(BatchNormInferKernel, GridFor(ctx, c * inner), dim3(kBlock), ctx.stream, q);
+}
+
+void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* mean,
+                       const float* scale, const float* shift, float* y, int c, int64_t inner) {
+  BnInferParams q{};
+  q.b.x = x;
+  q.b.mean_in = mean;
+  q.b.gamma = scale;  // BnParams' per-channel slots: scale and shift take gamma's and beta's
+  q.b.beta = shift;
+  q.b.y = y;
+  q.b.inner = inner;
+  q.c = c;
+  Launch(BatchNormApplyKernel, GridFor(ctx, c * inner), dim3(kBlock), ctx.stream, q);
 }
 
 void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <utility>
 
 #include "core/backend.h"
 #include "core/layers.h"
@@ -46,14 +48,43 @@ bool SharesMemory(const PlanBuffer& a, const PlanBuffer& b) {
 // ---- the plan's properties, every zoo model --------------------------------------------
 class PlanEveryModel : public ::testing::TestWithParam<std::string> {};
 
+// With recomputation: each recomputed blob's forward buffer dies in the forward pass, and
+// its recomputed buffer lives from its recompute step (in the backward pass) to its last
+// backward reader; the recompute step reads only the producer's inputs.
+void ExpectRecomputedLivesSplit(const Net& net, const MemoryPlan& plan) {
+  const int forward_steps = static_cast<int>(net.layers().size());
+  std::set<int> recomputed;
+  for (const Recomputation& r : plan.recomputes) {
+    const PlanBuffer& back = plan.buffers[r.buffer];
+    const PlanBuffer& fwd = plan.buffers[plan.activation.at(back.blob)];
+    recomputed.insert(r.buffer);
+    EXPECT_EQ(back.kind, PlanBuffer::kRecomputed);
+    EXPECT_LT(fwd.last, forward_steps) << back.name << " kept into the backward pass";
+    EXPECT_GE(back.first, forward_steps) << back.name;
+    EXPECT_EQ(plan.steps[back.first].kind, PlanStep::kRecompute) << back.name;
+    EXPECT_EQ(plan.steps[back.first].reads, plan.layers[r.layers[0]].x) << back.name;
+    EXPECT_EQ(net.layers()[r.layers[0]].outputs[0], back.blob);
+  }
+  int steps = 0;
+  for (const PlanStep& s : plan.steps) steps += s.kind == PlanStep::kRecompute;
+  EXPECT_EQ(steps, static_cast<int>(plan.recomputes.size()));
+  for (size_t id = 0; id < plan.buffers.size(); ++id)
+    if (plan.buffers[id].kind == PlanBuffer::kRecomputed) EXPECT_TRUE(recomputed.count(id));
+}
+
 TEST_P(PlanEveryModel, NoSharingWhileLiveReadsAfterWritesPinsKept) {
   std::unique_ptr<Net> net = Model(GetParam(), SmallInput(GetParam()));
   ASSERT_NE(net, nullptr);
-  for (bool share : {true, false}) {
+  for (auto [share, recompute] : {std::pair{true, false}, std::pair{false, false},
+                                  std::pair{true, true}, std::pair{false, true}}) {
+    SCOPED_TRACE(::testing::Message() << "share " << share << " recompute " << recompute);
     net->set_memory_plan(share);
+    net->set_recompute(recompute);
     absl::StatusOr<MemoryPlan> plan = net->PlanMemory(2);
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_TRUE(CheckMemoryPlan(*plan).ok()) << GetParam() << ": " << CheckMemoryPlan(*plan);
+    if (recompute) ExpectRecomputedLivesSplit(*net, *plan);
+    if (!recompute) EXPECT_TRUE(plan->recomputes.empty());
     EXPECT_LE(plan->planned_bytes(), plan->unshared_bytes()) << GetParam();
     // No gradient for the net inputs; each layer's step is in the schedule exactly twice.
     EXPECT_EQ(plan->gradient.count("data"), 0u);
@@ -98,14 +129,67 @@ TEST(MemoryPlan, ImageNetModelsAtTheIssuesBatches) {
     absl::StatusOr<MemoryPlan> plan = net->PlanMemory(c.batch);
     ASSERT_TRUE(plan.ok()) << plan.status();
     ASSERT_TRUE(CheckMemoryPlan(*plan).ok()) << c.model << ": " << CheckMemoryPlan(*plan);
+    net->set_recompute(true);
+    absl::StatusOr<MemoryPlan> recomputing = net->PlanMemory(c.batch);
+    ASSERT_TRUE(recomputing.ok()) << recomputing.status();
+    ASSERT_TRUE(CheckMemoryPlan(*recomputing).ok()) << c.model;
     const double ratio =
         static_cast<double>(plan->planned_bytes()) / static_cast<double>(plan->unshared_bytes());
     std::printf(
-        "%-9s batch %3d: activations+gradients %8.1f MiB planned, %8.1f MiB one buffer "
-        "each (%.2f); inputs %.1f MiB\n",
-        c.model, c.batch, plan->planned_bytes() / 1048576.0, plan->unshared_bytes() / 1048576.0,
-        ratio, plan->input_bytes() / 1048576.0);
+        "%-9s batch %3d: activations+gradients %8.1f MiB planned (%8.1f MiB with %d "
+        "recomputed), %8.1f MiB one buffer each (%.2f); inputs %.1f MiB\n",
+        c.model, c.batch, plan->planned_bytes() / 1048576.0,
+        recomputing->planned_bytes() / 1048576.0, recomputing->recomputes.size(),
+        plan->unshared_bytes() / 1048576.0, ratio, plan->input_bytes() / 1048576.0);
     EXPECT_LT(ratio, c.max_ratio) << c.model;
+    EXPECT_LE(recomputing->planned_bytes(), plan->planned_bytes()) << c.model;
+    EXPECT_EQ(recomputing->unshared_bytes(), plan->unshared_bytes()) << c.model;
+  }
+}
+
+// The structure recomputation changes, on ResNet-50's shapes (small input: the lives do
+// not depend on sizes): one recomputation per batch norm followed by a ReLU (the stem and
+// two per bottleneck), each batch-norm output's forward buffer now dies in the forward
+// pass, and its backward copy is not live when the backward pass starts (where the peak
+// is) but only from just before its first reader to the same last reader as before, so
+// the arena shrinks.
+TEST(MemoryPlan, RecomputedBatchNormOutputsLiveShorter) {
+  std::unique_ptr<Net> net = Model("resnet50", 64);
+  ASSERT_NE(net, nullptr);
+  absl::StatusOr<MemoryPlan> kept = net->PlanMemory(4);
+  net->set_recompute(true);
+  absl::StatusOr<MemoryPlan> plan = net->PlanMemory(4);
+  ASSERT_TRUE(kept.ok() && plan.ok());
+  ASSERT_TRUE(CheckMemoryPlan(*plan).ok()) << CheckMemoryPlan(*plan);
+  EXPECT_EQ(plan->recomputes.size(), 1u + 2u * 16u);
+  const int forward_steps = static_cast<int>(net->layers().size());
+  for (const Recomputation& r : plan->recomputes) {
+    const PlanBuffer& back = plan->buffers[r.buffer];
+    const PlanBuffer& fwd = plan->buffers[plan->activation.at(back.blob)];
+    const PlanBuffer& before = kept->buffers[kept->activation.at(back.blob)];
+    EXPECT_EQ(net->layers()[r.layers[0]].layer->type(), std::string("batchnorm")) << back.name;
+    ASSERT_EQ(r.layers.size(), 2u) << back.name;
+    EXPECT_EQ(net->layers()[r.layers[1]].layer->type(), std::string("relu")) << back.name;
+    EXPECT_GE(before.last, forward_steps) << back.name << " was not read in backward before";
+    EXPECT_EQ(fwd.first, before.first) << back.name;
+    EXPECT_LT(fwd.last, forward_steps) << back.name;
+    // Not live when the backward pass starts (the peak), and gone when it was before.
+    EXPECT_GT(back.first, forward_steps) << back.name;
+    EXPECT_EQ(plan->StepName(back.last, net->layers()), kept->StepName(before.last, net->layers()))
+        << back.name;
+  }
+  EXPECT_LT(plan->planned_bytes(), kept->planned_bytes());
+  // Nothing else changes its life: every buffer of the kept plan (other than the batch-norm
+  // outputs) has the same interval, shifted only by the recompute steps before it.
+  std::set<std::string> recomputed;
+  for (const Recomputation& r : plan->recomputes) recomputed.insert(plan->buffers[r.buffer].blob);
+  for (const auto& [blob, id] : kept->activation) {
+    if (recomputed.count(blob)) continue;
+    const PlanBuffer& a = kept->buffers[id];
+    const PlanBuffer& b = plan->buffers[plan->activation.at(blob)];
+    EXPECT_EQ(kept->StepName(a.first, net->layers()), plan->StepName(b.first, net->layers()));
+    EXPECT_EQ(kept->StepName(a.last, net->layers()), plan->StepName(b.last, net->layers()))
+        << blob;
   }
 }
 
@@ -140,12 +224,14 @@ struct Trace {
   std::vector<std::vector<float>> params;
 };
 
-Trace Train(const std::string& model, int input, bool plan, bool poison, int steps = 3) {
+Trace Train(const std::string& model, int input, bool plan, bool poison, int steps = 3,
+            bool recompute = false) {
   Trace t;
   const int n = 2;
   std::unique_ptr<Net> net = Model(model, input);
   if (net == nullptr) return t;
   net->set_memory_plan(plan);
+  net->set_recompute(recompute);
   net->set_poison_for_testing(poison);
   absl::Status s = net->Build(n, Device::kCPU);
   EXPECT_TRUE(s.ok()) << s;
@@ -204,6 +290,34 @@ TEST_P(PoisonedPlanTrains, BitwiseAsWithoutThePlan) {
 INSTANTIATE_TEST_SUITE_P(Zoo, PoisonedPlanTrains,
                          ::testing::Values("alexnet", "resnet18-cifar", "googlenet",
                                            "cifar10-18pct", "cifar10-80sec", "resnet50"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
+
+// Recomputation repeats the forward's arithmetic: training with batch-norm outputs
+// recomputed in the backward pass (plan on, arena poisoned, so a recompute that came too
+// late or a reader bound to the dead forward buffer shows; and plan off) is bitwise equal
+// to training that keeps them, for every zoo model with batch norm.
+class RecomputeTrains : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RecomputeTrains, BitwiseAsKeepingTheOutputs) {
+  const std::string model = GetParam();
+  const Trace kept = Train(model, SmallInput(model), false, false);
+  ASSERT_FALSE(kept.params.empty());
+  for (bool plan : {true, false}) {
+    const Trace recomputed = Train(model, SmallInput(model), plan, plan, 3, true);
+    EXPECT_TRUE(BitwiseEqual(kept.losses, recomputed.losses)) << model << " plan " << plan;
+    EXPECT_TRUE(BitwiseEqual(kept.logits, recomputed.logits)) << model << " plan " << plan;
+    EXPECT_TRUE(BitwiseEqual(kept.params, recomputed.params)) << model << " plan " << plan;
+  }
+}
+
+// ResNet-50 at a 64x64 input stands for its ImageNet shape (bottlenecks, downsampling).
+INSTANTIATE_TEST_SUITE_P(Zoo, RecomputeTrains,
+                         ::testing::Values("resnet18-cifar", "resnet50", "googlenet"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            for (char& c : s)
