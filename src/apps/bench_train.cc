@@ -40,9 +40,10 @@ ABSL_FLAG(std::string, json, "", "append one JSON line per batch size here");
 ABSL_FLAG(colonnade::MemoryPlanMode, memory_plan, colonnade::MemoryPlanMode::kOn,
           "on: activations and gradients share one arena by the step's static memory plan "
           "(docs/MEMORY.md); off: one allocation per buffer");
-ABSL_FLAG(colonnade::RecomputeMode, recompute, colonnade::RecomputeMode::kBnRelu,
-          "bn_relu: batch-norm outputs (with their ReLU) are written again in the backward "
-          "pass instead of kept (docs/MEMORY.md); off: kept. Bitwise the same results");
+ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBatchNormReluAdd,
+          "bn_relu_add, bn_relu or off: which activations are written again in the backward "
+          "pass instead of kept (docs/MEMORY.md; the trainer's --recompute). Bitwise the same "
+          "results");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
           "products (docs/PRECISION.md); tensors and weights stay FP32");
@@ -154,7 +155,7 @@ int Main() {
     CHECK(built.ok()) << built.status();
     Net& net = **built;
     net.set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
-    net.set_recompute(absl::GetFlag(FLAGS_recompute) == RecomputeMode::kBnRelu);
+    net.set_recompute(absl::GetFlag(FLAGS_recompute));
     st = net.Build(batch, Device::kCUDA);
     CHECK(st.ok()) << st;
     std::printf("memory plan %s, recompute %s: activations+gradients %.1f MiB (%.1f MiB with one "

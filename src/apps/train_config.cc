@@ -47,8 +47,10 @@ constexpr std::pair<const char*, GpuAugment> kGpuAugments[] = {
     {"auto", GpuAugment::kAuto}, {"on", GpuAugment::kOn}, {"off", GpuAugment::kOff}};
 constexpr std::pair<const char*, MemoryPlanMode> kPlans[] = {{"on", MemoryPlanMode::kOn},
                                                              {"off", MemoryPlanMode::kOff}};
-constexpr std::pair<const char*, RecomputeMode> kRecomputes[] = {
-    {"bn_relu", RecomputeMode::kBnRelu}, {"off", RecomputeMode::kOff}};
+constexpr std::pair<const char*, RecomputePolicy> kRecomputes[] = {
+    {"bn_relu_add", RecomputePolicy::kBatchNormReluAdd},
+    {"bn_relu", RecomputePolicy::kBatchNormRelu},
+    {"off", RecomputePolicy::kOff}};
 constexpr std::pair<const char*, data::MeanMode> kMeans[] = {{"image", data::MeanMode::kImage},
                                                              {"channel", data::MeanMode::kChannel},
                                                              {"none", data::MeanMode::kNone}};
@@ -78,11 +80,11 @@ bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* er
   return ParseWord<MemoryPlanMode>(text, kPlans, plan, error);
 }
 std::string AbslUnparseFlag(MemoryPlanMode plan) { return WordOf<MemoryPlanMode>(plan, kPlans); }
-bool AbslParseFlag(absl::string_view text, RecomputeMode* mode, std::string* error) {
-  return ParseWord<RecomputeMode>(text, kRecomputes, mode, error);
+bool AbslParseFlag(absl::string_view text, RecomputePolicy* policy, std::string* error) {
+  return ParseWord<RecomputePolicy>(text, kRecomputes, policy, error);
 }
-std::string AbslUnparseFlag(RecomputeMode mode) {
-  return WordOf<RecomputeMode>(mode, kRecomputes);
+std::string AbslUnparseFlag(RecomputePolicy policy) {
+  return WordOf<RecomputePolicy>(policy, kRecomputes);
 }
 
 namespace data {

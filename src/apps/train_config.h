@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "core/memory_plan.h"
 #include "data/augment.h"
 
 namespace colonnade {
@@ -24,10 +25,10 @@ enum class GpuAugment { kAuto, kOn, kOff };
 // --memory_plan (trainer, bench_train): on shares activation and gradient memory by the
 // static plan of the step (docs/MEMORY.md); off gives every buffer its own allocation.
 enum class MemoryPlanMode { kOn, kOff };
-// --recompute (trainer, bench_train): bn_relu writes every batch-norm output (with its
-// in-place ReLU) again just before its first backward reader instead of keeping it from
-// the forward pass (docs/MEMORY.md); bitwise the same results. off keeps them.
-enum class RecomputeMode { kBnRelu, kOff };
+// --recompute (trainer, bench_train) takes core's RecomputePolicy (core/memory_plan.h):
+// off, bn_relu (batch-norm outputs with their ReLU are written again just before their
+// first backward reader instead of kept from the forward pass) or bn_relu_add (also
+// residual sums); bitwise the same results (docs/MEMORY.md).
 
 // Abseil's flag hooks (found by argument-dependent lookup): the flag's words, and for a
 // word outside the set an error that lists them ("must be train, eval or predict"), which
@@ -42,8 +43,8 @@ bool AbslParseFlag(absl::string_view text, GpuAugment* mode, std::string* error)
 std::string AbslUnparseFlag(GpuAugment mode);
 bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* error);
 std::string AbslUnparseFlag(MemoryPlanMode plan);
-bool AbslParseFlag(absl::string_view text, RecomputeMode* mode, std::string* error);
-std::string AbslUnparseFlag(RecomputeMode mode);
+bool AbslParseFlag(absl::string_view text, RecomputePolicy* policy, std::string* error);
+std::string AbslUnparseFlag(RecomputePolicy policy);
 
 }  // namespace colonnade
 
@@ -76,7 +77,7 @@ struct TrainConfig {
   CommChoice comm = CommChoice::kAuto;
   double bucket_mb = 25.0;
   MemoryPlanMode memory_plan = MemoryPlanMode::kOn;
-  RecomputeMode recompute = RecomputeMode::kBnRelu;
+  RecomputePolicy recompute = RecomputePolicy::kBatchNormReluAdd;
   bool print_memory_plan = false;  // print the plan and the predicted peak, then exit 0
   // Data.
   std::string data = "synthetic";

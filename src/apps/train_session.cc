@@ -389,7 +389,7 @@ EndCode BuildShard(Job& job) {
   job.shard = std::move(*shard);
   Net& net = job.net();
   net.set_memory_plan(cfg.memory_plan == MemoryPlanMode::kOn);
-  net.set_recompute(cfg.recompute == RecomputeMode::kBnRelu);
+  net.set_recompute(cfg.recompute);
   if (absl::Status s = net.Build(job.local_batch, job.device); !s.ok()) {
     return AgreedError(l, s, kExitUsage);
   }

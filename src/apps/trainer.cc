@@ -93,12 +93,13 @@ ABSL_FLAG(colonnade::MemoryPlanMode, memory_plan, colonnade::MemoryPlanMode::kOn
           "on: activations, gradients and gradient scratch share one arena by the static "
           "plan of the training step (buffers whose lives do not overlap share memory; "
           "docs/MEMORY.md); off: one allocation per buffer. Results are bitwise the same.");
-ABSL_FLAG(colonnade::RecomputeMode, recompute, colonnade::RecomputeMode::kBnRelu,
-          "bn_relu: every batch-norm output (with the ReLU after it) is not kept from the "
-          "forward to the backward pass but written again from the batch norm's input and "
-          "saved statistics just before its first backward reader (ResNet-50: about 1 GB less "
-          "at batch 64, one extra pass over each such tensor); off: kept. Results are bitwise "
-          "the same (docs/MEMORY.md).");
+ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBatchNormReluAdd,
+          "Which activations are not kept from the forward to the backward pass but written "
+          "again, just before their first backward reader, from tensors that are live anyway "
+          "(docs/MEMORY.md): bn_relu_add: batch-norm outputs with the ReLU after them, and "
+          "every other residual block output (ResNet-50 at batch 64: about 1.8 GB less, at "
+          "one extra pass over each such tensor); bn_relu: only the batch-norm outputs (about "
+          "1 GB); off: everything is kept. Results are bitwise the same.");
 ABSL_FLAG(bool, print_memory_plan, false,
           "Print this rank's memory plan (every buffer: bytes, arena offset, live interval, "
           "the buffers it shares memory with) and the predicted peak (arena + inputs + "

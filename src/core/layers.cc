@@ -412,6 +412,11 @@ void AddLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tens
   ops.Add(*x[0], *x[1], *y[0]);
 }
 
+void AddLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
+                         const std::vector<Tensor*>& y) {
+  ops.Add(*x[0], *x[1], *y[0]);
+}
+
 void AddLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>&,
                         const std::vector<const Tensor*>&, const std::vector<const Tensor*>& dy,
                         const std::vector<Tensor*>& dx) {

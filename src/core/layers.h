@@ -178,6 +178,10 @@ class AddLayer : public Layer {
   COLONNADE_LAYER_OVERRIDES("add");
   BackwardReads backward_reads() const override { return {false, false, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kSameBlockInputs}; }
+  // Stateless: Forward again writes the same sum.
+  bool can_recompute() const override { return true; }
+  void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
+                 const std::vector<Tensor*>& y) override;
 };
 
 // Batch normalisation per channel; learnable gamma/beta, running statistics as

@@ -27,11 +27,11 @@ class ScheduleBuilder {
         pinned_(pinned),
         plan_(plan) {}
 
-  void Run(bool recompute) {
+  void Run(RecomputePolicy recompute) {
     for (const std::string& in : inputs_) Activation(in);
     plan_->layers.resize(layers_.size());
     for (size_t i = 0; i < layers_.size(); ++i) Forward(static_cast<int>(i));
-    if (recompute) FindRecomputable();
+    if (recompute != RecomputePolicy::kOff) FindRecomputable(recompute);
     for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) Backward(i);
   }
 
@@ -70,57 +70,110 @@ class ScheduleBuilder {
     plan_->steps.push_back(std::move(s));
   }
 
-  // The blobs MemoryPlanOptions::recompute names: activation buffer -> the layers that
-  // write it, producer first. A producer reading a recomputed blob is left alone (its
-  // recompute would read a forward buffer that is no longer live).
-  void FindRecomputable() {
-    std::map<std::string, std::vector<int>> writers;
-    std::set<std::string> read_back;  // blobs some Backward reads
+  // The blobs MemoryPlanOptions::recompute names (its comment has the rule), in forward
+  // order: activation buffer -> the blobs to compute, intermediates first, the blob last.
+  void FindRecomputable(RecomputePolicy policy) {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const LayerEntry& e = layers_[i];
       const BackwardReads r = e.layer->backward_reads();
-      for (const std::string& b : e.outputs) writers[b].push_back(static_cast<int>(i));
-      if (r.x) read_back.insert(e.inputs.begin(), e.inputs.end());
-      if (r.y) read_back.insert(e.outputs.begin(), e.outputs.end());
+      for (const std::string& b : e.outputs) writers_[b].push_back(static_cast<int>(i));
+      if (r.x)
+        for (const std::string& b : e.inputs) back_readers_[b].push_back(static_cast<int>(i));
+      if (r.y)
+        for (const std::string& b : e.outputs) back_readers_[b].push_back(static_cast<int>(i));
     }
-    std::set<std::string> chosen;
-    for (const LayerEntry& p : layers_) {  // forward order: inputs are decided first
-      if (p.outputs.size() != 1 || !p.layer->can_recompute() || !p.layer->backward_reads().x)
-        continue;
+    for (const LayerEntry& p : layers_) {
+      if (p.outputs.size() != 1 || !back_readers_.count(p.outputs[0])) continue;
       const std::string& blob = p.outputs[0];
-      const std::vector<int>& ws = writers.at(blob);
-      bool ok = &layers_[ws[0]] == &p && read_back.count(blob) && !pinned_.count(blob) &&
-                !inputs_.count(blob);
-      for (const std::string& in : p.inputs) ok = ok && !chosen.count(in);
-      for (size_t k = 1; ok && k < ws.size(); ++k) {
-        const LayerEntry& m = layers_[ws[k]];
-        ok = m.layer->can_recompute() && m.inputs == std::vector<std::string>{blob} &&
-             m.outputs.size() == 1;
-      }
-      if (!ok) continue;
-      chosen.insert(blob);
-      recomputable_[plan_->activation.at(blob)] = ws;
+      if (&layers_[writers_.at(blob)[0]] != &p) continue;  // an in-place layer
+      const std::vector<int>& readers = back_readers_.at(blob);
+      const int first_reader = *std::max_element(readers.begin(), readers.end());
+      std::vector<std::string> order;
+      if (!Rewritable(blob, policy) || !Recipe(blob, first_reader, policy, 0, &order)) continue;
+      chosen_.insert(blob);
+      recomputable_[plan_->activation.at(blob)] = std::move(order);
     }
   }
 
-  // A recomputed blob's buffer for the Backward of `bind`'s layer, whose code reads the
-  // buffers `reads`: the first reader's Backward is preceded by the recompute step.
-  void BindBackward(const std::vector<int>& reads, LayerBinding& bind) {
-    for (int id : reads) {
-      if (!recomputable_.count(id) || recomputed_.count(id)) continue;
-      const std::string blob = plan_->buffers[id].blob;
-      const int buffer = NewBuffer(PlanBuffer::kRecomputed, blob, blob + " (recomputed)");
-      PlanStep s;
-      s.kind = PlanStep::kRecompute;
-      s.layer = recomputable_.at(id)[0];
-      s.recompute = static_cast<int>(plan_->recomputes.size());
-      s.reads = plan_->layers[s.layer].x;
-      s.writes = {buffer};
-      bind.recompute.push_back(s.recompute);
-      plan_->recomputes.push_back({recomputable_.at(id), buffer});
-      plan_->steps.push_back(std::move(s));
-      recomputed_[id] = buffer;
+  // Written by layers the policy allows that can recompute: a producer with one output,
+  // then only in-place layers of one input.
+  bool Rewritable(const std::string& blob, RecomputePolicy policy) const {
+    if (pinned_.count(blob) || inputs_.count(blob)) return false;
+    const std::vector<int>& ws = writers_.at(blob);
+    if (layers_[ws[0]].outputs.size() != 1) return false;
+    for (size_t k = 0; k < ws.size(); ++k) {
+      const LayerEntry& m = layers_[ws[k]];
+      if (!Allowed(*m.layer, policy)) return false;
+      if (k > 0 && (m.inputs != std::vector<std::string>{blob} || m.outputs.size() != 1))
+        return false;
     }
+    return true;
+  }
+  static bool Allowed(const Layer& l, RecomputePolicy policy) {
+    const std::string type = l.type();
+    const bool add = policy == RecomputePolicy::kBatchNormReluAdd && type == "add";
+    return l.can_recompute() && (type == "batchnorm" || type == "relu" || add);
+  }
+
+  // Appends to `order` what computing `blob` before the Backward of layer `first_reader`
+  // needs: each input of its producer is live then (a forward buffer that a later Backward
+  // reads, an input, a pinned blob) or is recomputed first (no Backward reads it).
+  bool Recipe(const std::string& blob, int first_reader, RecomputePolicy policy, int depth,
+              std::vector<std::string>* order) const {
+    for (const std::string& in : layers_[writers_.at(blob)[0]].inputs) {
+      if (pinned_.count(in) || inputs_.count(in)) continue;
+      auto readers = back_readers_.find(in);
+      if (readers != back_readers_.end()) {  // read by a Backward: live if not recomputed
+        const bool later = std::any_of(readers->second.begin(), readers->second.end(),
+                                       [&](int j) { return j < first_reader; });
+        if (!later || chosen_.count(in)) return false;
+        continue;
+      }
+      if (std::count(order->begin(), order->end(), in)) continue;
+      if (depth >= 4 || !Rewritable(in, policy) ||
+          !Recipe(in, first_reader, policy, depth + 1, order))
+        return false;
+    }
+    order->push_back(blob);
+    return true;
+  }
+
+  // Emits the recompute step of activation buffer `id` (FindRecomputable's order): its
+  // intermediates' buffers live for this step only, the blob's until its last reader.
+  void EmitRecompute(int id, LayerBinding& bind) {
+    PlanStep s;
+    s.kind = PlanStep::kRecompute;
+    s.recompute = static_cast<int>(plan_->recomputes.size());
+    Recomputation r;
+    std::map<std::string, int> made;  // blob -> its kRecomputed buffer in this step
+    for (const std::string& blob : recomputable_.at(id)) {
+      const int out = NewBuffer(PlanBuffer::kRecomputed, blob, blob + " (recomputed)");
+      made[blob] = out;
+      s.writes.push_back(out);
+      const std::vector<int>& ws = writers_.at(blob);
+      s.layer = ws[0];
+      Recomputation::Run run{ws[0], {}, out};
+      for (const std::string& in : layers_[ws[0]].inputs) {
+        auto m = made.find(in);
+        run.x.push_back(m != made.end() ? m->second : plan_->activation.at(in));
+        if (m == made.end()) s.reads.push_back(run.x.back());
+      }
+      r.runs.push_back(std::move(run));
+      for (size_t k = 1; k < ws.size(); ++k) r.runs.push_back({ws[k], {out}, out});
+      r.buffer = out;
+    }
+    recomputed_[id] = r.buffer;
+    bind.recompute.push_back(s.recompute);
+    plan_->recomputes.push_back(std::move(r));
+    plan_->steps.push_back(std::move(s));
+  }
+
+  // The buffers Backward of `bind`'s layer binds for x and y; the first reader (in
+  // backward order) of a recomputed blob is preceded by its recompute step. `reads`: the
+  // activation buffers its code reads.
+  void BindBackward(const std::vector<int>& reads, LayerBinding& bind) {
+    for (int id : reads)
+      if (recomputable_.count(id) && !recomputed_.count(id)) EmitRecompute(id, bind);
     auto backward_id = [this](int id) {
       auto it = recomputed_.find(id);
       return it == recomputed_.end() ? id : it->second;
@@ -185,8 +238,13 @@ class ScheduleBuilder {
   const std::set<std::string>& pinned_;
   MemoryPlan* plan_;
   std::map<std::string, bool> written_;
-  std::map<int, std::vector<int>> recomputable_;  // activation buffer -> its writers
-  std::map<int, int> recomputed_;                 // activation buffer -> kRecomputed buffer
+  // Recomputation (FindRecomputable): every blob's writers and the layers whose Backward
+  // reads it; the blobs chosen; activation buffer -> blobs to compute (itself last);
+  // activation buffer -> its kRecomputed buffer, once emitted.
+  std::map<std::string, std::vector<int>> writers_, back_readers_;
+  std::set<std::string> chosen_;
+  std::map<int, std::vector<std::string>> recomputable_;
+  std::map<int, int> recomputed_;
 };
 
 // Intervals from the steps; pins; buffers read before any write become zero-filled.
@@ -336,8 +394,8 @@ std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
   const char* kinds[] = {"act", "grad", "scratch", "recomp"};
   std::string out = absl::StrFormat(
       "memory plan (batch %d, %s, %d recomputed): %d buffers over %d steps (F = forward, B = "
-      "backward, A = gradient addition, R = recompute of the layer's output before the "
-      "backward step after it; then the layer's index and name)\n",
+      "backward, A = gradient addition, R = recompute of the layer's output (and what it "
+      "needs) before the backward step after it; then the layer's index and name)\n",
       batch, share ? "shared arena" : "one allocation each", recomputes.size(), buffers.size(),
       steps.size());
   absl::StrAppendFormat(&out, "%-40s %-7s %-18s %12s %12s  %-40s %s\n", "buffer", "kind", "shape",

@@ -11,9 +11,9 @@
 // best-fitting gap among the buffers it overlaps in time). Pinned buffers (net inputs, "loss",
 // "probs", the logits, Net::PinBlob) live the whole step and share with nothing, so
 // callers may read them between steps. With recomputation (MemoryPlanOptions::recompute),
-// a batch-norm output (with the in-place ReLU after it) lives only through the forward
-// pass; a "recompute" step just before its first backward reader writes it again into a
-// short-lived buffer. docs/MEMORY.md describes the rules.
+// chosen cheap outputs (batch norm + ReLU; optionally residual sums) live only through the
+// forward pass; a "recompute" step just before their first backward reader writes them
+// again into short-lived buffers. docs/MEMORY.md describes the rules.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,8 @@ namespace colonnade {
 struct LayerEntry;
 
 struct PlanBuffer {
-  // kRecomputed: an activation written again in the backward pass (its backward life).
+  // kRecomputed: an activation written again in the backward pass (its backward life, or
+  // for an intermediate of a recomputation only its recompute step).
   enum Kind { kActivation, kGradient, kScratch, kRecomputed };
   Kind kind = kActivation;
   std::string blob;  // the blob it holds (kActivation, kRecomputed) or the gradient of
@@ -71,14 +72,24 @@ struct LayerBinding {
   std::vector<int> recompute;  // MemoryPlan::recomputes to run before this layer's Backward
 };
 
-// One blob written again before its first backward reader: `layers` (the producer, then
-// the layers that modify the blob in place, in forward order) run Layer::Recompute, the
-// producer from its Forward inputs (LayerBinding::x) into `buffer`, the others in place
-// on `buffer`.
+// One blob written again before its first backward reader, by the layers that wrote it in
+// the forward pass (Layer::Recompute, in forward order): its producer from inputs whose
+// forward buffers are still live (a later Backward reads them) or from intermediates
+// recomputed first into buffers of their own (a residual sum's batch-norm input), then the
+// layers that modify it in place.
 struct Recomputation {
-  std::vector<int> layers;
-  int buffer = -1;  // the kRecomputed buffer
+  struct Run {
+    int layer = 0;
+    std::vector<int> x;  // buffer ids of the layer's inputs
+    int y = -1;          // the buffer it writes (in place: also its input)
+  };
+  std::vector<Run> runs;
+  int buffer = -1;  // the kRecomputed buffer the backward readers get
 };
+
+// Which outputs the plan may recompute (--recompute): batch norm and the ReLUs after it,
+// and with kBatchNormReluAdd also residual sums (add) and the ReLUs after them.
+enum class RecomputePolicy { kOff, kBatchNormRelu, kBatchNormReluAdd };
 
 struct MemoryPlanOptions {
   // false: every buffer its own allocation (--memory_plan=off); the schedule is the same.
@@ -87,12 +98,15 @@ struct MemoryPlanOptions {
   std::set<std::string> pinned;
   // Offsets are multiples of this many elements (256 bytes: any kernel's vector loads).
   int64_t align_elements = 64;
-  // Recompute in the backward pass (--recompute=bn_relu) every blob whose producer can
-  // recompute it (Layer::can_recompute) from inputs its own Backward reads anyway (so
-  // nothing lives longer), modified in place only by layers that can recompute too, and
-  // read by some Backward: in the zoo, each batch-norm output with its ReLU. Its forward
-  // buffer then dies at its last forward reader.
-  bool recompute = false;
+  // Recompute in the backward pass every blob that is read by some Backward, written by
+  // layers the policy names that can recompute (Layer::can_recompute: the producer, then
+  // in-place layers), and whose producer's inputs are live anyway when it is needed
+  // (a Backward after its first reader reads them) or are such outputs themselves that no
+  // Backward reads (recomputed first, for the recompute step only). So nothing lives longer
+  // and the blob's forward buffer dies at its last forward reader. A blob whose input is
+  // recomputed is kept (each input is recomputed at most once): in ResNet every other
+  // block output.
+  RecomputePolicy recompute = RecomputePolicy::kOff;
 };
 
 struct MemoryPlan {

@@ -253,11 +253,11 @@ void Net::Backward(const RunContext& ctx, const std::function<void(int)>& after_
 
 void Net::Recompute(const Recomputation& r) {
   std::vector<const Tensor*> x;
-  for (int id : plan_.layers[r.layers[0]].x) x.push_back(bound_[id]);
-  Tensor* out = bound_[r.buffer];
-  layers_[r.layers[0]].layer->Recompute(ops(), x, {out});
-  for (size_t k = 1; k < r.layers.size(); ++k)
-    layers_[r.layers[k]].layer->Recompute(ops(), {out}, {out});
+  for (const Recomputation::Run& run : r.runs) {
+    x.clear();
+    for (int id : run.x) x.push_back(bound_[id]);
+    layers_[run.layer].layer->Recompute(ops(), x, {bound_[run.y]});
+  }
 }
 
 std::vector<NamedParam> Net::params() const {

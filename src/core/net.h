@@ -67,12 +67,12 @@ class Net {
   void set_memory_plan(bool on) { plan_memory_ = on; }
   bool memory_plan_enabled() const { return plan_memory_; }
   // Recomputation (MemoryPlanOptions::recompute, docs/MEMORY.md): batch-norm outputs (with
-  // their in-place ReLU) are written again just before their first backward reader instead
-  // of being kept from Forward; results are bitwise the same. With the plan off every
-  // buffer has its own allocation anyway and the recompute rewrites the blob in place.
-  // Set before Build.
-  void set_recompute(bool on) { recompute_ = on; }
-  bool recompute_enabled() const { return recompute_; }
+  // their in-place ReLU; with kBatchNormReluAdd also residual sums) are written again just
+  // before their first backward reader instead of being kept from Forward; results are
+  // bitwise the same. With the plan off every buffer has its own allocation anyway and the
+  // recompute rewrites the blobs in place. Set before Build. Default: off.
+  void set_recompute(RecomputePolicy p) { recompute_ = p; }
+  RecomputePolicy recompute() const { return recompute_; }
   // Keeps a blob live for the whole step, for a caller that reads it after Forward or
   // Backward (the inputs, "loss", "probs" and kLogitsBlob always are). Before Build; a
   // name the net does not have is ignored.
@@ -130,7 +130,7 @@ class Net {
   std::vector<std::string> input_names_;
   std::map<std::string, Shape> input_shapes_;
   MemoryPlanOptions PlanOptions() const;
-  // Runs a recomputation of the plan (the producer's and in-place layers' Recompute).
+  // Runs a recomputation of the plan (Layer::Recompute of each of its runs).
   void Recompute(const Recomputation& r);
 
   // Activations by blob name; the tensors of every planned buffer (bound_[id] points at
@@ -142,7 +142,7 @@ class Net {
   MemoryPlan plan_;
   std::set<std::string> pinned_;
   bool plan_memory_ = true;
-  bool recompute_ = false;
+  RecomputePolicy recompute_ = RecomputePolicy::kOff;
   bool poison_ = false;
   int64_t batch_ = 0;
   Device device_ = Device::kCPU;

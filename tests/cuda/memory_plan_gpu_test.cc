@@ -29,7 +29,7 @@ struct PlanRun {
 };
 
 PlanRun Train(const std::string& model, int input, int classes, int batch, int steps, bool plan,
-              bool poison, bool recompute = false) {
+              bool poison, RecomputePolicy recompute = RecomputePolicy::kOff) {
   PlanRun r;
   ModelOptions o;
   o.input_size = input;
@@ -90,13 +90,15 @@ TEST_F(MemoryPlanGpu, PoisonedPlanTrainsAsUnplanned) {
   if (!kEmulated) ExpectSameTraining("alexnet", 67, 16, 3);         // LRN, dropout
 }
 
-// Recomputing batch-norm + ReLU outputs in the backward pass (BatchNormApply with the
-// forward's saved mean and scale, then the ReLU) repeats the forward's arithmetic: the
-// same kernels on the same data, so training is bitwise the same as keeping them, with
-// the arena poisoned (a recompute that came too late reads NaN).
+// Recomputing batch-norm + ReLU outputs and block outputs in the backward pass
+// (BatchNormApply with the forward's saved mean and scale, the residual Add, the ReLU)
+// repeats the forward's arithmetic: the same kernels on the same data, so training is
+// bitwise the same as keeping them, with the arena poisoned (a recompute that came too
+// late reads NaN).
 void ExpectRecomputeBitwise(const std::string& model, int input, int batch, int steps) {
   const PlanRun kept = Train(model, input, 10, batch, steps, true, false);
-  const PlanRun recomputed = Train(model, input, 10, batch, steps, true, true, true);
+  const PlanRun recomputed =
+      Train(model, input, 10, batch, steps, true, true, RecomputePolicy::kBatchNormReluAdd);
   ASSERT_EQ(kept.losses.size(), static_cast<size_t>(steps));
   for (const double l : kept.losses) ASSERT_TRUE(std::isfinite(l)) << model;
   EXPECT_EQ(recomputed.losses, kept.losses) << model;
@@ -115,8 +117,9 @@ TEST_F(MemoryPlanGpu, RecomputedBatchNormTrainsBitwise) {
 // batch-norm outputs (docs/MEMORY.md's table has both).
 TEST_F(MemoryPlanGpu, ResNet50RecomputePeakFollowsThePlan) {
   if (kEmulated) GTEST_SKIP() << "ResNet-50 at 224 is too large for the emulator";
-  const PlanRun on = Train("resnet50", 224, 1000, 64, 1, true, false, true);
-  const PlanRun kept = Train("resnet50", 224, 1000, 64, 1, true, false, false);
+  const PlanRun on =
+      Train("resnet50", 224, 1000, 64, 1, true, false, RecomputePolicy::kBatchNormReluAdd);
+  const PlanRun kept = Train("resnet50", 224, 1000, 64, 1, true, false);
   std::printf(
       "resnet50 b64: peak %.1f MiB recomputing (predicted %.1f MiB), %.1f MiB keeping "
       "(predicted %.1f MiB)\n",
