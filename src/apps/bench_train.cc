@@ -158,12 +158,13 @@ int Main() {
     net.set_recompute(absl::GetFlag(FLAGS_recompute));
     st = net.Build(batch, Device::kCUDA);
     CHECK(st.ok()) << st;
-    std::printf("memory plan %s, recompute %s: activations+gradients %.1f MiB (%.1f MiB with one "
-                "buffer each)\n",
-                AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)).c_str(),
-                AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)).c_str(),
-                net.memory_plan().planned_bytes() / 1048576.0,
-                net.memory_plan().unshared_bytes() / 1048576.0);
+    std::printf(
+        "memory plan %s, recompute %s: activations+gradients %.1f MiB (%.1f MiB with one "
+        "buffer each)\n",
+        AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)).c_str(),
+        AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)).c_str(),
+        net.memory_plan().planned_bytes() / 1048576.0,
+        net.memory_plan().unshared_bytes() / 1048576.0);
     net.InitParams(1);
     Tensor& data = net.blob("data");
     Tensor& label = net.blob("label");

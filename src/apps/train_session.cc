@@ -429,8 +429,8 @@ std::string MemoryLine(const Net& net) {
   return absl::StrFormat(
       "activations+gradients %.1f MiB (memory plan %s, %d recomputed; %.1f MiB with one buffer "
       "each), inputs %.1f MiB, parameters+gradients+velocities %.1f MiB: predicted peak %.1f MiB",
-      m.planned_mib, net.memory_plan_enabled() ? "on" : "off",
-      net.memory_plan().recomputes.size(), m.unshared_mib, m.inputs_mib, m.params_mib, m.peak_mib);
+      m.planned_mib, net.memory_plan_enabled() ? "on" : "off", net.memory_plan().recomputes.size(),
+      m.unshared_mib, m.inputs_mib, m.params_mib, m.peak_mib);
 }
 
 // --print_memory_plan: the plan of rank 0's shard and the prediction; the job then ends.

@@ -55,8 +55,8 @@ struct PlanStep {
   // kRecompute: MemoryPlan::recomputes[recompute], run before the next backward step.
   enum Kind { kForward, kBackward, kAccumulate, kRecompute };
   Kind kind = kForward;
-  int layer = 0;       // kRecompute: the layer whose output it writes again
-  int recompute = -1;  // kRecompute: index into MemoryPlan::recomputes
+  int layer = 0;                   // kRecompute: the layer whose output it writes again
+  int recompute = -1;              // kRecompute: index into MemoryPlan::recomputes
   std::vector<int> reads, writes;  // buffer ids (reads: what the step's code reads)
   std::vector<int> touches;        // bound to an argument but neither read nor written
 };

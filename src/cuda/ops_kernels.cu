@@ -701,7 +701,8 @@ __global__ void BatchNormTrainKernel(const BnParams p) {
   const float fmean = static_cast<float>(mean);
   const float scale = static_cast<float>(p.gamma[c] * invstd), shift = p.beta[c];
   float* yc = p.y + c * p.inner;
-  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) yc[i] = BnApply(xc[i], fmean, scale, shift);
+  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock)
+    yc[i] = BnApply(xc[i], fmean, scale, shift);
   if (threadIdx.x == 0) {
     p.save_mean[c] = fmean;
     p.save_invstd[c] = static_cast<float>(invstd);

@@ -97,35 +97,35 @@ void ExpectRecomputedLivesSplit(const Net& net, const MemoryPlan& plan) {
 TEST_P(PlanEveryModel, NoSharingWhileLiveReadsAfterWritesPinsKept) {
   std::unique_ptr<Net> net = Model(GetParam(), SmallInput(GetParam()));
   ASSERT_NE(net, nullptr);
-  for (RecomputePolicy recompute : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu,
-                                    RecomputePolicy::kBatchNormReluAdd})
+  for (RecomputePolicy recompute :
+       {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd})
     for (bool share : {true, false}) {
-    SCOPED_TRACE(::testing::Message() << "share " << share << " recompute "
-                                      << static_cast<int>(recompute));
-    net->set_memory_plan(share);
-    net->set_recompute(recompute);
-    absl::StatusOr<MemoryPlan> plan = net->PlanMemory(2);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_TRUE(CheckMemoryPlan(*plan).ok()) << GetParam() << ": " << CheckMemoryPlan(*plan);
-    ExpectRecomputedLivesSplit(*net, *plan);
-    if (recompute == RecomputePolicy::kOff) EXPECT_TRUE(plan->recomputes.empty());
-    EXPECT_LE(plan->planned_bytes(), plan->unshared_bytes()) << GetParam();
-    // No gradient for the net inputs; each layer's step is in the schedule exactly twice.
-    EXPECT_EQ(plan->gradient.count("data"), 0u);
-    EXPECT_EQ(plan->gradient.count("label"), 0u);
-    for (const LayerBinding& b : plan->layers)
-      for (size_t k = 0; k < b.dx.size(); ++k)
-        if (net->layers()[&b - plan->layers.data()].inputs[k] == "data") EXPECT_EQ(b.dx[k], -1);
-    if (!share) continue;
-    for (const char* blob : {"data", "label", "loss", "probs", kLogitsBlob}) {
-      ASSERT_TRUE(plan->activation.count(blob)) << blob;
-      const PlanBuffer& p = plan->buffers[plan->activation.at(blob)];
-      EXPECT_TRUE(p.pinned) << GetParam() << " " << blob;
-      for (const PlanBuffer& o : plan->buffers) {
-        if (&o == &p || o.external || p.external) continue;
-        EXPECT_FALSE(SharesMemory(o, p)) << GetParam() << ": " << o.name << " shares " << blob;
+      SCOPED_TRACE(::testing::Message()
+                   << "share " << share << " recompute " << static_cast<int>(recompute));
+      net->set_memory_plan(share);
+      net->set_recompute(recompute);
+      absl::StatusOr<MemoryPlan> plan = net->PlanMemory(2);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_TRUE(CheckMemoryPlan(*plan).ok()) << GetParam() << ": " << CheckMemoryPlan(*plan);
+      ExpectRecomputedLivesSplit(*net, *plan);
+      if (recompute == RecomputePolicy::kOff) EXPECT_TRUE(plan->recomputes.empty());
+      EXPECT_LE(plan->planned_bytes(), plan->unshared_bytes()) << GetParam();
+      // No gradient for the net inputs; each layer's step is in the schedule exactly twice.
+      EXPECT_EQ(plan->gradient.count("data"), 0u);
+      EXPECT_EQ(plan->gradient.count("label"), 0u);
+      for (const LayerBinding& b : plan->layers)
+        for (size_t k = 0; k < b.dx.size(); ++k)
+          if (net->layers()[&b - plan->layers.data()].inputs[k] == "data") EXPECT_EQ(b.dx[k], -1);
+      if (!share) continue;
+      for (const char* blob : {"data", "label", "loss", "probs", kLogitsBlob}) {
+        ASSERT_TRUE(plan->activation.count(blob)) << blob;
+        const PlanBuffer& p = plan->buffers[plan->activation.at(blob)];
+        EXPECT_TRUE(p.pinned) << GetParam() << " " << blob;
+        for (const PlanBuffer& o : plan->buffers) {
+          if (&o == &p || o.external || p.external) continue;
+          EXPECT_FALSE(SharesMemory(o, p)) << GetParam() << ": " << o.name << " shares " << blob;
+        }
       }
-    }
     }
 }
 
@@ -162,7 +162,8 @@ TEST(MemoryPlan, ImageNetModelsAtTheIssuesBatches) {
         ratio, plan->input_bytes() / 1048576.0);
     EXPECT_LT(ratio, c.max_ratio) << c.model;
     int64_t before = plan->planned_bytes();
-    for (RecomputePolicy p : {RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd}) {
+    for (RecomputePolicy p :
+         {RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd}) {
       net->set_recompute(p);
       absl::StatusOr<MemoryPlan> recomputing = net->PlanMemory(c.batch);
       ASSERT_TRUE(recomputing.ok()) << recomputing.status();
@@ -215,8 +216,7 @@ void ExpectShorterLives(RecomputePolicy policy, size_t recomputations) {
     const PlanBuffer& a = kept->buffers[id];
     const PlanBuffer& b = plan->buffers[plan->activation.at(blob)];
     EXPECT_EQ(kept->StepName(a.first, net->layers()), plan->StepName(b.first, net->layers()));
-    EXPECT_EQ(kept->StepName(a.last, net->layers()), plan->StepName(b.last, net->layers()))
-        << blob;
+    EXPECT_EQ(kept->StepName(a.last, net->layers()), plan->StepName(b.last, net->layers())) << blob;
   }
 }
 
@@ -320,8 +320,8 @@ TEST_P(RecomputeTrains, BitwiseAsKeepingTheOutputs) {
   ASSERT_FALSE(kept.params.empty());
   for (RecomputePolicy p : {RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd})
     for (bool plan : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << model << " plan " << plan << " policy "
-                                        << static_cast<int>(p));
+      SCOPED_TRACE(::testing::Message()
+                   << model << " plan " << plan << " policy " << static_cast<int>(p));
       const Trace recomputed = Train(model, SmallInput(model), plan, plan, 3, p);
       EXPECT_TRUE(BitwiseEqual(kept.losses, recomputed.losses));
       EXPECT_TRUE(BitwiseEqual(kept.logits, recomputed.logits));
