@@ -732,13 +732,17 @@ __global__ void BatchNormInferKernel(const BnInferParams q) {
 }
 
 // Kernel BatchNormApplyKernel: y = BnApply(x, mean, scale, shift) per channel (the saved
-// values of a training forward), grid-stride over x: C x inner.
-__global__ void BatchNormApplyKernel(const BnInferParams q) {
-  const BnParams& p = q.b;
-  GRID_STRIDE_LOOP(i, q.c * p.inner) {
-    const int64_t c = i / p.inner;
-    p.y[i] = BnApply(p.x[i], p.mean_in[c], p.gamma[c], p.beta[c]);
-  }
+// values of a training forward). Grid: x = column chunks of the channel, y = channel (as
+// AddBiasKernel: no division per element).
+__global__ void BatchNormApplyKernel(const BnParams p) {
+  const int c = blockIdx.y;
+  const float mean = p.mean_in[c], scale = p.gamma[c], shift = p.beta[c];
+  const float* xc = p.x + c * p.inner;
+  float* yc = p.y + c * p.inner;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.inner;
+       i += step)
+    yc[i] = BnApply(xc[i], mean, scale, shift);
 }
 
 // Kernel BatchNormBackwardKernel: one block per channel. dbeta = sum dy, dgamma = sum dy*xhat,
@@ -1131,15 +1135,18 @@ void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const fl
 
 void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* mean,
                        const float* scale, const float* shift, float* y, int c, int64_t inner) {
-  BnInferParams q{};
-  q.b.x = x;
-  q.b.mean_in = mean;
-  q.b.gamma = scale;  // BnParams' per-channel slots: scale and shift take gamma's and beta's
-  q.b.beta = shift;
-  q.b.y = y;
-  q.b.inner = inner;
-  q.c = c;
-  Launch(BatchNormApplyKernel, GridFor(ctx, c * inner), dim3(kBlock), ctx.stream, q);
+  CHECK_LT(c, 65536) << "BatchNormApply supports up to 65535 channels";
+  BnParams p{};
+  p.x = x;
+  p.mean_in = mean;
+  p.gamma = scale;  // BnParams' per-channel slots: scale and shift take gamma's and beta's
+  p.beta = shift;
+  p.y = y;
+  p.inner = inner;
+  const int64_t want_blocks = std::max<int64_t>(1, int64_t(ctx.sm_count) * 8 / c);
+  const int64_t bx = std::max<int64_t>(1, std::min(CeilDiv(inner, kBlock), want_blocks));
+  Launch(BatchNormApplyKernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)),
+         dim3(kBlock), ctx.stream, p);
 }
 
 void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,
