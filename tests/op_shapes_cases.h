@@ -111,8 +111,16 @@ inline std::vector<BadOpsCall> BadOpsCalls() {
                  const Shape s{3, 2, 2, 4}, c{3}, c2{2};
                  T x = ZeroTensor(s, d), y = ZeroTensor(s, d), gamma = ZeroTensor(c, d);
                  T beta = ZeroTensor(c, d), rm = ZeroTensor(c, d), rv = ZeroTensor(c2, d);
-                 T sm = ZeroTensor(c, d), si = ZeroTensor(c, d);
-                 ops.BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, BatchNormParams{});
+                 T sm = ZeroTensor(c, d), si = ZeroTensor(c, d), sc = ZeroTensor(c, d);
+                 ops.BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc,
+                                           BatchNormParams{});
+               }});
+  // New with BatchNormApply (the recomputation of the backward pass): checked from the start.
+  v.push_back({"BatchNormApplyShortScale", "per-channel tensor", [](Ops& ops, Device d) {
+                 const Shape s{3, 2, 2, 4}, c{3};
+                 T x = ZeroTensor(s, d), y = ZeroTensor(s, d), mean = ZeroTensor(c, d);
+                 T scale = ZeroTensor(Shape{2}, d), shift = ZeroTensor(c, d);
+                 ops.BatchNormApply(x, mean, scale, shift, y);
                }});
   v.push_back({"BatchNormBackwardShortDbeta", "per-channel tensor", [](Ops& ops, Device d) {
                  const Shape s{3, 2, 2, 4}, c{3};

@@ -47,6 +47,10 @@ ABSL_FLAG(colonnade::CudaGraphs, cuda_graphs, colonnade::CudaGraphs::kAuto,
           "(cuda/step_graph.h; the warm-up steps include the plain step and the capture); "
           "off: plain steps, hundreds of kernel launches each. Run both to see what the host's "
           "launch rate costs a model");
+ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBatchNormReluAdd,
+          "bn_relu_add, bn_relu or off: which activations are written again in the backward "
+          "pass instead of kept (docs/MEMORY.md; the trainer's --recompute). Bitwise the same "
+          "results");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
           "products (docs/PRECISION.md); tensors and weights stay FP32");
@@ -172,12 +176,16 @@ int Main() {
     CHECK(built.ok()) << built.status();
     Net& net = **built;
     net.set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
+    net.set_recompute(absl::GetFlag(FLAGS_recompute));
     st = net.Build(batch, Device::kCUDA);
     CHECK(st.ok()) << st;
-    std::printf("memory plan %s: activations+gradients %.1f MiB (%.1f MiB with one buffer each)\n",
-                AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)).c_str(),
-                net.memory_plan().planned_bytes() / 1048576.0,
-                net.memory_plan().unshared_bytes() / 1048576.0);
+    std::printf(
+        "memory plan %s, recompute %s: activations+gradients %.1f MiB (%.1f MiB with one "
+        "buffer each)\n",
+        AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)).c_str(),
+        AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)).c_str(),
+        net.memory_plan().planned_bytes() / 1048576.0,
+        net.memory_plan().unshared_bytes() / 1048576.0);
     net.InitParams(1);
     WriteSyntheticInputs(net);
     SgdOptions so;
@@ -240,11 +248,13 @@ int Main() {
         "\"img_per_s\": %.1f, "
         "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
         "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
-        "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"cuda_graphs\": %s, \"device\": \"%s\"}",
+        "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"recompute\": \"%s\", "
+        "\"cuda_graphs\": %s, \"device\": \"%s\"}",
         model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2],
         mem.peak_bytes_in_use, mem.peak_bytes_reserved, mem.device_allocations - mallocs_before,
         first_loss, last_loss, AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
-        graphs ? "true" : "false", cuda::DeviceDescription()));
+        AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)), graphs ? "true" : "false",
+        cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
   const std::string json = absl::GetFlag(FLAGS_json);

@@ -51,6 +51,10 @@ constexpr std::pair<const char*, MemoryPlanMode> kPlans[] = {{"on", MemoryPlanMo
                                                              {"off", MemoryPlanMode::kOff}};
 constexpr std::pair<const char*, EvalViews> kEvalViews[] = {{"1", EvalViews::kOne},
                                                             {"10", EvalViews::kTen}};
+constexpr std::pair<const char*, RecomputePolicy> kRecomputes[] = {
+    {"bn_relu_add", RecomputePolicy::kBatchNormReluAdd},
+    {"bn_relu", RecomputePolicy::kBatchNormRelu},
+    {"off", RecomputePolicy::kOff}};
 constexpr std::pair<const char*, data::MeanMode> kMeans[] = {{"image", data::MeanMode::kImage},
                                                              {"channel", data::MeanMode::kChannel},
                                                              {"none", data::MeanMode::kNone}};
@@ -88,6 +92,12 @@ bool AbslParseFlag(absl::string_view text, EvalViews* views, std::string* error)
   return ParseWord<EvalViews>(text, kEvalViews, views, error);
 }
 std::string AbslUnparseFlag(EvalViews views) { return WordOf<EvalViews>(views, kEvalViews); }
+bool AbslParseFlag(absl::string_view text, RecomputePolicy* policy, std::string* error) {
+  return ParseWord<RecomputePolicy>(text, kRecomputes, policy, error);
+}
+std::string AbslUnparseFlag(RecomputePolicy policy) {
+  return WordOf<RecomputePolicy>(policy, kRecomputes);
+}
 
 namespace data {
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "core/memory_plan.h"
 #include "data/augment.h"
 
 namespace colonnade {
@@ -35,6 +36,10 @@ enum class MemoryPlanMode { kOn, kOff };
 // (data::TenCrops: centre, four corners, their mirrors), the softmax probabilities of the
 // ten averaged (docs/DATA.md, "Ten crops"). The value is the number of views.
 enum class EvalViews { kOne = 1, kTen = 10 };
+// --recompute (trainer, bench_train) takes core's RecomputePolicy (core/memory_plan.h):
+// off, bn_relu (batch-norm outputs with their ReLU are written again just before their
+// first backward reader instead of kept from the forward pass) or bn_relu_add (also
+// residual sums); bitwise the same results (docs/MEMORY.md).
 
 // Abseil's flag hooks (found by argument-dependent lookup): the flag's words, and for a
 // word outside the set an error that lists them ("must be train, eval or predict"), which
@@ -53,6 +58,8 @@ bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* er
 std::string AbslUnparseFlag(MemoryPlanMode plan);
 bool AbslParseFlag(absl::string_view text, EvalViews* views, std::string* error);
 std::string AbslUnparseFlag(EvalViews views);
+bool AbslParseFlag(absl::string_view text, RecomputePolicy* policy, std::string* error);
+std::string AbslUnparseFlag(RecomputePolicy policy);
 
 }  // namespace colonnade
 
@@ -85,6 +92,7 @@ struct TrainConfig {
   CommChoice comm = CommChoice::kAuto;
   double bucket_mb = 25.0;
   MemoryPlanMode memory_plan = MemoryPlanMode::kOn;
+  RecomputePolicy recompute = RecomputePolicy::kBatchNormReluAdd;
   bool print_memory_plan = false;  // print the plan and the predicted peak, then exit 0
   // Data.
   std::string data = "synthetic";

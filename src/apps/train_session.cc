@@ -412,6 +412,7 @@ EndCode BuildShard(Job& job) {
   job.shard = std::move(*shard);
   Net& net = job.net();
   net.set_memory_plan(cfg.memory_plan == MemoryPlanMode::kOn);
+  net.set_recompute(cfg.recompute);
   if (absl::Status s = net.Build(job.local_batch, job.device); !s.ok()) {
     return AgreedError(l, s, kExitUsage);
   }
@@ -449,10 +450,10 @@ MemoryPrediction PredictMemory(const Net& net) {
 std::string MemoryLine(const Net& net) {
   const MemoryPrediction m = PredictMemory(net);
   return absl::StrFormat(
-      "activations+gradients %.1f MiB (memory plan %s; %.1f MiB with one buffer each), inputs "
-      "%.1f MiB, parameters+gradients+velocities %.1f MiB: predicted peak %.1f MiB",
-      m.planned_mib, net.memory_plan_enabled() ? "on" : "off", m.unshared_mib, m.inputs_mib,
-      m.params_mib, m.peak_mib);
+      "activations+gradients %.1f MiB (memory plan %s, %d recomputed; %.1f MiB with one buffer "
+      "each), inputs %.1f MiB, parameters+gradients+velocities %.1f MiB: predicted peak %.1f MiB",
+      m.planned_mib, net.memory_plan_enabled() ? "on" : "off", net.memory_plan().recomputes.size(),
+      m.unshared_mib, m.inputs_mib, m.params_mib, m.peak_mib);
 }
 
 // --print_memory_plan: the plan of rank 0's shard and the prediction; the job then ends.

@@ -964,17 +964,26 @@ void CpuOps::LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& d
 // channel, statistics in double.
 // ---------------------------------------------------------------------------------------
 
+// y = (x - mean) * scale + shift over one channel's n values: the one expression of the
+// training forward and of BatchNormApply, so both round alike (C++17 without extensions
+// does not contract it into an FMA).
+namespace {
+void ApplyChannel(const float* x, int64_t n, float mean, float scale, float shift, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * scale + shift;
+}
+}  // namespace
+
 // mean = E[x], var = E[(x - mean)^2] (biased, used to normalise),
 // invstd = 1 / sqrt(var + eps), y = gamma (x - mean) invstd + beta;
 // running = (1 - momentum) running + momentum * batch, with the unbiased variance
 // var * S / (S - 1) for running_var (S = H*W*N values per channel).
 void CpuOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    Tensor& y, Tensor& running_mean, Tensor& running_var,
-                                   Tensor& save_mean, Tensor& save_invstd,
+                                   Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
                                    const BatchNormParams& p) {
-  op_shapes::BatchNorm(x, {&y},
-                       {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd},
-                       "BatchNormForwardTrain");
+  op_shapes::BatchNorm(
+      x, {&y}, {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &save_scale},
+      "BatchNormForwardTrain");
   const int64_t C = x.c(), S = x.h() * x.w() * x.n();
   const float* xs = x.data();
   float* ys = y.data();
@@ -995,15 +1004,26 @@ void CpuOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const T
       // (x - mean) first: folding mean into a shift would cancel badly when |mean| >> std.
       const float meanf = static_cast<float>(mean), betaf = beta.data()[c];
       const float scale = static_cast<float>(gamma.data()[c] * invstd);
-      float* yv = ys + c * S;
-      for (int64_t i = 0; i < S; ++i) yv[i] = (xv[i] - meanf) * scale + betaf;
-      save_mean.data()[c] = static_cast<float>(mean);
+      ApplyChannel(xv, S, meanf, scale, betaf, ys + c * S);
+      save_mean.data()[c] = meanf;
       save_invstd.data()[c] = static_cast<float>(invstd);
+      save_scale.data()[c] = scale;
       running_mean.data()[c] =
           static_cast<float>((1.0 - p.momentum) * running_mean.data()[c] + p.momentum * mean);
       running_var.data()[c] =
           static_cast<float>((1.0 - p.momentum) * running_var.data()[c] + p.momentum * unbiased);
     }
+  });
+}
+
+void CpuOps::BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
+                            const Tensor& shift, Tensor& y) {
+  op_shapes::BatchNorm(x, {&y}, {&mean, &scale, &shift}, "BatchNormApply");
+  const int64_t C = x.c(), S = x.h() * x.w() * x.n();
+  ParallelFor(C, S, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      ApplyChannel(x.data() + c * S, S, mean.data()[c], scale.data()[c], shift.data()[c],
+                   y.data() + c * S);
   });
 }
 

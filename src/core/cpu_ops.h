@@ -44,7 +44,10 @@ class CpuOps : public Ops {
                          Tensor& dx, const LrnWithinParams& p) override;
   void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
-                             Tensor& save_invstd, const BatchNormParams& p) override;
+                             Tensor& save_invstd, Tensor& save_scale,
+                             const BatchNormParams& p) override;
+  void BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale, const Tensor& shift,
+                      Tensor& y) override;
   void BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                              const Tensor& running_mean, const Tensor& running_var, Tensor& y,
                              const BatchNormParams& p) override;

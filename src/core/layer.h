@@ -213,6 +213,15 @@ class Layer {
   // What Backward reads (see BackwardReads); override after reading the Ops each backend
   // runs for Backward (CpuOps and cuda::CudaOps).
   virtual BackwardReads backward_reads() const { return {}; }
+  // True when Recompute can write the outputs of the last training Forward again, bitwise,
+  // from the same inputs and the layer's own saved state (batch norm: its saved mean and
+  // scale; ReLU: nothing). The memory plan's recomputation (MemoryPlanOptions::recompute,
+  // docs/MEMORY.md) then need not keep the outputs alive from Forward to Backward.
+  virtual bool can_recompute() const { return false; }
+  // Between a training Forward and the Backward of the same step: y as Forward wrote it.
+  // x and y may be the same tensor when the layer runs in place.
+  virtual void Recompute(Ops& /*ops*/, const std::vector<const Tensor*>& /*x*/,
+                         const std::vector<Tensor*>& /*y*/) {}
 
  private:
   std::string name_;

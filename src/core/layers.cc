@@ -311,6 +311,11 @@ void ReluLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Ten
   ops.ReluForward(*x[0], *y[0]);
 }
 
+void ReluLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
+                          const std::vector<Tensor*>& y) {
+  ops.ReluForward(*x[0], *y[0]);
+}
+
 void ReluLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>&,
                          const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
@@ -408,6 +413,11 @@ void AddLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tens
   ops.Add(*x[0], *x[1], *y[0]);
 }
 
+void AddLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
+                         const std::vector<Tensor*>& y) {
+  ops.Add(*x[0], *x[1], *y[0]);
+}
+
 void AddLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>&,
                         const std::vector<const Tensor*>&, const std::vector<const Tensor*>& dy,
                         const std::vector<Tensor*>& dx) {
@@ -435,6 +445,7 @@ void BatchNormLayer::AllocateParams(Device d) {
   for (Param* p : params()) AllocParam(*p, Shape{channels_}, d);
   save_mean_ = Tensor(Shape{channels_}, d);
   save_invstd_ = Tensor(Shape{channels_}, d);
+  save_scale_ = Tensor(Shape{channels_}, d);
 }
 
 void BatchNormLayer::SetChannelBlock(int64_t first, int64_t, int64_t total) {
@@ -445,11 +456,16 @@ void BatchNormLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<
                              const std::vector<Tensor*>& y) {
   if (ctx.phase == Phase::kTrain) {
     ops.BatchNormForwardTrain(*x[0], gamma_.value, beta_.value, *y[0], running_mean_.value,
-                              running_var_.value, save_mean_, save_invstd_, p_);
+                              running_var_.value, save_mean_, save_invstd_, save_scale_, p_);
   } else {
     ops.BatchNormForwardInfer(*x[0], gamma_.value, beta_.value, running_mean_.value,
                               running_var_.value, *y[0], p_);
   }
+}
+
+void BatchNormLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
+                               const std::vector<Tensor*>& y) {
+  ops.BatchNormApply(*x[0], save_mean_, save_scale_, beta_.value, *y[0]);
 }
 
 void BatchNormLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,

@@ -137,6 +137,10 @@ class ReluLayer : public Layer {
   BackwardReads backward_reads() const override { return {false, true, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   bool in_place_ok() const override { return true; }
+  // Stateless: Forward again writes the same y.
+  bool can_recompute() const override { return true; }
+  void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
+                 const std::vector<Tensor*>& y) override;
 };
 
 // Inverted dropout; identity in evaluation. Masks are keyed by the global element index
@@ -174,6 +178,10 @@ class AddLayer : public Layer {
   COLONNADE_LAYER_OVERRIDES("add");
   BackwardReads backward_reads() const override { return {false, false, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kSameBlockInputs}; }
+  // Stateless: Forward again writes the same sum.
+  bool can_recompute() const override { return true; }
+  void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
+                 const std::vector<Tensor*>& y) override;
 };
 
 // Batch normalisation per channel; learnable gamma/beta, running statistics as
@@ -189,12 +197,17 @@ class BatchNormLayer : public Layer {
   void SetChannelBlock(int64_t first, int64_t count, int64_t total) override;
   void AllocateParams(Device d) override;
   std::vector<Param*> params() override { return {&gamma_, &beta_, &running_mean_, &running_var_}; }
+  // y from x, the saved mean and scale and beta (unchanged until the optimiser's step,
+  // which follows Backward): Ops::BatchNormApply, the training forward's arithmetic.
+  bool can_recompute() const override { return true; }
+  void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
+                 const std::vector<Tensor*>& y) override;
 
  private:
   BatchNormParams p_;
   int64_t channels_ = 0;
   Param gamma_, beta_, running_mean_, running_var_;
-  Tensor save_mean_, save_invstd_;
+  Tensor save_mean_, save_invstd_, save_scale_;  // of the last training Forward
 };
 
 // Softmax + cross-entropy. Inputs: logits (K x 1 x 1 x N), labels (1 x 1 x 1 x N).

@@ -19,13 +19,19 @@ int64_t AlignUp(int64_t n, int64_t a) { return a <= 1 ? n : (n + a - 1) / a * a;
 class ScheduleBuilder {
  public:
   ScheduleBuilder(const std::vector<LayerEntry>& layers, const std::vector<std::string>& inputs,
-                  const std::map<std::string, Shape>& shapes, MemoryPlan* plan)
-      : layers_(layers), inputs_(inputs.begin(), inputs.end()), shapes_(shapes), plan_(plan) {}
+                  const std::map<std::string, Shape>& shapes, const std::set<std::string>& pinned,
+                  MemoryPlan* plan)
+      : layers_(layers),
+        inputs_(inputs.begin(), inputs.end()),
+        shapes_(shapes),
+        pinned_(pinned),
+        plan_(plan) {}
 
-  void Run() {
+  void Run(RecomputePolicy recompute) {
     for (const std::string& in : inputs_) Activation(in);
     plan_->layers.resize(layers_.size());
     for (size_t i = 0; i < layers_.size(); ++i) Forward(static_cast<int>(i));
+    if (recompute != RecomputePolicy::kOff) FindRecomputable(recompute);
     for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) Backward(i);
   }
 
@@ -64,6 +70,118 @@ class ScheduleBuilder {
     plan_->steps.push_back(std::move(s));
   }
 
+  // The blobs MemoryPlanOptions::recompute names (its comment has the rule), in forward
+  // order: activation buffer -> the blobs to compute, intermediates first, the blob last.
+  void FindRecomputable(RecomputePolicy policy) {
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const LayerEntry& e = layers_[i];
+      const BackwardReads r = e.layer->backward_reads();
+      for (const std::string& b : e.outputs) writers_[b].push_back(static_cast<int>(i));
+      if (r.x)
+        for (const std::string& b : e.inputs) back_readers_[b].push_back(static_cast<int>(i));
+      if (r.y)
+        for (const std::string& b : e.outputs) back_readers_[b].push_back(static_cast<int>(i));
+    }
+    for (const LayerEntry& p : layers_) {
+      if (p.outputs.size() != 1 || !back_readers_.count(p.outputs[0])) continue;
+      const std::string& blob = p.outputs[0];
+      if (&layers_[writers_.at(blob)[0]] != &p) continue;  // an in-place layer
+      const std::vector<int>& readers = back_readers_.at(blob);
+      const int first_reader = *std::max_element(readers.begin(), readers.end());
+      std::vector<std::string> order;
+      if (!Rewritable(blob, policy) || !Recipe(blob, first_reader, policy, 0, &order)) continue;
+      chosen_.insert(blob);
+      recomputable_[plan_->activation.at(blob)] = std::move(order);
+    }
+  }
+
+  // Written by layers the policy allows that can recompute: a producer with one output,
+  // then only in-place layers of one input.
+  bool Rewritable(const std::string& blob, RecomputePolicy policy) const {
+    if (pinned_.count(blob) || inputs_.count(blob)) return false;
+    const std::vector<int>& ws = writers_.at(blob);
+    if (layers_[ws[0]].outputs.size() != 1) return false;
+    for (size_t k = 0; k < ws.size(); ++k) {
+      const LayerEntry& m = layers_[ws[k]];
+      if (!Allowed(*m.layer, policy)) return false;
+      if (k > 0 && (m.inputs != std::vector<std::string>{blob} || m.outputs.size() != 1))
+        return false;
+    }
+    return true;
+  }
+  static bool Allowed(const Layer& l, RecomputePolicy policy) {
+    const std::string type = l.type();
+    const bool add = policy == RecomputePolicy::kBatchNormReluAdd && type == "add";
+    return l.can_recompute() && (type == "batchnorm" || type == "relu" || add);
+  }
+
+  // Appends to `order` what computing `blob` before the Backward of layer `first_reader`
+  // needs: each input of its producer is live then (a forward buffer that a later Backward
+  // reads, an input, a pinned blob) or is recomputed first (no Backward reads it).
+  bool Recipe(const std::string& blob, int first_reader, RecomputePolicy policy, int depth,
+              std::vector<std::string>* order) const {
+    for (const std::string& in : layers_[writers_.at(blob)[0]].inputs) {
+      if (pinned_.count(in) || inputs_.count(in)) continue;
+      auto readers = back_readers_.find(in);
+      if (readers != back_readers_.end()) {  // read by a Backward: live if not recomputed
+        const bool later = std::any_of(readers->second.begin(), readers->second.end(),
+                                       [&](int j) { return j < first_reader; });
+        if (!later || chosen_.count(in)) return false;
+        continue;
+      }
+      if (std::count(order->begin(), order->end(), in)) continue;
+      if (depth >= 4 || !Rewritable(in, policy) ||
+          !Recipe(in, first_reader, policy, depth + 1, order))
+        return false;
+    }
+    order->push_back(blob);
+    return true;
+  }
+
+  // Emits the recompute step of activation buffer `id` (FindRecomputable's order): its
+  // intermediates' buffers live for this step only, the blob's until its last reader.
+  void EmitRecompute(int id, LayerBinding& bind) {
+    PlanStep s;
+    s.kind = PlanStep::kRecompute;
+    s.recompute = static_cast<int>(plan_->recomputes.size());
+    Recomputation r;
+    std::map<std::string, int> made;  // blob -> its kRecomputed buffer in this step
+    for (const std::string& blob : recomputable_.at(id)) {
+      const int out = NewBuffer(PlanBuffer::kRecomputed, blob, blob + " (recomputed)");
+      made[blob] = out;
+      s.writes.push_back(out);
+      const std::vector<int>& ws = writers_.at(blob);
+      s.layer = ws[0];
+      Recomputation::Run run{ws[0], {}, out};
+      for (const std::string& in : layers_[ws[0]].inputs) {
+        auto m = made.find(in);
+        run.x.push_back(m != made.end() ? m->second : plan_->activation.at(in));
+        if (m == made.end()) s.reads.push_back(run.x.back());
+      }
+      r.runs.push_back(std::move(run));
+      for (size_t k = 1; k < ws.size(); ++k) r.runs.push_back({ws[k], {out}, out});
+      r.buffer = out;
+    }
+    recomputed_[id] = r.buffer;
+    bind.recompute.push_back(s.recompute);
+    plan_->recomputes.push_back(std::move(r));
+    plan_->steps.push_back(std::move(s));
+  }
+
+  // The buffers Backward of `bind`'s layer binds for x and y; the first reader (in
+  // backward order) of a recomputed blob is preceded by its recompute step. `reads`: the
+  // activation buffers its code reads.
+  void BindBackward(const std::vector<int>& reads, LayerBinding& bind) {
+    for (int id : reads)
+      if (recomputable_.count(id) && !recomputed_.count(id)) EmitRecompute(id, bind);
+    auto backward_id = [this](int id) {
+      auto it = recomputed_.find(id);
+      return it == recomputed_.end() ? id : it->second;
+    };
+    for (int id : bind.x) bind.back_x.push_back(backward_id(id));
+    for (int id : bind.y) bind.back_y.push_back(backward_id(id));
+  }
+
   // Mirrors the gradient rule of Net::Backward: the first layer (in backward order) that
   // produces a blob's input gradient writes its gradient buffer, later ones a scratch
   // buffer that is then added (each addition its own step and its own scratch buffer, so
@@ -76,12 +194,16 @@ class ScheduleBuilder {
     s.kind = PlanStep::kBackward;
     s.layer = i;
     for (const std::string& b : e.outputs) bind.dy.push_back(Gradient(b));
+    std::vector<int> read_activations;
+    if (reads.x) read_activations.insert(read_activations.end(), bind.x.begin(), bind.x.end());
+    if (reads.y) read_activations.insert(read_activations.end(), bind.y.begin(), bind.y.end());
+    BindBackward(read_activations, bind);
     auto add = [&s](bool read, const std::vector<int>& ids) {
       std::vector<int>& to = read ? s.reads : s.touches;
       to.insert(to.end(), ids.begin(), ids.end());
     };
-    add(reads.x, bind.x);
-    add(reads.y, bind.y);
+    add(reads.x, bind.back_x);
+    add(reads.y, bind.back_y);
     add(reads.dy, bind.dy);
     for (size_t k = 0; k < e.inputs.size(); ++k) {
       const std::string& b = e.inputs[k];
@@ -113,8 +235,16 @@ class ScheduleBuilder {
   const std::vector<LayerEntry>& layers_;
   const std::set<std::string> inputs_;
   const std::map<std::string, Shape>& shapes_;
+  const std::set<std::string>& pinned_;
   MemoryPlan* plan_;
   std::map<std::string, bool> written_;
+  // Recomputation (FindRecomputable): every blob's writers and the layers whose Backward
+  // reads it; the blobs chosen; activation buffer -> blobs to compute (itself last);
+  // activation buffer -> its kRecomputed buffer, once emitted.
+  std::map<std::string, std::vector<int>> writers_, back_readers_;
+  std::set<std::string> chosen_;
+  std::map<int, std::vector<std::string>> recomputable_;
+  std::map<int, int> recomputed_;
 };
 
 // Intervals from the steps; pins; buffers read before any write become zero-filled.
@@ -217,9 +347,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(const std::vector<LayerEntry>& layers,
     if (it == shapes.end()) return absl::InvalidArgumentError("no shape for input " + in);
     plan.batch = it->second.n();
   }
-  ScheduleBuilder(layers, inputs, shapes, &plan).Run();
   std::set<std::string> pinned = options.pinned;
   pinned.insert({"loss", "probs", kLogitsBlob});
+  ScheduleBuilder(layers, inputs, shapes, pinned, &plan).Run(options.recompute);
   MarkLiveness(pinned, &plan);
   if (plan.share) plan.arena_elements = PlaceBuffers(options.align_elements, &plan);
   return plan;
@@ -230,11 +360,12 @@ int64_t MemoryPlan::planned_bytes() const {
 }
 
 int64_t MemoryPlan::unshared_bytes() const {
-  // As Net allocates without sharing: one scratch buffer per blob serves all its additions.
+  // As Net allocates without sharing: one scratch buffer per blob serves all its additions,
+  // and a recomputed blob is written again into its own activation buffer.
   int64_t n = 0;
   std::set<std::string> scratch_blobs;
   for (const PlanBuffer& b : buffers) {
-    if (b.external) continue;
+    if (b.external || b.kind == PlanBuffer::kRecomputed) continue;
     if (b.kind == PlanBuffer::kScratch && !scratch_blobs.insert(b.blob).second) continue;
     n += b.elements();
   }
@@ -250,7 +381,8 @@ int64_t MemoryPlan::input_bytes() const {
 
 std::string MemoryPlan::StepName(int step, const std::vector<LayerEntry>& layers) const {
   const PlanStep& s = steps[step];
-  const char* tag = s.kind == PlanStep::kForward ? "F" : s.kind == PlanStep::kBackward ? "B" : "A";
+  const char* tags[] = {"F", "B", "A", "R"};
+  const char* tag = tags[s.kind];
   return absl::StrCat(tag, s.layer, " ", layers[s.layer].layer->name());
 }
 
@@ -259,11 +391,13 @@ std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
                    [&](int a, int b) { return buffers[a].first < buffers[b].first; });
-  const char* kinds[] = {"act", "grad", "scratch"};
+  const char* kinds[] = {"act", "grad", "scratch", "recomp"};
   std::string out = absl::StrFormat(
-      "memory plan (batch %d, %s): %d buffers over %d steps (F = forward, B = backward, A = "
-      "gradient addition, then the layer's index and name)\n",
-      batch, share ? "shared arena" : "one allocation each", buffers.size(), steps.size());
+      "memory plan (batch %d, %s, %d recomputed): %d buffers over %d steps (F = forward, B = "
+      "backward, A = gradient addition, R = recompute of the layer's output (and what it "
+      "needs) before the backward step after it; then the layer's index and name)\n",
+      batch, share ? "shared arena" : "one allocation each", recomputes.size(), buffers.size(),
+      steps.size());
   absl::StrAppendFormat(&out, "%-40s %-7s %-18s %12s %12s  %-40s %s\n", "buffer", "kind", "shape",
                         "bytes", "byte offset", "live", "shares memory with");
   for (int id : order) {
@@ -321,7 +455,21 @@ absl::Status CheckMemoryPlan(const MemoryPlan& plan) {
         }
       }
     }
-    for (int id : s.writes) written[id] = true;
+    for (int id : s.writes) {
+      written[id] = true;
+      if ((bufs[id].kind == PlanBuffer::kRecomputed) != (s.kind == PlanStep::kRecompute)) {
+        return absl::InternalError(absl::StrFormat(
+            "step %d (layer %d) writes %s: only recompute steps write recomputed buffers", t,
+            s.layer, bufs[id].name));
+      }
+    }
+    for (int id : s.reads) {
+      if (bufs[id].kind == PlanBuffer::kRecomputed && s.kind != PlanStep::kBackward) {
+        return absl::InternalError(absl::StrFormat(
+            "step %d (layer %d) reads recomputed buffer %s outside the backward pass", t, s.layer,
+            bufs[id].name));
+      }
+    }
   }
   if (!plan.share) return absl::OkStatus();
   int64_t sum = 0;

@@ -10,7 +10,10 @@
 // overlap may share memory: they get offsets in one arena (greedy, largest first, each at the
 // best-fitting gap among the buffers it overlaps in time). Pinned buffers (net inputs, "loss",
 // "probs", the logits, Net::PinBlob) live the whole step and share with nothing, so
-// callers may read them between steps. docs/MEMORY.md describes the rules.
+// callers may read them between steps. With recomputation (MemoryPlanOptions::recompute),
+// chosen cheap outputs (batch norm + ReLU; optionally residual sums) live only through the
+// forward pass; a "recompute" step just before their first backward reader writes them
+// again into short-lived buffers. docs/MEMORY.md describes the rules.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +31,13 @@ namespace colonnade {
 struct LayerEntry;
 
 struct PlanBuffer {
-  enum Kind { kActivation, kGradient, kScratch };
+  // kRecomputed: an activation written again in the backward pass (its backward life, or
+  // for an intermediate of a recomputation only its recompute step).
+  enum Kind { kActivation, kGradient, kScratch, kRecomputed };
   Kind kind = kActivation;
-  std::string blob;  // the blob it holds (kActivation) or the gradient of
-  std::string name;  // for printing: "conv1", "d conv1", "d conv1 (from pool1)"
+  std::string blob;  // the blob it holds (kActivation, kRecomputed) or the gradient of
+  // For printing: "conv1", "d conv1", "d conv1 (from pool1)", "bn1 (recomputed)".
+  std::string name;
   Shape shape;
   int first = -1;  // live interval in schedule steps, inclusive
   int last = -1;
@@ -46,20 +52,44 @@ struct PlanBuffer {
 };
 
 struct PlanStep {
-  enum Kind { kForward, kBackward, kAccumulate };
+  // kRecompute: MemoryPlan::recomputes[recompute], run before the next backward step.
+  enum Kind { kForward, kBackward, kAccumulate, kRecompute };
   Kind kind = kForward;
-  int layer = 0;
+  int layer = 0;                   // kRecompute: the layer whose output it writes again
+  int recompute = -1;              // kRecompute: index into MemoryPlan::recomputes
   std::vector<int> reads, writes;  // buffer ids (reads: what the step's code reads)
   std::vector<int> touches;        // bound to an argument but neither read nor written
 };
 
 // Which buffer each argument of a layer's Forward and Backward is (buffer ids; -1: null).
 struct LayerBinding {
-  std::vector<int> x, y;  // activations of inputs and outputs
-  std::vector<int> dy;    // gradients of the outputs
-  std::vector<int> dx;    // gradients (or scratch) the inputs receive; -1 for net inputs
+  std::vector<int> x, y;  // activations of inputs and outputs (Forward)
+  // Backward's x and y: as x and y, except a recomputed blob's kRecomputed buffer.
+  std::vector<int> back_x, back_y;
+  std::vector<int> dy;  // gradients of the outputs
+  std::vector<int> dx;  // gradients (or scratch) the inputs receive; -1 for net inputs
   std::vector<std::pair<int, int>> accumulate;  // (gradient, scratch): gradient += scratch
+  std::vector<int> recompute;  // MemoryPlan::recomputes to run before this layer's Backward
 };
+
+// One blob written again before its first backward reader, by the layers that wrote it in
+// the forward pass (Layer::Recompute, in forward order): its producer from inputs whose
+// forward buffers are still live (a later Backward reads them) or from intermediates
+// recomputed first into buffers of their own (a residual sum's batch-norm input), then the
+// layers that modify it in place.
+struct Recomputation {
+  struct Run {
+    int layer = 0;
+    std::vector<int> x;  // buffer ids of the layer's inputs
+    int y = -1;          // the buffer it writes (in place: also its input)
+  };
+  std::vector<Run> runs;
+  int buffer = -1;  // the kRecomputed buffer the backward readers get
+};
+
+// Which outputs the plan may recompute (--recompute): batch norm and the ReLUs after it,
+// and with kBatchNormReluAdd also residual sums (add) and the ReLUs after them.
+enum class RecomputePolicy { kOff, kBatchNormRelu, kBatchNormReluAdd };
 
 struct MemoryPlanOptions {
   // false: every buffer its own allocation (--memory_plan=off); the schedule is the same.
@@ -68,6 +98,15 @@ struct MemoryPlanOptions {
   std::set<std::string> pinned;
   // Offsets are multiples of this many elements (256 bytes: any kernel's vector loads).
   int64_t align_elements = 64;
+  // Recompute in the backward pass every blob that is read by some Backward, written by
+  // layers the policy names that can recompute (Layer::can_recompute: the producer, then
+  // in-place layers), and whose producer's inputs are live anyway when it is needed
+  // (a Backward after its first reader reads them) or are such outputs themselves that no
+  // Backward reads (recomputed first, for the recompute step only). So nothing lives longer
+  // and the blob's forward buffer dies at its last forward reader. A blob whose input is
+  // recomputed is kept (each input is recomputed at most once): in ResNet every other
+  // block output.
+  RecomputePolicy recompute = RecomputePolicy::kOff;
 };
 
 struct MemoryPlan {
@@ -76,7 +115,8 @@ struct MemoryPlan {
   std::vector<PlanBuffer> buffers;
   std::vector<PlanStep> steps;
   std::vector<LayerBinding> layers;
-  std::map<std::string, int> activation, gradient;  // blob -> buffer id
+  std::vector<Recomputation> recomputes;
+  std::map<std::string, int> activation, gradient;  // blob -> buffer id (forward's)
   int64_t arena_elements = 0;                       // the arena (share) or 0
 
   // Bytes of the buffers in the arena (or of all non-input buffers without sharing).
@@ -84,7 +124,7 @@ struct MemoryPlan {
   // Bytes the buffers take with one allocation each (the plan off: one scratch per blob).
   int64_t unshared_bytes() const;
   int64_t input_bytes() const;  // the net inputs' own allocations
-  // "F3 conv2", "B3 conv2", "A3 conv2" for a schedule step.
+  // "F3 conv2", "B3 conv2", "A3 conv2", "R3 conv2" for a schedule step.
   std::string StepName(int step, const std::vector<LayerEntry>& layers) const;
   // The table --print_memory_plan shows: every buffer with its bytes, offset, live
   // interval and the buffers it shares memory with, in order of first use.
@@ -102,7 +142,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const std::vector<LayerEntry>& layers,
 // whose arena ranges overlap are never live at one step; every step reads only buffers
 // written at an earlier step (inputs and zero-filled buffers count as written before the
 // step); each buffer's interval covers every step that reads or writes it; the arena is no larger
-// than the buffers' sum.
+// than the buffers' sum; a recomputed buffer is written by its recompute step and read only
+// by later backward steps.
 absl::Status CheckMemoryPlan(const MemoryPlan& plan);
 
 }  // namespace colonnade

@@ -79,6 +79,7 @@ MemoryPlanOptions Net::PlanOptions() const {
   MemoryPlanOptions o;
   o.share = plan_memory_;
   o.pinned = pinned_;
+  o.recompute = recompute_;
   return o;
 }
 
@@ -118,6 +119,8 @@ absl::Status Net::Build(int64_t batch, Device device) {
     Tensor& t = b.kind == PlanBuffer::kActivation ? blobs_[b.blob] : buffers_[id];
     if (b.external) {
       if (t.empty()) t = Tensor(b.shape, device);
+    } else if (b.kind == PlanBuffer::kRecomputed && !plan.share) {
+      t = blobs_.at(b.blob);  // one allocation per blob: written again in place
     } else if (plan.share) {
       t = arena_.View(b.shape, b.offset);
     } else if (b.kind == PlanBuffer::kScratch) {
@@ -233,18 +236,28 @@ void Net::Backward(const RunContext& ctx, const std::function<void(int)>& after_
   std::vector<Tensor*> dx;
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {
     const LayerBinding& bind = plan_.layers[i];
+    for (int r : bind.recompute) Recompute(plan_.recomputes[r]);
     x.clear();
     y.clear();
     dy.clear();
     dx.clear();
-    for (int id : bind.x) x.push_back(bound_[id]);
-    for (int id : bind.y) y.push_back(bound_[id]);
+    for (int id : bind.back_x) x.push_back(bound_[id]);
+    for (int id : bind.back_y) y.push_back(bound_[id]);
     for (int id : bind.dy) dy.push_back(bound_[id]);
     for (int id : bind.dx) dx.push_back(id >= 0 ? bound_[id] : nullptr);
     layers_[i].layer->Backward(o, ctx, x, y, dy, dx);
     for (const auto& [grad, scratch] : bind.accumulate)
       o.Add(*bound_[grad], *bound_[scratch], *bound_[grad]);
     if (after_layer) after_layer(i);
+  }
+}
+
+void Net::Recompute(const Recomputation& r) {
+  std::vector<const Tensor*> x;
+  for (const Recomputation::Run& run : r.runs) {
+    x.clear();
+    for (int id : run.x) x.push_back(bound_[id]);
+    layers_[run.layer].layer->Recompute(ops(), x, {bound_[run.y]});
   }
 }
 

@@ -66,6 +66,13 @@ class Net {
   // only while the step needs them. Off: one allocation per buffer. Set before Build.
   void set_memory_plan(bool on) { plan_memory_ = on; }
   bool memory_plan_enabled() const { return plan_memory_; }
+  // Recomputation (MemoryPlanOptions::recompute, docs/MEMORY.md): batch-norm outputs (with
+  // their in-place ReLU; with kBatchNormReluAdd also residual sums) are written again just
+  // before their first backward reader instead of being kept from Forward; results are
+  // bitwise the same. With the plan off every buffer has its own allocation anyway and the
+  // recompute rewrites the blobs in place. Set before Build. Default: off.
+  void set_recompute(RecomputePolicy p) { recompute_ = p; }
+  RecomputePolicy recompute() const { return recompute_; }
   // Keeps a blob live for the whole step, for a caller that reads it after Forward or
   // Backward (the inputs, "loss", "probs" and kLogitsBlob always are). Before Build; a
   // name the net does not have is ignored.
@@ -127,6 +134,8 @@ class Net {
   std::vector<std::string> input_names_;
   std::map<std::string, Shape> input_shapes_;
   MemoryPlanOptions PlanOptions() const;
+  // Runs a recomputation of the plan (Layer::Recompute of each of its runs).
+  void Recompute(const Recomputation& r);
 
   // Activations by blob name; the tensors of every planned buffer (bound_[id] points at
   // the blob's entry for activations, at buffers_[id] otherwise); the arena.
@@ -137,6 +146,7 @@ class Net {
   MemoryPlan plan_;
   std::set<std::string> pinned_;
   bool plan_memory_ = true;
+  RecomputePolicy recompute_ = RecomputePolicy::kOff;
   bool poison_ = false;
   int64_t batch_ = 0;
   int64_t builds_ = 0;

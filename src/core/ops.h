@@ -182,11 +182,18 @@ class Ops {
                                  const Tensor& dy, Tensor& dx, const LrnWithinParams& p) = 0;
   // Batch norm over H, W, N per channel. Training: uses batch statistics, writes
   // save_mean / save_invstd (C elements) and updates running_mean / running_var
-  // (unbiased variance). Inference: uses the running statistics.
+  // (unbiased variance); y = (x - save_mean) * save_scale + beta per channel, where
+  // save_scale (C elements) is the float gamma * invstd it used (kept so that
+  // BatchNormApply can write the same y again). Inference: uses the running statistics.
   virtual void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      Tensor& y, Tensor& running_mean, Tensor& running_var,
-                                     Tensor& save_mean, Tensor& save_invstd,
+                                     Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
                                      const BatchNormParams& p) = 0;
+  // y = (x - mean) * scale + shift per channel, with the training forward's exact float
+  // arithmetic: given its save_mean, save_scale and beta, bitwise the y it wrote (the
+  // recomputation of batch-norm outputs in the backward pass, docs/MEMORY.md).
+  virtual void BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
+                              const Tensor& shift, Tensor& y) = 0;
   virtual void BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      const Tensor& running_mean, const Tensor& running_var,
                                      Tensor& y, const BatchNormParams& p) = 0;

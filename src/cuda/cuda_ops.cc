@@ -215,14 +215,21 @@ void CudaOps::LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& 
 
 void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     Tensor& y, Tensor& running_mean, Tensor& running_var,
-                                    Tensor& save_mean, Tensor& save_invstd,
+                                    Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
                                     const BatchNormParams& p) {
-  op_shapes::BatchNorm(x, {&y},
-                       {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd},
-                       "BatchNormForwardTrain");
+  op_shapes::BatchNorm(
+      x, {&y}, {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &save_scale},
+      "BatchNormForwardTrain");
   BatchNormForwardTrainGpu(ctx_, x.data(), gamma.data(), beta.data(), y.data(), running_mean.data(),
                            running_var.data(), save_mean.data(), save_invstd.data(),
-                           I32(x.shape()[0], "c"), Inner(x), p);
+                           save_scale.data(), I32(x.shape()[0], "c"), Inner(x), p);
+}
+
+void CudaOps::BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
+                             const Tensor& shift, Tensor& y) {
+  op_shapes::BatchNorm(x, {&y}, {&mean, &scale, &shift}, "BatchNormApply");
+  BatchNormApplyGpu(ctx_, x.data(), mean.data(), scale.data(), shift.data(), y.data(),
+                    I32(x.shape()[0], "c"), Inner(x));
 }
 
 void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -140,8 +140,10 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
 
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, float* y, float* running_mean, float* running_var,
-                              float* save_mean, float* save_invstd, int c, int64_t inner,
-                              const BatchNormParams& p);
+                              float* save_mean, float* save_invstd, float* save_scale, int c,
+                              int64_t inner, const BatchNormParams& p);
+void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* mean,
+                       const float* scale, const float* shift, float* y, int c, int64_t inner);
 void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, const float* running_mean,
                               const float* running_var, float* y, int c, int64_t inner,

@@ -716,11 +716,18 @@ struct BnParams {
   float* running_var;
   float* save_mean;
   float* save_invstd;
+  float* save_scale;  // gamma * invstd as the forward used it (BatchNormApply's scale)
   float* dgamma;
   float* dbeta;
   int64_t inner;
   float eps, momentum;
 };
+
+// y = (x - mean) * scale + shift: the one expression of the training forward and of
+// BatchNormApplyKernel, so both round alike (this file is built with --fmad=false).
+__device__ __forceinline__ float BnApply(float x, float mean, float scale, float shift) {
+  return (x - mean) * scale + shift;
+}
 
 // Kernel BatchNormTrainKernel: one block (256 threads) per channel c of x: C x inner.
 // Two passes over the channel for mean and biased variance (double), then y is written;
@@ -743,10 +750,12 @@ __global__ void BatchNormTrainKernel(const BnParams p) {
   const float fmean = static_cast<float>(mean);
   const float scale = static_cast<float>(p.gamma[c] * invstd), shift = p.beta[c];
   float* yc = p.y + c * p.inner;
-  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) yc[i] = (xc[i] - fmean) * scale + shift;
+  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock)
+    yc[i] = BnApply(xc[i], fmean, scale, shift);
   if (threadIdx.x == 0) {
     p.save_mean[c] = fmean;
     p.save_invstd[c] = static_cast<float>(invstd);
+    p.save_scale[c] = scale;
     const double unbiased = p.inner > 1 ? ss / static_cast<double>(p.inner - 1) : var;
     p.running_mean[c] =
         static_cast<float>((1.0 - p.momentum) * p.running_mean[c] + p.momentum * mean);
@@ -769,6 +778,20 @@ __global__ void BatchNormInferKernel(const BnInferParams q) {
     const float scale = static_cast<float>(p.gamma[c] * invstd);
     p.y[i] = (p.x[i] - p.mean_in[c]) * scale + p.beta[c];
   }
+}
+
+// Kernel BatchNormApplyKernel: y = BnApply(x, mean, scale, shift) per channel (the saved
+// values of a training forward). Grid: x = column chunks of the channel, y = channel (as
+// AddBiasKernel: no division per element).
+__global__ void BatchNormApplyKernel(const BnParams p) {
+  const int c = blockIdx.y;
+  const float mean = p.mean_in[c], scale = p.gamma[c], shift = p.beta[c];
+  const float* xc = p.x + c * p.inner;
+  float* yc = p.y + c * p.inner;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.inner;
+       i += step)
+    yc[i] = BnApply(xc[i], mean, scale, shift);
 }
 
 // Kernel BatchNormBackwardKernel: one block per channel. dbeta = sum dy, dgamma = sum dy*xhat,
@@ -1162,8 +1185,8 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
 
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, float* y, float* running_mean, float* running_var,
-                              float* save_mean, float* save_invstd, int c, int64_t inner,
-                              const BatchNormParams& bp) {
+                              float* save_mean, float* save_invstd, float* save_scale, int c,
+                              int64_t inner, const BatchNormParams& bp) {
   BnParams p{};
   p.x = x;
   p.gamma = gamma;
@@ -1173,6 +1196,7 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const fl
   p.running_var = running_var;
   p.save_mean = save_mean;
   p.save_invstd = save_invstd;
+  p.save_scale = save_scale;
   p.inner = inner;
   p.eps = bp.eps;
   p.momentum = bp.momentum;
@@ -1194,6 +1218,22 @@ void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const fl
   q.b.eps = bp.eps;
   q.c = c;
   Launch(BatchNormInferKernel, GridFor(ctx, c * inner), dim3(kBlock), ctx.stream, q);
+}
+
+void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* mean,
+                       const float* scale, const float* shift, float* y, int c, int64_t inner) {
+  CHECK_LT(c, 65536) << "BatchNormApply supports up to 65535 channels";
+  BnParams p{};
+  p.x = x;
+  p.mean_in = mean;
+  p.gamma = scale;  // BnParams' per-channel slots: scale and shift take gamma's and beta's
+  p.beta = shift;
+  p.y = y;
+  p.inner = inner;
+  const int64_t want_blocks = std::max<int64_t>(1, int64_t(ctx.sm_count) * 8 / c);
+  const int64_t bx = std::max<int64_t>(1, std::min(CeilDiv(inner, kBlock), want_blocks));
+  Launch(BatchNormApplyKernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)),
+         dim3(kBlock), ctx.stream, p);
 }
 
 void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,

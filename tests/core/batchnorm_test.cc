@@ -1,8 +1,10 @@
 // BatchNormLayer: training forward (batch statistics over H, W, N; biased variance to
 // normalise, unbiased for the running update), inference forward (running statistics),
 // and the gradient check of input, gamma and beta in training mode.
+#include <cstring>
 #include <random>
 
+#include "core/backend.h"
 #include "core/layers.h"
 #include "layer_test_util.h"
 
@@ -96,6 +98,32 @@ TEST(BatchNorm, InferForwardUsesRunningStatistics) {
   // Inference leaves the running statistics alone.
   EXPECT_EQ(p.mean->value.ToHost(), rm);
   EXPECT_EQ(p.var->value.ToHost(), rv);
+}
+
+// Recompute (the memory plan's recomputation, docs/MEMORY.md) writes the training
+// forward's y again bitwise from x and the saved mean and scale, also where the float
+// rounding of gamma * invstd matters: large per-channel means, gammas far from 1.
+TEST(BatchNorm, RecomputeIsBitwiseTheTrainingForward) {
+  std::mt19937 rng(33);
+  const Shape xs = Shape::CHWN(7, 3, 5, 9);
+  BatchNormLayer layer("bn");
+  std::vector<Shape> out = SetUpLayer(layer, {xs});
+  BnParams p = Params(layer);
+  SetValues(p.gamma->value, RandomUniform(7, rng, -3.0f, 3.0f));
+  SetValues(p.beta->value, RandomUniform(7, rng, -1.0f, 1.0f));
+  std::vector<float> x = RandomUniform(xs.elements(), rng, -1.0f, 1.0f);
+  const int64_t per_channel = xs.elements() / 7;
+  for (int64_t i = 0; i < xs.elements(); ++i) x[i] = x[i] * 0.37f + 113.0f * (i / per_channel);
+  Tensor xt = TensorFrom(xs, x);
+  RunContext ctx;
+  ctx.phase = Phase::kTrain;
+  const std::vector<float> y = RunForward(layer, {&xt}, out, ctx)[0].ToHost();
+  Tensor again(xs, Device::kCPU);
+  layer.Recompute(OpsFor(Device::kCPU), {&xt}, {&again});
+  const std::vector<float> z = again.ToHost();
+  ASSERT_EQ(z.size(), y.size());
+  EXPECT_EQ(std::memcmp(z.data(), y.data(), y.size() * sizeof(float)), 0);
+  EXPECT_TRUE(layer.can_recompute());
 }
 
 TEST(BatchNorm, Gradients) {

@@ -225,12 +225,12 @@ TEST(CpuThreads, ResultsDoNotDependOnThreadCount) {
     out.push_back(py.ToHost());
     out.push_back(pdx.ToHost());
     Tensor gamma(Shape{12}), beta(Shape{12}), rm(Shape{12}), rv(Shape{12}), sm(Shape{12}),
-        si(Shape{12}), dg(Shape{12}), dbt(Shape{12});
+        si(Shape{12}), sc(Shape{12}), dg(Shape{12}), dbt(Shape{12});
     Cpu().Fill(gamma, 1.5f);
     Cpu().Fill(beta, 0.25f);
     Cpu().Fill(rm, 0.0f);
     Cpu().Fill(rv, 1.0f);
-    Cpu().BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, {});
+    Cpu().BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc, {});
     Cpu().BatchNormBackward(x, gamma, sm, si, g, dx, dg, dbt);
     out.push_back(y.ToHost());
     out.push_back(dx.ToHost());

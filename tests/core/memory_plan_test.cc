@@ -4,7 +4,10 @@
 // is bitwise equal to training without the plan.
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <set>
+#include <utility>
 
 #include "core/backend.h"
 #include "core/layers.h"
@@ -46,32 +49,84 @@ bool SharesMemory(const PlanBuffer& a, const PlanBuffer& b) {
 // ---- the plan's properties, every zoo model --------------------------------------------
 class PlanEveryModel : public ::testing::TestWithParam<std::string> {};
 
+// With recomputation: each recomputed blob's forward buffer dies in the forward pass, and
+// its recomputed buffer lives from its recompute step (in the backward pass) to its last
+// backward reader; the step's intermediates live for that step only; every other buffer
+// it reads is read again by a later step (the recompute keeps nothing alive longer); only
+// batch norm, ReLU and add run.
+void ExpectRecomputedLivesSplit(const Net& net, const MemoryPlan& plan) {
+  const int forward_steps = static_cast<int>(net.layers().size());
+  std::set<int> recomputed;
+  for (const Recomputation& r : plan.recomputes) {
+    const PlanBuffer& back = plan.buffers[r.buffer];
+    const PlanBuffer& fwd = plan.buffers[plan.activation.at(back.blob)];
+    EXPECT_EQ(back.kind, PlanBuffer::kRecomputed);
+    EXPECT_LT(fwd.last, forward_steps) << back.name << " kept into the backward pass";
+    EXPECT_GE(back.first, forward_steps) << back.name;
+    EXPECT_GT(back.last, back.first) << back.name << " read by no backward step";
+    const PlanStep& step = plan.steps[back.first];
+    EXPECT_EQ(step.kind, PlanStep::kRecompute) << back.name;
+    ASSERT_FALSE(r.runs.empty());
+    EXPECT_EQ(r.runs.back().y, r.buffer);
+    std::set<int> made;
+    for (const Recomputation::Run& run : r.runs) {
+      const std::string type = net.layers()[run.layer].layer->type();
+      EXPECT_TRUE(type == "batchnorm" || type == "relu" || type == "add") << type;
+      for (int x : run.x) {
+        if (made.count(x)) continue;
+        EXPECT_NE(plan.buffers[x].kind, PlanBuffer::kRecomputed) << back.name;
+        EXPECT_GT(plan.buffers[x].last, back.first)
+            << plan.buffers[x].name << " lives on only for recomputing " << back.name;
+        EXPECT_TRUE(std::count(step.reads.begin(), step.reads.end(), x)) << back.name;
+      }
+      made.insert(run.y);
+    }
+    for (int id : made) {
+      recomputed.insert(id);
+      EXPECT_TRUE(std::count(step.writes.begin(), step.writes.end(), id)) << back.name;
+      if (id != r.buffer) EXPECT_EQ(plan.buffers[id].last, back.first) << plan.buffers[id].name;
+    }
+  }
+  int steps = 0;
+  for (const PlanStep& s : plan.steps) steps += s.kind == PlanStep::kRecompute;
+  EXPECT_EQ(steps, static_cast<int>(plan.recomputes.size()));
+  for (size_t id = 0; id < plan.buffers.size(); ++id)
+    if (plan.buffers[id].kind == PlanBuffer::kRecomputed) EXPECT_TRUE(recomputed.count(id));
+}
+
 TEST_P(PlanEveryModel, NoSharingWhileLiveReadsAfterWritesPinsKept) {
   std::unique_ptr<Net> net = Model(GetParam(), SmallInput(GetParam()));
   ASSERT_NE(net, nullptr);
-  for (bool share : {true, false}) {
-    net->set_memory_plan(share);
-    absl::StatusOr<MemoryPlan> plan = net->PlanMemory(2);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    EXPECT_TRUE(CheckMemoryPlan(*plan).ok()) << GetParam() << ": " << CheckMemoryPlan(*plan);
-    EXPECT_LE(plan->planned_bytes(), plan->unshared_bytes()) << GetParam();
-    // No gradient for the net inputs; each layer's step is in the schedule exactly twice.
-    EXPECT_EQ(plan->gradient.count("data"), 0u);
-    EXPECT_EQ(plan->gradient.count("label"), 0u);
-    for (const LayerBinding& b : plan->layers)
-      for (size_t k = 0; k < b.dx.size(); ++k)
-        if (net->layers()[&b - plan->layers.data()].inputs[k] == "data") EXPECT_EQ(b.dx[k], -1);
-    if (!share) continue;
-    for (const char* blob : {"data", "label", "loss", "probs", kLogitsBlob}) {
-      ASSERT_TRUE(plan->activation.count(blob)) << blob;
-      const PlanBuffer& p = plan->buffers[plan->activation.at(blob)];
-      EXPECT_TRUE(p.pinned) << GetParam() << " " << blob;
-      for (const PlanBuffer& o : plan->buffers) {
-        if (&o == &p || o.external || p.external) continue;
-        EXPECT_FALSE(SharesMemory(o, p)) << GetParam() << ": " << o.name << " shares " << blob;
+  for (RecomputePolicy recompute :
+       {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd})
+    for (bool share : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "share " << share << " recompute " << static_cast<int>(recompute));
+      net->set_memory_plan(share);
+      net->set_recompute(recompute);
+      absl::StatusOr<MemoryPlan> plan = net->PlanMemory(2);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      EXPECT_TRUE(CheckMemoryPlan(*plan).ok()) << GetParam() << ": " << CheckMemoryPlan(*plan);
+      ExpectRecomputedLivesSplit(*net, *plan);
+      if (recompute == RecomputePolicy::kOff) EXPECT_TRUE(plan->recomputes.empty());
+      EXPECT_LE(plan->planned_bytes(), plan->unshared_bytes()) << GetParam();
+      // No gradient for the net inputs; each layer's step is in the schedule exactly twice.
+      EXPECT_EQ(plan->gradient.count("data"), 0u);
+      EXPECT_EQ(plan->gradient.count("label"), 0u);
+      for (const LayerBinding& b : plan->layers)
+        for (size_t k = 0; k < b.dx.size(); ++k)
+          if (net->layers()[&b - plan->layers.data()].inputs[k] == "data") EXPECT_EQ(b.dx[k], -1);
+      if (!share) continue;
+      for (const char* blob : {"data", "label", "loss", "probs", kLogitsBlob}) {
+        ASSERT_TRUE(plan->activation.count(blob)) << blob;
+        const PlanBuffer& p = plan->buffers[plan->activation.at(blob)];
+        EXPECT_TRUE(p.pinned) << GetParam() << " " << blob;
+        for (const PlanBuffer& o : plan->buffers) {
+          if (&o == &p || o.external || p.external) continue;
+          EXPECT_FALSE(SharesMemory(o, p)) << GetParam() << ": " << o.name << " shares " << blob;
+        }
       }
     }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, PlanEveryModel, ::testing::ValuesIn(ZooNames()),
@@ -106,32 +161,72 @@ TEST(MemoryPlan, ImageNetModelsAtTheIssuesBatches) {
         c.model, c.batch, plan->planned_bytes() / 1048576.0, plan->unshared_bytes() / 1048576.0,
         ratio, plan->input_bytes() / 1048576.0);
     EXPECT_LT(ratio, c.max_ratio) << c.model;
+    int64_t before = plan->planned_bytes();
+    for (RecomputePolicy p :
+         {RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd}) {
+      net->set_recompute(p);
+      absl::StatusOr<MemoryPlan> recomputing = net->PlanMemory(c.batch);
+      ASSERT_TRUE(recomputing.ok()) << recomputing.status();
+      ASSERT_TRUE(CheckMemoryPlan(*recomputing).ok()) << c.model;
+      std::printf("%-9s batch %3d: %8.1f MiB planned with %d recomputed (policy %d)\n", c.model,
+                  c.batch, recomputing->planned_bytes() / 1048576.0,
+                  static_cast<int>(recomputing->recomputes.size()), static_cast<int>(p));
+      EXPECT_LE(recomputing->planned_bytes(), before) << c.model;
+      EXPECT_EQ(recomputing->unshared_bytes(), plan->unshared_bytes()) << c.model;
+      before = recomputing->planned_bytes();
+    }
   }
 }
 
-TEST(MemoryPlan, PinnedBlobSharesNothing) {
-  // A batch-norm output feeding only an add: unpinned, it dies at the add's forward.
-  const std::string blob = "layer1_0_conv2_bn";
-  std::unique_ptr<Net> net = Model("resnet18-cifar", 32);
+// The structure recomputation changes, on ResNet-50's shapes (small input: the lives do
+// not depend on sizes). bn_relu: one recomputation per batch norm followed by a ReLU (the
+// stem and two per bottleneck); bn_relu_add also every other block output (blocks 0, 2,
+// ... of each stage: block k's shortcut input is block k-1's output, which must be kept).
+// Each recomputed output's forward buffer now dies in the forward pass, and its backward
+// copy is not live when the backward pass starts (where the peak is) but only from just
+// before its first reader to the same last reader as before; every other buffer keeps its
+// life; the arena shrinks.
+void ExpectShorterLives(RecomputePolicy policy, size_t recomputations) {
+  std::unique_ptr<Net> net = Model("resnet50", 64);
   ASSERT_NE(net, nullptr);
-  net->PinBlob(blob);
-  net->PinBlob("no_such_blob");  // ignored
-  ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
-  const MemoryPlan& plan = net->memory_plan();
-  ASSERT_TRUE(CheckMemoryPlan(plan).ok());
-  const PlanBuffer& pinned = plan.buffers[plan.activation.at(blob)];
-  EXPECT_TRUE(pinned.pinned);
-  for (const PlanBuffer& o : plan.buffers)
-    if (&o != &pinned && !o.external) EXPECT_FALSE(SharesMemory(o, pinned)) << o.name;
-  std::unique_ptr<Net> other = Model("resnet18-cifar", 32);
-  absl::StatusOr<MemoryPlan> free_plan = other->PlanMemory(2);
-  ASSERT_TRUE(free_plan.ok());
-  const PlanBuffer& p = free_plan->buffers[free_plan->activation.at(blob)];
-  EXPECT_FALSE(p.pinned);
-  bool shared = false;
-  for (const PlanBuffer& o : free_plan->buffers)
-    shared |= &o != &p && !o.external && SharesMemory(o, p);
-  EXPECT_TRUE(shared) << "unpinned, " << blob << " should share its memory";
+  absl::StatusOr<MemoryPlan> kept = net->PlanMemory(4);
+  net->set_recompute(policy);
+  absl::StatusOr<MemoryPlan> plan = net->PlanMemory(4);
+  ASSERT_TRUE(kept.ok() && plan.ok());
+  ASSERT_TRUE(CheckMemoryPlan(*plan).ok()) << CheckMemoryPlan(*plan);
+  EXPECT_EQ(plan->recomputes.size(), recomputations);
+  const int forward_steps = static_cast<int>(net->layers().size());
+  std::set<std::string> recomputed;
+  for (const Recomputation& r : plan->recomputes) {
+    const PlanBuffer& back = plan->buffers[r.buffer];
+    const PlanBuffer& fwd = plan->buffers[plan->activation.at(back.blob)];
+    const PlanBuffer& before = kept->buffers[kept->activation.at(back.blob)];
+    recomputed.insert(back.blob);
+    EXPECT_EQ(net->layers()[r.runs.back().layer].layer->type(), std::string("relu")) << back.name;
+    EXPECT_GE(before.last, forward_steps) << back.name << " was not read in backward before";
+    EXPECT_EQ(fwd.first, before.first) << back.name;
+    EXPECT_LT(fwd.last, forward_steps) << back.name;
+    EXPECT_GT(back.first, forward_steps) << back.name;
+    EXPECT_EQ(plan->StepName(back.last, net->layers()), kept->StepName(before.last, net->layers()))
+        << back.name;
+  }
+  EXPECT_LT(plan->planned_bytes(), kept->planned_bytes());
+  for (const auto& [blob, id] : kept->activation) {
+    if (recomputed.count(blob)) continue;
+    const PlanBuffer& a = kept->buffers[id];
+    const PlanBuffer& b = plan->buffers[plan->activation.at(blob)];
+    EXPECT_EQ(kept->StepName(a.first, net->layers()), plan->StepName(b.first, net->layers()));
+    EXPECT_EQ(kept->StepName(a.last, net->layers()), plan->StepName(b.last, net->layers())) << blob;
+  }
+}
+
+TEST(MemoryPlan, RecomputedBatchNormOutputsLiveShorter) {
+  ExpectShorterLives(RecomputePolicy::kBatchNormRelu, 1u + 2u * 16u);
+}
+
+TEST(MemoryPlan, RecomputedBlockOutputsLiveShorter) {
+  // Blocks 0 and 2 of stages 1, 2 and 4 (3, 4, 3 blocks), 0, 2 and 4 of stage 3 (6).
+  ExpectShorterLives(RecomputePolicy::kBatchNormReluAdd, 1u + 2u * 16u + 9u);
 }
 
 // ---- poison: planned + NaN-filled arena == unplanned, bitwise ---------------------------
@@ -140,12 +235,14 @@ struct Trace {
   std::vector<std::vector<float>> params;
 };
 
-Trace Train(const std::string& model, int input, bool plan, bool poison, int steps = 3) {
+Trace Train(const std::string& model, int input, bool plan, bool poison, int steps = 3,
+            RecomputePolicy recompute = RecomputePolicy::kOff) {
   Trace t;
   const int n = 2;
   std::unique_ptr<Net> net = Model(model, input);
   if (net == nullptr) return t;
   net->set_memory_plan(plan);
+  net->set_recompute(recompute);
   net->set_poison_for_testing(poison);
   absl::Status s = net->Build(n, Device::kCPU);
   EXPECT_TRUE(s.ok()) << s;
@@ -204,6 +301,37 @@ TEST_P(PoisonedPlanTrains, BitwiseAsWithoutThePlan) {
 INSTANTIATE_TEST_SUITE_P(Zoo, PoisonedPlanTrains,
                          ::testing::Values("alexnet", "resnet18-cifar", "googlenet",
                                            "cifar10-18pct", "cifar10-80sec", "resnet50"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
+
+// Recomputation repeats the forward's arithmetic: training with batch-norm outputs (and
+// block outputs) recomputed in the backward pass (plan on, arena poisoned, so a recompute
+// that came too late or a reader bound to the dead forward buffer shows; and plan off) is
+// bitwise equal to training that keeps them, for every zoo model family with batch norm.
+class RecomputeTrains : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RecomputeTrains, BitwiseAsKeepingTheOutputs) {
+  const std::string model = GetParam();
+  const Trace kept = Train(model, SmallInput(model), false, false);
+  ASSERT_FALSE(kept.params.empty());
+  for (RecomputePolicy p : {RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd})
+    for (bool plan : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << model << " plan " << plan << " policy " << static_cast<int>(p));
+      const Trace recomputed = Train(model, SmallInput(model), plan, plan, 3, p);
+      EXPECT_TRUE(BitwiseEqual(kept.losses, recomputed.losses));
+      EXPECT_TRUE(BitwiseEqual(kept.logits, recomputed.logits));
+      EXPECT_TRUE(BitwiseEqual(kept.params, recomputed.params));
+    }
+}
+
+// ResNet-50 at a 64x64 input stands for its ImageNet shape (bottlenecks, downsampling).
+INSTANTIATE_TEST_SUITE_P(Zoo, RecomputeTrains,
+                         ::testing::Values("resnet18-cifar", "resnet50", "googlenet"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            for (char& c : s)

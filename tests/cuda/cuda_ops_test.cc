@@ -492,17 +492,22 @@ TEST_F(CudaTest, BatchNorm) {
   Tensor x = RandomCpu(s, 101, -2.0f, 3.0f), gamma = RandomCpu(c, 102), beta = RandomCpu(c, 103);
   Tensor rm = RandomCpu(c, 104), rv = RandomCpu(c, 105, 0.5f, 2.0f);
   Tensor grm = OnGpu(rm), grv = OnGpu(rv);
-  Tensor y(s, Device::kCPU), sm(c, Device::kCPU), si(c, Device::kCPU);
-  Cpu().BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, p);
+  Tensor y(s, Device::kCPU), sm(c, Device::kCPU), si(c, Device::kCPU), sc(c, Device::kCPU);
+  Cpu().BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc, p);
   Tensor gx = OnGpu(x), gg = OnGpu(gamma), gb = OnGpu(beta);
   Tensor gy = Poisoned(s, Device::kCUDA), gsm = Poisoned(c, Device::kCUDA),
-         gsi = Poisoned(c, Device::kCUDA);
-  Gpu().BatchNormForwardTrain(gx, gg, gb, gy, grm, grv, gsm, gsi, p);
+         gsi = Poisoned(c, Device::kCUDA), gsc = Poisoned(c, Device::kCUDA);
+  Gpu().BatchNormForwardTrain(gx, gg, gb, gy, grm, grv, gsm, gsi, gsc, p);
   EXPECT_CLOSE(gy, y);
   EXPECT_CLOSE(gsm, sm);
   EXPECT_CLOSE(gsi, si);
+  EXPECT_CLOSE(gsc, sc);
   EXPECT_CLOSE(grm, rm);
   EXPECT_CLOSE(grv, rv);
+  // The recomputation of the backward pass (docs/MEMORY.md): bitwise the forward's y.
+  Tensor ga = Poisoned(s, Device::kCUDA);
+  Gpu().BatchNormApply(gx, gsm, gsc, gb, ga);
+  EXPECT_BITWISE(ga, gy);
 
   Tensor yi(s, Device::kCPU);
   Cpu().BatchNormForwardInfer(x, gamma, beta, rm, rv, yi, p);
