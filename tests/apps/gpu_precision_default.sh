@@ -9,11 +9,11 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then echo "SKIP: no GPU"; exit 77; fi
 RUN=(--model=cifar10-80sec --device=cuda --data=synthetic --synthetic_size=256 --batch_size=32
-     --steps=2 --log_every=1 --resume=none --checkpoint_dir="$work/ckpt")
-"$build/trainer" "${RUN[@]}" > "$work/auto.log" 2>&1 || { cat "$work/auto.log"; fail "default run"; }
+     --steps=2 --log_every=1 --resume=none)
+"$build/trainer" "${RUN[@]}" --checkpoint_dir="$work/auto" > "$work/auto.log" 2>&1 || { cat "$work/auto.log"; fail "default run"; }
 grep -q "device cuda (bf16, auto)" "$work/auto.log" ||
   { grep layout "$work/auto.log"; fail "the default precision on a GPU is not bf16"; }
-"$build/trainer" "${RUN[@]}" --precision=fp32 > "$work/fp32.log" 2>&1 ||
+"$build/trainer" "${RUN[@]}" --checkpoint_dir="$work/fp32" --precision=fp32 > "$work/fp32.log" 2>&1 ||
   { cat "$work/fp32.log"; fail "--precision=fp32 run"; }
 grep -q "device cuda (fp32)" "$work/fp32.log" || fail "--precision=fp32 did not run in fp32"
 echo "PASS: --precision=auto is bf16 on the GPU, --precision=fp32 is fp32"
