@@ -148,6 +148,29 @@ void WriteSyntheticInputs(Net& net) {
   label.CopyFromHost(lab);
 }
 
+// The model on the GPU at this batch with --memory_plan and --recompute, its parameters
+// initialised and its inputs written (WriteSyntheticInputs); prints the plan's sizes.
+std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch) {
+  ModelOptions mo;
+  auto built = BuildModel(model, mo);
+  CHECK(built.ok()) << built.status();
+  std::unique_ptr<Net> net = std::move(*built);
+  net->set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
+  net->set_recompute(absl::GetFlag(FLAGS_recompute));
+  const absl::Status st = net->Build(batch, Device::kCUDA);
+  CHECK(st.ok()) << st;
+  std::printf(
+      "memory plan %s, recompute %s: activations+gradients %.1f MiB (%.1f MiB with one "
+      "buffer each)\n",
+      AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)).c_str(),
+      AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)).c_str(),
+      net->memory_plan().planned_bytes() / 1048576.0,
+      net->memory_plan().unshared_bytes() / 1048576.0);
+  net->InitParams(1);
+  WriteSyntheticInputs(*net);
+  return net;
+}
+
 int Main() {
   Precision precision;
   if (!ParsePrecision(absl::GetFlag(FLAGS_precision), &precision)) {
@@ -171,23 +194,8 @@ int Main() {
   std::vector<std::string> lines;
   for (absl::string_view bs : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
     const int64_t batch = std::stoll(std::string(bs));
-    ModelOptions mo;
-    auto built = BuildModel(model, mo);
-    CHECK(built.ok()) << built.status();
-    Net& net = **built;
-    net.set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
-    net.set_recompute(absl::GetFlag(FLAGS_recompute));
-    st = net.Build(batch, Device::kCUDA);
-    CHECK(st.ok()) << st;
-    std::printf(
-        "memory plan %s, recompute %s: activations+gradients %.1f MiB (%.1f MiB with one "
-        "buffer each)\n",
-        AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)).c_str(),
-        AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)).c_str(),
-        net.memory_plan().planned_bytes() / 1048576.0,
-        net.memory_plan().unshared_bytes() / 1048576.0);
-    net.InitParams(1);
-    WriteSyntheticInputs(net);
+    const std::unique_ptr<Net> built = BuildSyntheticNet(model, batch);
+    Net& net = *built;
     SgdOptions so;
     so.momentum = 0.9f;
     so.weight_decay = 5e-4f;
