@@ -96,8 +96,8 @@ struct TileTexel {
   int k;  // staged column
 };
 
-__device__ __forceinline__ TileTexel LocateTexel(const FeedGeometry& g, const FeedAugment& a,
-                                                 int y, int x, int xx) {
+__device__ __forceinline__ TileTexel LocateTexel(const FeedGeometry& g, const FeedAugment& a, int y,
+                                                 int x, int xx) {
   const int sy = a.y0 + y;
   const int sx = a.mirror ? a.x0 + g.crop_w - 1 - x : a.x0 + x;
   TileTexel t;
@@ -153,10 +153,9 @@ __global__ void __launch_bounds__(kTileThreads) AugmentTileKernel(AugmentParams 
       for (int c = 0; c < C; ++c) {
         float v[4];
         for (int q = 0; q < 4; ++q) {
-          v[q] = tx[q].inside
-                     ? AugmentValue(g, s_aug[j0 + q], s_px[j0 + q][tx[q].k * C + c],
-                                    &s_mean[j0 + q][tx[q].k * C], c)
-                     : 0.0f;
+          v[q] = tx[q].inside ? AugmentValue(g, s_aug[j0 + q], s_px[j0 + q][tx[q].k * C + c],
+                                             &s_mean[j0 + q][tx[q].k * C], c)
+                              : 0.0f;
         }
         *reinterpret_cast<float4*>(dst + c * plane) = make_float4(v[0], v[1], v[2], v[3]);
       }
@@ -188,38 +187,57 @@ struct SynthParams {
   int n;
   int64_t groups;  // ceil(H * W * C / 8): 8-byte groups per image
   uint8_t* out;    // n x H x W x C
+  bool words;      // H * W * C % 8 == 0 and out 8-byte aligned: 8-byte stores
 };
 
-// Pattern value of class grid `cells` (kGrid x kGrid x 3) at pixel (y, x), channel c:
-// SyntheticDataset::BuildPatterns' bilinear interpolation, operation by operation.
-__device__ __forceinline__ float PatternValue(const float* cells, int y, int x, int c, int H,
-                                              int W) {
-  const float fy =
-      __fdiv_rn(__fmul_rn(static_cast<float>(y), static_cast<float>(kGrid)), static_cast<float>(H));
-  const int y0 = static_cast<int>(fy);
-  const float ty = __fsub_rn(fy, static_cast<float>(y0));
-  const float fx =
-      __fdiv_rn(__fmul_rn(static_cast<float>(x), static_cast<float>(kGrid)), static_cast<float>(W));
-  const int x0 = static_cast<int>(fx);
-  const float tx = __fsub_rn(fx, static_cast<float>(x0));
-  const int y1 = (y0 + 1) % kGrid, x1 = (x0 + 1) % kGrid;
-  auto cell = [&](int gy, int gx) { return __ldg(cells + (gy * kGrid + gx) * 3 + c); };
-  const float utx = __fsub_rn(1.0f, tx), uty = __fsub_rn(1.0f, ty);
-  const float top = __fadd_rn(__fmul_rn(utx, cell(y0, x0)), __fmul_rn(tx, cell(y0, x1)));
-  const float bottom = __fadd_rn(__fmul_rn(utx, cell(y1, x0)), __fmul_rn(tx, cell(y1, x1)));
-  return __fadd_rn(__fmul_rn(uty, top), __fmul_rn(ty, bottom));
+// One grid coordinate of SyntheticDataset::BuildPatterns' bilinear interpolation: pixel
+// v of `size` falls between grid lines i0 and i1 (periodic) at fraction t, ut = 1 - t.
+// Computed once per pixel, not per byte of it (each takes a division).
+struct GridCoord {
+  int i0, i1;
+  float t, ut;
+};
+
+__device__ __forceinline__ GridCoord GridCoordOf(int v, int size) {
+  const float f = __fdiv_rn(__fmul_rn(static_cast<float>(v), static_cast<float>(kGrid)),
+                            static_cast<float>(size));
+  GridCoord r;
+  r.i0 = static_cast<int>(f);
+  r.t = __fsub_rn(f, static_cast<float>(r.i0));
+  r.i1 = (r.i0 + 1) % kGrid;
+  r.ut = __fsub_rn(1.0f, r.t);
+  return r;
+}
+
+// Pattern value of class grid `cells` (kGrid x kGrid x 3) at grid coordinates (gy, gx),
+// channel c: BuildPatterns' interpolation, operation by operation.
+__device__ __forceinline__ float PatternValue(const float* cells, const GridCoord& gy,
+                                              const GridCoord& gx, int c) {
+  auto cell = [&](int y, int x) { return __ldg(cells + (y * kGrid + x) * 3 + c); };
+  const float top =
+      __fadd_rn(__fmul_rn(gx.ut, cell(gy.i0, gx.i0)), __fmul_rn(gx.t, cell(gy.i0, gx.i1)));
+  const float bottom =
+      __fadd_rn(__fmul_rn(gx.ut, cell(gy.i1, gx.i0)), __fmul_rn(gx.t, cell(gy.i1, gx.i1)));
+  return __fadd_rn(__fmul_rn(gy.ut, top), __fmul_rn(gy.t, bottom));
 }
 
 // Block 256, grid (ceil(groups / 256), min(n, 65535)), striding over images by gridDim.y:
 // each thread makes the 8 consecutive bytes of one image that share one Philox noise
 // block (SyntheticDataset::Generate draws block e / 8 for element e). The per-image
 // parameters (one Philox block) are recomputed by every thread: ten rounds of integer
-// work, cheaper than a second kernel or a shared-memory broadcast.
+// work, cheaper than a second kernel or a shared-memory broadcast. The thread walks its
+// 8 bytes' (y, x, c) incrementally (one division up front, not four per byte), takes the
+// grid coordinates once per pixel, and stores the 8 bytes as one 8-byte word when the
+// image size is a multiple of 8.
 __global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
   const SyntheticGeometry& g = p.g;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kSynthBlock + threadIdx.x;
   if (t >= p.groups) return;
   const int64_t elems = static_cast<int64_t>(g.height) * g.width * g.channels;
+  const int count = elems - t * 8 < 8 ? static_cast<int>(elems - t * 8) : 8;
+  const int64_t pixel0 = t * 8 / g.channels;
+  const int c0 = static_cast<int>(t * 8 - pixel0 * g.channels);
+  const int x0 = static_cast<int>(pixel0 % g.width), y0 = static_cast<int>(pixel0 / g.width);
   for (int j = blockIdx.y; j < p.n; j += gridDim.y) {
     const int64_t index = p.indices[j];
     const uint64_t u = static_cast<uint64_t>(index);
@@ -231,17 +249,19 @@ __global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
     const float contrast = __fadd_rn(0.75f, __fmul_rn(0.5f, UniformFromBits(r.v[2])));
     const float brightness = __fadd_rn(-20.f, __fmul_rn(40.f, UniformFromBits(r.v[3])));
     const Philox4 noise = Philox4x32(g.image_key, 1 + u, static_cast<uint64_t>(t));
-    uint8_t* out = p.out + j * elems;
-    for (int i = 0; i < 8; ++i) {
-      const int64_t e = t * 8 + i;
-      if (e >= elems) break;
-      const int c = static_cast<int>(e % g.channels);
-      const int64_t pixel = e / g.channels;
-      const int x = static_cast<int>(pixel % g.width), y = static_cast<int>(pixel / g.width);
-      const int sy = ((y + dy) % g.height + g.height) % g.height;
-      const int sx = ((x + dx) % g.width + g.width) % g.width;
-      const float pattern = PatternValue(cells, sy, sx, c, g.height, g.width);
-      const uint32_t word = noise.v[i / 2];
+    uint32_t packed[2] = {0, 0};  // the 8 bytes, little-endian (selected, not indexed)
+    int c = c0, x = x0, y = y0;
+    GridCoord gy, gx;
+    for (int i = 0; i < count; ++i) {
+      if (i == 0 || c == 0) {  // a new pixel
+        gy = GridCoordOf(((y + dy) % g.height + g.height) % g.height, g.height);
+        gx = GridCoordOf(((x + dx) % g.width + g.width) % g.width, g.width);
+      }
+      const float pattern = PatternValue(cells, gy, gx, c);
+      const uint32_t word = i < 2   ? noise.v[0]
+                            : i < 4 ? noise.v[1]
+                            : i < 6 ? noise.v[2]
+                                    : noise.v[3];
       const int shift = (i % 2) * 16;
       const float tri =
           __fsub_rn(__fdiv_rn(__fadd_rn(static_cast<float>((word >> shift) & 0xFF),
@@ -254,7 +274,28 @@ __global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
       v = __fadd_rn(v, __fmul_rn(g.noise, tri));
       v = 0.f < v ? v : 0.f;      // std::max(0.f, v)
       v = v < 255.f ? v : 255.f;  // std::min(255.f, v)
-      out[e] = static_cast<uint8_t>(static_cast<int>(__fadd_rn(v, 0.5f)));
+      const uint32_t byte = static_cast<uint8_t>(static_cast<int>(__fadd_rn(v, 0.5f)));
+      if (i < 4) {
+        packed[0] |= byte << (8 * i);
+      } else {
+        packed[1] |= byte << (8 * (i - 4));
+      }
+      if (++c == g.channels) {
+        c = 0;
+        if (++x == g.width) x = 0, ++y;
+      }
+    }
+    uint8_t* out = p.out + j * elems + t * 8;
+    if (p.words) {
+      uint2 w;
+      w.x = packed[0];
+      w.y = packed[1];
+      *reinterpret_cast<uint2*>(out) = w;
+    } else {
+      for (int i = 0; i < count; ++i) {
+        out[i] = static_cast<uint8_t>((i < 4 ? packed[0] >> (8 * i) : packed[1] >> (8 * (i - 4))) &
+                                      0xFF);
+      }
     }
   }
 }
@@ -296,7 +337,8 @@ void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const i
                         int n, uint8_t* out) {
   if (n <= 0) return;
   const int64_t elems = static_cast<int64_t>(g.height) * g.width * g.channels;
-  SynthParams p{g, indices, n, CeilDiv(elems, 8), out};
+  const bool words = elems % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  SynthParams p{g, indices, n, CeilDiv(elems, 8), out, words};
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.groups, kSynthBlock)),
                   static_cast<unsigned>(std::min(n, kMaxGridY)));
   Launch(SyntheticKernel, grid, dim3(kSynthBlock), stream, p);
