@@ -31,7 +31,7 @@ struct AugmentParams {
 };
 
 // One output value from its source byte: WriteImageCHWN's arithmetic, v = pixel;
-// v -= mean (image mode); (v + offset) * scale, offset = light (- channel mean). `e` is
+// v -= mean (image mode); (v + offset) * scale, offset = light (- channel mean), with
 // `mean` the pixel's C mean-image values (read in kImage mode only). Both augmentation
 // kernels call this, so their values are the same expression, operation for operation.
 __device__ __forceinline__ float AugmentValue(const FeedGeometry& g, const FeedAugment& a,
@@ -71,8 +71,8 @@ __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentPar
 // ---- the tiled augmentation kernel ---------------------------------------------------------
 //
 // Why: in CHWN the image index is innermost, so the general kernel's warp reads 32 images'
-// bytes per load (32 sectors for 32 bytes) and the uint8 gathers, not the 154 MB of float
-// stores, bound it. Here a block owns one output row y, kTileCols output columns and
+// bytes per load (32 sectors for 32 bytes): at AlexNet's batch it ran at 4-5x its
+// bandwidth floor, the gathers the likely cause (not profiled). Here a block owns one output row y, kTileCols output columns and
 // kTileImages images. Phase 1: each warp copies whole source row segments (the
 // kTileCols * C contiguous bytes of one image's row sy that the tile needs, in source
 // order, clipped to the image) into shared memory, lane by lane over consecutive bytes, so
