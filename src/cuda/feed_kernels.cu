@@ -30,12 +30,24 @@ struct AugmentParams {
   float* out;  // C x crop_h x crop_w x n
 };
 
+// One output value from its source byte: WriteImageCHWN's arithmetic, v = pixel;
+// v -= mean (image mode); (v + offset) * scale, offset = light (- channel mean), with
+// `mean` the pixel's C mean-image values (read in kImage mode only). Both augmentation
+// kernels call this, so their values are the same expression, operation for operation.
+__device__ __forceinline__ float AugmentValue(const FeedGeometry& g, const FeedAugment& a,
+                                              uint8_t byte, const float* mean, int c) {
+  float offset = c < 3 ? a.light[c] : 0.0f;
+  if (g.mean == FeedMean::kChannel) offset = __fsub_rn(offset, g.channel_mean[c]);
+  float v = static_cast<float>(byte);
+  if (g.mean == FeedMean::kImage) v = __fsub_rn(v, mean[c]);
+  return __fmul_rn(__fadd_rn(v, offset), g.scale);
+}
+
+// The general kernel (any channel count; the tiled kernel below covers C <= 4).
 // Block (32, 8), grid (ceil(crop_w / 8), crop_h, ceil(n / 32)): thread (j, x) of block
 // (bx, y, bz) writes output pixel (y, bx * 8 + x) of image bz * 32 + j for every channel.
-// Consecutive threads take consecutive images, so each store of a CHWN row coalesces; the
-// C bytes of the source pixel are adjacent and read together. The arithmetic per value is
-// WriteImageCHWN's: v = pixel; v -= mean (image mode); (v + offset) * scale, offset =
-// light (- channel mean).
+// Consecutive threads take consecutive images, so each store of a CHWN row coalesces, but
+// each load instruction gathers one byte from 32 different images (32 sectors).
 __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentParams p) {
   const FeedGeometry& g = p.g;
   const int j = blockIdx.z * kAugImages + threadIdx.x;
@@ -50,16 +62,116 @@ __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentPar
   float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + j;
   const int64_t e = inside ? (static_cast<int64_t>(sy) * g.width + sx) * g.channels : 0;
   const uint8_t* px = p.src + static_cast<int64_t>(j) * g.height * g.width * g.channels + e;
+  const float* mean = g.mean == FeedMean::kImage ? g.mean_image + e : nullptr;
   for (int c = 0; c < g.channels; ++c) {
-    float v = 0.0f;  // padding
-    if (inside) {
-      float offset = c < 3 ? a.light[c] : 0.0f;
-      if (g.mean == FeedMean::kChannel) offset = __fsub_rn(offset, g.channel_mean[c]);
-      v = static_cast<float>(px[c]);
-      if (g.mean == FeedMean::kImage) v = __fsub_rn(v, __ldg(g.mean_image + e + c));
-      v = __fmul_rn(__fadd_rn(v, offset), g.scale);
+    dst[c * plane] = inside ? AugmentValue(g, a, px[c], mean, c) : 0.0f;  // 0: padding
+  }
+}
+
+// ---- the tiled augmentation kernel ---------------------------------------------------------
+//
+// Why: in CHWN the image index is innermost, so the general kernel's warp reads 32 images'
+// bytes per load (32 sectors for 32 bytes): at AlexNet's batch it ran at 4-5x its
+// bandwidth floor, the gathers the likely cause (not profiled). Here a block owns one output row y, kTileCols output columns and
+// kTileImages images. Phase 1: each warp copies whole source row segments (the
+// kTileCols * C contiguous bytes of one image's row sy that the tile needs, in source
+// order, clipped to the image) into shared memory, lane by lane over consecutive bytes, so
+// a load instruction touches 1-2 sectors; in kImage mode also the mean image's floats of
+// the same pixels (each image crops elsewhere, so per-element mean reads would gather
+// too). Shared rows are padded by one word so that the images' rows start in different
+// banks. Phase 2: each thread turns staged bytes into
+// floats (AugmentValue, the general kernel's arithmetic) and stores them, as float4 over 4
+// consecutive images when n % 4 == 0 (kVec4) and one float per thread otherwise; either
+// way a warp's stores cover whole CHWN row segments. The per-image augments sit in shared
+// memory, read once per block.
+constexpr int kTileImages = 32;
+constexpr int kTileCols = 32;
+constexpr int kTileMaxChannels = 4;
+constexpr int kTileThreads = 256;
+
+// Where output pixel (y, x = xb + xx) of a tile image comes from: whether it lies inside
+// the source image (else it is padding, 0) and its staged column k.
+struct TileTexel {
+  bool inside;
+  int k;  // staged column
+};
+
+__device__ __forceinline__ TileTexel LocateTexel(const FeedGeometry& g, const FeedAugment& a, int y,
+                                                 int x, int xx) {
+  const int sy = a.y0 + y;
+  const int sx = a.mirror ? a.x0 + g.crop_w - 1 - x : a.x0 + x;
+  TileTexel t;
+  t.inside = sy >= 0 && sy < g.height && sx >= 0 && sx < g.width;
+  t.k = a.mirror ? kTileCols - 1 - xx : xx;
+  return t;
+}
+
+// Block kTileThreads, grid (ceil(crop_w / kTileCols), crop_h, ceil(n / kTileImages)).
+template <bool kVec4>
+__global__ void __launch_bounds__(kTileThreads) AugmentTileKernel(AugmentParams p) {
+  __shared__ FeedAugment s_aug[kTileImages];
+  __shared__ uint8_t s_px[kTileImages][kTileCols * kTileMaxChannels + 4];
+  __shared__ float s_mean[kTileImages][kTileCols * kTileMaxChannels + 1];  // kImage only
+  const FeedGeometry& g = p.g;
+  const int C = g.channels;
+  const int xb = blockIdx.x * kTileCols, y = blockIdx.y, jb = blockIdx.z * kTileImages;
+  const int images = p.n - jb < kTileImages ? p.n - jb : kTileImages;
+  const int t = threadIdx.x;
+  if (t < images) s_aug[t] = p.augs != nullptr ? p.augs[jb + t] : p.same;
+  __syncthreads();
+
+  // Phase 1: stage. Staged column k of image jj is source column lo + k, where lo is the
+  // tile's leftmost source column (its rightmost output column when mirrored).
+  const int seg = kTileCols * C, row_bytes = g.width * C;
+  for (int jj = t / 32; jj < images; jj += kTileThreads / 32) {
+    const FeedAugment& a = s_aug[jj];
+    const int sy = a.y0 + y;
+    if (sy < 0 || sy >= g.height) continue;  // a padding row: nothing is read
+    const int lo = a.mirror ? a.x0 + g.crop_w - xb - kTileCols : a.x0 + xb;
+    const uint8_t* row = p.src + (static_cast<int64_t>(jb + jj) * g.height + sy) * row_bytes;
+    const float* mean_row =
+        g.mean == FeedMean::kImage ? g.mean_image + static_cast<int64_t>(sy) * row_bytes : nullptr;
+    for (int r = t % 32; r < seg; r += 32) {
+      const int b = lo * C + r;
+      if (b < 0 || b >= row_bytes) continue;  // padding columns
+      s_px[jj][r] = row[b];
+      if (g.mean == FeedMean::kImage) s_mean[jj][r] = __ldg(mean_row + b);
     }
-    dst[c * plane] = v;
+  }
+  __syncthreads();
+
+  // Phase 2: convert and store.
+  const int64_t plane = static_cast<int64_t>(g.crop_h) * g.crop_w * p.n;  // one channel
+  if (kVec4) {
+    constexpr int kQuads = kTileImages / 4;
+    for (int i = t; i < kTileCols * kQuads; i += kTileThreads) {
+      const int j0 = (i % kQuads) * 4, xx = i / kQuads, x = xb + xx;
+      if (x >= g.crop_w || j0 >= images) continue;  // n % 4 == 0: quads are whole
+      TileTexel tx[4];
+      for (int q = 0; q < 4; ++q) tx[q] = LocateTexel(g, s_aug[j0 + q], y, x, xx);
+      float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + jb + j0;
+      for (int c = 0; c < C; ++c) {
+        float v[4];
+        for (int q = 0; q < 4; ++q) {
+          v[q] = tx[q].inside ? AugmentValue(g, s_aug[j0 + q], s_px[j0 + q][tx[q].k * C + c],
+                                             &s_mean[j0 + q][tx[q].k * C], c)
+                              : 0.0f;
+        }
+        *reinterpret_cast<float4*>(dst + c * plane) = make_float4(v[0], v[1], v[2], v[3]);
+      }
+    }
+  } else {
+    for (int i = t; i < kTileCols * kTileImages; i += kTileThreads) {
+      const int jj = i % kTileImages, xx = i / kTileImages, x = xb + xx;
+      if (x >= g.crop_w || jj >= images) continue;
+      const FeedAugment& a = s_aug[jj];
+      const TileTexel tx = LocateTexel(g, a, y, x, xx);
+      float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + jb + jj;
+      for (int c = 0; c < C; ++c) {
+        dst[c * plane] =
+            tx.inside ? AugmentValue(g, a, s_px[jj][tx.k * C + c], &s_mean[jj][tx.k * C], c) : 0.0f;
+      }
+    }
   }
 }
 
@@ -75,38 +187,57 @@ struct SynthParams {
   int n;
   int64_t groups;  // ceil(H * W * C / 8): 8-byte groups per image
   uint8_t* out;    // n x H x W x C
+  bool words;      // H * W * C % 8 == 0 and out 8-byte aligned: 8-byte stores
 };
 
-// Pattern value of class grid `cells` (kGrid x kGrid x 3) at pixel (y, x), channel c:
-// SyntheticDataset::BuildPatterns' bilinear interpolation, operation by operation.
-__device__ __forceinline__ float PatternValue(const float* cells, int y, int x, int c, int H,
-                                              int W) {
-  const float fy =
-      __fdiv_rn(__fmul_rn(static_cast<float>(y), static_cast<float>(kGrid)), static_cast<float>(H));
-  const int y0 = static_cast<int>(fy);
-  const float ty = __fsub_rn(fy, static_cast<float>(y0));
-  const float fx =
-      __fdiv_rn(__fmul_rn(static_cast<float>(x), static_cast<float>(kGrid)), static_cast<float>(W));
-  const int x0 = static_cast<int>(fx);
-  const float tx = __fsub_rn(fx, static_cast<float>(x0));
-  const int y1 = (y0 + 1) % kGrid, x1 = (x0 + 1) % kGrid;
-  auto cell = [&](int gy, int gx) { return __ldg(cells + (gy * kGrid + gx) * 3 + c); };
-  const float utx = __fsub_rn(1.0f, tx), uty = __fsub_rn(1.0f, ty);
-  const float top = __fadd_rn(__fmul_rn(utx, cell(y0, x0)), __fmul_rn(tx, cell(y0, x1)));
-  const float bottom = __fadd_rn(__fmul_rn(utx, cell(y1, x0)), __fmul_rn(tx, cell(y1, x1)));
-  return __fadd_rn(__fmul_rn(uty, top), __fmul_rn(ty, bottom));
+// One grid coordinate of SyntheticDataset::BuildPatterns' bilinear interpolation: pixel
+// v of `size` falls between grid lines i0 and i1 (periodic) at fraction t, ut = 1 - t.
+// Computed once per pixel, not per byte of it (each takes a division).
+struct GridCoord {
+  int i0, i1;
+  float t, ut;
+};
+
+__device__ __forceinline__ GridCoord GridCoordOf(int v, int size) {
+  const float f = __fdiv_rn(__fmul_rn(static_cast<float>(v), static_cast<float>(kGrid)),
+                            static_cast<float>(size));
+  GridCoord r;
+  r.i0 = static_cast<int>(f);
+  r.t = __fsub_rn(f, static_cast<float>(r.i0));
+  r.i1 = (r.i0 + 1) % kGrid;
+  r.ut = __fsub_rn(1.0f, r.t);
+  return r;
+}
+
+// Pattern value of class grid `cells` (kGrid x kGrid x 3) at grid coordinates (gy, gx),
+// channel c: BuildPatterns' interpolation, operation by operation.
+__device__ __forceinline__ float PatternValue(const float* cells, const GridCoord& gy,
+                                              const GridCoord& gx, int c) {
+  auto cell = [&](int y, int x) { return __ldg(cells + (y * kGrid + x) * 3 + c); };
+  const float top =
+      __fadd_rn(__fmul_rn(gx.ut, cell(gy.i0, gx.i0)), __fmul_rn(gx.t, cell(gy.i0, gx.i1)));
+  const float bottom =
+      __fadd_rn(__fmul_rn(gx.ut, cell(gy.i1, gx.i0)), __fmul_rn(gx.t, cell(gy.i1, gx.i1)));
+  return __fadd_rn(__fmul_rn(gy.ut, top), __fmul_rn(gy.t, bottom));
 }
 
 // Block 256, grid (ceil(groups / 256), min(n, 65535)), striding over images by gridDim.y:
 // each thread makes the 8 consecutive bytes of one image that share one Philox noise
 // block (SyntheticDataset::Generate draws block e / 8 for element e). The per-image
 // parameters (one Philox block) are recomputed by every thread: ten rounds of integer
-// work, cheaper than a second kernel or a shared-memory broadcast.
+// work, cheaper than a second kernel or a shared-memory broadcast. The thread walks its
+// 8 bytes' (y, x, c) incrementally (one division up front, not four per byte), takes the
+// grid coordinates once per pixel, and stores the 8 bytes as one 8-byte word when the
+// image size is a multiple of 8.
 __global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
   const SyntheticGeometry& g = p.g;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kSynthBlock + threadIdx.x;
   if (t >= p.groups) return;
   const int64_t elems = static_cast<int64_t>(g.height) * g.width * g.channels;
+  const int count = elems - t * 8 < 8 ? static_cast<int>(elems - t * 8) : 8;
+  const int64_t pixel0 = t * 8 / g.channels;
+  const int c0 = static_cast<int>(t * 8 - pixel0 * g.channels);
+  const int x0 = static_cast<int>(pixel0 % g.width), y0 = static_cast<int>(pixel0 / g.width);
   for (int j = blockIdx.y; j < p.n; j += gridDim.y) {
     const int64_t index = p.indices[j];
     const uint64_t u = static_cast<uint64_t>(index);
@@ -118,17 +249,19 @@ __global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
     const float contrast = __fadd_rn(0.75f, __fmul_rn(0.5f, UniformFromBits(r.v[2])));
     const float brightness = __fadd_rn(-20.f, __fmul_rn(40.f, UniformFromBits(r.v[3])));
     const Philox4 noise = Philox4x32(g.image_key, 1 + u, static_cast<uint64_t>(t));
-    uint8_t* out = p.out + j * elems;
-    for (int i = 0; i < 8; ++i) {
-      const int64_t e = t * 8 + i;
-      if (e >= elems) break;
-      const int c = static_cast<int>(e % g.channels);
-      const int64_t pixel = e / g.channels;
-      const int x = static_cast<int>(pixel % g.width), y = static_cast<int>(pixel / g.width);
-      const int sy = ((y + dy) % g.height + g.height) % g.height;
-      const int sx = ((x + dx) % g.width + g.width) % g.width;
-      const float pattern = PatternValue(cells, sy, sx, c, g.height, g.width);
-      const uint32_t word = noise.v[i / 2];
+    uint32_t packed[2] = {0, 0};  // the 8 bytes, little-endian (selected, not indexed)
+    int c = c0, x = x0, y = y0;
+    GridCoord gy, gx;
+    for (int i = 0; i < count; ++i) {
+      if (i == 0 || c == 0) {  // a new pixel
+        gy = GridCoordOf(((y + dy) % g.height + g.height) % g.height, g.height);
+        gx = GridCoordOf(((x + dx) % g.width + g.width) % g.width, g.width);
+      }
+      const float pattern = PatternValue(cells, gy, gx, c);
+      const uint32_t word = i < 2   ? noise.v[0]
+                            : i < 4 ? noise.v[1]
+                            : i < 6 ? noise.v[2]
+                                    : noise.v[3];
       const int shift = (i % 2) * 16;
       const float tri =
           __fsub_rn(__fdiv_rn(__fadd_rn(static_cast<float>((word >> shift) & 0xFF),
@@ -141,14 +274,46 @@ __global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
       v = __fadd_rn(v, __fmul_rn(g.noise, tri));
       v = 0.f < v ? v : 0.f;      // std::max(0.f, v)
       v = v < 255.f ? v : 255.f;  // std::min(255.f, v)
-      out[e] = static_cast<uint8_t>(static_cast<int>(__fadd_rn(v, 0.5f)));
+      const uint32_t byte = static_cast<uint8_t>(static_cast<int>(__fadd_rn(v, 0.5f)));
+      if (i < 4) {
+        packed[0] |= byte << (8 * i);
+      } else {
+        packed[1] |= byte << (8 * (i - 4));
+      }
+      if (++c == g.channels) {
+        c = 0;
+        if (++x == g.width) x = 0, ++y;
+      }
+    }
+    uint8_t* out = p.out + j * elems + t * 8;
+    if (p.words) {
+      uint2 w;
+      w.x = packed[0];
+      w.y = packed[1];
+      *reinterpret_cast<uint2*>(out) = w;
+    } else {
+      for (int i = 0; i < count; ++i) {
+        out[i] = static_cast<uint8_t>((i < 4 ? packed[0] >> (8 * i) : packed[1] >> (8 * (i - 4))) &
+                                      0xFF);
+      }
     }
   }
 }
 
-// The augmentation's grid over the output; no launch for an empty batch.
+// The augmentation's grid over the output; no launch for an empty batch. The tiled kernel
+// for up to kTileMaxChannels channels (float4 stores when n % 4 == 0 and the output is
+// 16-byte aligned), the general one otherwise.
 void LaunchAugment(cudaStream_t stream, const AugmentParams& p) {
   if (p.n <= 0 || p.g.crop_h <= 0 || p.g.crop_w <= 0) return;
+  if (p.g.channels >= 1 && p.g.channels <= kTileMaxChannels) {
+    const dim3 grid(static_cast<unsigned>(CeilDiv(p.g.crop_w, kTileCols)),
+                    static_cast<unsigned>(p.g.crop_h),
+                    static_cast<unsigned>(CeilDiv(p.n, kTileImages)));
+    const bool vec4 = p.n % 4 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0;
+    Launch(vec4 ? &AugmentTileKernel<true> : &AugmentTileKernel<false>, grid, dim3(kTileThreads),
+           stream, p);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.g.crop_w, kAugCols)),
                   static_cast<unsigned>(p.g.crop_h),
                   static_cast<unsigned>(CeilDiv(p.n, kAugImages)));
@@ -172,7 +337,8 @@ void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const i
                         int n, uint8_t* out) {
   if (n <= 0) return;
   const int64_t elems = static_cast<int64_t>(g.height) * g.width * g.channels;
-  SynthParams p{g, indices, n, CeilDiv(elems, 8), out};
+  const bool words = elems % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  SynthParams p{g, indices, n, CeilDiv(elems, 8), out, words};
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.groups, kSynthBlock)),
                   static_cast<unsigned>(std::min(n, kMaxGridY)));
   Launch(SyntheticKernel, grid, dim3(kSynthBlock), stream, p);

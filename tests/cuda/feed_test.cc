@@ -120,6 +120,14 @@ const AugCase kAugCases[] = {
     {3, 17, 19, 15, 6, true, 0.1f, data::MeanMode::kImage, 33, true, 0.0173f, false},
     {3, 256, 256, 224, 0, true, 0.1f, data::MeanMode::kImage, 128, true, 1.f / 255, true},
     {3, 40, 40, 32, 4, true, 0.1f, data::MeanMode::kChannel, 257, true, 1.f / 255, false},
+    // The tiled kernel's edges (32 columns x 32 images a block): several column tiles, the
+    // last one partial, odd widths, padding past the image, mirror; float4 stores with a
+    // partial image group (36, 260), scalar stores (1, 257); crop = the full image.
+    {3, 70, 69, 65, 6, true, 0.1f, data::MeanMode::kImage, 36, true, 1.f / 255, false},
+    {3, 41, 43, 37, 5, true, 0.1f, data::MeanMode::kChannel, 1, true, 0.0173f, false},
+    {3, 40, 40, 40, 0, true, 0.1f, data::MeanMode::kImage, 8, true, 1.f / 255, false},
+    {1, 45, 33, 33, 7, true, 0.f, data::MeanMode::kImage, 257, true, 1.f / 255, false},
+    {3, 38, 39, 34, 3, true, 0.1f, data::MeanMode::kNone, 260, true, 1.f / 255, false},
 };
 
 class AugmentKernelTest : public FeedTest, public ::testing::WithParamInterface<AugCase> {};
