@@ -72,9 +72,9 @@ __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentPar
 //
 // Why: in CHWN the image index is innermost, so the general kernel's warp reads 32 images'
 // bytes per load (32 sectors for 32 bytes): at AlexNet's batch it ran at 4-5x its
-// bandwidth floor, the gathers the likely cause (not profiled). Here a block owns one output row y, kTileCols output columns and
-// kTileImages images. Phase 1: each warp copies whole source row segments (the
-// kTileCols * C contiguous bytes of one image's row sy that the tile needs, in source
+// bandwidth floor, the gathers the likely cause (not profiled). Here a block owns one output row y,
+// kTileCols output columns and kTileImages images. Phase 1: each warp copies whole source row
+// segments (the kTileCols * C contiguous bytes of one image's row sy that the tile needs, in source
 // order, clipped to the image) into shared memory, lane by lane over consecutive bytes, so
 // a load instruction touches 1-2 sectors; in kImage mode also the mean image's floats of
 // the same pixels (each image crops elsewhere, so per-element mean reads would gather
