@@ -9,7 +9,9 @@
 #   COMMIT=<full hash> experiments/end_to_end/run.sh OUTDIR DATA_DIR [BUILD_DIR]
 #
 # DATA_DIR holds shard directories made by make_shards: cifar10_train (CIFAR-10, JPEG) and
-# imagenette_train (Imagenette 224, JPEG); a missing one skips its rows. Knobs: PARTS
+# imagenette_train (Imagenette 224, JPEG); a missing one skips its rows. cifar10_train_raw
+# (the same images as raw shards) is made from cifar10_train here (make_shards
+# --source=shards) when missing. Knobs: PARTS
 # (comma list of synthetic,imagenette,cifar,resnet,memory,maxbatch,pipeline; default all),
 # PRECISIONS (fp32,bf16), SKIP_PEER=1.
 set -uo pipefail
@@ -37,10 +39,21 @@ touch "$J"
 t0=$(date +%s)
 { cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCOLONNADE_CUDA=ON -DCOLONNADE_CUDA_EMULATION=OFF "${PREFIX[@]}" &&
-  cmake --build "$BUILD" -j"$(nproc)" --target trainer bench_train bench_data; } \
+  cmake --build "$BUILD" -j"$(nproc)" --target trainer bench_train bench_data make_shards; } \
   >> "$OUT/build.log" 2>&1 || { say "build FAILED"; tail -20 "$OUT/build.log"; exit 1; }
 say "build ok in $(( $(date +%s) - t0 )) s"
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+NVJPEG=$(grep "^NVJPEG_LIBRARY:FILEPATH=" "$BUILD/CMakeCache.txt" | cut -d= -f2)
+case "$NVJPEG" in ""|*NOTFOUND) NVJPEG= ;; esac
+say "nvJPEG: ${NVJPEG:-not in this build}"
+if [ -d "$DATA/cifar10_train" ] && [ ! -d "$DATA/cifar10_train_raw" ]; then
+  RAWDATA=$(mktemp -d)
+  "$BUILD/make_shards" --source=shards --input="$DATA/cifar10_train" \
+    --output="$RAWDATA/cifar10_train_raw" --encoding=raw --threads="$(nproc)" >> "$OUT/build.log" 2>&1 &&
+    say "made raw CIFAR-10 shards from the JPEG ones"
+else
+  RAWDATA=$DATA
+fi
 export E2E_COMMIT=$COMMIT E2E_DEVICE=$DEV
 
 # trainer NAME MODEL BATCH PRECISION STEPS LOG_EVERY ARGS...: the whole program with
@@ -142,10 +155,15 @@ for p in ${PRECISIONS//,/ }; do
   if part imagenette && [ -d "$DATA/imagenette_train" ]; then
     trainer "alexnet_b256_imagenette_$p" alexnet 256 "$p" 100 20 --data="$DATA/imagenette_train" \
       --mirror
+    [ -n "$NVJPEG" ] && trainer "alexnet_b256_imagenette_nvjpeg_$p" alexnet 256 "$p" 100 20 \
+      --data="$DATA/imagenette_train" --mirror --jpeg_decoder=nvjpeg
   fi
   if part cifar && [ -d "$DATA/cifar10_train" ]; then
     bench "cifar18_b128_$p" cifar10-18pct 128 "$p"
-    trainer "cifar18_b128_cifar_$p" cifar10-18pct 128 "$p" 600 100 --data="$DATA/cifar10_train"
+    # 3,000 steps, the last 1,000 measured: 0.5 s at 250k img/s (600 steps measured 50 ms).
+    trainer "cifar18_b128_cifar_$p" cifar10-18pct 128 "$p" 3000 1000 --data="$DATA/cifar10_train"
+    [ -d "$RAWDATA/cifar10_train_raw" ] && trainer "cifar18_b128_cifarraw_$p" cifar10-18pct 128 \
+      "$p" 3000 1000 --data="$RAWDATA/cifar10_train_raw"
   fi
   if part resnet; then
     bench "resnet50_b128_$p" resnet50 128 "$p"
@@ -176,9 +194,23 @@ if part maxbatch; then
 fi
 
 if part pipeline; then
-  # The host pipeline alone (224 crops of 256 images, raw and JPEG shards), for the table.
-  timeout 240 "$BUILD/bench_data" --images=4096 --batch=256 --batches=12 \
-    --csv="$OUT/pipeline.csv" > "$OUT/pipeline.log" 2>&1
-  say "bench_data rc=$?: $(tail -3 "$OUT/pipeline.log" | tr '\n' ' ')"
+  # The feed alone, without a network: the host pipeline (uint8 output), and the whole GPU
+  # feed (uint8 copied and augmented on the device; JPEG decoded by nvJPEG), on the real
+  # shards, 16 threads (8 too for Imagenette).
+  GPU_OUTS=uint8,gpu_uint8
+  [ -n "$NVJPEG" ] && GPU_OUTS=$GPU_OUTS,gpu_nvjpeg
+  pipe() {  # NAME DATASET BATCH CROP THREADS [ENV...]
+    local name=$1 ds=$2 b=$3 crop=$4 th=$5; shift 5
+    [ -d "$ds" ] || return
+    env "$@" timeout 120 "$BUILD/bench_data" --dataset="$ds" --outputs="$GPU_OUTS" \
+      --threads_list="$th" --batch="$b" --crop="$crop" --batches=30 \
+      --csv="$OUT/pipeline_$name.csv" > "$OUT/pipeline_$name.log" 2>&1
+    say "bench_data $name rc=$?: $(grep -E '^(jpeg|raw) ' "$OUT/pipeline_$name.log" | tr -s ' ' | tr '\n' ';')"
+  }
+  pipe imagenette "$DATA/imagenette_train" 256 224 8,16
+  [ -n "$NVJPEG" ] && pipe imagenette_gpuhybrid "$DATA/imagenette_train" 256 224 16 \
+    COLONNADE_NVJPEG_BACKEND=gpu_hybrid
+  pipe cifar "$DATA/cifar10_train" 128 32 16
+  pipe cifar_raw "$RAWDATA/cifar10_train_raw" 128 32 16
 fi
 say "done; $(wc -l < "$J") records in e2e.jsonl"

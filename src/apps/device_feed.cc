@@ -47,7 +47,8 @@ cuda::SyntheticGeometry SyntheticGeometryOf(const data::SyntheticRecipe& r) {
 absl::StatusOr<std::unique_ptr<DeviceFeed>> DeviceFeed::Create(const data::Dataset& ds,
                                                                data::BatchPipeline* pipe) {
   if (pipe == nullptr || pipe->output() == data::BatchOutput::kFloatCHWN) {
-    return absl::InvalidArgumentError("GPU feed: the pipeline must hand uint8 batches");
+    return absl::InvalidArgumentError(
+        "GPU feed: the pipeline must hand uint8, JPEG or index batches");
   }
   const data::AugmentConfig& a = pipe->augment_config();
   cuda::FeedConfig cfg;
@@ -61,6 +62,7 @@ absl::StatusOr<std::unique_ptr<DeviceFeed>> DeviceFeed::Create(const data::Datas
   if (a.mean == data::MeanMode::kImage) cfg.mean_image = a.mean_image;
   if (a.mean == data::MeanMode::kChannel) cfg.channel_mean = a.channel_mean;
   cfg.max_batch = static_cast<int>(pipe->local_batch());
+  cfg.jpeg = pipe->output() == data::BatchOutput::kEncoded;
   if (pipe->output() == data::BatchOutput::kIndicesOnly) {
     const data::SyntheticRecipe* r = ds.synthetic_recipe();
     if (r == nullptr) {
@@ -84,6 +86,16 @@ absl::Status DeviceFeed::Stage(const data::Batch& b) {
   cuda::HostBatch hb;
   hb.n = n;
   hb.pixels = b.pixels.empty() ? nullptr : b.pixels.data();
+  if (!b.encoded.empty()) {  // read by nvJPEG during Stage; the streams live in `b`
+    jpeg_data_.resize(b.encoded.size());
+    jpeg_sizes_.resize(b.encoded.size());
+    for (size_t j = 0; j < b.encoded.size(); ++j) {
+      jpeg_data_[j] = reinterpret_cast<const uint8_t*>(b.encoded[j].data());
+      jpeg_sizes_[j] = b.encoded[j].size();
+    }
+    hb.jpeg = jpeg_data_.data();
+    hb.jpeg_sizes = jpeg_sizes_.data();
+  }
   hb.indices = b.indices.data();
   hb.augments = augs.data();
   hb.labels = b.labels.data();
@@ -91,6 +103,8 @@ absl::Status DeviceFeed::Stage(const data::Batch& b) {
   tickets_.emplace_back(b.labels.data(), ticket);
   return absl::OkStatus();
 }
+
+const char* DeviceFeed::jpeg_backend() const { return feed_->jpeg_backend(); }
 
 absl::Status DeviceFeed::Produce(Tensor* images, Tensor* labels) {
   RETURN_IF_ERROR(feed_->Produce(images, labels));

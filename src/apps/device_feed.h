@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,8 +35,9 @@ cuda::SyntheticGeometry SyntheticGeometryOf(const data::SyntheticRecipe& r);
 
 class DeviceFeed {
  public:
-  // `pipe` (outliving the feed) must hand uint8 batches, or indices only for a dataset
-  // with a synthetic recipe. Needs the registered CUDA backend.
+  // `pipe` (outliving the feed) must hand uint8 or encoded (JPEG: decoded by nvJPEG)
+  // batches, or indices only for a dataset with a synthetic recipe. Needs the registered
+  // CUDA backend.
   static absl::StatusOr<std::unique_ptr<DeviceFeed>> Create(const data::Dataset& ds,
                                                             data::BatchPipeline* pipe);
   ~DeviceFeed();  // waits for the copies in flight and recycles every held batch
@@ -53,6 +55,8 @@ class DeviceFeed {
   // Takes a consumed batch (one that was staged) and returns it to the pipeline as soon
   // as the device has copied it: now, or in a later call.
   void Recycle(data::Batch&& b);
+  // The nvJPEG backend decoding the batches (an encoded-output pipeline), else nullptr.
+  const char* jpeg_backend() const;
 
  private:
   DeviceFeed(data::BatchPipeline* pipe, std::unique_ptr<cuda::BatchFeed> feed)
@@ -64,6 +68,8 @@ class DeviceFeed {
   // Tickets of staged batches, keyed by their labels buffer (unique while in flight).
   std::deque<std::pair<const float*, uint64_t>> tickets_;
   std::deque<std::pair<uint64_t, data::Batch>> held_;  // waiting for their copy
+  std::vector<const uint8_t*> jpeg_data_;  // the staged batch's JPEG streams, for nvJPEG
+  std::vector<size_t> jpeg_sizes_;
 };
 
 // An allocator of page-locked host bytes of `for_device`'s backend (ordinary memory when

@@ -5,6 +5,7 @@
 //   make_shards --source=folder --input=imagenet/train --output=data/imagenet/train
 //               --resize=256 --encoding=jpeg
 //   make_shards --source=synthetic --output=data/synth --size=50000 --test_size=10000
+//   make_shards --source=shards --input=data/cifar10/train --output=data/cifar10_raw/train
 #include <unistd.h>
 
 #include <chrono>
@@ -30,8 +31,11 @@ ABSL_FLAG(std::string, source, "",
           "What to convert: 'cifar10' (the official binary batches data_batch_1.bin ... "
           "test_batch.bin in --input; writes OUTPUT/train and OUTPUT/test), 'folder' (an "
           "image-folder tree --input/<class>/*.jpg|jpeg|png; writes OUTPUT, or OUTPUT/train and "
-          "OUTPUT/val with --val_fraction) or 'synthetic' (writes OUTPUT/train and OUTPUT/test)");
-ABSL_FLAG(std::string, input, "", "Input directory (cifar10 and folder sources)");
+          "OUTPUT/val with --val_fraction), 'synthetic' (writes OUTPUT/train and OUTPUT/test) "
+          "or 'shards' (re-encodes the shard dataset --input as --encoding into OUTPUT: the "
+          "same images, labels and mean, e.g. raw shards of small JPEG images, which read "
+          "faster than they decode)");
+ABSL_FLAG(std::string, input, "", "Input directory (cifar10, folder and shards sources)");
 ABSL_FLAG(std::string, output, "", "Output directory");
 ABSL_FLAG(std::string, encoding, "raw",
           "Storage of the images: 'raw' (decoded uint8 HxWxC, fastest to read) or 'jpeg' "
@@ -232,8 +236,9 @@ absl::StatusOr<Job> ReadJob() {
   job.source = absl::GetFlag(FLAGS_source);
   job.input = absl::GetFlag(FLAGS_input);
   job.output = absl::GetFlag(FLAGS_output);
-  if (job.source != "cifar10" && job.source != "folder" && job.source != "synthetic") {
-    return Usage("--source must be cifar10, folder or synthetic");
+  if (job.source != "cifar10" && job.source != "folder" && job.source != "synthetic" &&
+      job.source != "shards") {
+    return Usage("--source must be cifar10, folder, synthetic or shards");
   }
   if (job.output.empty()) return Usage("--output is required");
   if (job.source != "synthetic" && job.input.empty()) {
@@ -271,6 +276,7 @@ int main(int argc, char** argv) {
       "  make_shards --source=cifar10 --input=DIR --output=OUT\n"
       "  make_shards --source=folder --input=ROOT --output=OUT [--resize=256] [--encoding=jpeg]\n"
       "  make_shards --source=synthetic --output=OUT [--size=N --test_size=N]\n"
+      "  make_shards --source=shards --input=DIR --output=OUT --encoding=raw|jpeg\n"
       "Output is deterministic. Existing datasets are not overwritten without --force.\n"
       "A failed conversion leaves no dataset behind. Images larger than 16384 pixels per side\n"
       "or 2^27 pixels are refused (skipped and counted); COLONNADE_MAX_IMAGE_SIDE and\n"
@@ -295,6 +301,8 @@ int main(int argc, char** argv) {
     report = colonnade::data::ConvertCifar10Binary(job->input, job->output, job->convert);
   } else if (job->source == "folder") {
     report = colonnade::data::ConvertImageFolder(job->input, job->output, job->convert);
+  } else if (job->source == "shards") {
+    report = colonnade::data::ConvertShards(job->input, job->output, job->convert);
   } else {
     report = colonnade::data::WriteSyntheticShards(job->synthetic, job->test_size, job->output,
                                                    job->convert);

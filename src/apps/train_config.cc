@@ -45,6 +45,10 @@ constexpr std::pair<const char*, CommChoice> kComms[] = {
     {"auto", CommChoice::kAuto}, {"nccl", CommChoice::kNccl}, {"mpi", CommChoice::kMpi}};
 constexpr std::pair<const char*, GpuAugment> kGpuAugments[] = {
     {"auto", GpuAugment::kAuto}, {"on", GpuAugment::kOn}, {"off", GpuAugment::kOff}};
+constexpr std::pair<const char*, JpegDecoderChoice> kJpegDecoders[] = {
+    {"auto", JpegDecoderChoice::kAuto},
+    {"host", JpegDecoderChoice::kHost},
+    {"nvjpeg", JpegDecoderChoice::kNvjpeg}};
 constexpr std::pair<const char*, CudaGraphs> kCudaGraphs[] = {
     {"auto", CudaGraphs::kAuto}, {"on", CudaGraphs::kOn}, {"off", CudaGraphs::kOff}};
 constexpr std::pair<const char*, MemoryPlanMode> kPlans[] = {{"on", MemoryPlanMode::kOn},
@@ -80,6 +84,12 @@ bool AbslParseFlag(absl::string_view text, GpuAugment* mode, std::string* error)
   return ParseWord<GpuAugment>(text, kGpuAugments, mode, error);
 }
 std::string AbslUnparseFlag(GpuAugment mode) { return WordOf<GpuAugment>(mode, kGpuAugments); }
+bool AbslParseFlag(absl::string_view text, JpegDecoderChoice* mode, std::string* error) {
+  return ParseWord<JpegDecoderChoice>(text, kJpegDecoders, mode, error);
+}
+std::string AbslUnparseFlag(JpegDecoderChoice mode) {
+  return WordOf<JpegDecoderChoice>(mode, kJpegDecoders);
+}
 bool AbslParseFlag(absl::string_view text, CudaGraphs* mode, std::string* error) {
   return ParseWord<CudaGraphs>(text, kCudaGraphs, mode, error);
 }

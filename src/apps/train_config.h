@@ -22,6 +22,12 @@ enum class CommChoice { kAuto, kMpi, kNccl };
 // mirrors, normalises (and generates) them on the device; off: the host writes the float
 // batch; auto: on for CUDA runs. Both give the same batches bit for bit (docs/DATA.md).
 enum class GpuAugment { kAuto, kOn, kOff };
+// --jpeg_decoder: who decodes a CUDA run's JPEG training shards when the GPU augments
+// them. host: the pipeline's threads (libjpeg; bitwise the CPU pipeline's batches);
+// nvjpeg: the GPU feed (nvJPEG's hardware engines where present, cuda/jpeg_decoder.h;
+// pixels differ from libjpeg's by a few levels on some pixels); auto: host (the faster on
+// the measured H200, docs/DATA.md).
+enum class JpegDecoderChoice { kAuto, kHost, kNvjpeg };
 // --cuda_graphs (trainer, bench_train): whether a CUDA run's training step (forward,
 // backward, optimizer) is captured once as a CUDA graph and replayed (cuda/step_graph.h;
 // bitwise the same results, fewer kernel launches from the host). auto: on where it is
@@ -52,6 +58,8 @@ bool AbslParseFlag(absl::string_view text, CommChoice* comm, std::string* error)
 std::string AbslUnparseFlag(CommChoice comm);
 bool AbslParseFlag(absl::string_view text, GpuAugment* mode, std::string* error);
 std::string AbslUnparseFlag(GpuAugment mode);
+bool AbslParseFlag(absl::string_view text, JpegDecoderChoice* mode, std::string* error);
+std::string AbslUnparseFlag(JpegDecoderChoice mode);
 bool AbslParseFlag(absl::string_view text, CudaGraphs* mode, std::string* error);
 std::string AbslUnparseFlag(CudaGraphs mode);
 bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* error);
@@ -105,6 +113,7 @@ struct TrainConfig {
   float lighting = 0.0f;
   int data_threads = 0;  // 0: automatic
   GpuAugment gpu_augment = GpuAugment::kAuto;
+  JpegDecoderChoice jpeg_decoder = JpegDecoderChoice::kAuto;
   EvalViews eval_views = EvalViews::kOne;
   CudaGraphs cuda_graphs = CudaGraphs::kAuto;
   // Optimisation.

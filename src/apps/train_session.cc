@@ -1037,9 +1037,19 @@ EndCode Trainer::CreatePipeline() {
                        kExitUsage);
   }
   const bool gpu_feed = cfg_.gpu_augment != GpuAugment::kOff && job_.device == Device::kCUDA;
+  if (cfg_.jpeg_decoder == JpegDecoderChoice::kNvjpeg && (!gpu_feed || dinfo.encoding != "jpeg")) {
+    return AgreedError(l_,
+                       absl::InvalidArgumentError(absl::StrFormat(
+                           "--jpeg_decoder=nvjpeg needs a CUDA run that augments on the GPU "
+                           "(--gpu_augment=auto|on) and JPEG shards; %s holds %s images",
+                           dinfo.path, dinfo.encoding)),
+                       kExitUsage);
+  }
   if (gpu_feed) {  // uint8 batches, augmented (synthetic data: generated too) on the GPU
     po_.output = job_.data->synthetic_recipe() ? data::BatchOutput::kIndicesOnly
-                                               : data::BatchOutput::kSourceUint8;
+                 : cfg_.jpeg_decoder == JpegDecoderChoice::kNvjpeg
+                     ? data::BatchOutput::kEncoded
+                     : data::BatchOutput::kSourceUint8;
     po_.pinned_bytes_allocator = PinnedBytesAllocator(job_.device);
   }
   absl::StatusOr<std::unique_ptr<data::BatchPipeline>> pipeline =
@@ -1117,9 +1127,15 @@ void Trainer::PrintBanner() {
                 resident / 1048576.0);
   }
   if (feed_) {
-    std::printf("  feed       GPU: uint8 %s, augmented on the device (--gpu_augment)\n",
-                pipeline_->output() == data::BatchOutput::kIndicesOnly ? "indices, images generated"
-                                                                       : "images");
+    const std::string jpeg =
+        feed_->jpeg_backend()
+            ? absl::StrCat("JPEG streams, decoded by nvJPEG (", feed_->jpeg_backend(), ")")
+            : "";
+    std::printf("  feed       GPU: %s, augmented on the device (--gpu_augment)\n",
+                pipeline_->output() == data::BatchOutput::kIndicesOnly
+                    ? "uint8 indices, images generated"
+                : !jpeg.empty() ? jpeg.c_str()
+                                : "uint8 images");
   }
   std::printf("  graphs     %s\n", GraphsDescription().c_str());
   std::printf("  batch      global %lld, per replica %lld, %lld steps/epoch\n",

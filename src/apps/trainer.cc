@@ -138,6 +138,13 @@ ABSL_FLAG(colonnade::GpuAugment, gpu_augment, colonnade::GpuAugment::kAuto,
           "batch), or auto (on for CUDA runs). The batches are the same bit for bit; CPU runs "
           "and evaluation use the host path, except the views of --eval_views=10, cut on the "
           "GPU unless this is off (docs/DATA.md, 'The GPU feed').");
+ABSL_FLAG(colonnade::JpegDecoderChoice, jpeg_decoder, colonnade::JpegDecoderChoice::kAuto,
+          "Who decodes JPEG training shards of a CUDA run whose GPU augments: host (the data "
+          "threads, libjpeg: the batches are bitwise the CPU pipeline's), nvjpeg (the GPU, "
+          "with nvJPEG's hardware decoder where the GPU has one: the host only reads the "
+          "compressed bytes; pixels may differ from libjpeg's by a few levels, so results "
+          "are not bitwise the host decoder's; needs a build with nvJPEG), or auto (host: "
+          "the faster on the measured H200, docs/DATA.md). Evaluation decodes on the host.");
 ABSL_FLAG(colonnade::EvalViews, eval_views, colonnade::EvalViews::kOne,
           "How evaluation (--val_data during training, --mode=eval, --mode=predict) scores "
           "each image: 1 (the centre crop) or 10 (AlexNet's test: the centre and four corner "
@@ -290,6 +297,7 @@ int main(int argc, char** argv) {
   c.lighting = static_cast<float>(absl::GetFlag(FLAGS_lighting));
   c.data_threads = absl::GetFlag(FLAGS_data_threads);
   c.gpu_augment = absl::GetFlag(FLAGS_gpu_augment);
+  c.jpeg_decoder = absl::GetFlag(FLAGS_jpeg_decoder);
   c.eval_views = absl::GetFlag(FLAGS_eval_views);
   c.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   c.batch_size = absl::GetFlag(FLAGS_batch_size);

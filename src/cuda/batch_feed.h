@@ -5,8 +5,9 @@
 //   Stage(b)    enqueues on the copy stream the copy of batch b's host buffers into the
 //               next device slot, after the compute stream has finished reading what
 //               that slot held before (event `consumed`), [then the generation of the
-//               synthetic images, on the same stream so it overlaps the step;] records
-//               event `copied`.
+//               synthetic images, on the same stream so it overlaps the step;] [or, for
+//               JPEG batches, their decoding by nvJPEG (jpeg_decoder.h) into the slot;]
+//               records event `copied`.
 //   Produce()   enqueues on the compute stream (cuda_backend.h ComputeStream()), after
 //               `copied` of the oldest staged slot: augment into `images`, copy the
 //               labels; records `consumed`.
@@ -35,6 +36,7 @@
 #include "core/tensor.h"
 
 #include "cuda/feed_types.h"
+#include "cuda/jpeg_decoder.h"
 
 namespace colonnade::cuda {
 
@@ -52,13 +54,18 @@ struct FeedConfig {
   bool synthetic = false;
   SyntheticGeometry synthetic_geometry;
   std::vector<float> synthetic_grid;  // num_classes x 4 x 4 x 3
+  // Set when batches arrive as JPEG streams (HostBatch::jpeg) that the feed decodes with
+  // nvJPEG; Create fails (Unavailable) in a build without it.
+  bool jpeg = false;
 };
 
 // One batch as Stage reads it: host memory.
 struct HostBatch {
   int n = 0;
-  const uint8_t* pixels = nullptr;        // n x H x W x C (not for synthetic); pinned for
-                                          // an asynchronous copy
+  const uint8_t* pixels = nullptr;        // n x H x W x C (not for synthetic or JPEG);
+                                          // pinned for an asynchronous copy
+  const uint8_t* const* jpeg = nullptr;   // FeedConfig::jpeg: n JPEG streams of H x W
+  const size_t* jpeg_sizes = nullptr;     // their sizes in bytes
   const int64_t* indices = nullptr;       // n dataset indices (synthetic)
   const FeedAugment* augments = nullptr;  // n
   const float* labels = nullptr;          // n; pinned for an asynchronous copy
@@ -92,6 +99,9 @@ class BatchFeed {
   bool HostBatchDone(uint64_t ticket);
   void WaitHostBatch(uint64_t ticket);
   int staged() const { return staged_; }  // staged, not yet produced
+  // The nvJPEG backend decoding this feed's batches ("hardware", "gpu_hybrid"); nullptr
+  // when the batches arrive decoded.
+  const char* jpeg_backend() const { return jpeg_ ? jpeg_->backend() : nullptr; }
 
  private:
   struct Slot;
@@ -108,6 +118,7 @@ class BatchFeed {
   void* compute_stream_ = nullptr;  // cudaStream_t (the backend's)
   float* device_mean_ = nullptr;    // mean image, then channel mean
   float* device_grid_ = nullptr;
+  std::unique_ptr<JpegDecoder> jpeg_;  // FeedConfig::jpeg
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t tickets_ = 0;  // tickets handed out; batch t lives in slot (t - 1) % slots
   uint64_t produced_ = 0;
@@ -129,6 +140,7 @@ class BatchFeed {
   bool HostBatchDone(uint64_t) { return true; }
   void WaitHostBatch(uint64_t) {}
   int staged() const { return 0; }
+  const char* jpeg_backend() const { return nullptr; }
 };
 
 #endif

@@ -568,6 +568,38 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
 
 // ---- synthetic ------------------------------------------------------------------------------
 
+absl::StatusOr<ConvertReport> ConvertShards(const std::string& input_dir,
+                                            const std::string& output_dir,
+                                            const ConvertOptions& o_in) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, OpenDataset(input_dir));
+  Dataset* d = ds.get();
+  const DatasetInfo& info = d->info();
+  ConvertOptions o = o_in;
+  o.channels = info.channels;
+  RETURN_IF_ERROR(CheckOptions(o));
+  const auto t0 = Clock::now();
+  ConvertReport report;
+  std::function<Converted(int64_t)> produce = [&](int64_t i) {
+    Converted c;
+    c.image.height = info.height;
+    c.image.width = info.width;
+    c.image.channels = info.channels;
+    absl::StatusOr<int> l = d->Read(i, &c.image.pixels);
+    if (!l.ok()) c.status = l.status();
+    EncodeIfNeeded(o, &c);
+    return c;
+  };
+  std::function<int(int64_t)> label_of = [d](int64_t i) { return d->Label(i); };
+  std::vector<std::unique_ptr<DatasetWriter>> written;
+  ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> w,
+                   WriteSplit(output_dir, o, info.height, info.width, info.class_names, info.size,
+                              produce, label_of, &d->mean_image(), "input", &report));
+  written.push_back(std::move(w));
+  RETURN_IF_ERROR(CommitSplits(&written, &report));
+  report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return report;
+}
+
 absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth, int64_t test_size,
                                                    const std::string& output_dir,
                                                    const ConvertOptions& o_in) {

@@ -16,6 +16,12 @@ namespace colonnade::data {
 
 Dataset::~Dataset() = default;
 
+absl::StatusOr<int> Dataset::ReadEncoded(int64_t, std::string*) {
+  return absl::UnimplementedError(absl::StrFormat(
+      "%s: its images are stored %s, not encoded: only JPEG shards can be decoded on the GPU",
+      info().path, info().encoding));
+}
+
 namespace {
 
 absl::Status AsDataLoss(const absl::Status& s) {
@@ -113,14 +119,9 @@ class ShardDataset : public Dataset {
 
   absl::StatusOr<int> Read(int64_t index, std::vector<uint8_t>* pixels) override {
     const DatasetInfo& info = index_.info;
-    if (index < 0 || index >= info.size) {
-      return absl::OutOfRangeError(
-          absl::StrFormat("%s: image index %d is outside [0, %d)", info.path, index, info.size));
-    }
-    // Shard holding `index`: binary search over the start offsets.
-    int shard = static_cast<int>(std::upper_bound(shard_start_.begin(), shard_start_.end(), index) -
-                                 shard_start_.begin() - 1);
-    const int64_t local = index - shard_start_[shard];
+    int shard = 0;
+    int64_t local = 0;
+    RETURN_IF_ERROR(Locate(index, &shard, &local));
     const size_t bytes = static_cast<size_t>(info.height) * info.width * info.channels;
     if (info.encoding == "raw") {
       pixels->resize(bytes);
@@ -129,39 +130,66 @@ class ShardDataset : public Dataset {
     }
     thread_local std::string encoded;
     thread_local Image decoded;
+    ASSIGN_OR_RETURN(int label, ReadEncoded(index, &encoded));
+    absl::Status s = DecodeJpeg(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size(),
+                                info.channels, &decoded, 0, 0, limits_);
+    if (!s.ok()) return ImageError(shard, local, std::string(s.message()));
+    if (decoded.height != info.height || decoded.width != info.width ||
+        decoded.pixels.size() != bytes) {
+      return ImageError(shard, local,
+                        absl::StrFormat("decoded to %dx%d, expected %dx%d", decoded.height,
+                                        decoded.width, info.height, info.width));
+    }
+    pixels->assign(decoded.pixels.begin(), decoded.pixels.end());
+    return label;
+  }
+
+  absl::StatusOr<int> ReadEncoded(int64_t index, std::string* bytes) override {
+    const DatasetInfo& info = index_.info;
+    if (info.encoding != "jpeg") return Dataset::ReadEncoded(index, bytes);
+    int shard = 0;
+    int64_t local = 0;
+    RETURN_IF_ERROR(Locate(index, &shard, &local));
     const std::vector<int64_t>& off = offsets_[shard];
-    RETURN_IF_ERROR(cache_->ReadBytes(shard, off[local], off[local + 1], &encoded));
-    auto image_error = [&](const std::string& what) {
-      return absl::DataLossError(absl::StrFormat("%s: /images: image %d: %s",
-                                                 JoinPath(info.path, index_.shard_files[shard]),
-                                                 local, what));
-    };
-    const uint8_t* data = reinterpret_cast<const uint8_t*>(encoded.data());
+    RETURN_IF_ERROR(cache_->ReadBytes(shard, off[local], off[local + 1], bytes));
     // The header must declare the dataset's size before anything is decoded: a stream of
     // another size is an error (never silently resized), and a header claiming a huge
     // image costs no memory.
     int h = 0, w = 0;
-    absl::Status s = JpegSize(data, encoded.size(), &h, &w);
-    if (!s.ok()) return image_error(std::string(s.message()));
+    absl::Status s =
+        JpegSize(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), &h, &w);
+    if (!s.ok()) return ImageError(shard, local, std::string(s.message()));
     if (h != info.height || w != info.width) {
-      return image_error(
-          absl::StrFormat("JPEG is %dx%d, but the dataset's images are %dx%d "
-                          "(height x width)",
-                          h, w, info.height, info.width));
+      return ImageError(shard, local,
+                        absl::StrFormat("JPEG is %dx%d, but the dataset's images are %dx%d "
+                                        "(height x width)",
+                                        h, w, info.height, info.width));
     }
-    s = DecodeJpeg(data, encoded.size(), info.channels, &decoded, 0, 0, limits_);
-    if (!s.ok()) return image_error(std::string(s.message()));
-    if (decoded.height != info.height || decoded.width != info.width ||
-        decoded.pixels.size() != bytes) {
-      return image_error(absl::StrFormat("decoded to %dx%d, expected %dx%d", decoded.height,
-                                         decoded.width, info.height, info.width));
-    }
-    pixels->assign(decoded.pixels.begin(), decoded.pixels.end());
     return labels_[index];
   }
 
  private:
   ShardDataset() = default;
+
+  // The shard holding image `index` (binary search over the start offsets) and its
+  // position there.
+  absl::Status Locate(int64_t index, int* shard, int64_t* local) const {
+    const DatasetInfo& info = index_.info;
+    if (index < 0 || index >= info.size) {
+      return absl::OutOfRangeError(
+          absl::StrFormat("%s: image index %d is outside [0, %d)", info.path, index, info.size));
+    }
+    *shard = static_cast<int>(std::upper_bound(shard_start_.begin(), shard_start_.end(), index) -
+                              shard_start_.begin() - 1);
+    *local = index - shard_start_[*shard];
+    return absl::OkStatus();
+  }
+
+  absl::Status ImageError(int shard, int64_t local, const std::string& what) const {
+    return absl::DataLossError(
+        absl::StrFormat("%s: /images: image %d: %s",
+                        JoinPath(index_.info.path, index_.shard_files[shard]), local, what));
+  }
   DatasetIndex index_;
   ImageLimits limits_;
   std::vector<int32_t> labels_;

@@ -31,6 +31,11 @@ class Dataset {  // random access; Read is thread-safe
   // Decodes image `index` into height x width x channels uint8 (interleaved, RGB), and
   // returns its label. Errors name the file and the field.
   virtual absl::StatusOr<int> Read(int64_t index, std::vector<uint8_t>* pixels) = 0;
+  // The stored, still encoded bytes of image `index` (encoding "jpeg": its JPEG stream,
+  // whose header is checked to declare the dataset's height x width), for a consumer that
+  // decodes elsewhere (the GPU feed's nvJPEG decoder); returns its label. Unimplemented
+  // for datasets that store no encoded images (raw shards, synthetic).
+  virtual absl::StatusOr<int> ReadEncoded(int64_t index, std::string* bytes);
   // Label only, without decoding (cheap; labels are held in memory).
   virtual int Label(int64_t index) const = 0;
   // Mean image (height x width x channels float, pixel units 0..255) as stored with the

@@ -73,6 +73,11 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
         "pinned=true needs PipelineOptions::pinned_allocator (this module does not "
         "link CUDA)");
   }
+  if (o.output == BatchOutput::kEncoded && info.encoding != "jpeg") {
+    return bad(
+        absl::StrFormat("%s stores %s images: encoded batches (GPU JPEG decoding) need JPEG shards",
+                        info.path, info.encoding));
+  }
   if (o.pinned && o.output == BatchOutput::kSourceUint8 && !o.pinned_bytes_allocator) {
     return bad("pinned=true with uint8 output needs PipelineOptions::pinned_bytes_allocator");
   }
@@ -89,9 +94,10 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
           "(docs/LIMITS.md)",
           o.global_batch / o.dp_size, info.channels, side_h, side_w, kMaxBatchValues));
     }
-    // The uint8 output holds the uncropped source images: the same limit, in bytes.
+    // The uint8 output holds the uncropped source images (and the encoded output is
+    // decoded into such a batch on the device): the same limit, in bytes.
     int64_t bytes = 0;
-    if (o.output == BatchOutput::kSourceUint8 &&
+    if ((o.output == BatchOutput::kSourceUint8 || o.output == BatchOutput::kEncoded) &&
         (!CheckedMul(static_cast<int64_t>(info.height) * info.width, info.channels, &bytes) ||
          !CheckedMul(bytes, o.global_batch / o.dp_size, &bytes) || bytes > kMaxBatchValues)) {
       return bad(absl::StrFormat(
@@ -203,6 +209,9 @@ void BatchPipeline::Recycle(Batch&& batch) {
   if (!batch.images.empty() && free_images_.size() < cap) {
     free_images_.push_back(std::move(batch.images));
   }
+  if (!batch.encoded.empty() && free_encoded_.size() < cap) {
+    free_encoded_.push_back(std::move(batch.encoded));
+  }
   if (!batch.labels.empty() && free_labels_.size() < cap) {
     free_labels_.push_back(std::move(batch.labels));
   }
@@ -236,6 +245,13 @@ bool BatchPipeline::MaybeCreateJobLocked() {
   }
   if (o_.output == BatchOutput::kSourceUint8) {
     b.pixels = AllocateBytesLocked(static_cast<size_t>(job->n) * ImageBytes());
+  }
+  if (o_.output == BatchOutput::kEncoded) {
+    if (!free_encoded_.empty()) {
+      b.encoded = std::move(free_encoded_.back());
+      free_encoded_.pop_back();
+    }
+    b.encoded.resize(job->n);
   }
   b.labels = AllocateLocked(Shape::CHWN(1, 1, 1, job->n), false);
   b.indices.resize(job->n);
@@ -285,9 +301,10 @@ void BatchPipeline::ProcessChunk(Job* job, int64_t begin, int64_t end,
     const int64_t n = begin + j;
     const int64_t position = b.cursor.position + job->local_begin + n;  // global position
     const int64_t index = job->order ? (*job->order)[position] : position;
-    absl::StatusOr<int> label = o_.output == BatchOutput::kIndicesOnly
-                                    ? absl::StatusOr<int>(ds_->Label(index))
-                                    : ds_->Read(index, &(*px)[j]);
+    absl::StatusOr<int> label =
+        o_.output == BatchOutput::kIndicesOnly ? absl::StatusOr<int>(ds_->Label(index))
+        : o_.output == BatchOutput::kEncoded   ? ds_->ReadEncoded(index, &b.encoded[n])
+                                               : ds_->Read(index, &(*px)[j]);
     if (!label.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (job->status.ok()) job->status = label.status();

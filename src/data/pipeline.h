@@ -46,6 +46,9 @@ enum class BatchOutput {
   kSourceUint8,  // Batch::pixels (the source images, uint8) + Batch::augments
   kIndicesOnly,  // Batch::augments only: nothing is read, the consumer generates the
                  // images from Batch::indices (labels come from Dataset::Label)
+  kEncoded,      // Batch::encoded (each image's stored JPEG stream, not decoded) +
+                 // Batch::augments, for a consumer that decodes on the GPU (nvJPEG);
+                 // JPEG shard datasets only (Dataset::ReadEncoded)
 };
 
 struct PipelineOptions {
@@ -91,7 +94,10 @@ struct Batch {
   // kSourceUint8: the n source images, n x H x W x C uint8 (image j at j*H*W*C,
   // interleaved as Dataset::Read gives them); empty in the other outputs.
   HostBytes pixels;
-  // kSourceUint8 and kIndicesOnly: image j's augmentation (DrawAugment, as the float
+  // kEncoded: the n stored JPEG streams (Dataset::ReadEncoded), each declaring the
+  // dataset's height x width; empty in the other outputs.
+  std::vector<std::string> encoded;
+  // kSourceUint8, kEncoded and kIndicesOnly: image j's augmentation (DrawAugment, as the float
   // output applies it; n entries); empty for kFloatCHWN.
   std::vector<ImageAugment> augments;
   int64_t epoch = 0;
@@ -160,6 +166,7 @@ class BatchPipeline {
   absl::Status failed_;
   std::vector<Tensor> free_images_, free_labels_;
   std::vector<HostBytes> free_pixels_;
+  std::vector<std::vector<std::string>> free_encoded_;  // keep their strings' capacity
   std::vector<std::thread> threads_;
 };
 

@@ -367,6 +367,54 @@ void WriteTreeWith(const std::string& root, const std::string& bad_name,
   if (!bad_name.empty()) testing::WriteFileBytes(root + "/dog/" + bad_name, bad_bytes);
 }
 
+// make_shards --source=shards: JPEG shards re-encoded as raw hold exactly the images the
+// JPEG dataset's readers decode, in order (no shuffle), with its labels, class names and
+// mean image; raw shards re-encoded as JPEG decode to images close to the raw ones.
+TEST(ConvertersTest, ShardsReencodeKeepsImagesLabelsAndMean) {
+  TempDir tmp;
+  SyntheticOptions so;
+  so.size = 45;
+  so.height = so.width = 16;
+  so.num_classes = 3;
+  ConvertOptions o;
+  o.shard_size = 20;
+  o.encoding = "jpeg";
+  ASSERT_TRUE(WriteSyntheticShards(so, 0, tmp / "jpeg", o).ok());
+  ConvertOptions re;
+  re.encoding = "raw";
+  re.shuffle = false;
+  re.shard_size = 7;
+  absl::StatusOr<ConvertReport> r = ConvertShards(tmp / "jpeg/train", tmp / "raw", re);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto jpeg = OpenDataset(tmp / "jpeg/train");
+  auto raw = OpenDataset(tmp / "raw");
+  ASSERT_TRUE(jpeg.ok() && raw.ok()) << raw.status();
+  EXPECT_EQ((*raw)->info().encoding, "raw");
+  EXPECT_EQ((*raw)->info().size, 45);
+  EXPECT_EQ((*raw)->info().class_names, (*jpeg)->info().class_names);
+  EXPECT_EQ((*raw)->mean_image(), (*jpeg)->mean_image());
+  for (int64_t i = 0; i < 45; ++i) {
+    std::vector<uint8_t> a, b;
+    absl::StatusOr<int> la = (*jpeg)->Read(i, &a), lb = (*raw)->Read(i, &b);
+    ASSERT_TRUE(la.ok() && lb.ok());
+    ASSERT_EQ(*la, *lb) << i;
+    ASSERT_EQ(a, b) << i;
+  }
+  re.encoding = "jpeg";
+  re.jpeg_quality = 95;
+  ASSERT_TRUE(ConvertShards(tmp / "raw", tmp / "jpeg2", re).ok());
+  auto jpeg2 = OpenDataset(tmp / "jpeg2");
+  ASSERT_TRUE(jpeg2.ok()) << jpeg2.status();
+  EXPECT_EQ((*jpeg2)->info().encoding, "jpeg");
+  std::vector<uint8_t> a, b;
+  ASSERT_TRUE((*raw)->Read(4, &a).ok() && (*jpeg2)->Read(4, &b).ok());
+  ASSERT_EQ(a.size(), b.size());
+  double err = 0;
+  for (size_t k = 0; k < a.size(); ++k) err += std::abs(int{a[k]} - int{b[k]});
+  EXPECT_LT(err / a.size(), 8.0);  // a second JPEG compression at quality 95
+  EXPECT_FALSE(ConvertShards(tmp / "missing", tmp / "x", re).ok());
+}
+
 TEST(ConvertersTest, JpegWithoutImageDataIsSkippedNotStoredGray) {
   TempDir tmp;
   const std::string gray = testing::JpegWithoutImageData(*EncodeJpeg(Pattern(64, 64, 3, 5), 90));

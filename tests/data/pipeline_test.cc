@@ -15,6 +15,7 @@
 
 #include "core/philox.h"
 #include "data/converters.h"
+#include "data/image.h"
 #include "test_util.h"
 #include "gtest/gtest.h"
 
@@ -974,6 +975,68 @@ TEST(FeedOutputTest, IndicesOnlyBatchesCarryIndicesLabelsAndAugments) {
       feed::ExpectSameAugment(got[i].augments[j], want[i].augments[j]);
     }
   }
+}
+
+// Encoded batches (for nvJPEG on the GPU) carry each image's stored JPEG stream, which
+// decodes to exactly the uint8 batch's pixels, with the same indices, labels and augments;
+// recycled batches keep working. Raw shards and synthetic data have no streams to give.
+TEST(FeedOutputTest, EncodedBatchesAreTheStoredJpegStreams) {
+  testing::TempDir tmp;
+  SyntheticOptions so = SmallSynth(70);
+  ConvertOptions co;
+  co.shard_size = 16;
+  ASSERT_TRUE(WriteSyntheticShards(so, 0, tmp / "raw", co).ok());
+  co.encoding = "jpeg";
+  ASSERT_TRUE(WriteSyntheticShards(so, 0, tmp / "jpeg", co).ok());
+  auto jpeg = OpenDataset(tmp / "jpeg/train");
+  ASSERT_TRUE(jpeg.ok()) << jpeg.status();
+  PipelineOptions o = TrainOptions(24);
+  o.pad = 2;
+  o.dp_rank = 1;
+  o.dp_size = 2;
+  o.threads = 3;
+  o.output = BatchOutput::kSourceUint8;
+  std::vector<Batch> want = Take(jpeg->get(), o, 6);
+  o.output = BatchOutput::kEncoded;
+  absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(jpeg->get(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const size_t image = 16 * 16 * 3;
+  for (const Batch& w : want) {
+    absl::StatusOr<Batch> b = (*p)->Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(b->pixels.empty());
+    EXPECT_TRUE(b->images.empty());
+    EXPECT_EQ(b->indices, w.indices);
+    EXPECT_EQ(b->labels.ToHost(), w.labels.ToHost());
+    ASSERT_EQ(b->encoded.size(), w.indices.size());
+    ASSERT_EQ(b->augments.size(), w.augments.size());
+    for (size_t j = 0; j < b->encoded.size(); ++j) {
+      feed::ExpectSameAugment(b->augments[j], w.augments[j]);
+      std::string stored;
+      ASSERT_TRUE((*jpeg)->ReadEncoded(b->indices[j], &stored).ok());
+      EXPECT_EQ(b->encoded[j], stored) << j;
+      Image decoded;
+      const std::string& e = b->encoded[j];
+      ASSERT_TRUE(
+          DecodeJpeg(reinterpret_cast<const uint8_t*>(e.data()), e.size(), 3, &decoded).ok());
+      ASSERT_EQ(decoded.pixels.size(), image);
+      EXPECT_EQ(std::memcmp(decoded.pixels.data(), w.pixels.data() + j * image, image), 0) << j;
+    }
+    (*p)->Recycle(std::move(*b));
+  }
+  // No streams to hand: refused when the pipeline is made, and by the dataset.
+  auto raw = OpenDataset(tmp / "raw/train");
+  ASSERT_TRUE(raw.ok());
+  absl::StatusOr<std::unique_ptr<BatchPipeline>> bad = BatchPipeline::Create(raw->get(), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
+  EXPECT_NE(bad.status().message().find("JPEG shards"), std::string::npos) << bad.status();
+  std::string bytes;
+  EXPECT_TRUE(absl::IsUnimplemented((*raw)->ReadEncoded(0, &bytes).status()));
+  auto mem = MakeSyntheticDataset(so);
+  EXPECT_TRUE(absl::IsUnimplemented((*mem)->ReadEncoded(0, &bytes).status()));
+  EXPECT_FALSE(BatchPipeline::Create(mem->get(), o).ok());
+  EXPECT_TRUE(absl::IsOutOfRange((*jpeg)->ReadEncoded(70, &bytes).status()));
 }
 
 // Pinned uint8 batches come from the bytes allocator, and recycled buffers are reused.
