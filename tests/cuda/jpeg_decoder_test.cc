@@ -308,9 +308,10 @@ TEST_F(JpegDecoderTest, JpegShardsThroughTheFeedMatchTheHostPipeline) {
       std::vector<uint8_t> lib;
       ASSERT_TRUE((*ds)->Read(cur.indices[j], &lib).ok());
       const Diff d = Compare(px.data() + j * image, lib.data(), image);
-      // The right image: nvJPEG's differ from libjpeg's by about a level on average
-      // (sharper colour edges than the decoder test's images), another image by tens.
-      EXPECT_LE(d.mean, 3.0) << "image " << j;
+      // The right image: on these synthetic images (sharper colour edges and pixel noise
+      // than the decoder test's) nvJPEG's pixels differ from libjpeg's by 2.6-3.0 levels on
+      // average (H200, hardware backend); a wrong image differs by tens of levels.
+      EXPECT_LE(d.mean, 8.0) << "image " << j;
       if (b == 0 && j == 0)
         std::printf("feed image 0: |nvjpeg - libjpeg| mean %.3f max %d\n", d.mean, d.max);
     }
