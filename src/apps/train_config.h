@@ -25,8 +25,9 @@ enum class GpuAugment { kAuto, kOn, kOff };
 // --jpeg_decoder: who decodes a CUDA run's JPEG training shards when the GPU augments
 // them. host: the pipeline's threads (libjpeg; bitwise the CPU pipeline's batches);
 // nvjpeg: the GPU feed (nvJPEG's hardware engines where present, cuda/jpeg_decoder.h;
-// pixels differ from libjpeg's by a few levels on some pixels); auto: host (the faster on
-// the measured H200, docs/DATA.md).
+// pixels differ from libjpeg's by a few levels on some pixels); auto: nvjpeg when the build
+// has it and the rank decodes with at most 4 threads, else host (the faster of the two in
+// each case on the measured H200, docs/DATA.md).
 enum class JpegDecoderChoice { kAuto, kHost, kNvjpeg };
 // --cuda_graphs (trainer, bench_train): whether a CUDA run's training step (forward,
 // backward, optimizer) is captured once as a CUDA graph and replayed (cuda/step_graph.h;

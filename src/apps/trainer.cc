@@ -143,8 +143,10 @@ ABSL_FLAG(colonnade::JpegDecoderChoice, jpeg_decoder, colonnade::JpegDecoderChoi
           "threads, libjpeg: the batches are bitwise the CPU pipeline's), nvjpeg (the GPU, "
           "with nvJPEG's hardware decoder where the GPU has one: the host only reads the "
           "compressed bytes; pixels may differ from libjpeg's by a few levels, so results "
-          "are not bitwise the host decoder's; needs a build with nvJPEG), or auto (host: "
-          "the faster on the measured H200, docs/DATA.md). Evaluation decodes on the host.");
+          "are not bitwise the host decoder's; needs a build with nvJPEG), or auto (nvjpeg when "
+          "the build has it and --data_threads resolves to 4 or fewer, else host: the faster "
+          "of the two in each case on the measured H200, docs/DATA.md). Evaluation decodes "
+          "on the host.");
 ABSL_FLAG(colonnade::EvalViews, eval_views, colonnade::EvalViews::kOne,
           "How evaluation (--val_data during training, --mode=eval, --mode=predict) scores "
           "each image: 1 (the centre crop) or 10 (AlexNet's test: the centre and four corner "

@@ -2,8 +2,9 @@
 # On a GPU with nvJPEG in the build, --jpeg_decoder=nvjpeg trains on JPEG shards with the
 # images decoded on the device: the banner names nvJPEG's backend, the run finishes, and
 # its losses follow the host-decoded run's (the pixels differ by a few levels on some
-# pixels, so the losses agree to about 1%, not bitwise: the check allows 5%). Skips (exit
-# 77) without a GPU or without nvJPEG in the build.
+# pixels, so the losses agree to about 1%, not bitwise: the check allows 5%); auto picks
+# nvJPEG with at most 4 data threads and the host decoder with more. Skips (exit 77)
+# without a GPU or without nvJPEG in the build.
 #   gpu_nvjpeg_train.sh BUILD_DIR
 set -uo pipefail
 build=$1
@@ -25,6 +26,13 @@ done
 grep -q "decoded by nvJPEG" "$work/nvjpeg.log" || { cat "$work/nvjpeg.log"; fail "the banner does not name nvJPEG"; }
 grep -q "decoded by nvJPEG" "$work/host.log" && fail "--jpeg_decoder=host decoded with nvJPEG"
 grep "feed       GPU" "$work/nvjpeg.log"
+# auto: nvJPEG with at most 4 decoding threads, the host decoder with more.
+for th in 4 5; do
+  "$build/trainer" "${RUN[@]}" --steps=2 --data_threads=$th --checkpoint_dir="$work/auto$th" \
+    > "$work/auto$th.log" 2>&1 || { cat "$work/auto$th.log"; fail "--jpeg_decoder=auto"; }
+done
+grep -q "decoded by nvJPEG" "$work/auto4.log" || fail "auto with 4 threads did not use nvJPEG"
+grep -q "decoded by nvJPEG" "$work/auto5.log" && fail "auto with 5 threads used nvJPEG"
 # The last logged training loss of each run ("loss 2.1234" in the progress lines).
 loss() { grep -o "loss [0-9.]*" "$1" | tail -1 | cut -d' ' -f2; }
 lh=$(loss "$work/host.log"); ln=$(loss "$work/nvjpeg.log")
