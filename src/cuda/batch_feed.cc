@@ -98,6 +98,10 @@ BatchFeed::BatchFeed(const FeedConfig& cfg) : cfg_(cfg) {
         cudaMemcpy(device_grid_, cfg.synthetic_grid.data(), bytes, cudaMemcpyHostToDevice));
     synthetic_.grid = device_grid_;
   }
+  // cudaMemcpy from pageable memory may return before its DMA has landed, and it is
+  // ordered only on the legacy default stream, which the non-blocking compute stream does
+  // not wait for: finish it before any kernel can read the constants.
+  COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());
   const size_t n = static_cast<size_t>(cfg.max_batch);
   const size_t image_bytes = static_cast<size_t>(cfg.height) * cfg.width * cfg.channels;
   for (int i = 0; i < cfg.slots; ++i) {

@@ -86,12 +86,16 @@ class DeviceBuffer {
       for (size_t i = 0; i < v.size(); ++i) b[i] = ToBf16(v[i]);
       COLONNADE_CUDA_CHECK(cudaMemcpy(p_, b.data(), Bytes(), cudaMemcpyHostToDevice));
     }
+    // A pageable cudaMemcpy may return before its DMA lands, ordered only on the legacy
+    // stream, which the backend's non-blocking stream does not wait for: finish it.
+    COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());
   }
   void Poison() {
     if (type_ == StorageType::kFloat) {
       Upload(std::vector<float>(size_t(n_), std::numeric_limits<float>::quiet_NaN()));
     } else {
       COLONNADE_CUDA_CHECK(cudaMemset(p_, 0xff, Bytes()));  // 0xffff: a bf16 NaN
+      COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());        // asynchronous, legacy stream
     }
   }
   std::vector<float> Download() const {

@@ -43,6 +43,9 @@ class DeviceBuffers {
   T* Upload(const std::vector<T>& v) {
     T* p = Alloc<T>(v.size());
     COLONNADE_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    // A pageable cudaMemcpy may return before its DMA lands, ordered only on the legacy
+    // stream, which the backend's non-blocking stream does not wait for: finish it.
+    COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());
     return p;
   }
   template <typename T>
@@ -50,6 +53,7 @@ class DeviceBuffers {
     void* p = nullptr;
     COLONNADE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
     COLONNADE_CUDA_CHECK(cudaMemset(p, poison, std::max<size_t>(n, 1) * sizeof(T)));
+    COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());  // cudaMemset is asynchronous (legacy stream)
     ptrs_.push_back(p);
     return static_cast<T*>(p);
   }

@@ -160,6 +160,7 @@ void CheckBatch(int h, int w, int c, int n, int quality) {
   uint8_t* out = nullptr;
   COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), n * image));
   COLONNADE_CUDA_CHECK(cudaMemset(out, 0xAB, n * image));
+  COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());  // asynchronous, on the legacy stream
   cudaStream_t stream = static_cast<cudaStream_t>(cuda::ComputeStream());
   absl::Status s = (*dec)->Decode(stream, data.data(), sizes.data(), n, h, w, out);
   std::vector<uint8_t> got(n * image);
