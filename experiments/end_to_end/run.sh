@@ -12,15 +12,15 @@
 # imagenette_train (Imagenette 224, JPEG); a missing one skips its rows. cifar10_train_raw
 # (the same images as raw shards) is made from cifar10_train here (make_shards
 # --source=shards) when missing. Knobs: PARTS
-# (comma list of synthetic,imagenette,cifar,resnet,decoders,memory,maxbatch,pipeline; default
-# all),
+# (comma list of synthetic,imagenette,cifar,resnet,decoders,cifar_threads,memory,maxbatch,
+# pipeline; default all),
 # PRECISIONS (fp32,bf16), SKIP_PEER=1.
 set -uo pipefail
 OUT=${1:?usage: run.sh OUTDIR DATA_DIR [BUILD_DIR]}
 DATA=${2:?usage: run.sh OUTDIR DATA_DIR [BUILD_DIR]}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${3:-$ROOT/build-gpu}
-PARTS=${PARTS:-synthetic,imagenette,cifar,resnet,decoders,memory,maxbatch,pipeline}
+PARTS=${PARTS:-synthetic,imagenette,cifar,resnet,decoders,cifar_threads,memory,maxbatch,pipeline}
 PRECISIONS=${PRECISIONS:-fp32,bf16}
 COMMIT=${COMMIT:-unknown}
 mkdir -p "$OUT"
@@ -180,6 +180,17 @@ if part decoders && [ -n "$NVJPEG" ] && [ -d "$DATA/imagenette_train" ]; then
       trainer "alexnet_b256_imagenette_${dec}_t${th}_bf16" alexnet 256 bf16 100 20 \
         --data="$DATA/imagenette_train" --mirror --jpeg_decoder=$dec --data_threads=$th
     done
+  done
+fi
+
+if part cifar_threads && [ -d "$DATA/cifar10_train" ]; then
+  # cifar10-18pct bf16 with fewer data threads than cores (the main thread then never
+  # shares a core with a reader), JPEG and raw shards.
+  for th in 4 8; do
+    trainer "cifar18_b128_cifar_t${th}_bf16" cifar10-18pct 128 bf16 3000 1000 \
+      --data="$DATA/cifar10_train" --data_threads=$th
+    [ -d "$RAWDATA/cifar10_train_raw" ] && trainer "cifar18_b128_cifarraw_t${th}_bf16" \
+      cifar10-18pct 128 bf16 3000 1000 --data="$RAWDATA/cifar10_train_raw" --data_threads=$th
   done
 fi
 
