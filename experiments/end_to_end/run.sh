@@ -14,7 +14,8 @@
 # --source=shards) when missing. Knobs: PARTS
 # (comma list of synthetic,imagenette,cifar,resnet,decoders,cifar_threads,memory,maxbatch,
 # pipeline; default all),
-# PRECISIONS (fp32,bf16), SKIP_PEER=1.
+# PRECISIONS (fp32,bf16), SKIP_PEER=1, LADDER and PEER_LADDER (the maxbatch part's batches,
+# ours and PyTorch's; default 256 512 768 1024 1536 2048).
 set -uo pipefail
 OUT=${1:?usage: run.sh OUTDIR DATA_DIR [BUILD_DIR]}
 DATA=${2:?usage: run.sh OUTDIR DATA_DIR [BUILD_DIR]}
@@ -206,11 +207,11 @@ fi
 
 if part maxbatch; then
   # The largest ResNet-50 batch (FP32) that trains, ours and PyTorch's, among a ladder.
-  for b in 256 512 768 1024 1536 2048; do
+  for b in ${LADDER:-256 512 768 1024 1536 2048}; do
     bench "maxbatch_resnet50_b$b" resnet50 "$b" fp32 --warmup=1 --steps=2 || true
     grep -q '"batch": '"$b" "$OUT/maxbatch_resnet50_b$b.json" 2>/dev/null || break
   done
-  for b in 256 512 768 1024 1536 2048; do
+  for b in ${PEER_LADDER:-256 512 768 1024 1536 2048}; do
     peer resnet50 "$b" fp32
     grep -qE '"(img_per_s|images_per_sec)"' "$OUT/peer_resnet50.$b.fp32.json" 2>/dev/null || break
   done
