@@ -150,6 +150,7 @@ void WriteSyntheticInputs(Net& net) {
 
 // The model on the GPU at this batch with --memory_plan and --recompute, its parameters
 // initialised and its inputs written (WriteSyntheticInputs); prints the plan's sizes.
+// Null, with a message, when the step does not fit the device.
 std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch) {
   ModelOptions mo;
   auto built = BuildModel(model, mo);
@@ -158,6 +159,12 @@ std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch) 
   net->set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
   net->set_recompute(absl::GetFlag(FLAGS_recompute));
   const absl::Status st = net->Build(batch, Device::kCUDA);
+  if (absl::IsResourceExhausted(st)) {
+    std::printf("%s batch %lld: does not fit: %s\n", model.c_str(), static_cast<long long>(batch),
+                std::string(st.message()).c_str());
+    std::fflush(stdout);
+    return nullptr;
+  }
   CHECK(st.ok()) << st;
   std::printf(
       "memory plan %s, recompute %s: activations+gradients %.1f MiB (%.1f MiB with one "
@@ -195,6 +202,7 @@ int Main() {
   for (absl::string_view bs : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
     const int64_t batch = std::stoll(std::string(bs));
     const std::unique_ptr<Net> built = BuildSyntheticNet(model, batch);
+    if (built == nullptr) continue;
     Net& net = *built;
     SgdOptions so;
     so.momentum = 0.9f;

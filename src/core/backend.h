@@ -73,6 +73,10 @@ class Backend {
   virtual Ops& ops() = 0;
   // Peak bytes held by the allocator since start (0 if not tracked).
   virtual size_t PeakBytes() const { return 0; }
+  // Bytes an allocation could get now (the device's free memory plus the allocator's
+  // cached, unused blocks), so that a plan larger than the device is refused with a message
+  // instead of failing inside the allocator; 0 when unknown (the CPU: the OS decides).
+  virtual size_t AvailableBytes() { return 0; }
 };
 
 // Returns the backend for `device`, or nullptr when it is not compiled in or has no

@@ -110,6 +110,21 @@ absl::Status Net::Build(int64_t batch, Device device) {
                       t.shape() == plan.buffers[plan.activation.at(name)].shape;
     if (!keep) t = Tensor();
   }
+  // A step larger than the device is refused here, with the numbers and the way out, not
+  // by the allocator (which ends the process).
+  if (Backend* backend = GetBackend(device)) {
+    const size_t available = backend->AvailableBytes();
+    const double need = static_cast<double>(plan.planned_bytes());
+    if (available > 0 && need > static_cast<double>(available)) {
+      constexpr double kGiB = 1073741824.0;
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the step's activations and gradients need %.1f GiB at batch %d (memory plan %s) but "
+          "the %s device has %.1f GiB available: lower the batch per replica (--batch_size / "
+          "data-parallel ranks), keep --memory_plan=on and --recompute=bn_relu_add, or use "
+          "more GPUs",
+          need / kGiB, batch, plan_memory_ ? "on" : "off", DeviceName(device), available / kGiB));
+    }
+  }
   if (plan.share) arena_ = Tensor(Shape{std::max<int64_t>(plan.arena_elements, 1)}, device);
   buffers_.resize(plan.buffers.size());
   bound_.resize(plan.buffers.size());

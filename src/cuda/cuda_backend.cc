@@ -108,6 +108,18 @@ class CudaBackend : public Backend {
   void Synchronize() override { COLONNADE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   Ops& ops() override { return *ops_; }
   size_t PeakBytes() const override { return alloc_.peak_bytes_reserved(); }
+  size_t AvailableBytes() override {
+#if defined(COLONNADE_CUDA_EMULATE)
+    return 0;  // the emulator's memory is the host's
+#else
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return free_bytes + (alloc_.bytes_reserved() - alloc_.bytes_in_use());
+#endif
+  }
 
   int ordinal() const { return ordinal_; }
   cudaStream_t stream() const { return stream_; }
