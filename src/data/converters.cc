@@ -568,6 +568,26 @@ absl::StatusOr<ConvertReport> ConvertImageFolder(const std::string& root,
 
 // ---- synthetic ------------------------------------------------------------------------------
 
+namespace {
+
+// Image i of `d`, decoded by its reader and encoded as `o` asks: the producer of a split
+// written from another dataset (`d` and `o` must outlive it).
+std::function<Converted(int64_t)> ReadAndEncode(Dataset* d, const ConvertOptions& o) {
+  return [d, &o](int64_t i) {
+    const DatasetInfo& info = d->info();
+    Converted c;
+    c.image.height = info.height;
+    c.image.width = info.width;
+    c.image.channels = info.channels;
+    absl::StatusOr<int> l = d->Read(i, &c.image.pixels);
+    if (!l.ok()) c.status = l.status();
+    EncodeIfNeeded(o, &c);
+    return c;
+  };
+}
+
+}  // namespace
+
 absl::StatusOr<ConvertReport> ConvertShards(const std::string& input_dir,
                                             const std::string& output_dir,
                                             const ConvertOptions& o_in) {
@@ -579,16 +599,7 @@ absl::StatusOr<ConvertReport> ConvertShards(const std::string& input_dir,
   RETURN_IF_ERROR(CheckOptions(o));
   const auto t0 = Clock::now();
   ConvertReport report;
-  std::function<Converted(int64_t)> produce = [&](int64_t i) {
-    Converted c;
-    c.image.height = info.height;
-    c.image.width = info.width;
-    c.image.channels = info.channels;
-    absl::StatusOr<int> l = d->Read(i, &c.image.pixels);
-    if (!l.ok()) c.status = l.status();
-    EncodeIfNeeded(o, &c);
-    return c;
-  };
+  std::function<Converted(int64_t)> produce = ReadAndEncode(d, o);
   std::function<int(int64_t)> label_of = [d](int64_t i) { return d->Label(i); };
   std::vector<std::unique_ptr<DatasetWriter>> written;
   ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> w,
@@ -619,16 +630,7 @@ absl::StatusOr<ConvertReport> WriteSyntheticShards(const SyntheticOptions& synth
     ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, MakeSyntheticDataset(so));
     Dataset* d = ds.get();
     const DatasetInfo& info = d->info();
-    std::function<Converted(int64_t)> produce = [&](int64_t i) {
-      Converted c;
-      c.image.height = info.height;
-      c.image.width = info.width;
-      c.image.channels = info.channels;
-      absl::StatusOr<int> l = d->Read(i, &c.image.pixels);
-      if (!l.ok()) c.status = l.status();
-      EncodeIfNeeded(o, &c);
-      return c;
-    };
+    std::function<Converted(int64_t)> produce = ReadAndEncode(d, o);
     std::function<int(int64_t)> label_of = [d](int64_t i) { return d->Label(i); };
     const char* name = split == 0 ? "train" : "test";
     ASSIGN_OR_RETURN(std::unique_ptr<DatasetWriter> w,

@@ -69,21 +69,6 @@ class DeviceBuffers {
   std::vector<void*> ptrs_;
 };
 
-// First differing float (bitwise: 0.0f and -0.0f differ, NaN never equals).
-::testing::AssertionResult BitwiseEqual(const std::vector<float>& got,
-                                        const std::vector<float>& want) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure()
-             << "value " << i << " of " << got.size() << ": " << got[i] << " != " << want[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 cuda::FeedAugment ToFeed(const data::ImageAugment& a) {
   cuda::FeedAugment f;
   f.y0 = a.y0;

@@ -3,6 +3,7 @@
 // backend on device 0.
 #pragma once
 
+#include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,6 +20,21 @@ inline constexpr bool kEmulated = true;
 #else
 inline constexpr bool kEmulated = false;
 #endif
+
+// First differing float (bitwise: 0.0f and -0.0f differ, NaN never equals).
+inline ::testing::AssertionResult BitwiseEqual(const std::vector<float>& got,
+                                               const std::vector<float>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << "value " << i << " of " << got.size() << ": " << got[i] << " != " << want[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
 
 class GpuTest : public ::testing::Test {
  protected:

@@ -112,21 +112,6 @@ Diff Compare(const uint8_t* a, const uint8_t* b, size_t n) {
   return d;
 }
 
-// First differing float (bitwise: NaN never equals).
-::testing::AssertionResult BitwiseEqual(const std::vector<float>& got,
-                                        const std::vector<float>& want) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure()
-             << "value " << i << " of " << got.size() << ": " << got[i] << " != " << want[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 double Psnr(const uint8_t* a, const uint8_t* b, size_t n) {
   double se = 0;
   for (size_t i = 0; i < n; ++i) {
