@@ -1,5 +1,5 @@
 // make_shards: converts CIFAR-10 binary batches, image-folder trees or the synthetic
-// dataset into Colonnade's HDF5 shard directories (docs/DATA.md).
+// dataset into Colonnade's HDF5 shard directories (docs/DATA.md), or re-encodes one.
 //
 //   make_shards --source=cifar10 --input=cifar-10-batches-bin --output=data/cifar10
 //   make_shards --source=folder --input=imagenet/train --output=data/imagenet/train
@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
       "make_shards",
       "src/apps/make_shards",
       "writes HDF5 shard datasets (docs/DATA.md) from CIFAR-10 binary batches, "
-      "image folders or synthetic data.\n"
+      "image folders, synthetic data or another shard dataset (re-encoded).\n"
       "  make_shards --source=cifar10 --input=DIR --output=OUT\n"
       "  make_shards --source=folder --input=ROOT --output=OUT [--resize=256] [--encoding=jpeg]\n"
       "  make_shards --source=synthetic --output=OUT [--size=N --test_size=N]\n"
