@@ -112,6 +112,11 @@ absl::Status DeviceFeed::Produce(Tensor* images, Tensor* labels) {
   return absl::OkStatus();
 }
 
+void DeviceFeed::EndProduce() {
+  feed_->EndProduce();
+  RecycleCopied(/*wait=*/false);
+}
+
 absl::Status DeviceFeed::ProduceView(int view, bool last, Tensor* images, Tensor* labels) {
   RETURN_IF_ERROR(feed_->ProduceView(view, last, images, labels));
   if (last) RecycleCopied(/*wait=*/false);

@@ -7,7 +7,8 @@
 //
 //   DeviceFeed::Create(ds, pipeline)   (pipeline->output() != kFloatCHWN)
 //   feed->Stage(batch)                 copy enqueued (copy stream)
-//   feed->Produce(&data, &label)       augment enqueued (compute stream)
+//   feed->Produce(&data, &label)       augment enqueued (compute stream); in a graphed
+//                                      step BeginProduce / Augment / EndProduce
 //   feed->Recycle(std::move(batch))    back to the pipeline once its copy has finished
 //
 // docs/DATA.md, "The GPU feed", has the bytes moved and the bitwise guarantee.
@@ -48,6 +49,15 @@ class DeviceFeed {
   // Enqueues the making of the oldest staged batch into the CUDA tensors `images` (the
   // net's "data" blob) and `labels`.
   absl::Status Produce(Tensor* images, Tensor* labels);
+  // Produce in three parts, for a step captured as a CUDA graph: BeginProduce(n) before
+  // the step (returns the slot for StepScalars::feed_slot), Augment inside it (reading the
+  // slot from `slot_on_device` when non-null), EndProduce after it
+  // (cuda::BatchFeed::BeginProduce).
+  absl::StatusOr<int> BeginProduce(int n) { return feed_->BeginProduce(n); }
+  absl::Status Augment(Tensor* images, Tensor* labels, const int32_t* slot_on_device) {
+    return feed_->Augment(images, labels, slot_on_device);
+  }
+  void EndProduce();
   // Evaluation on ten crops: view `view` (0..9) of the oldest staged batch (a uint8
   // pipeline whose crop is the views' side; its augments are ignored) into `images` and
   // `labels`; `last` consumes the batch (cuda::BatchFeed::ProduceView).

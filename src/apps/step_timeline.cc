@@ -12,7 +12,7 @@ const char* StepPhaseName(StepPhase p) {
     case StepPhase::kCopyIn:
       return "batch to device";
     case StepPhase::kGraph:
-      return "graph: fwd+bwd+opt";
+      return "graph: whole step";
     case StepPhase::kForward:
       return "forward";
     case StepPhase::kBackward:
@@ -21,8 +21,8 @@ const char* StepPhaseName(StepPhase p) {
       return "gradient sync wait";
     case StepPhase::kOptimizer:
       return "optimizer";
-    case StepPhase::kMetrics:
-      return "metrics copy";
+    case StepPhase::kResults:
+      return "results";
     case StepPhase::kCount:
       break;
   }
@@ -51,10 +51,10 @@ void StepTimeline::Mark(StepPhase p) {
 
 void StepTimeline::EndStep() {
   if (!in_step_) return;
-  CHECK_EQ(next_phase_, static_cast<int>(StepPhase::kCount)) << "a phase was not marked";
+  CHECK_GT(next_phase_, 0) << "no phase was marked";
   // Waiting only here, not at each mark: the device runs the step's phases back to back
   // as in an unprofiled step, so no phase includes the host's time to enqueue the next.
-  fences_.back()->Wait();
+  fences_[next_phase_ - 1]->Wait();
   const Fence* prev = start_.get();
   for (int i = 0; i < static_cast<int>(StepPhase::kCount); ++i) {
     if (!fences_[i]) continue;  // a phase this step does not have

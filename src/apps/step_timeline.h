@@ -21,13 +21,14 @@ namespace colonnade {
 
 enum class StepPhase {
   kCopyIn,  // the batch to the device (H2D copy, GPU augmentation)
-  kGraph,   // a replayed CUDA graph of the step: forward, backward, sync and optimizer in
-            // one (--cuda_graphs); a graphed step marks this instead of the next four
   kForward,
   kBackward,  // includes the gradient all-reduce launched from backward's hooks
   kGradSync,  // waiting for the last gradient buckets
   kOptimizer,
-  kMetrics,  // loss and probabilities copied back for the progress line
+  kResults,  // loss and correct counts added to the device totals (core/results.h)
+  kGraph,    // a replayed CUDA graph of the step (--cuda_graphs): the GPU feed's
+             // augmentation, forward, backward, sync, optimizer and results in one; a
+             // graphed step marks this instead of the phases it holds
   kCount
 };
 const char* StepPhaseName(StepPhase p);

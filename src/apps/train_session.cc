@@ -31,6 +31,7 @@
 #include "core/models.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
+#include "core/results.h"
 #include "cuda/jpeg_decoder.h"
 #include "core/status_macros.h"
 #include "cuda/cuda_backend.h"
@@ -73,24 +74,6 @@ std::string FormatDuration(double s) {
   if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
   if (t >= 60) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
   return absl::StrFormat("%ds", t);
-}
-
-// Counts of correct top-1 and top-5 predictions from probabilities K x N (host copy;
-// float from the net, double for the ten views' average).
-template <typename T>
-void CountCorrect(const T* probs, const float* labels, int64_t k, int64_t n, double* top1,
-                  double* top5) {
-  for (int64_t j = 0; j < n; ++j) {
-    const int label = static_cast<int>(labels[j]);
-    const T p = probs[label * n + j];
-    int64_t better = 0;  // classes ranked above the true one
-    for (int64_t c = 0; c < k; ++c) {
-      T q = probs[c * n + j];
-      if (q > p || (q == p && c < label)) ++better;
-    }
-    if (better == 0) *top1 += 1;
-    if (better < 5) *top5 += 1;
-  }
 }
 
 // 60965224 -> "60,965,224".
@@ -681,24 +664,28 @@ absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::Pi
   struct {
     double loss = 0, top1 = 0, top5 = 0, images = 0;  // summed, in this order, over dp
   } sums;
+  // One view: the net's own results, added on its device and read once at the end.
+  Tensor totals = NewResultTotals(net.ops().device());
   RETURN_IF_ERROR(ForEachEvalBatch(
       net, val, o, local_batch, spec,
       [&](const data::Batch& batch, int64_t n, const ViewAverage* avg) -> absl::Status {
         if (n == 0) return absl::OkStatus();
-        std::vector<float> labels = batch.labels.ToHost();
         if (avg != nullptr) {
+          std::vector<float> labels = batch.labels.ToHost();
           for (int64_t j = 0; j < n; ++j) sums.loss += avg->Loss(j);
           const std::vector<double> mean = avg->MeanProbs();
           CountCorrect(mean.data(), labels.data(), avg->classes(), n, &sums.top1, &sums.top5);
         } else {
-          sums.loss += net.ops().Sum(net.blob("loss"));
-          std::vector<float> probs = net.blob("probs").ToHost();
-          CountCorrect(probs.data(), labels.data(), net.blob("probs").c(), n, &sums.top1,
-                       &sums.top5);
+          net.ops().AccumulateResults(net.blob("probs"), net.blob("label"), net.blob("loss"),
+                                      /*step=*/0, nullptr, totals);
         }
         sums.images += n;
         return absl::OkStatus();
       }));
+  const ResultTotals t = ReadResultTotals(totals);
+  sums.loss += t.loss_sum;
+  sums.top1 += t.top1;
+  sums.top5 += t.top5;
   double v[4] = {sums.loss, sums.top1, sums.top5, sums.images};
   SumOverDp(l, v, 4);
   EvalResult r;
@@ -911,17 +898,18 @@ class Trainer {
   // --cuda_graphs: the step graph where it is legal and asked for (graph_).
   EndCode SetUpGraphs();
   std::string GraphsDescription() const;
-  // Enqueues one training step on the device: the batch's copy, forward, backward, the
-  // gradient all-reduce, the optimizer and the copy of its loss and probabilities back to
-  // the host (pending_). Nothing here waits for the device.
+  // Enqueues one training step on the device: the batch's copy (or the GPU feed's
+  // augmentation), forward, backward, the gradient all-reduce, the optimizer and the
+  // addition of its loss and correct counts to the device totals (totals_). Nothing here
+  // waits for the device.
   void Step(int64_t step, data::Batch&& batch, float lr);
-  // Reads step `step`'s results once the device has run it (loss, correct counts, summed
-  // over the dp group), adds them to the interval and recycles its batch. Collective over
-  // dp: every rank collects the same steps in the same order. Ends the job on a
-  // non-finite loss.
-  EndCode Collect(int64_t step);
-  // Collect of every step up to `step` not collected yet, in order.
-  EndCode CollectThrough(int64_t step);
+  // Recycles the batch of every step up to `step` not collected yet, once the device has
+  // run it (waits for it).
+  void CollectThrough(int64_t step);
+  // Reads the device totals of the steps run since the last read (waits for them), sums
+  // them over the dp group into the interval and zeroes them. Collective over dp: every
+  // rank reads after the same steps. Ends the job if a step's loss was not finite.
+  EndCode ReadResults();
   // The next training batch: the one Step prefetched, else the pipeline's (staged on the
   // GPU feed when there is one). Recycle returns a consumed batch's buffers.
   absl::StatusOr<data::Batch> NextBatch();
@@ -938,6 +926,10 @@ class Trainer {
   int Finish();
   void WriteMetrics(const std::string& json_line);
   double EpochOf(int64_t done) const { return static_cast<double>(done) / per_epoch_; }
+  // The schedule's learning rate of step `step`.
+  float LrAt(int64_t step) const {
+    return job_.schedule->At(job_.base_lr, static_cast<double>(step) / per_epoch_, total_epochs_);
+  }
 
   Job& job_;
   const TrainConfig& cfg_;
@@ -963,21 +955,20 @@ class Trainer {
   std::optional<checkpoint::CheckpointPolicy> policy_;
   IntervalTotals interval_;
   double first_loss_ = NAN, last_loss_ = NAN;
-  // The last two steps' results on their way back: a step's loss and probabilities are
-  // read on the host one step later (or at once when a log line, checkpoint or evaluation
-  // needs them), so the host queues step k+1 while the device runs step k.
+  // The loss sum and top-1/top-5 counts of the steps since the last ReadResults, added by
+  // each step on the device (Ops::AccumulateResults, inside the step graph) and read back
+  // only when something reports them: a progress line, a checkpoint, an evaluation, the
+  // end (core/results.h).
+  Tensor totals_;
+  // The steps queued on the device whose batches are still held: the host runs up to
+  // kPendingSteps - 1 steps ahead of the device (a batch is recycled kPendingSteps - 1
+  // steps later, or when the results are read), so a short step (cifar10-18pct bf16:
+  // 0.45 ms on the H200) is not held up by the host's work between steps.
   struct PendingStep {
     int64_t step = -1;  // -1: empty (collected)
-    float lr = 0;
-    data::Batch batch;   // kept until the step ran: the device copies from its buffers
-    Tensor loss, probs;  // page-locked host copies, valid once `ran` has passed
+    data::Batch batch;  // kept until the step ran: the device copies from its buffers
     std::unique_ptr<Fence> ran;
   };
-  // Steps whose results may wait on the host at once: the host runs up to
-  // kPendingSteps - 1 steps ahead of the device (the results are read kPendingSteps - 1
-  // steps late, or at once when a log line, checkpoint or evaluation needs them), so a short
-  // step (cifar10-18pct bf16: 0.45 ms on the H200) is not held up by the host's work
-  // between steps. Each holds its batch until then.
   static constexpr int kPendingSteps = 4;
   PendingStep pending_[kPendingSteps];
   int64_t collected_ = -1;  // the last step collected
@@ -992,10 +983,7 @@ EndCode Trainer::Start() {
     if (EndCode end = (this->*phase)()) return end;
   }
   PrintBanner();
-  for (PendingStep& p : pending_) {
-    p.loss = Tensor::PinnedHost(net_.blob("loss").shape(), job_.device);
-    p.probs = Tensor::PinnedHost(net_.blob("probs").shape(), job_.device);
-  }
+  totals_ = NewResultTotals(job_.device);
   // Profiled steps start after two warm-up steps: the first calls of each shape pick
   // kernels (autotune) and allocate.
   timeline_.emplace(job_.device, at_.start_step, 2, cfg_.profile_steps);
@@ -1260,13 +1248,12 @@ int Trainer::Run() {
     absl::StatusOr<data::Batch> batch = NextBatch();
     if (!batch.ok()) RankError(l_, batch.status());
     interval_.data_wait_s += batch->wait_seconds;
-    const float lr =
-        job_.schedule->At(job_.base_lr, static_cast<double>(step) / per_epoch_, total_epochs_);
+    const float lr = LrAt(step);
     Step(step, std::move(*batch), lr);
-    // The results of kPendingSteps - 1 steps ago: the device has run that step long ago or
-    // runs it now, with the later ones queued behind it, so waiting for them does not leave
+    // The batch of kPendingSteps - 1 steps ago: the device has run that step long ago or
+    // runs it now, with the later ones queued behind it, so waiting for it does not leave
     // the device idle.
-    if (EndCode end = CollectThrough(step - (kPendingSteps - 1))) return *end;
+    CollectThrough(step - (kPendingSteps - 1));
     const int64_t done = step + 1;
     bool stop = false, checkpoint_due = false;
     Agree(done, &stop, &checkpoint_due);
@@ -1275,10 +1262,12 @@ int Trainer::Run() {
     const bool log_due = done % std::max(1, cfg_.log_every) == 0 || done == total_steps_;
     const bool eval_due = job_.val_data && ((cfg_.eval_every > 0 && done % cfg_.eval_every == 0) ||
                                             done == total_steps_);
-    // This step's own results, when something needs them now: the progress line, and a
-    // checkpoint or evaluation (a model whose loss is not finite is never saved).
-    if (stop || checkpoint_now || log_due || eval_due) {
-      if (EndCode end = CollectThrough(step)) return *end;
+    // The results through this step, when something needs them now: the progress line, a
+    // checkpoint or evaluation (a model whose loss is not finite is never saved), and the
+    // first step (the run's first loss, and a diverged start caught at once).
+    if (stop || checkpoint_now || log_due || eval_due || step == at_.start_step) {
+      CollectThrough(step);
+      if (EndCode end = ReadResults()) return *end;
     }
     if (checkpoint_now) {
       if (absl::Status s = Checkpoint(done, next_cursor_); !s.ok()) {
@@ -1318,21 +1307,33 @@ void Trainer::Recycle(data::Batch&& batch) {
 
 void Trainer::Step(int64_t step, data::Batch&& batch, float lr) {
   timeline_->BeginStep(step, batch.wait_seconds);
+  Tensor& images = net_.blob("data");
+  Tensor& labels = net_.blob("label");
+  StepScalars values;
+  values.step = step;
+  values.lr = lr;
   // Enqueued only: the batch stays alive in pending_ until the step has run.
-  if (feed_) {  // the GPU feed: the batch was staged ahead; augment it on the compute stream
-    if (absl::Status s = feed_->Produce(&net_.blob("data"), &net_.blob("label")); !s.ok()) {
-      RankError(l_, s);
-    }
+  if (feed_) {
+    // The GPU feed: the batch was staged ahead; the compute stream waits for its copy
+    // here, and the step (graph) augments it from its slot.
+    absl::StatusOr<int> slot = feed_->BeginProduce(static_cast<int>(images.n()));
+    if (!slot.ok()) RankError(l_, slot.status());
+    values.feed_slot = *slot;
   } else {
-    net_.blob("data").CopyFromAsync(batch.images);
-    net_.blob("label").CopyFromAsync(batch.labels);
+    images.CopyFromAsync(batch.images);
+    labels.CopyFromAsync(batch.labels);
+    timeline_->Mark(StepPhase::kCopyIn);
   }
-  timeline_->Mark(StepPhase::kCopyIn);
   // The device work of the step; `dev` non-null when it is being captured as a graph (the
-  // kernels then read the step and the rate from the device block), whose phases cannot be
-  // told apart on the timeline.
+  // kernels then read the step, the rate and the feed slot from the device block), whose
+  // phases cannot be told apart on the timeline.
   auto enqueue = [&](const StepScalars* dev) {
     const bool phases = dev == nullptr;
+    if (feed_) {
+      absl::Status s = feed_->Augment(&images, &labels, dev != nullptr ? &dev->feed_slot : nullptr);
+      if (!s.ok()) RankError(l_, s);
+      if (phases) timeline_->Mark(StepPhase::kCopyIn);
+    }
     RunContext ctx = job_.mesh->MakeRunContext(Phase::kTrain, cfg_.seed, step, job_.global_batch);
     ctx.device_scalars = dev;
     net_.Forward(ctx);
@@ -1344,11 +1345,11 @@ void Trainer::Step(int64_t step, data::Batch&& batch, float lr) {
     if (phases) timeline_->Mark(StepPhase::kGradSync);
     optimizer_.Step(net_, lr, dev != nullptr ? &dev->lr : nullptr);
     if (phases) timeline_->Mark(StepPhase::kOptimizer);
+    net_.ops().AccumulateResults(net_.blob("probs"), labels, net_.blob("loss"), step,
+                                 dev != nullptr ? &dev->step : nullptr, totals_);
+    if (phases) timeline_->Mark(StepPhase::kResults);
   };
   if (graph_) {
-    StepScalars values;
-    values.step = step;
-    values.lr = lr;
     // A rebuilt net (evaluation with a short last batch) moves its buffers: Net::builds()
     // keys the graph, so a new one is warmed up and captured.
     if (graph_->Step(net_.builds(), values, enqueue) != cuda::StepRun::kPlain) {
@@ -1357,50 +1358,54 @@ void Trainer::Step(int64_t step, data::Batch&& batch, float lr) {
   } else {
     enqueue(nullptr);
   }
+  if (feed_) feed_->EndProduce();
+  interval_.images += job_.global_batch;
   PendingStep& p = pending_[step % kPendingSteps];
   p.step = step;
-  p.lr = lr;
-  p.loss.CopyFromAsync(net_.blob("loss"));
-  p.probs.CopyFromAsync(net_.blob("probs"));
   p.ran = GetBackend(job_.device)->RecordFence();
   next_cursor_ = batch.next;
   p.batch = std::move(batch);
-  timeline_->Mark(StepPhase::kMetrics);
   timeline_->EndStep();
   // GPU feed: the next batch is staged now, behind this step's queued work, so that its
   // copy to the device overlaps this step's compute (its wait counts in the next step).
   if (feed_ && step + 1 < total_steps_) prefetched_ = NextBatch();
 }
 
-EndCode Trainer::CollectThrough(int64_t step) {
+void Trainer::CollectThrough(int64_t step) {
   for (int64_t s = std::max(collected_ + 1, at_.start_step); s <= step; ++s) {
-    if (EndCode end = Collect(s)) return end;
+    PendingStep& p = pending_[s % kPendingSteps];
+    if (p.step != s) continue;  // none
+    collected_ = s;
+    p.ran->Wait();
+    Recycle(std::move(p.batch));
+    p.batch = data::Batch();
+    p.step = -1;
   }
-  return std::nullopt;
 }
 
-EndCode Trainer::Collect(int64_t step) {
-  PendingStep& p = pending_[((step % kPendingSteps) + kPendingSteps) % kPendingSteps];
-  if (step < at_.start_step || p.step != step) return std::nullopt;  // none, or collected
-  collected_ = step;
-  p.ran->Wait();
-  // The loss sum by the host's Ops over the host copy: on a CPU run the very computation
-  // the step made before it was read back asynchronously, so CPU results stay bitwise.
-  double sums[3] = {OpsFor(Device::kCPU).Sum(p.loss), 0, 0};
-  CountCorrect(p.probs.data(), p.batch.labels.data(), p.probs.c(), job_.local_batch, &sums[1],
-               &sums[2]);
-  SumOverDp(l_, sums, 3);
-  const double loss = sums[0] / job_.global_batch;
-  if (!std::isfinite(loss)) return NonFiniteLoss(loss, step, p.lr);
-  if (step == at_.start_step) first_loss_ = loss;
-  last_loss_ = loss;
+EndCode Trainer::ReadResults() {
+  const ResultTotals t = ReadResultTotals(totals_);  // waits for the queued steps
+  totals_.Fill(0.0f);
+  if (t.steps == 0) return std::nullopt;
+  double sums[5] = {t.loss_sum, t.top1, t.top5, t.last_loss_sum,
+                    static_cast<double>(t.nonfinite_steps)};
+  SumOverDp(l_, sums, 5);
+  if (sums[4] > 0) {
+    // The first step whose loss was not finite on any rank, and that rank's loss sum
+    // there (the others' finite sums are not kept): every rank reaches this together.
+    int64_t first = t.nonfinite_steps > 0 ? t.first_nonfinite_step : INT64_MAX;
+    if (l_.dp_size > 1) MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, l_.dp_comm);
+    double loss =
+        t.nonfinite_steps > 0 && t.first_nonfinite_step == first ? t.first_nonfinite_loss : 0.0;
+    SumOverDp(l_, &loss, 1);
+    return NonFiniteLoss(loss / job_.global_batch, first, LrAt(first));
+  }
+  const double last_loss = sums[3] / job_.global_batch;
+  if (std::isnan(first_loss_)) first_loss_ = last_loss;
+  last_loss_ = last_loss;
   interval_.loss_sum += sums[0];
   interval_.top1_correct += sums[1];
   interval_.top5_correct += sums[2];
-  interval_.images += job_.global_batch;
-  Recycle(std::move(p.batch));
-  p.batch = data::Batch();
-  p.step = -1;
   return std::nullopt;
 }
 

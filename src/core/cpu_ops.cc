@@ -1215,6 +1215,27 @@ void CpuOps::SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labe
 // Optimiser
 // ---------------------------------------------------------------------------------------
 
+// The step's loss sum by Sum (the order the trainer's host-side sums always had, so CPU
+// runs log the same bits), its correct counts by CountCorrect.
+void CpuOps::AccumulateResults(const Tensor& probs, const Tensor& labels,
+                               const Tensor& loss_per_image, int64_t step,
+                               const int64_t* /*step_on_device*/, Tensor& totals) {
+  const op_shapes::SoftmaxDims d = op_shapes::Results(probs, labels, loss_per_image, totals);
+  ResultTotals* t = reinterpret_cast<ResultTotals*>(totals.data());
+  const double loss = Sum(loss_per_image);
+  t->loss_sum += loss;
+  CountCorrect(probs.data(), labels.data(), d.classes, d.batch, &t->top1, &t->top5);
+  t->last_loss_sum = loss;
+  t->steps += 1;
+  if (!std::isfinite(loss)) {
+    if (t->nonfinite_steps == 0) {
+      t->first_nonfinite_step = step;
+      t->first_nonfinite_loss = loss;
+    }
+    t->nonfinite_steps += 1;
+  }
+}
+
 // v = momentum v - lr (grad + weight_decay w);  w = w + v   (element-wise, in float).
 void CpuOps::SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) {
   SameSize(w, grad, "SgdUpdate grad");

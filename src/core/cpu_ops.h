@@ -62,6 +62,8 @@ class CpuOps : public Ops {
                                   Tensor& loss_per_image) override;
   void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
                                    Tensor& dlogits) override;
+  void AccumulateResults(const Tensor& probs, const Tensor& labels, const Tensor& loss_per_image,
+                         int64_t step, const int64_t* step_on_device, Tensor& totals) override;
   void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) override;
   void Synchronize() override {}
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/log.h"
+#include "core/results.h"
 
 namespace colonnade::op_shapes {
 
@@ -127,6 +128,13 @@ SoftmaxDims Softmax(const Tensor& scores, const Tensor& labels, const Tensor& sa
                                     << " for scores " << scores.shape().ToString();
   }
   return d;
+}
+
+SoftmaxDims Results(const Tensor& probs, const Tensor& labels, const Tensor& loss,
+                    const Tensor& totals) {
+  CHECK_EQ(totals.size(), kResultTotalsFloats)
+      << "AccumulateResults: totals " << totals.shape().ToString() << " are not a ResultTotals";
+  return Softmax(probs, labels, probs, &loss, "AccumulateResults");
 }
 
 }  // namespace colonnade::op_shapes

@@ -73,5 +73,9 @@ struct SoftmaxDims {
 };
 SoftmaxDims Softmax(const Tensor& scores, const Tensor& labels, const Tensor& same,
                     const Tensor* loss, const char* what);
+// AccumulateResults: probs K x ... x N, labels and loss of N elements, totals of
+// kResultTotalsFloats (core/results.h). Returns {K, N}.
+SoftmaxDims Results(const Tensor& probs, const Tensor& labels, const Tensor& loss,
+                    const Tensor& totals);
 
 }  // namespace colonnade::op_shapes

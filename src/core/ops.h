@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "core/precision.h"
+#include "core/results.h"
 #include "core/tensor.h"
 
 namespace colonnade {
@@ -122,7 +123,9 @@ struct SgdParams {
 struct StepScalars {
   int64_t step = 0;  // RunContext::step
   float lr = 0.0f;   // the schedule's rate, before each parameter's lr_mult
-  float unused = 0.0f;
+  // The GPU feed's slot holding the step's batch (cuda::BatchFeed::Augment), read by the
+  // augmentation kernel of a graphed step; unused otherwise.
+  int32_t feed_slot = 0;
 };
 
 class Ops {
@@ -216,6 +219,17 @@ class Ops {
   // dlogits = scale * (probs - onehot(labels)); scale is usually 1 / global batch.
   virtual void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
                                            Tensor& dlogits) = 0;
+
+  // ---- results (core/results.h) ----------------------------------------------------------
+  // Adds one step's results to `totals` (a kResultTotalsFloats tensor holding a
+  // ResultTotals, on this device): the sum of loss_per_image (N), the top-1 and top-5
+  // correct counts of probs (K x N, the softmax) for labels (N), as CountCorrect counts
+  // them, and, when the step's loss sum is not finite, `step` (*step_on_device in a
+  // graphed step, as DropoutParams::step_on_device) as the first non-finite one if none
+  // was. Deterministic: the same inputs give the same totals bit for bit on one device.
+  virtual void AccumulateResults(const Tensor& probs, const Tensor& labels,
+                                 const Tensor& loss_per_image, int64_t step,
+                                 const int64_t* step_on_device, Tensor& totals) = 0;
 
   // ---- optimiser --------------------------------------------------------------------------
   // Fused SGD with momentum and L2 weight decay (Krizhevsky et al. 2012, sec. 5):

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/feed_kernels.h"
 #include "cuda/port.h"
@@ -98,10 +99,6 @@ BatchFeed::BatchFeed(const FeedConfig& cfg) : cfg_(cfg) {
         cudaMemcpy(device_grid_, cfg.synthetic_grid.data(), bytes, cudaMemcpyHostToDevice));
     synthetic_.grid = device_grid_;
   }
-  // cudaMemcpy from pageable memory may return before its DMA has landed, and it is
-  // ordered only on the legacy default stream, which the non-blocking compute stream does
-  // not wait for: finish it before any kernel can read the constants.
-  COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());
   const size_t n = static_cast<size_t>(cfg.max_batch);
   const size_t image_bytes = static_cast<size_t>(cfg.height) * cfg.width * cfg.channels;
   for (int i = 0; i < cfg.slots; ++i) {
@@ -118,6 +115,17 @@ BatchFeed::BatchFeed(const FeedConfig& cfg) : cfg_(cfg) {
     COLONNADE_CUDA_CHECK(cudaEventCreateWithFlags(&s->consumed, cudaEventDisableTiming));
     slots_.push_back(std::move(s));
   }
+  // The slot table a graphed step's augmentation reads its batch from (FeedSource).
+  std::vector<FeedBatchBuffers> table;
+  for (const auto& s : slots_) table.push_back(FeedBatchBuffers{s->pixels, s->augs, s->labels});
+  const size_t table_bytes = table.size() * sizeof(FeedBatchBuffers);
+  COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_slots_), table_bytes));
+  COLONNADE_CUDA_CHECK(
+      cudaMemcpy(device_slots_, table.data(), table_bytes, cudaMemcpyHostToDevice));
+  // cudaMemcpy from pageable memory may return before its DMA has landed, and it is
+  // ordered only on the legacy default stream, which the non-blocking compute stream does
+  // not wait for: finish it before any kernel can read the constants.
+  COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 BatchFeed::~BatchFeed() {
@@ -133,6 +141,7 @@ BatchFeed::~BatchFeed() {
     COLONNADE_CUDA_CHECK(cudaFreeHost(s->host_augs));
     COLONNADE_CUDA_CHECK(cudaFreeHost(s->host_indices));
   }
+  COLONNADE_CUDA_CHECK(cudaFree(device_slots_));
   if (device_mean_) COLONNADE_CUDA_CHECK(cudaFree(device_mean_));
   if (device_grid_) COLONNADE_CUDA_CHECK(cudaFree(device_grid_));
   COLONNADE_CUDA_CHECK(cudaStreamDestroy(AsStream(copy_stream_)));
@@ -195,7 +204,51 @@ absl::StatusOr<uint64_t> BatchFeed::Stage(const HostBatch& b) {
 }
 
 absl::Status BatchFeed::Produce(Tensor* images, Tensor* labels) {
-  return ProduceFromOldest(/*view=*/-1, /*consume=*/true, images, labels);
+  if (staged_ == 0) return absl::FailedPreconditionError("GPU feed: no batch is staged");
+  const int n = slots_[produced_ % slots_.size()]->n;
+  RETURN_IF_ERROR(CheckOutputs(n, images, labels));  // a refused call consumes nothing
+  RETURN_IF_ERROR(BeginProduce(n).status());
+  absl::Status s = Augment(images, labels, /*slot_on_device=*/nullptr);
+  EndProduce();
+  return s;
+}
+
+absl::StatusOr<int> BatchFeed::BeginProduce(int n) {
+  if (staged_ == 0) return absl::FailedPreconditionError("GPU feed: no batch is staged");
+  if (begun_) return absl::FailedPreconditionError("GPU feed: BeginProduce twice");
+  const int slot = static_cast<int>(produced_ % slots_.size());
+  Slot& s = *slots_[slot];
+  if (s.n != n) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("GPU feed: the staged batch has %d images, the step takes %d", s.n, n));
+  }
+  COLONNADE_CUDA_CHECK(cudaStreamWaitEvent(AsStream(compute_stream_), s.copied, 0));
+  begun_ = true;
+  return slot;
+}
+
+absl::Status BatchFeed::Augment(Tensor* images, Tensor* labels, const int32_t* slot_on_device) {
+  if (!begun_) return absl::FailedPreconditionError("GPU feed: Augment before BeginProduce");
+  const Slot& s = *slots_[produced_ % slots_.size()];
+  RETURN_IF_ERROR(CheckOutputs(s.n, images, labels));
+  FeedSource src;
+  src.direct = FeedBatchBuffers{s.pixels, s.augs, s.labels};
+  if (slot_on_device != nullptr) {
+    src.slots = device_slots_;
+    src.slot_on_device = slot_on_device;
+  }
+  AugmentBatchGpu(AsStream(compute_stream_), geometry_, src, s.n, images->data(), labels->data());
+  return absl::OkStatus();
+}
+
+void BatchFeed::EndProduce() {
+  if (!begun_) return;
+  // After the step's work on the compute stream: the slot may then be restaged.
+  COLONNADE_CUDA_CHECK(
+      cudaEventRecord(slots_[produced_ % slots_.size()]->consumed, AsStream(compute_stream_)));
+  begun_ = false;
+  ++produced_;
+  --staged_;
 }
 
 absl::Status BatchFeed::ProduceView(int view, bool last, Tensor* images, Tensor* labels) {
@@ -208,34 +261,30 @@ absl::Status BatchFeed::ProduceView(int view, bool last, Tensor* images, Tensor*
         absl::StrFormat("GPU feed: ten crops of %dx%d do not fit images of %dx%d", cfg_.crop_h,
                         cfg_.crop_w, cfg_.height, cfg_.width));
   }
-  return ProduceFromOldest(view, last, images, labels);
-}
-
-absl::Status BatchFeed::ProduceFromOldest(int view, bool consume, Tensor* images, Tensor* labels) {
   if (staged_ == 0) return absl::FailedPreconditionError("GPU feed: no batch is staged");
+  if (begun_) return absl::FailedPreconditionError("GPU feed: ProduceView inside BeginProduce");
   Slot& s = *slots_[produced_ % slots_.size()];
-  const Shape want = Shape::CHWN(cfg_.channels, cfg_.crop_h, cfg_.crop_w, s.n);
-  if (images == nullptr || labels == nullptr || images->device() != Device::kCUDA ||
-      labels->device() != Device::kCUDA || images->shape() != want || labels->size() != s.n) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "GPU feed: Produce needs CUDA tensors of %s and %d labels", want.ToString(), s.n));
-  }
+  RETURN_IF_ERROR(CheckOutputs(s.n, images, labels));
   cudaStream_t compute = AsStream(compute_stream_);
   COLONNADE_CUDA_CHECK(cudaStreamWaitEvent(compute, s.copied, 0));
-  if (view < 0) {
-    AugmentBatchGpu(compute, geometry_, s.pixels, s.augs, s.n, images->data());
-  } else {
-    TenCropViewGpu(compute, geometry_, s.pixels, view, s.n, images->data());
-  }
-  if (s.n > 0) {
-    COLONNADE_CUDA_CHECK(cudaMemcpyAsync(labels->data(), s.labels, s.n * sizeof(float),
-                                         cudaMemcpyDeviceToDevice, compute));
-  }
+  FeedSource src;
+  src.direct = FeedBatchBuffers{s.pixels, s.augs, s.labels};
+  TenCropViewGpu(compute, geometry_, src, view, s.n, images->data(), labels->data());
   // Recorded after every view: the slot is free for Stage after the last one's kernel.
   COLONNADE_CUDA_CHECK(cudaEventRecord(s.consumed, compute));
-  if (consume) {
+  if (last) {
     ++produced_;
     --staged_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BatchFeed::CheckOutputs(int n, const Tensor* images, const Tensor* labels) const {
+  const Shape want = Shape::CHWN(cfg_.channels, cfg_.crop_h, cfg_.crop_w, n);
+  if (images == nullptr || labels == nullptr || images->device() != Device::kCUDA ||
+      labels->device() != Device::kCUDA || images->shape() != want || labels->size() != n) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "GPU feed: Produce needs CUDA tensors of %s and %d labels", want.ToString(), n));
   }
   return absl::OkStatus();
 }

@@ -9,8 +9,10 @@
 //               JPEG batches, their decoding by nvJPEG (jpeg_decoder.h) into the slot;]
 //               records event `copied`.
 //   Produce()   enqueues on the compute stream (cuda_backend.h ComputeStream()), after
-//               `copied` of the oldest staged slot: augment into `images`, copy the
-//               labels; records `consumed`.
+//               `copied` of the oldest staged slot: augment into `images` and copy the
+//               labels (one kernel); records `consumed`. In a graphed training step the
+//               kernel is part of the graph and finds the step's slot through the graph's
+//               device block (BeginProduce / Augment / EndProduce below).
 //   ProduceView(v, last)  the same with ten-crop view v (0..9) in place of the batch's
 //               augments; the batch stays staged for its next view until `last`.
 //   HostBatchDone(ticket)  whether the copy of the batch staged with that ticket has
@@ -88,6 +90,21 @@ class BatchFeed {
   // C x crop_h x crop_w x n) and `labels` (CUDA, n elements). FailedPrecondition when
   // nothing is staged, InvalidArgument for a tensor of the wrong shape or device.
   absl::Status Produce(Tensor* images, Tensor* labels);
+  // Produce in three parts, for a training step captured as a CUDA graph
+  // (cuda/step_graph.h), which records only the middle one:
+  //   BeginProduce(n)  outside the graph: the compute stream waits for the oldest staged
+  //                    batch's copy; returns the slot it sits in, for the step's
+  //                    StepScalars::feed_slot. InvalidArgument unless it has n images (a
+  //                    replayed graph augments the batch size it was captured with).
+  //   Augment(images, labels, slot_on_device)  Produce's kernel (augmentation and labels);
+  //                    with `slot_on_device` (&StepScalars::feed_slot in the graph's device
+  //                    block) it reads whichever slot that names when it runs, else the
+  //                    oldest staged batch's buffers directly (a plain step).
+  //   EndProduce()     outside, after the step: the slot may be restaged once the step ran.
+  // Produce() is the three in a row.
+  absl::StatusOr<int> BeginProduce(int n);
+  absl::Status Augment(Tensor* images, Tensor* labels, const int32_t* slot_on_device);
+  void EndProduce();
   // Evaluation on ten crops (docs/DATA.md, "Ten crops"): enqueues view `view` (0..9,
   // TenCropView) of the oldest staged batch into `images` (C x crop_h x crop_w x n: the
   // crop is the view's side) and `labels`, ignoring the batch's augments. The batch stays
@@ -107,9 +124,8 @@ class BatchFeed {
   struct Slot;
   explicit BatchFeed(const FeedConfig& cfg);
   Slot* SlotOf(uint64_t ticket);
-  // Produce and ProduceView: `view` < 0 applies the batch's augments; `consume` ends the
-  // batch's use of its slot.
-  absl::Status ProduceFromOldest(int view, bool consume, Tensor* images, Tensor* labels);
+  // Whether `images` and `labels` can take a batch of n images.
+  absl::Status CheckOutputs(int n, const Tensor* images, const Tensor* labels) const;
 
   FeedConfig cfg_;
   FeedGeometry geometry_{};
@@ -118,11 +134,13 @@ class BatchFeed {
   void* compute_stream_ = nullptr;  // cudaStream_t (the backend's)
   float* device_mean_ = nullptr;    // mean image, then channel mean
   float* device_grid_ = nullptr;
-  std::unique_ptr<JpegDecoder> jpeg_;  // FeedConfig::jpeg
+  FeedBatchBuffers* device_slots_ = nullptr;  // the slots' buffers, for FeedSource
+  std::unique_ptr<JpegDecoder> jpeg_;         // FeedConfig::jpeg
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t tickets_ = 0;  // tickets handed out; batch t lives in slot (t - 1) % slots
   uint64_t produced_ = 0;
   int staged_ = 0;
+  bool begun_ = false;  // between BeginProduce and EndProduce
 };
 
 #else  // no CUDA: the same names, unavailable
@@ -134,6 +152,11 @@ class BatchFeed {
   }
   absl::StatusOr<uint64_t> Stage(const HostBatch&) { return absl::UnavailableError("no CUDA"); }
   absl::Status Produce(Tensor*, Tensor*) { return absl::UnavailableError("no CUDA"); }
+  absl::StatusOr<int> BeginProduce(int) { return absl::UnavailableError("no CUDA"); }
+  absl::Status Augment(Tensor*, Tensor*, const int32_t*) {
+    return absl::UnavailableError("no CUDA");
+  }
+  void EndProduce() {}
   absl::Status ProduceView(int, bool, Tensor*, Tensor*) {
     return absl::UnavailableError("no CUDA");
   }

@@ -284,6 +284,14 @@ void CudaOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& lab
                                 I32(d.batch, "batch"));
 }
 
+void CudaOps::AccumulateResults(const Tensor& probs, const Tensor& labels,
+                                const Tensor& loss_per_image, int64_t step,
+                                const int64_t* step_on_device, Tensor& totals) {
+  const op_shapes::SoftmaxDims d = op_shapes::Results(probs, labels, loss_per_image, totals);
+  AccumulateResultsGpu(ctx_, probs.data(), labels.data(), loss_per_image.data(), d.classes, d.batch,
+                       step, step_on_device, totals.data());
+}
+
 void CudaOps::SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
                                           Tensor& dlogits) {
   const op_shapes::SoftmaxDims d =

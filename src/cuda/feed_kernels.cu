@@ -23,12 +23,28 @@ constexpr int kAugCols = 8;     // output columns per block (threadIdx.y)
 
 struct AugmentParams {
   FeedGeometry g;
-  const uint8_t* src;       // n x H x W x C
-  const FeedAugment* augs;  // n, or null: every image takes `same`
-  FeedAugment same;         // (a ten-crop view, TenCropViewGpu)
+  FeedSource source;
+  bool use_same;     // every image takes `same`, not its augment (a ten-crop view)
+  FeedAugment same;  // (TenCropViewGpu)
   int n;
-  float* out;  // C x crop_h x crop_w x n
+  float* out;         // C x crop_h x crop_w x n
+  float* labels_out;  // n, or null
 };
+
+// The launch's batch (FeedSource): read by every thread at its start, from the slot table
+// in a graphed step.
+__device__ __forceinline__ FeedBatchBuffers BatchOf(const AugmentParams& p) {
+  return p.source.slot_on_device != nullptr ? p.source.slots[*p.source.slot_on_device]
+                                            : p.source.direct;
+}
+
+// The labels' copy, by the first block of the launch: one launch where a copy would be a
+// second operation on the stream, outside the step graph.
+__device__ __forceinline__ void CopyLabels(const AugmentParams& p, const FeedBatchBuffers& in,
+                                           int thread, int threads) {
+  if (p.labels_out == nullptr || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
+  for (int j = thread; j < p.n; j += threads) p.labels_out[j] = in.labels[j];
+}
 
 // One output value from its source byte: WriteImageCHWN's arithmetic, v = pixel;
 // v -= mean (image mode); (v + offset) * scale, offset = light (- channel mean), with
@@ -53,15 +69,17 @@ __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentPar
   const int j = blockIdx.z * kAugImages + threadIdx.x;
   const int x = blockIdx.x * kAugCols + threadIdx.y;
   const int y = blockIdx.y;
+  const FeedBatchBuffers in = BatchOf(p);
+  CopyLabels(p, in, threadIdx.y * kAugImages + threadIdx.x, kAugImages * kAugCols);
   if (j >= p.n || x >= g.crop_w) return;
-  const FeedAugment a = p.augs != nullptr ? p.augs[j] : p.same;
+  const FeedAugment a = p.use_same ? p.same : in.augs[j];
   const int sy = a.y0 + y;
   const int sx = a.mirror ? a.x0 + g.crop_w - 1 - x : a.x0 + x;
   const bool inside = sy >= 0 && sy < g.height && sx >= 0 && sx < g.width;
   const int64_t plane = static_cast<int64_t>(g.crop_h) * g.crop_w * p.n;  // one channel
   float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + j;
   const int64_t e = inside ? (static_cast<int64_t>(sy) * g.width + sx) * g.channels : 0;
-  const uint8_t* px = p.src + static_cast<int64_t>(j) * g.height * g.width * g.channels + e;
+  const uint8_t* px = in.pixels + static_cast<int64_t>(j) * g.height * g.width * g.channels + e;
   const float* mean = g.mean == FeedMean::kImage ? g.mean_image + e : nullptr;
   for (int c = 0; c < g.channels; ++c) {
     dst[c * plane] = inside ? AugmentValue(g, a, px[c], mean, c) : 0.0f;  // 0: padding
@@ -117,7 +135,9 @@ __global__ void __launch_bounds__(kTileThreads) AugmentTileKernel(AugmentParams 
   const int xb = blockIdx.x * kTileCols, y = blockIdx.y, jb = blockIdx.z * kTileImages;
   const int images = p.n - jb < kTileImages ? p.n - jb : kTileImages;
   const int t = threadIdx.x;
-  if (t < images) s_aug[t] = p.augs != nullptr ? p.augs[jb + t] : p.same;
+  const FeedBatchBuffers in = BatchOf(p);
+  CopyLabels(p, in, t, kTileThreads);
+  if (t < images) s_aug[t] = p.use_same ? p.same : in.augs[jb + t];
   __syncthreads();
 
   // Phase 1: stage. Staged column k of image jj is source column lo + k, where lo is the
@@ -128,7 +148,7 @@ __global__ void __launch_bounds__(kTileThreads) AugmentTileKernel(AugmentParams 
     const int sy = a.y0 + y;
     if (sy < 0 || sy >= g.height) continue;  // a padding row: nothing is read
     const int lo = a.mirror ? a.x0 + g.crop_w - xb - kTileCols : a.x0 + xb;
-    const uint8_t* row = p.src + (static_cast<int64_t>(jb + jj) * g.height + sy) * row_bytes;
+    const uint8_t* row = in.pixels + (static_cast<int64_t>(jb + jj) * g.height + sy) * row_bytes;
     const float* mean_row =
         g.mean == FeedMean::kImage ? g.mean_image + static_cast<int64_t>(sy) * row_bytes : nullptr;
     for (int r = t % 32; r < seg; r += 32) {
@@ -322,15 +342,15 @@ void LaunchAugment(cudaStream_t stream, const AugmentParams& p) {
 
 }  // namespace
 
-void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src,
-                     const FeedAugment* augs, int n, float* out) {
-  LaunchAugment(stream, AugmentParams{g, src, augs, FeedAugment{}, n, out});
+void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource& src, int n,
+                     float* out, float* labels_out) {
+  LaunchAugment(stream, AugmentParams{g, src, false, FeedAugment{}, n, out, labels_out});
 }
 
-void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src, int view, int n,
-                    float* out) {
+void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource& src, int view,
+                    int n, float* out, float* labels_out) {
   const FeedAugment same = TenCropView(view, g.height, g.width, g.crop_h, g.crop_w);
-  LaunchAugment(stream, AugmentParams{g, src, nullptr, same, n, out});
+  LaunchAugment(stream, AugmentParams{g, src, true, same, n, out, labels_out});
 }
 
 void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const int64_t* indices,

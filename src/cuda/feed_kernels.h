@@ -12,22 +12,22 @@
 namespace colonnade::cuda {
 
 // out (C x crop_h x crop_w x n, CHWN float) = the augmented, normalised batch of the n
-// source images src (n x H x W x C uint8, image j at j*H*W*C) with augs[j] (n, device):
+// source images (n x H x W x C uint8, image j at j*H*W*C) with their augments, both from
+// `src` (FeedSource: direct buffers, or a graphed step's slot):
 //   out[c][y][x][j] = (src_j[sy][sx][c] - mean[sy][sx][c] + light_j[c]) * scale
 // with sy = y0 + y, sx = x0 + x (x0 + crop_w - 1 - x mirrored), 0.0f where (sy, sx) is
 // outside the image; the kChannel mean enters as (light - channel_mean) like the CPU's.
 // Bitwise equal to data::WriteImageCHWN / WriteChunkCHWN (each operation rounded on its
-// own). Queued on `stream`.
-void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src,
-                     const FeedAugment* augs, int n, float* out);
-
+// own). The same launch copies the batch's n labels to `labels_out` (unless null).
+// Queued on `stream`.
+void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource& src, int n,
+                     float* out, float* labels_out);
 // out (C x crop_h x crop_w x n) = ten-crop view `view` (0..9, TenCropView in feed_types.h)
 // of every source image: AugmentBatchGpu's kernel with TenCropView's origin and mirror
 // flag for every image and no lighting, i.e. data::TenCrops' view `view` of the normalised
-// full images, bit for bit. Queued on `stream`.
-void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const uint8_t* src, int view, int n,
-                    float* out);
-
+// full images, bit for bit; labels as AugmentBatchGpu. Queued on `stream`.
+void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource& src, int view,
+                    int n, float* out, float* labels_out);
 // out (n x H x W x C uint8) = the synthetic images indices[0..n) (device, n), bitwise
 // equal to SyntheticDataset::Read. Queued on `stream`.
 void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const int64_t* indices,

@@ -37,6 +37,23 @@ inline FeedAugment TenCropView(int view, int height, int width, int crop_h, int 
   return a;
 }
 
+// The device buffers of one staged batch (a BatchFeed slot).
+struct FeedBatchBuffers {
+  const uint8_t* pixels = nullptr;    // n x H x W x C
+  const FeedAugment* augs = nullptr;  // n (ignored by a ten-crop view)
+  const float* labels = nullptr;      // n, copied to the net's labels by the same launch
+};
+
+// Where an augmentation launch finds its batch: `direct`, or, in a training step captured
+// as a CUDA graph (whose launch arguments are fixed while the batch moves from slot to
+// slot), slots[*slot_on_device]: a device table of the feed's slots indexed by the step's
+// StepScalars::feed_slot (core/ops.h), written before each replay.
+struct FeedSource {
+  FeedBatchBuffers direct;
+  const FeedBatchBuffers* slots = nullptr;  // device
+  const int32_t* slot_on_device = nullptr;  // device; null: `direct`
+};
+
 enum class FeedMean : int { kImage = 0, kChannel = 1, kNone = 2 };
 
 // Geometry and normalisation of a batch (data::AugmentConfig); pointers are device memory.

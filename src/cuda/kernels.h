@@ -110,6 +110,11 @@ void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta,
               int64_t n);
 void AddGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
 double SumGpu(const DeviceContext& ctx, const float* x, int64_t n);  // synchronises
+// One step's loss sum and top-1/top-5 counts added to the ResultTotals at `totals`
+// (core/results.h, Ops::AccumulateResults): probs K x N, labels and loss N.
+void AccumulateResultsGpu(const DeviceContext& ctx, const float* probs, const float* labels,
+                          const float* loss, int64_t k, int64_t n, int64_t step,
+                          const int64_t* step_on_device, void* totals);
 // y[c * inner + i] += b[c].
 void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t channels,
                 int64_t inner);

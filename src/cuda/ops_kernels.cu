@@ -250,6 +250,83 @@ __global__ void SumFinishKernel(const SumParams p) {
   if (threadIdx.x == 0) p.part[p.parts] = acc;
 }
 
+// ---- results (core/results.h) ---------------------------------------------------------------
+// Kernel ResultsPartialKernel: block b ranks images [32b, 32b + 32) (CountCorrect's rule):
+// thread (warp w, lane) compares image 32b + lane's label probability with classes
+// w, w + 8, ..., so the K x 32 probabilities are read by 8 warps at once, each load a
+// coalesced row of 32 images; the block's loss sum and top-1/top-5 counts go to
+// part[3b .. 3b + 2]. ResultsFinishKernel (one thread) adds the partials in block order to
+// the totals: the same bits for the same inputs, whatever the timing.
+constexpr int kResultImages = 32;
+constexpr int kResultWarps = kBlock / 32;
+struct ResultsParams {
+  const float* probs;  // K x N
+  const float* labels;
+  const float* loss;
+  int64_t k, n;
+  double* part;  // 3 per block
+  int parts;
+  int64_t step;
+  const int64_t* step_on_device;  // a graphed step's number (StepScalars), else null
+  ResultTotals* totals;
+};
+__global__ void __launch_bounds__(kBlock) ResultsPartialKernel(const ResultsParams p) {
+  __shared__ int ranked_above[kResultWarps][kResultImages];
+  __shared__ double sh[kBlock];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kResultImages + lane;
+  const int64_t label = j < p.n ? static_cast<int64_t>(p.labels[j]) : -1;
+  const bool ranked = label >= 0 && label < p.k;  // else wrong (as CountCorrect)
+  int better = 0;
+  if (ranked) {
+    const float pl = p.probs[label * p.n + j];
+    for (int64_t c = warp; c < p.k; c += kResultWarps) {
+      const float q = p.probs[c * p.n + j];
+      better += (q > pl || (q == pl && c < label)) ? 1 : 0;
+    }
+  }
+  ranked_above[warp][lane] = better;
+  __syncthreads();
+  double loss = 0.0, top1 = 0.0, top5 = 0.0;
+  if (warp == 0 && j < p.n) {
+    loss = p.loss[j];
+    int above = 0;
+    for (int w = 0; w < kResultWarps; ++w) above += ranked_above[w][lane];
+    top1 = ranked && above == 0 ? 1.0 : 0.0;
+    top5 = ranked && above < 5 ? 1.0 : 0.0;
+  }
+  loss = BlockSum(loss, sh);
+  top1 = BlockSum(top1, sh);
+  top5 = BlockSum(top5, sh);
+  if (threadIdx.x == 0) {
+    p.part[3 * blockIdx.x] = loss;
+    p.part[3 * blockIdx.x + 1] = top1;
+    p.part[3 * blockIdx.x + 2] = top5;
+  }
+}
+__global__ void ResultsFinishKernel(const ResultsParams p) {
+  if (threadIdx.x != 0) return;
+  double loss = 0.0, top1 = 0.0, top5 = 0.0;
+  for (int b = 0; b < p.parts; ++b) {
+    loss += p.part[3 * b];
+    top1 += p.part[3 * b + 1];
+    top5 += p.part[3 * b + 2];
+  }
+  ResultTotals& t = *p.totals;
+  t.loss_sum += loss;
+  t.top1 += top1;
+  t.top5 += top5;
+  t.last_loss_sum = loss;
+  t.steps += 1;
+  if (!std::isfinite(loss)) {
+    if (t.nonfinite_steps == 0) {
+      t.first_nonfinite_step = p.step_on_device != nullptr ? *p.step_on_device : p.step;
+      t.first_nonfinite_loss = loss;
+    }
+    t.nonfinite_steps += 1;
+  }
+}
+
 // ---- pooling ----------------------------------------------------------------------------------
 struct PoolKernelParams {
   const float* x;
@@ -978,6 +1055,25 @@ double SumGpu(const DeviceContext& ctx, const float* x, int64_t n) {
       cudaMemcpyAsync(&out, part.d() + parts, sizeof(double), cudaMemcpyDeviceToHost, ctx.stream));
   COLONNADE_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
   return out;
+}
+
+void AccumulateResultsGpu(const DeviceContext& ctx, const float* probs, const float* labels,
+                          const float* loss, int64_t k, int64_t n, int64_t step,
+                          const int64_t* step_on_device, void* totals) {
+  const int parts = static_cast<int>(CeilDiv(n, kResultImages));
+  Scratch part(ctx.alloc, sizeof(double) * 3 * std::max(parts, 1));
+  const ResultsParams p{probs,
+                        labels,
+                        loss,
+                        k,
+                        n,
+                        part.d(),
+                        parts,
+                        step,
+                        step_on_device,
+                        static_cast<ResultTotals*>(totals)};
+  if (parts > 0) Launch(ResultsPartialKernel, dim3(parts), dim3(kBlock), ctx.stream, p);
+  Launch(ResultsFinishKernel, dim3(1), dim3(32), ctx.stream, p);
 }
 
 void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t channels,

@@ -47,7 +47,7 @@ profile_steps)
     > "$work/b.log" || fail "profiled run"
   cat "$work/b.log"
   grep -q "^profile of steps 3\.\.6 (4 steps" "$work/b.log" || fail "no profile header for steps 3..6"
-  for phase in "batch to device" forward backward "gradient sync wait" optimizer "metrics copy" \
+  for phase in "batch to device" forward backward "gradient sync wait" optimizer results \
                "device step" "batch wait" "wall step"; do
     grep -Eq "^  $phase +[0-9]+\.[0-9]+" "$work/b.log" || fail "phase '$phase' missing"
   done
@@ -59,8 +59,9 @@ profile_steps)
   ! grep -q "^profile of" "$work/c.log" || fail "a table for steps that never ran"
   ;;
 nan_between_logs)
-  # A loss that turns non-finite between two progress lines is still caught at its own
-  # step (read back one step later), and nothing is checkpointed after it.
+  # A loss that turns non-finite between two progress lines is still named at its own
+  # step (the device totals keep the first non-finite step until they are read), and
+  # nothing is checkpointed after it.
   out=$("$T" "${CIFAR[@]}" --lr=1e12 --steps=50 --log_every=25 --checkpoint_every=25 \
         --checkpoint_dir="$work/a" 2>&1); code=$?
   echo "$out" | tail -n 3

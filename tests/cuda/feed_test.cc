@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/feed_kernels.h"
 #include "cuda/port.h"
+#include "cuda/step_graph.h"
 #include "data/augment.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
@@ -167,9 +169,35 @@ TEST_P(AugmentKernelTest, EqualsTheCpuWriterBitwise) {
   g.scale = k.scale;
   g.mean_image = dev.Upload(cfg.mean_image);
   g.channel_mean = dev.Upload(cfg.channel_mean);
-  float* out = dev.Alloc<float>(out_size);  // NaN
-  cuda::AugmentBatchGpu(Stream(), g, dev.Upload(pixels), dev.Upload(feed_augs), k.n, out);
-  EXPECT_TRUE(BitwiseEqual(dev.Download(out, out_size), want));
+  std::vector<float> labels(k.n);
+  for (int j = 0; j < k.n; ++j) labels[j] = static_cast<float>((j * 7) % 10);
+  const cuda::FeedBatchBuffers batch{dev.Upload(pixels), dev.Upload(feed_augs), dev.Upload(labels)};
+  {
+    SCOPED_TRACE("direct buffers");
+    float* out = dev.Alloc<float>(out_size);  // NaN
+    float* labels_out = dev.Alloc<float>(k.n);
+    cuda::FeedSource src;
+    src.direct = batch;
+    cuda::AugmentBatchGpu(Stream(), g, src, k.n, out, labels_out);
+    EXPECT_TRUE(BitwiseEqual(dev.Download(out, out_size), want));
+    EXPECT_TRUE(BitwiseEqual(dev.Download(labels_out, k.n), labels));
+  }
+  {
+    // A graphed step's launch: the batch is slot 1 of a slot table, named by a device
+    // index; `direct` and slot 0 hold buffers of nothing (0xFF bytes) that must not be read.
+    SCOPED_TRACE("slot table");
+    const cuda::FeedBatchBuffers junk{dev.Alloc<uint8_t>(pixels.size()),
+                                      dev.Alloc<cuda::FeedAugment>(k.n), dev.Alloc<float>(k.n)};
+    cuda::FeedSource src;
+    src.direct = junk;
+    src.slots = dev.Upload(std::vector<cuda::FeedBatchBuffers>{junk, batch});
+    src.slot_on_device = dev.Upload(std::vector<int32_t>{1});
+    float* out = dev.Alloc<float>(out_size);
+    float* labels_out = dev.Alloc<float>(k.n);
+    cuda::AugmentBatchGpu(Stream(), g, src, k.n, out, labels_out);
+    EXPECT_TRUE(BitwiseEqual(dev.Download(out, out_size), want));
+    EXPECT_TRUE(BitwiseEqual(dev.Download(labels_out, k.n), labels));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, AugmentKernelTest, ::testing::ValuesIn(kAugCases),
@@ -238,12 +266,13 @@ TEST_P(TenCropViewTest, EqualsTenCropsBitwise) {
   g.scale = k.scale;
   g.mean_image = dev.Upload(full.mean_image);
   g.channel_mean = dev.Upload(full.channel_mean);
-  const uint8_t* src = dev.Upload(pixels);
+  cuda::FeedSource src;
+  src.direct.pixels = dev.Upload(pixels);
   const int64_t out_size = static_cast<int64_t>(k.c) * k.crop * k.crop * k.n;
   for (int v = 0; v < cuda::kTenCropViews; ++v) {
     SCOPED_TRACE(absl::StrFormat("view %d", v));
     float* out = dev.Alloc<float>(out_size);  // NaN
-    cuda::TenCropViewGpu(Stream(), g, src, v, k.n, out);
+    cuda::TenCropViewGpu(Stream(), g, src, v, k.n, out, /*labels_out=*/nullptr);
     EXPECT_TRUE(BitwiseEqual(dev.Download(out, out_size), (*want)[v].ToHost()));
   }
 }
@@ -337,6 +366,7 @@ struct PipeCase {
   int pad;
   int batch;
   int dp_rank, dp_size;
+  bool graphed = false;  // produced inside a cuda::StepGraph step, as the trainer does
 };
 
 class FeedPipelineTest : public FeedTest, public ::testing::WithParamInterface<PipeCase> {};
@@ -344,7 +374,10 @@ class FeedPipelineTest : public FeedTest, public ::testing::WithParamInterface<P
 // A float-mode pipeline and a uint8 (or indices-only) pipeline + DeviceFeed over the same
 // dataset, seed and cursor give bitwise equal batches, with the feed used as the trainer
 // uses it: batch k+1 staged right after batch k is produced (two slots in flight), every
-// batch recycled through the feed, the uint8 buffers pinned and reused.
+// batch recycled through the feed, the uint8 buffers pinned and reused. Graphed: each
+// batch is produced inside a cuda::StepGraph step (plain, captured, then replayed while
+// the batches alternate between the feed's slots: the replays find theirs through
+// StepScalars::feed_slot).
 TEST_P(FeedPipelineTest, EqualsTheFloatPipelineBitwise) {
   const PipeCase& k = GetParam();
   if (IsSkipped()) return;
@@ -379,6 +412,13 @@ TEST_P(FeedPipelineTest, EqualsTheFloatPipelineBitwise) {
   ASSERT_TRUE(feed.ok()) << feed.status();
 
   const int kBatches = 5;  // crosses the end of epoch 1 (150 / batch)
+  // One pair of outputs for the whole run: a replayed graph writes where it was captured.
+  const int64_t n = k.batch / k.dp_size;
+  Tensor images(Shape::CHWN(3, o.crop, o.crop, n), Device::kCUDA);
+  Tensor labels(Shape::CHWN(1, 1, 1, n), Device::kCUDA);
+  std::optional<cuda::StepGraph> graph;
+  if (k.graphed) graph.emplace();
+  std::vector<cuda::StepRun> runs;
   absl::StatusOr<data::Batch> next = (*pipe)->Next();
   ASSERT_TRUE(next.ok()) << next.status();
   ASSERT_TRUE((*feed)->Stage(*next).ok());
@@ -387,12 +427,23 @@ TEST_P(FeedPipelineTest, EqualsTheFloatPipelineBitwise) {
     data::Batch cur = std::move(*next);
     absl::StatusOr<data::Batch> want = (*float_pipe)->Next();
     ASSERT_TRUE(want.ok()) << want.status();
-    const int64_t n = static_cast<int64_t>(cur.indices.size());
-    Tensor images(Shape::CHWN(3, o.crop, o.crop, n), Device::kCUDA);
-    Tensor labels(Shape::CHWN(1, 1, 1, n), Device::kCUDA);
+    ASSERT_EQ(static_cast<int64_t>(cur.indices.size()), n);
     images.Fill(std::numeric_limits<float>::quiet_NaN());
     labels.Fill(std::numeric_limits<float>::quiet_NaN());
-    ASSERT_TRUE((*feed)->Produce(&images, &labels).ok());
+    if (graph) {
+      absl::StatusOr<int> slot = (*feed)->BeginProduce(static_cast<int>(n));
+      ASSERT_TRUE(slot.ok()) << slot.status();
+      StepScalars values;
+      values.feed_slot = *slot;
+      runs.push_back(graph->Step(/*shape=*/1, values, [&](const StepScalars* dev) {
+        absl::Status s =
+            (*feed)->Augment(&images, &labels, dev != nullptr ? &dev->feed_slot : nullptr);
+        EXPECT_TRUE(s.ok()) << s;
+      }));
+      (*feed)->EndProduce();
+    } else {
+      ASSERT_TRUE((*feed)->Produce(&images, &labels).ok());
+    }
     if (b + 1 < kBatches) {  // the prefetch: staged while this batch is consumed
       next = (*pipe)->Next();
       ASSERT_TRUE(next.ok()) << next.status();
@@ -403,6 +454,11 @@ TEST_P(FeedPipelineTest, EqualsTheFloatPipelineBitwise) {
     EXPECT_TRUE(BitwiseEqual(labels.ToHost(), want->labels.ToHost()));
     (*feed)->Recycle(std::move(cur));
   }
+  if (graph) {
+    EXPECT_EQ(runs, (std::vector<cuda::StepRun>{cuda::StepRun::kPlain, cuda::StepRun::kCaptured,
+                                                cuda::StepRun::kReplayed, cuda::StepRun::kReplayed,
+                                                cuda::StepRun::kReplayed}));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -410,12 +466,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(PipeCase{data::BatchOutput::kSourceUint8, "image", 2, 32, 0, 1},
                       PipeCase{data::BatchOutput::kSourceUint8, "channel", 0, 33, 1, 3},
                       PipeCase{data::BatchOutput::kIndicesOnly, "image", 3, 32, 0, 1},
-                      PipeCase{data::BatchOutput::kIndicesOnly, "none", 0, 33, 2, 3}),
+                      PipeCase{data::BatchOutput::kIndicesOnly, "none", 0, 33, 2, 3},
+                      PipeCase{data::BatchOutput::kSourceUint8, "image", 2, 32, 0, 1, true},
+                      PipeCase{data::BatchOutput::kIndicesOnly, "channel", 0, 33, 1, 3, true}),
     [](const auto& info) {
       const PipeCase& k = info.param;
-      return absl::StrFormat("%s_%s_pad%d_b%d_dp%dof%d",
+      return absl::StrFormat("%s_%s_pad%d_b%d_dp%dof%d%s",
                              k.output == data::BatchOutput::kSourceUint8 ? "uint8" : "indices",
-                             k.mean, k.pad, k.batch, k.dp_rank, k.dp_size);
+                             k.mean, k.pad, k.batch, k.dp_rank, k.dp_size,
+                             k.graphed ? "_graphed" : "");
     });
 
 // Ten crops through the whole feed as the trainer's evaluation uses it: an eval pipeline
@@ -511,7 +570,11 @@ TEST_F(FeedTest, BatchFeedRefusesMisuse) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*feed)->ProduceView(-1, true, &images, &labels).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*feed)->staged(), 2);  // a refused view consumes nothing
+  // The graphed step's parts: in order, and only for the batch size staged.
+  EXPECT_EQ((*feed)->Augment(&images, &labels, nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*feed)->BeginProduce(3).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*feed)->staged(), 2);  // a refused view or produce consumes nothing
   EXPECT_TRUE((*feed)->ProduceView(3, false, &images, &labels).ok());
   EXPECT_EQ((*feed)->staged(), 2);  // not the last view: still staged
   EXPECT_TRUE((*feed)->Produce(&images, &labels).ok());
