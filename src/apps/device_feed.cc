@@ -63,6 +63,10 @@ absl::StatusOr<std::unique_ptr<DeviceFeed>> DeviceFeed::Create(const data::Datas
   if (a.mean == data::MeanMode::kChannel) cfg.channel_mean = a.channel_mean;
   cfg.max_batch = static_cast<int>(pipe->local_batch());
   cfg.jpeg = pipe->output() == data::BatchOutput::kEncoded;
+  // Three slots: batch k + 1 is staged while steps k - 1 and k may still be queued, and
+  // its slot (last used by step k - 2) is then normally free: Stage does not wait for the
+  // step before (nvJPEG's decoding blocks the host until its slot is free).
+  cfg.slots = 3;
   if (pipe->output() == data::BatchOutput::kIndicesOnly) {
     const data::SyntheticRecipe* r = ds.synthetic_recipe();
     if (r == nullptr) {

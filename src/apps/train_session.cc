@@ -910,8 +910,9 @@ class Trainer {
   // them over the dp group into the interval and zeroes them. Collective over dp: every
   // rank reads after the same steps. Ends the job if a step's loss was not finite.
   EndCode ReadResults();
-  // The next training batch: the one Step prefetched, else the pipeline's (staged on the
-  // GPU feed when there is one). Recycle returns a consumed batch's buffers.
+  // The next training batch from the pipeline, staged on the GPU feed when there is one
+  // (its copy then overlaps the steps still queued on the device). Recycle returns a
+  // consumed batch's buffers.
   absl::StatusOr<data::Batch> NextBatch();
   void Recycle(data::Batch&& batch);
   // Ranks agree after each step on a stop signal and on rank 0's time-based checkpoint
@@ -938,7 +939,6 @@ class Trainer {
   ResumePoint& at_;
   data::PipelineOptions po_;
   std::unique_ptr<data::BatchPipeline> pipeline_;
-  std::optional<absl::StatusOr<data::Batch>> prefetched_;  // staged on feed_ by Step
   std::unique_ptr<DeviceFeed> feed_;  // --gpu_augment: destroyed first (it waits for its
                                       // copies and recycles into pipeline_)
   int64_t per_epoch_ = 0, total_steps_ = 0;
@@ -1287,11 +1287,6 @@ int Trainer::Run() {
 }
 
 absl::StatusOr<data::Batch> Trainer::NextBatch() {
-  if (prefetched_) {
-    absl::StatusOr<data::Batch> b = std::move(*prefetched_);
-    prefetched_.reset();
-    return b;
-  }
   absl::StatusOr<data::Batch> b = pipeline_->Next();
   if (b.ok() && feed_) RETURN_IF_ERROR(feed_->Stage(*b));
   return b;
@@ -1366,9 +1361,6 @@ void Trainer::Step(int64_t step, data::Batch&& batch, float lr) {
   next_cursor_ = batch.next;
   p.batch = std::move(batch);
   timeline_->EndStep();
-  // GPU feed: the next batch is staged now, behind this step's queued work, so that its
-  // copy to the device overlaps this step's compute (its wait counts in the next step).
-  if (feed_ && step + 1 < total_steps_) prefetched_ = NextBatch();
 }
 
 void Trainer::CollectThrough(int64_t step) {

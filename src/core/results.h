@@ -30,6 +30,10 @@ struct ResultTotals {
   int64_t nonfinite_steps = 0;
   int64_t first_nonfinite_step = 0;
   double first_nonfinite_loss = 0;
+  // The GPU kernel's count of blocks done with the running launch (its last block adds
+  // the step to the totals and sets it back to 0); always 0 between launches.
+  uint32_t blocks_done = 0;
+  uint32_t unused = 0;
 };
 // The totals live in a float Tensor of this many elements (its bytes are the struct).
 inline constexpr int64_t kResultTotalsFloats = sizeof(ResultTotals) / sizeof(float);

@@ -251,12 +251,13 @@ __global__ void SumFinishKernel(const SumParams p) {
 }
 
 // ---- results (core/results.h) ---------------------------------------------------------------
-// Kernel ResultsPartialKernel: block b ranks images [32b, 32b + 32) (CountCorrect's rule):
-// thread (warp w, lane) compares image 32b + lane's label probability with classes
-// w, w + 8, ..., so the K x 32 probabilities are read by 8 warps at once, each load a
-// coalesced row of 32 images; the block's loss sum and top-1/top-5 counts go to
-// part[3b .. 3b + 2]. ResultsFinishKernel (one thread) adds the partials in block order to
-// the totals: the same bits for the same inputs, whatever the timing.
+// Kernel ResultsKernel: block b ranks images [32b, 32b + 32) (CountCorrect's rule): thread
+// (warp w, lane) compares image 32b + lane's label probability with classes w, w + 8, ...,
+// so the K x 32 probabilities are read by 8 warps at once, each load a coalesced row of 32
+// images; the block's loss sum and top-1/top-5 counts go to part[3b .. 3b + 2]. The last
+// block to finish (a counter in the totals, the threadFenceReduction pattern) adds the
+// partials in block order to the totals: one launch, and the same bits for the same
+// inputs whatever the blocks' timing.
 constexpr int kResultImages = 32;
 constexpr int kResultWarps = kBlock / 32;
 struct ResultsParams {
@@ -265,14 +266,36 @@ struct ResultsParams {
   const float* loss;
   int64_t k, n;
   double* part;  // 3 per block
-  int parts;
   int64_t step;
   const int64_t* step_on_device;  // a graphed step's number (StepScalars), else null
   ResultTotals* totals;
 };
-__global__ void __launch_bounds__(kBlock) ResultsPartialKernel(const ResultsParams p) {
+__device__ void AddStepToTotals(const ResultsParams& p) {
+  double loss = 0.0, top1 = 0.0, top5 = 0.0;
+  for (unsigned b = 0; b < gridDim.x; ++b) {
+    loss += p.part[3 * b];
+    top1 += p.part[3 * b + 1];
+    top5 += p.part[3 * b + 2];
+  }
+  ResultTotals& t = *p.totals;
+  t.loss_sum += loss;
+  t.top1 += top1;
+  t.top5 += top5;
+  t.last_loss_sum = loss;
+  t.steps += 1;
+  if (!std::isfinite(loss)) {
+    if (t.nonfinite_steps == 0) {
+      t.first_nonfinite_step = p.step_on_device != nullptr ? *p.step_on_device : p.step;
+      t.first_nonfinite_loss = loss;
+    }
+    t.nonfinite_steps += 1;
+  }
+  t.blocks_done = 0;  // for the next launch
+}
+__global__ void __launch_bounds__(kBlock) ResultsKernel(const ResultsParams p) {
   __shared__ int ranked_above[kResultWarps][kResultImages];
   __shared__ double sh[kBlock];
+  __shared__ bool last_block;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kResultImages + lane;
   const int64_t label = j < p.n ? static_cast<int64_t>(p.labels[j]) : -1;
@@ -302,28 +325,13 @@ __global__ void __launch_bounds__(kBlock) ResultsPartialKernel(const ResultsPara
     p.part[3 * blockIdx.x] = loss;
     p.part[3 * blockIdx.x + 1] = top1;
     p.part[3 * blockIdx.x + 2] = top5;
+    __threadfence();  // the partials are visible before the count says so
+    last_block = atomicAdd(&p.totals->blocks_done, 1u) == gridDim.x - 1;
   }
-}
-__global__ void ResultsFinishKernel(const ResultsParams p) {
-  if (threadIdx.x != 0) return;
-  double loss = 0.0, top1 = 0.0, top5 = 0.0;
-  for (int b = 0; b < p.parts; ++b) {
-    loss += p.part[3 * b];
-    top1 += p.part[3 * b + 1];
-    top5 += p.part[3 * b + 2];
-  }
-  ResultTotals& t = *p.totals;
-  t.loss_sum += loss;
-  t.top1 += top1;
-  t.top5 += top5;
-  t.last_loss_sum = loss;
-  t.steps += 1;
-  if (!std::isfinite(loss)) {
-    if (t.nonfinite_steps == 0) {
-      t.first_nonfinite_step = p.step_on_device != nullptr ? *p.step_on_device : p.step;
-      t.first_nonfinite_loss = loss;
-    }
-    t.nonfinite_steps += 1;
+  __syncthreads();
+  if (last_block && threadIdx.x == 0) {
+    __threadfence();
+    AddStepToTotals(p);
   }
 }
 
@@ -1060,20 +1068,18 @@ double SumGpu(const DeviceContext& ctx, const float* x, int64_t n) {
 void AccumulateResultsGpu(const DeviceContext& ctx, const float* probs, const float* labels,
                           const float* loss, int64_t k, int64_t n, int64_t step,
                           const int64_t* step_on_device, void* totals) {
-  const int parts = static_cast<int>(CeilDiv(n, kResultImages));
-  Scratch part(ctx.alloc, sizeof(double) * 3 * std::max(parts, 1));
+  const int blocks = static_cast<int>(std::max<int64_t>(1, CeilDiv(n, kResultImages)));
+  Scratch part(ctx.alloc, sizeof(double) * 3 * blocks);
   const ResultsParams p{probs,
                         labels,
                         loss,
                         k,
                         n,
                         part.d(),
-                        parts,
                         step,
                         step_on_device,
                         static_cast<ResultTotals*>(totals)};
-  if (parts > 0) Launch(ResultsPartialKernel, dim3(parts), dim3(kBlock), ctx.stream, p);
-  Launch(ResultsFinishKernel, dim3(1), dim3(32), ctx.stream, p);
+  Launch(ResultsKernel, dim3(blocks), dim3(kBlock), ctx.stream, p);
 }
 
 void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t channels,

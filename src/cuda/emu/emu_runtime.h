@@ -13,7 +13,10 @@
 // its wait, or a copy into a stage that other threads still read, shows up as well.
 // __shared__ becomes `static`, which is per-block memory because blocks run sequentially;
 // dynamic shared memory (COLONNADE_DYNAMIC_SMEM) is one static buffer, poisoned with 0xFF
-// bytes (NaN) at the start of every block. Not emulated: shuffles and votes, atomics, timing.
+// bytes (NaN) at the start of every block. Atomics are plain read-modify-writes, which are
+// atomic here (fibers switch only at barriers and warp-collective instructions, and blocks
+// run one after another); __threadfence is then a no-op. Not emulated: shuffles and votes,
+// timing.
 //
 // Streams run their work at once, except a stream that is capturing (cudaStreamBeginCapture):
 // its kernel launches, copies, memsets and SGEMMs are recorded as closures, not run, and a
@@ -77,6 +80,12 @@ inline T __ldg(const T* p) {
   return *p;
 }
 inline float __fdividef(float a, float b) { return a / b; }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
+inline void __threadfence() {}
 // Individually rounded float operations: what the CPU does anyway (x86-64 without FMA).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
