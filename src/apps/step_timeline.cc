@@ -39,14 +39,14 @@ void StepTimeline::BeginStep(int64_t step, double batch_wait_s) {
   batch_wait_ms_ += 1e3 * batch_wait_s;
   next_phase_ = 0;
   for (auto& f : fences_) f.reset();
-  start_ = backend_->RecordFence();
+  start_ = backend_->RecordFence(Backend::FenceUse::kTimed);
 }
 
 void StepTimeline::Mark(StepPhase p) {
   if (!in_step_) return;
   CHECK_GE(static_cast<int>(p), next_phase_) << "phases marked out of order";
   next_phase_ = static_cast<int>(p);
-  fences_[next_phase_++] = backend_->RecordFence();
+  fences_[next_phase_++] = backend_->RecordFence(Backend::FenceUse::kTimed);
 }
 
 void StepTimeline::EndStep() {

@@ -23,7 +23,7 @@ class Fence {
   // Blocks until the work queued before this fence has run.
   virtual void Wait() = 0;
   // Milliseconds of device time from `earlier` to this fence (both recorded on the same
-  // device and both passed: call Wait first).
+  // device with Backend::FenceUse::kTimed, and both passed: call Wait first).
   virtual double MillisecondsSince(const Fence& earlier) const = 0;
 };
 
@@ -62,8 +62,14 @@ class Backend {
   virtual void CopyToHostAsync(void* dst, const void* src, size_t bytes) {
     CopyToHost(dst, src, bytes);
   }
+  // How a fence is used: kOrdering only waits (the cheapest kind on a GPU, and Wait
+  // sleeps instead of spinning, leaving the core to the data threads); kTimed may also be
+  // asked MillisecondsSince (the step timeline).
+  enum class FenceUse { kOrdering, kTimed };
   // A fence behind the work queued so far. Default: HostClockFence (synchronous devices).
-  virtual std::unique_ptr<Fence> RecordFence() { return std::make_unique<HostClockFence>(); }
+  virtual std::unique_ptr<Fence> RecordFence(FenceUse /*use*/ = FenceUse::kOrdering) {
+    return std::make_unique<HostClockFence>();
+  }
   // Page-locked host memory for fast host -> device copies; nullptr when this device has
   // none to give (the CPU) or pinning failed, and the caller then uses ordinary memory.
   virtual void* AllocateHostPinned(size_t /*bytes*/) { return nullptr; }

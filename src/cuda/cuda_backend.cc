@@ -14,11 +14,14 @@ namespace colonnade::cuda {
 namespace {
 
 #if !defined(COLONNADE_CUDA_EMULATE)
-// A fence as a CUDA event on the compute stream (with timing: the step timeline reads it).
+// A fence as a CUDA event on the compute stream: with timing for the step timeline
+// (kTimed), else without (cheaper to record and to wait on) and with a blocking wait, so
+// a host thread waiting steps behind the device sleeps rather than spins on a core.
 class EventFence : public Fence {
  public:
-  explicit EventFence(cudaStream_t stream) {
-    COLONNADE_CUDA_CHECK(cudaEventCreate(&event_));
+  EventFence(cudaStream_t stream, bool timed) : timed_(timed) {
+    COLONNADE_CUDA_CHECK(cudaEventCreateWithFlags(
+        &event_, timed ? cudaEventDefault : cudaEventDisableTiming | cudaEventBlockingSync));
     COLONNADE_CUDA_CHECK(cudaEventRecord(event_, stream));
   }
   ~EventFence() override { (void)cudaEventDestroy(event_); }
@@ -28,6 +31,7 @@ class EventFence : public Fence {
   double MillisecondsSince(const Fence& earlier) const override {
     const auto* e = dynamic_cast<const EventFence*>(&earlier);
     CHECK(e != nullptr) << "fences of different devices";
+    CHECK(timed_ && e->timed_) << "MillisecondsSince of a fence not recorded as kTimed";
     float ms = 0;
     COLONNADE_CUDA_CHECK(cudaEventElapsedTime(&ms, e->event_, event_));
     return ms;
@@ -35,6 +39,7 @@ class EventFence : public Fence {
 
  private:
   cudaEvent_t event_ = nullptr;
+  bool timed_;
 };
 #endif
 
@@ -82,11 +87,11 @@ class CudaBackend : public Backend {
   void CopyToHostAsync(void* dst, const void* src, size_t n) override {
     COLONNADE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
   }
-  std::unique_ptr<Fence> RecordFence() override {
+  std::unique_ptr<Fence> RecordFence(FenceUse use) override {
 #if defined(COLONNADE_CUDA_EMULATE)
     return std::make_unique<HostClockFence>();  // the emulator runs each launch at once
 #else
-    return std::make_unique<EventFence>(stream_);
+    return std::make_unique<EventFence>(stream_, use == FenceUse::kTimed);
 #endif
   }
   // Called from data-pipeline threads: select our GPU first, or the runtime would create

@@ -278,20 +278,22 @@ TEST_F(CudaTest, AsyncCopyToPinnedHostAndFences) {
   Tensor x = RandomCpu(s, 41);
   Tensor g = Poisoned(s, Device::kCUDA);
   Backend* b = GetBackend(Device::kCUDA);
-  std::unique_ptr<Fence> start = b->RecordFence();
+  std::unique_ptr<Fence> start = b->RecordFence(Backend::FenceUse::kTimed);
   g.CopyFrom(x);
   Tensor doubled = Poisoned(s, Device::kCUDA);
   Gpu().Add(g, g, doubled);  // queued before the copy back: the copy must see its result
   Tensor h = Tensor::PinnedHost(s, Device::kCUDA);
   std::fill(h.data(), h.data() + h.size(), std::nanf(""));
   h.CopyFromAsync(doubled);
-  std::unique_ptr<Fence> done = b->RecordFence();
-  done->Wait();
+  std::unique_ptr<Fence> ordered = b->RecordFence();  // the kind that sleeps in Wait
+  std::unique_ptr<Fence> done = b->RecordFence(Backend::FenceUse::kTimed);
+  ordered->Wait();
   std::vector<float> want = x.ToHost();
   for (float& v : want) v += v;
   for (int64_t i = 0; i < h.size(); ++i) {
     ASSERT_EQ(h.data()[i], want[i]) << "element " << i;
   }
+  done->Wait();
   EXPECT_GE(done->MillisecondsSince(*start), 0.0);
   Gpu().Fill(g, 1.0f);  // later work does not change the copy already made
   Gpu().Copy(g, doubled);
