@@ -62,9 +62,8 @@ class Backend {
   virtual void CopyToHostAsync(void* dst, const void* src, size_t bytes) {
     CopyToHost(dst, src, bytes);
   }
-  // How a fence is used: kOrdering only waits (the cheapest kind on a GPU, and Wait
-  // sleeps instead of spinning, leaving the core to the data threads); kTimed may also be
-  // asked MillisecondsSince (the step timeline).
+  // How a fence is used: kOrdering only waits (the cheapest kind on a GPU: an event
+  // without timing); kTimed may also be asked MillisecondsSince (the step timeline).
   enum class FenceUse { kOrdering, kTimed };
   // A fence behind the work queued so far. Default: HostClockFence (synchronous devices).
   virtual std::unique_ptr<Fence> RecordFence(FenceUse /*use*/ = FenceUse::kOrdering) {

@@ -71,7 +71,12 @@ absl::StatusOr<std::unique_ptr<BatchFeed>> BatchFeed::Create(const FeedConfig& c
 BatchFeed::BatchFeed(const FeedConfig& cfg) : cfg_(cfg) {
   compute_stream_ = ComputeStream();
   cudaStream_t copy = nullptr;
-  COLONNADE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
+  // The highest priority: the feed's few kernels (nvJPEG's, the synthetic generator) are
+  // scheduled ahead of the step's blocks instead of waiting for SMs behind them, so the
+  // next batch is ready when the step that needs it starts.
+  int least = 0, greatest = 0;
+  COLONNADE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  COLONNADE_CUDA_CHECK(cudaStreamCreateWithPriority(&copy, cudaStreamNonBlocking, greatest));
   copy_stream_ = copy;
   geometry_.height = cfg.height;
   geometry_.width = cfg.width;

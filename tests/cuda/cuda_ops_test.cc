@@ -285,7 +285,7 @@ TEST_F(CudaTest, AsyncCopyToPinnedHostAndFences) {
   Tensor h = Tensor::PinnedHost(s, Device::kCUDA);
   std::fill(h.data(), h.data() + h.size(), std::nanf(""));
   h.CopyFromAsync(doubled);
-  std::unique_ptr<Fence> ordered = b->RecordFence();  // the kind that sleeps in Wait
+  std::unique_ptr<Fence> ordered = b->RecordFence();  // untimed
   std::unique_ptr<Fence> done = b->RecordFence(Backend::FenceUse::kTimed);
   ordered->Wait();
   std::vector<float> want = x.ToHost();

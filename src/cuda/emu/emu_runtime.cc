@@ -511,6 +511,17 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
   *s = new EmuStream;
   return cudaSuccess;
 }
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int) {
+  return cudaStreamCreateWithFlags(s, flags);
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  *least = 0;
+  *greatest = -1;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete s;
   return cudaSuccess;

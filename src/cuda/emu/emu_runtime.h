@@ -207,6 +207,9 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
 cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s = nullptr);
 cudaError_t cudaMemset(void* p, int v, size_t n);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
+// Priorities are accepted and ignored (streams run their work at once).
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize();
