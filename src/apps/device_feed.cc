@@ -76,6 +76,15 @@ absl::StatusOr<std::unique_ptr<DeviceFeed>> DeviceFeed::Create(const data::Datas
     cfg.synthetic = true;
     cfg.synthetic_geometry = SyntheticGeometryOf(*r);
     cfg.synthetic_grid = r->grid;
+    // The whole dataset in a device-resident pool when it takes at most 4 GiB and an
+    // eighth of the free device memory (AlexNet's default 8,192 synthetic images of
+    // 256 x 256 x 3: 1.5 GiB), so the feed copies a batch instead of generating it.
+    const int64_t images = ds.info().size;
+    const size_t bytes = static_cast<size_t>(images) * a.height * a.width * a.channels;
+    const size_t available = GetBackend(Device::kCUDA)->AvailableBytes();  // 0: unknown
+    if (bytes <= (size_t{4} << 30) && (available == 0 || bytes <= available / 8)) {
+      cfg.synthetic_pool = images;
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::BatchFeed> feed, cuda::BatchFeed::Create(cfg));
   return std::unique_ptr<DeviceFeed>(new DeviceFeed(pipe, std::move(feed)));

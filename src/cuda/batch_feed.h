@@ -5,7 +5,8 @@
 //   Stage(b)    enqueues on the copy stream the copy of batch b's host buffers into the
 //               next device slot, after the compute stream has finished reading what
 //               that slot held before (event `consumed`), [then the generation of the
-//               synthetic images, on the same stream so it overlaps the step;] [or, for
+//               synthetic images, or their gather from the device-resident pool, on the
+//               same stream so it overlaps the step;] [or, for
 //               JPEG batches, their decoding by nvJPEG (jpeg_decoder.h) into the slot;]
 //               records event `copied`.
 //   Produce()   enqueues on the compute stream (cuda_backend.h ComputeStream()), after
@@ -56,6 +57,10 @@ struct FeedConfig {
   bool synthetic = false;
   SyntheticGeometry synthetic_geometry;
   std::vector<float> synthetic_grid;  // num_classes x 4 x 4 x 3
+  // > 0: the synthetic dataset's images 0..synthetic_pool-1 are generated once into a
+  // device-resident pool, and Stage gathers a batch's images from it (a copy) instead of
+  // generating them every step; every index staged must then be below it.
+  int64_t synthetic_pool = 0;
   // Set when batches arrive as JPEG streams (HostBatch::jpeg) that the feed decodes with
   // nvJPEG; Create fails (Unavailable) in a build without it.
   bool jpeg = false;
@@ -134,6 +139,7 @@ class BatchFeed {
   void* compute_stream_ = nullptr;  // cudaStream_t (the backend's)
   float* device_mean_ = nullptr;    // mean image, then channel mean
   float* device_grid_ = nullptr;
+  uint8_t* device_pool_ = nullptr;            // FeedConfig::synthetic_pool images
   FeedBatchBuffers* device_slots_ = nullptr;  // the slots' buffers, for FeedSource
   std::unique_ptr<JpegDecoder> jpeg_;         // FeedConfig::jpeg
   std::vector<std::unique_ptr<Slot>> slots_;

@@ -353,6 +353,43 @@ void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource
   LaunchAugment(stream, AugmentParams{g, src, true, same, n, out, labels_out});
 }
 
+// out[j] = pool[indices[j]] for images of `bytes` bytes (a multiple of 16 with 16-byte
+// aligned buffers: uint4 copies, else bytes). Block 256, grid (ceil(words / 256),
+// min(n, 65535)) striding over images.
+struct GatherParams {
+  const uint8_t* pool;
+  const int64_t* indices;
+  int n;
+  int64_t bytes;
+  uint8_t* out;
+  bool vec;
+};
+__global__ void __launch_bounds__(kSynthBlock) GatherImagesKernel(GatherParams p) {
+  const int64_t words = p.vec ? p.bytes / 16 : p.bytes;
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * kSynthBlock + threadIdx.x;
+  if (w >= words) return;
+  for (int j = blockIdx.y; j < p.n; j += gridDim.y) {
+    const uint8_t* src = p.pool + p.indices[j] * p.bytes;
+    uint8_t* dst = p.out + static_cast<int64_t>(j) * p.bytes;
+    if (p.vec) {
+      reinterpret_cast<uint4*>(dst)[w] = reinterpret_cast<const uint4*>(src)[w];
+    } else {
+      dst[w] = src[w];
+    }
+  }
+}
+
+void GatherImagesGpu(cudaStream_t stream, const uint8_t* pool, const int64_t* indices, int n,
+                     int64_t bytes, uint8_t* out) {
+  if (n <= 0 || bytes <= 0) return;
+  const bool vec = bytes % 16 == 0 && reinterpret_cast<uintptr_t>(pool) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  const GatherParams p{pool, indices, n, bytes, out, vec};
+  const dim3 grid(static_cast<unsigned>(CeilDiv(vec ? bytes / 16 : bytes, kSynthBlock)),
+                  static_cast<unsigned>(std::min(n, kMaxGridY)));
+  Launch(GatherImagesKernel, grid, dim3(kSynthBlock), stream, p);
+}
+
 void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const int64_t* indices,
                         int n, uint8_t* out) {
   if (n <= 0) return;

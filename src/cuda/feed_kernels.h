@@ -33,4 +33,9 @@ void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource
 void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const int64_t* indices,
                         int n, uint8_t* out);
 
+// out (n x bytes) = the images indices[0..n) (device) of `pool` (images of `bytes` bytes
+// each, image i at i * bytes): the synthetic feed's gather from its device-resident pool.
+// Queued on `stream`.
+void GatherImagesGpu(cudaStream_t stream, const uint8_t* pool, const int64_t* indices, int n,
+                     int64_t bytes, uint8_t* out);
 }  // namespace colonnade::cuda

@@ -543,6 +543,66 @@ INSTANTIATE_TEST_SUITE_P(Outputs, TenCropFeedTest,
 
 // Misuse is an error, not a hang or a crash: Produce before Stage, more Stages than slots,
 // a tensor of the wrong shape.
+// The synthetic feed's device-resident pool: a BatchFeed that gathers the staged indices
+// from its pool produces bitwise the batches of one that generates them every Stage (each
+// of 19x21x3 images, an odd size: byte copies; and 16x16x3: 16-byte copies), and refuses
+// an index outside the pool without staging anything.
+TEST_F(FeedTest, SyntheticPoolEqualsGeneration) {
+  for (const int side : {19, 16}) {
+    SCOPED_TRACE(absl::StrFormat("%dx%d images", side, side + (side == 19 ? 2 : 0)));
+    data::SyntheticOptions so;
+    so.size = 300;
+    so.height = side;
+    so.width = side == 19 ? 21 : side;
+    so.num_classes = 7;
+    so.seed = 5;
+    auto ds = data::MakeSyntheticDataset(so);
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    const data::SyntheticRecipe* r = (*ds)->synthetic_recipe();
+    cuda::FeedConfig cfg;
+    cfg.height = so.height;
+    cfg.width = so.width;
+    cfg.channels = 3;
+    cfg.crop_h = cfg.crop_w = 12;
+    cfg.max_batch = 33;
+    cfg.synthetic = true;
+    cfg.synthetic_geometry = SyntheticGeometryOf(*r);
+    cfg.synthetic_grid = r->grid;
+    auto generating = cuda::BatchFeed::Create(cfg);
+    cfg.synthetic_pool = so.size;
+    auto pooled = cuda::BatchFeed::Create(cfg);
+    ASSERT_TRUE(generating.ok() && pooled.ok()) << generating.status() << pooled.status();
+    std::mt19937_64 rng(side);
+    std::vector<int64_t> indices(33);
+    for (int64_t& i : indices) i = static_cast<int64_t>(rng() % so.size);
+    indices[0] = so.size - 1;
+    std::vector<cuda::FeedAugment> augs(33);
+    for (int j = 0; j < 33; ++j) {
+      augs[j].y0 = j % 5;
+      augs[j].x0 = j % 7;
+      augs[j].mirror = j % 2;
+    }
+    std::vector<float> labels(33, 1.0f);
+    cuda::HostBatch hb;
+    hb.n = 33;
+    hb.indices = indices.data();
+    hb.augments = augs.data();
+    hb.labels = labels.data();
+    std::vector<std::vector<float>> out;
+    for (auto* feed : {&*generating, &*pooled}) {
+      Tensor images(Shape::CHWN(3, 12, 12, 33), Device::kCUDA), lab(Shape{33}, Device::kCUDA);
+      images.Fill(std::numeric_limits<float>::quiet_NaN());
+      ASSERT_TRUE((*feed)->Stage(hb).ok());
+      ASSERT_TRUE((*feed)->Produce(&images, &lab).ok());
+      out.push_back(images.ToHost());
+    }
+    EXPECT_TRUE(BitwiseEqual(out[1], out[0]));
+    indices[3] = so.size;  // one past the pool
+    EXPECT_EQ((*pooled)->Stage(hb).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*pooled)->staged(), 0);
+  }
+}
+
 TEST_F(FeedTest, BatchFeedRefusesMisuse) {
   cuda::FeedConfig cfg;
   cfg.height = cfg.width = 8;
