@@ -67,6 +67,8 @@ class DeviceFeed {
   void Recycle(data::Batch&& b);
   // The nvJPEG backend decoding the batches (an encoded-output pipeline), else nullptr.
   const char* jpeg_backend() const;
+  // Images of the synthetic dataset kept on the device (0: generated per batch).
+  int64_t synthetic_pool() const { return feed_->synthetic_pool(); }
 
  private:
   DeviceFeed(data::BatchPipeline* pipe, std::unique_ptr<cuda::BatchFeed> feed)

@@ -1135,11 +1135,17 @@ void Trainer::PrintBanner() {
         feed_->jpeg_backend()
             ? absl::StrCat("JPEG streams, decoded by nvJPEG (", feed_->jpeg_backend(), ")")
             : "";
+    const int64_t pool = feed_->synthetic_pool();
+    const std::string synthetic =
+        pool > 0 ? absl::StrFormat("dataset indices, images from a pool of %d generated once on "
+                                   "the device (%.0f MiB)",
+                                   pool, pool * dinfo.height * dinfo.width * dinfo.channels /
+                                             1048576.0)
+                 : "dataset indices, images generated on the device per batch";
     std::printf("  feed       GPU: %s, augmented on the device (--gpu_augment)\n",
-                pipeline_->output() == data::BatchOutput::kIndicesOnly
-                    ? "uint8 indices, images generated"
-                : !jpeg.empty() ? jpeg.c_str()
-                                : "uint8 images");
+                pipeline_->output() == data::BatchOutput::kIndicesOnly ? synthetic.c_str()
+                : !jpeg.empty()                                        ? jpeg.c_str()
+                                                                       : "uint8 images");
   }
   std::printf("  graphs     %s\n", GraphsDescription().c_str());
   std::printf("  batch      global %lld, per replica %lld, %lld steps/epoch\n",

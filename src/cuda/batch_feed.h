@@ -124,6 +124,8 @@ class BatchFeed {
   // The nvJPEG backend decoding this feed's batches ("hardware", "gpu_hybrid"); nullptr
   // when the batches arrive decoded.
   const char* jpeg_backend() const { return jpeg_ ? jpeg_->backend() : nullptr; }
+  // Images in the synthetic pool (FeedConfig::synthetic_pool; 0: generated per batch).
+  int64_t synthetic_pool() const { return device_pool_ ? cfg_.synthetic_pool : 0; }
 
  private:
   struct Slot;
@@ -170,6 +172,7 @@ class BatchFeed {
   void WaitHostBatch(uint64_t) {}
   int staged() const { return 0; }
   const char* jpeg_backend() const { return nullptr; }
+  int64_t synthetic_pool() const { return 0; }
 };
 
 #endif
