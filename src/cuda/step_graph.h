@@ -5,10 +5,12 @@
 //
 //   cuda::StepGraph graph;
 //   for (step ...) {
-//     copy the batch into the net's input blobs (outside the graph)
-//     graph.Step(net.builds(), StepScalars{step, lr}, [&](const StepScalars* dev) {
+//     copy a host batch into the net's input blobs (outside the graph), or, with the GPU
+//     feed, values.feed_slot = feed.BeginProduce(n) (its Augment runs inside)
+//     graph.Step(net.builds(), values, [&](const StepScalars* dev) {
 //       RunContext ctx = ...; ctx.step = step; ctx.device_scalars = dev;
 //       net.Forward(ctx); net.Backward(ctx); opt.Step(net, lr, dev ? &dev->lr : nullptr);
+//       ops.AccumulateResults(..., dev ? &dev->step : nullptr, totals);
 //     });
 //   }
 //
@@ -25,8 +27,9 @@
 //   every later one  replayed: the step's StepScalars are written to the device block by a
 //                    one-thread kernel (stream-ordered, values as launch arguments), then
 //                    the graph is launched. Kernels whose values change per step (dropout's
-//                    Philox step, SGD's learning rate) read them from that block; every
-//                    other launch argument is the same every step by construction.
+//                    Philox step, SGD's learning rate, the feed's slot, the results' step)
+//                    read them from that block; every other launch argument is the same
+//                    every step by construction.
 // The recorded work must not allocate, free or synchronise with the host; blocks freed
 // during the capture stay the graph's (CachingAllocator::BeginCapturePool). Results are
 // bitwise those of plain steps (tests/cuda/step_graph_test.cc).
