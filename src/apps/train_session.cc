@@ -1137,10 +1137,10 @@ void Trainer::PrintBanner() {
             : "";
     const int64_t pool = feed_->synthetic_pool();
     const std::string synthetic =
-        pool > 0 ? absl::StrFormat("dataset indices, images from a pool of %d generated once on "
-                                   "the device (%.0f MiB)",
-                                   pool, pool * dinfo.height * dinfo.width * dinfo.channels /
-                                             1048576.0)
+        pool > 0 ? absl::StrFormat(
+                       "dataset indices, images from a pool of %d generated once on "
+                       "the device (%.0f MiB)",
+                       pool, pool * dinfo.height * dinfo.width * dinfo.channels / 1048576.0)
                  : "dataset indices, images generated on the device per batch";
     std::printf("  feed       GPU: %s, augmented on the device (--gpu_augment)\n",
                 pipeline_->output() == data::BatchOutput::kIndicesOnly ? synthetic.c_str()
