@@ -197,12 +197,17 @@ ABSL_FLAG(uint64_t, seed, 1,
           "Seed of every random draw (init, data order, augmentation, dropout). The same seed "
           "and global batch give the same run for any (dp, mp) layout.");
 // ---- output -----------------------------------------------------------------------------
-ABSL_FLAG(int, log_every, 10, Help("log_every", "Print a progress line every N steps."));
+ABSL_FLAG(int, log_every, 10,
+          Help("log_every",
+               "Print a progress line every N steps. The loss and accuracy stay on the device "
+               "between lines (one small read per line); a loss that turns non-finite is "
+               "named at its own step and the run stops at the next line."));
 ABSL_FLAG(int64_t, profile_steps, 0,
           Help("profile_steps",
                "Time N training steps after two warm-up steps, phase by phase (batch wait, "
-               "batch to device, forward, backward, gradient sync wait, optimizer, metrics "
-               "copy; device time from CUDA events), and print the table once they ran. The "
+               "batch to device, forward, backward, gradient sync wait, optimizer, results; "
+               "a graphed step is one row; device time from CUDA events), and print the "
+               "table once they ran. The "
                "profiled steps wait for the device at their end; results are unchanged. "
                "0: off."));
 ABSL_FLAG(int64_t, eval_every, 0,
