@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<DeviceFeed>> DeviceFeed::Create(const data::Datas
     cfg.synthetic_grid = r->grid;
     // The whole dataset in a device-resident pool when it takes at most 4 GiB and an
     // eighth of the free device memory (AlexNet's default 8,192 synthetic images of
-    // 256 x 256 x 3: 1.5 GiB), so the feed copies a batch instead of generating it.
+    // 224 x 224 x 3: 1,176 MiB), so the feed copies a batch instead of generating it.
     const int64_t images = ds.info().size;
     const size_t bytes = static_cast<size_t>(images) * a.height * a.width * a.channels;
     const size_t available = GetBackend(Device::kCUDA)->AvailableBytes();  // 0: unknown
