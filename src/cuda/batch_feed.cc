@@ -23,6 +23,7 @@ struct BatchFeed::Slot {
   cudaEvent_t consumed = nullptr;    // compute stream: the last Produce from it has finished
   int n = 0;
   uint64_t ticket = 0;  // of the batch it holds (0: none yet)
+  FeedBatchBuffers buffers() const { return FeedBatchBuffers{pixels, augs, labels}; }
 };
 
 namespace {
@@ -139,7 +140,7 @@ BatchFeed::BatchFeed(const FeedConfig& cfg) : cfg_(cfg) {
   }
   // The slot table a graphed step's augmentation reads its batch from (FeedSource).
   std::vector<FeedBatchBuffers> table;
-  for (const auto& s : slots_) table.push_back(FeedBatchBuffers{s->pixels, s->augs, s->labels});
+  for (const auto& s : slots_) table.push_back(s->buffers());
   const size_t table_bytes = table.size() * sizeof(FeedBatchBuffers);
   COLONNADE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_slots_), table_bytes));
   COLONNADE_CUDA_CHECK(
@@ -193,8 +194,8 @@ absl::StatusOr<uint64_t> BatchFeed::Stage(const HostBatch& b) {
   // The device buffers are overwritten: the compute stream must be done with them.
   COLONNADE_CUDA_CHECK(cudaStreamWaitEvent(copy, s.consumed, 0));
   const size_t n = static_cast<size_t>(b.n);
-  for (size_t j = 0; device_pool_ != nullptr && j < n;
-       ++j) {  // first: a refused batch is not staged
+  // First, so that a refused batch is not staged: indices the pool holds.
+  for (size_t j = 0; device_pool_ != nullptr && j < n; ++j) {
     if (b.indices[j] < 0 || b.indices[j] >= cfg_.synthetic_pool) {
       return absl::InvalidArgumentError(
           absl::StrFormat("GPU feed: image %d is outside the synthetic pool of %d", b.indices[j],
@@ -279,7 +280,7 @@ absl::Status BatchFeed::Augment(Tensor* images, Tensor* labels, const int32_t* s
   const Slot& s = *slots_[produced_ % slots_.size()];
   RETURN_IF_ERROR(CheckOutputs(s.n, images, labels));
   FeedSource src;
-  src.direct = FeedBatchBuffers{s.pixels, s.augs, s.labels};
+  src.direct = s.buffers();
   if (slot_on_device != nullptr) {
     src.slots = device_slots_;
     src.slot_on_device = slot_on_device;
@@ -289,13 +290,18 @@ absl::Status BatchFeed::Augment(Tensor* images, Tensor* labels, const int32_t* s
 }
 
 void BatchFeed::EndProduce() {
-  if (!begun_) return;
-  // After the step's work on the compute stream: the slot may then be restaged.
+  if (begun_) Release(/*consume=*/true);
+}
+
+void BatchFeed::Release(bool consume) {
+  // After the work queued on the compute stream: the slot may then be restaged.
   COLONNADE_CUDA_CHECK(
       cudaEventRecord(slots_[produced_ % slots_.size()]->consumed, AsStream(compute_stream_)));
   begun_ = false;
-  ++produced_;
-  --staged_;
+  if (consume) {
+    ++produced_;
+    --staged_;
+  }
 }
 
 absl::Status BatchFeed::ProduceView(int view, bool last, Tensor* images, Tensor* labels) {
@@ -309,20 +315,16 @@ absl::Status BatchFeed::ProduceView(int view, bool last, Tensor* images, Tensor*
                         cfg_.crop_w, cfg_.height, cfg_.width));
   }
   if (staged_ == 0) return absl::FailedPreconditionError("GPU feed: no batch is staged");
-  if (begun_) return absl::FailedPreconditionError("GPU feed: ProduceView inside BeginProduce");
-  Slot& s = *slots_[produced_ % slots_.size()];
-  RETURN_IF_ERROR(CheckOutputs(s.n, images, labels));
-  cudaStream_t compute = AsStream(compute_stream_);
-  COLONNADE_CUDA_CHECK(cudaStreamWaitEvent(compute, s.copied, 0));
+  const Slot& s = *slots_[produced_ % slots_.size()];
+  RETURN_IF_ERROR(CheckOutputs(s.n, images, labels));  // a refused view consumes nothing
+  RETURN_IF_ERROR(BeginProduce(s.n).status());
   FeedSource src;
-  src.direct = FeedBatchBuffers{s.pixels, s.augs, s.labels};
-  TenCropViewGpu(compute, geometry_, src, view, s.n, images->data(), labels->data());
-  // Recorded after every view: the slot is free for Stage after the last one's kernel.
-  COLONNADE_CUDA_CHECK(cudaEventRecord(s.consumed, compute));
-  if (last) {
-    ++produced_;
-    --staged_;
-  }
+  src.direct = s.buffers();
+  TenCropViewGpu(AsStream(compute_stream_), geometry_, src, view, s.n, images->data(),
+                 labels->data());
+  // Released after every view (the slot is free for Stage after the last one's kernel);
+  // only the last consumes the batch.
+  Release(/*consume=*/last);
   return absl::OkStatus();
 }
 

@@ -131,6 +131,9 @@ class BatchFeed {
   struct Slot;
   explicit BatchFeed(const FeedConfig& cfg);
   Slot* SlotOf(uint64_t ticket);
+  // Records the oldest staged slot's `consumed` behind the queued work and ends a
+  // BeginProduce; `consume` also retires the batch (the last view, or a produced batch).
+  void Release(bool consume);
   // Whether `images` and `labels` can take a batch of n images.
   absl::Status CheckOutputs(int n, const Tensor* images, const Tensor* labels) const;
 
