@@ -81,16 +81,14 @@ void ConvLayer::AllocateParams(Device d) {
 
 void ConvLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                         const std::vector<Tensor*>& y) {
-  ops.ConvForward(*x[0], weight_.value, *y[0], p_);
-  if (has_bias_) ops.AddBias(*y[0], bias_.value);
+  ops.ConvLayerForward(*x[0], weight_.value, has_bias_ ? &bias_.value : nullptr, *y[0], p_);
 }
 
 void ConvLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                          const std::vector<const Tensor*>&, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
-  ops.ConvBackwardFilter(*x[0], *dy[0], weight_.grad, p_);
-  if (has_bias_) ops.BiasBackward(*dy[0], bias_.grad);
-  if (dx[0]) ops.ConvBackwardData(*dy[0], weight_.value, *dx[0], p_);
+  ops.ConvLayerBackward(*x[0], weight_.value, *dy[0], weight_.grad,
+                        has_bias_ ? &bias_.grad : nullptr, dx[0], p_);
 }
 
 std::vector<Param*> ConvLayer::params() {

@@ -159,6 +159,24 @@ class Ops {
   // db[c] = sum over H, W, N of dy[c, ...] (overwrites).
   virtual void BiasBackward(const Tensor& dy, Tensor& db) = 0;
 
+  // A convolution layer's whole pass, which a backend may fuse (the CUDA backend's
+  // tensor-core modes round x and dy to bf16 once for all the pass's products and add the
+  // bias in the convolution's epilogue). The defaults are the primitives above, in this
+  // order, so FP32 results are those of the primitives bit for bit.
+  // Forward: y = conv(x, w), then y += b when b is not null.
+  virtual void ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
+                                const ConvParams& p) {
+    ConvForward(x, w, y, p);
+    if (b) AddBias(y, *b);
+  }
+  // Backward: dw, then db when not null, then dx when not null (all overwritten).
+  virtual void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw,
+                                 Tensor* db, Tensor* dx, const ConvParams& p) {
+    ConvBackwardFilter(x, dy, dw, p);
+    if (db) BiasBackward(dy, *db);
+    if (dx) ConvBackwardData(dy, w, *dx, p);
+  }
+
   // ---- matrices (row-major), for fully connected layers --------------------------
   // C = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T; A is M x K after op, B K x N.
   virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -121,6 +121,53 @@ void CudaOps::ConvBackwardFilter(const Tensor& x, const Tensor& dy, Tensor& dw,
   ConvBackwardFilterGpu(ctx_, Dims(x, dw, dy, p), p, x.data(), dy.data(), dw.data());
 }
 
+TcInput CudaOps::TcOperand(const Tensor& t, std::unique_ptr<Scratch>& copy) {
+  if (conv_math_ != MathMode::kBF16) return TcInput{t.data(), StorageType::kFloat};
+  copy = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(t.size()) * 2);
+  FloatToBf16Gpu(ctx_, t.data(), copy->f(), t.size());
+  return TcInput{copy->f(), StorageType::kBF16};
+}
+
+void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
+                               const ConvParams& p) {
+  if (conv_math_ == MathMode::kFP32) return Ops::ConvLayerForward(x, w, b, y, p);
+  if (b) op_shapes::Bias(y, *b, "ConvLayerForward");
+  std::unique_ptr<Scratch> xb;
+  TcConvArgs a;
+  a.dims = Dims(x, w, y, p);
+  a.conv = p;
+  a.math = conv_math_;
+  a.x = TcOperand(x, xb);
+  a.w = w.data();
+  a.bias = b ? b->data() : nullptr;
+  a.y.data = y.data();
+  ConvForwardTc(ctx_, a);
+}
+
+void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw,
+                                Tensor* db, Tensor* dx, const ConvParams& p) {
+  if (conv_math_ == MathMode::kFP32) return Ops::ConvLayerBackward(x, w, dy, dw, db, dx, p);
+  std::unique_ptr<Scratch> xb, dyb;
+  TcConvArgs a;
+  a.dims = Dims(x, dw, dy, p);
+  a.conv = p;
+  a.math = conv_math_;
+  a.dy = TcOperand(dy, dyb);
+  a.x = TcOperand(x, xb);
+  a.dw = dw.data();
+  ConvBackwardFilterTc(ctx_, a);
+  xb.reset();  // x's copy is needed no more: its memory may serve backward data's scratch
+  if (db) BiasBackward(dy, *db);
+  if (dx) {
+    a.dims = Dims(*dx, w, dy, p);
+    a.x = TcInput{};
+    a.dw = nullptr;
+    a.w = w.data();
+    a.dx.data = dx->data();
+    ConvBackwardDataTc(ctx_, a);
+  }
+}
+
 void CudaOps::AddBias(Tensor& y, const Tensor& b) {
   op_shapes::Bias(y, b, "AddBias");
   AddBiasGpu(ctx_, y.data(), b.data(), y.shape()[0], Inner(y));

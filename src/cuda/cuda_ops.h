@@ -5,7 +5,10 @@
 // set_conv_math moves the convolutions onto the tensor-core kernels (conv_tc_kernels.cu).
 #pragma once
 
+#include <memory>
+
 #include "core/ops.h"
+#include "cuda/caching_allocator.h"
 #include "cuda/kernels.h"
 
 namespace colonnade::cuda {
@@ -30,6 +33,14 @@ class CudaOps : public Ops {
                           const ConvParams& p) override;
   void AddBias(Tensor& y, const Tensor& b) override;
   void BiasBackward(const Tensor& dy, Tensor& db) override;
+  // In the tensor-core modes: bias in the forward epilogue; in bf16, x and dy rounded to
+  // bf16 copies once per pass (a bandwidth-bound conversion) so that every product of the
+  // pass loads half the bytes through the kernels' cp.async path instead of converting
+  // float operands tile by tile. kFP32: the primitives, as Ops does.
+  void ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
+                        const ConvParams& p) override;
+  void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
+                         Tensor* dx, const ConvParams& p) override;
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;
   void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) override;
@@ -84,6 +95,10 @@ class CudaOps : public Ops {
   DeviceContext ctx_;
   cublasHandle_t blas_;
   MathMode conv_math_ = MathMode::kFP32;
+
+  // A float tensor as a tensor-core operand: bf16 math reads a bf16 copy made into `copy`
+  // (scratch for the rest of the Ops call); tf32 math reads the tensor itself.
+  TcInput TcOperand(const Tensor& t, std::unique_ptr<Scratch>& copy);
 };
 
 }  // namespace colonnade::cuda

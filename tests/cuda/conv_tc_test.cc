@@ -523,6 +523,72 @@ TEST_F(TcTest, CudaOpsConvMathHook) {
   EXPECT_EQ(fp32[2], host(gdw));
 }
 
+// The fused layer pass (CudaOps::ConvLayerForward / ConvLayerBackward): in bf16 the
+// operands are rounded to bf16 copies once and the bias is added in the epilogue; against the
+// CPU's primitives on a vector batch (8: the cp.async path) and an awkward one (7: element
+// loads), with and without bias and dx. In FP32 it is the primitives, bit for bit.
+TEST_F(TcTest, CudaOpsConvLayerPass) {
+  for (const int n : {8, 7}) {
+    for (const bool with_bias_and_dx : {true, false}) {
+      ConvParams p;
+      p.kernel_h = p.kernel_w = 3;
+      p.pad = 1;
+      p.stride = 2;
+      p.groups = 2;
+      const Shape xs{6, 9, 9, n}, ws{10, 3, 3, 3}, ys{10, 5, 5, n}, bs{10};
+      std::mt19937_64 rng(7 + n);
+      Tensor x = HostTensor(xs, Random(xs.elements(), rng, StorageType::kFloat));
+      Tensor w = HostTensor(ws, Random(ws.elements(), rng, StorageType::kFloat));
+      Tensor b = HostTensor(bs, Random(bs.elements(), rng, StorageType::kFloat));
+      Tensor dy = HostTensor(ys, Random(ys.elements(), rng, StorageType::kFloat));
+      Tensor y(ys, Device::kCPU), dx(xs, Device::kCPU), dw(ws, Device::kCPU), db(bs, Device::kCPU);
+      Cpu().ConvForward(x, w, y, p);
+      if (with_bias_and_dx) Cpu().AddBias(y, b);
+      Cpu().ConvBackwardFilter(x, dy, dw, p);
+      Cpu().BiasBackward(dy, db);
+      Cpu().ConvBackwardData(dy, w, dx, p);
+      Tensor gx = x.To(Device::kCUDA), gw = w.To(Device::kCUDA), gb = b.To(Device::kCUDA);
+      Tensor gdy = dy.To(Device::kCUDA);
+      auto host = [](const Tensor& t) { return t.ToHost(); };
+      auto vec = [](const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.size()); };
+      auto poisoned = [](const Shape& s) {
+        return HostTensor(s, std::vector<float>(size_t(s.elements()),
+                                                std::numeric_limits<float>::quiet_NaN()))
+            .To(Device::kCUDA);
+      };
+      for (MathMode m : {MathMode::kBF16, MathMode::kTF32, MathMode::kFP32}) {
+        const std::string what = absl::StrFormat("%s, batch %d, bias and dx %d",
+                                                 cuda::MathModeName(m), n, with_bias_and_dx);
+        Ops().set_conv_math(m);
+        Tensor gy = poisoned(ys), gdx = poisoned(xs), gdw = poisoned(ws), gdb = poisoned(bs);
+        Ops().ConvLayerForward(gx, gw, with_bias_and_dx ? &gb : nullptr, gy, p);
+        Ops().ConvLayerBackward(gx, gw, gdy, gdw, with_bias_and_dx ? &gdb : nullptr,
+                                with_bias_and_dx ? &gdx : nullptr, p);
+        const double tol = m == MathMode::kBF16 ? kTolBf16 : m == MathMode::kTF32 ? kTolTf32 : 1e-5;
+        EXPECT_LT(RelErr(host(gy), vec(y)), tol) << what;
+        EXPECT_LT(RelErr(host(gdw), vec(dw)), tol) << what;
+        if (with_bias_and_dx) {
+          EXPECT_LT(RelErr(host(gdx), vec(dx)), tol) << what;
+          EXPECT_LT(RelErr(host(gdb), vec(db)), 1e-5) << what;  // FP32 row sums in every mode
+        } else {
+          EXPECT_TRUE(std::isnan(host(gdx)[0])) << what << ": dx written though not asked for";
+        }
+        if (m != MathMode::kFP32) continue;
+        // FP32: the primitives' bits.
+        Tensor py(ys, Device::kCUDA), pdx(xs, Device::kCUDA), pdw(ws, Device::kCUDA);
+        Ops().ConvForward(gx, gw, py, p);
+        if (with_bias_and_dx) Ops().AddBias(py, gb);
+        Ops().ConvBackwardFilter(gx, gdy, pdw, p);
+        Ops().ConvBackwardData(gdy, gw, pdx, p);
+        EXPECT_EQ(host(py), host(gy)) << what;
+        EXPECT_EQ(host(pdw), host(gdw)) << what;
+        if (with_bias_and_dx) EXPECT_EQ(host(pdx), host(gdx)) << what;
+      }
+      Ops().set_conv_math(MathMode::kFP32);
+    }
+  }
+}
+
 // float <-> bf16 conversion kernels: round to nearest even, ties included, NaN kept.
 TEST_F(TcTest, Bf16Conversions) {
   std::vector<float> v = {0.0f,
