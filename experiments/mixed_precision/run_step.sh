@@ -6,8 +6,10 @@
 #
 # Writes OUTDIR/step.jsonl (one record per measurement: impl, what, model, mode, batch,
 # img_per_s, peak_mem_bytes, commit, device), the logs, and OUTDIR/step.tgz with all of it.
-# Knobs: BATCH (256), MODES (fp32,tf32,bf16), PEER_MODES (fp32,tf32,bf16_cl),
-# TRAINER_STEPS (60), SKIP_PEER=1.
+# Knobs: BATCH (256; a comma list for bench_train and the peer, e.g. 128,256), MODES
+# (fp32,tf32,bf16), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
+# batch, for the batches in COMPILE_BATCHES: 256), TRAINER_MODES (MODES), TRAINER_BATCH
+# (the last of BATCH), TRAINER_STEPS (60), SKIP_PEER=1.
 set -uo pipefail
 OUT=${1:?usage: run_step.sh OUTDIR [BUILD_DIR]}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,6 +18,8 @@ BATCH=${BATCH:-256}
 MODES=${MODES:-fp32,tf32,bf16}
 PEER_MODES=${PEER_MODES:-fp32,tf32,bf16_cl}
 TRAINER_STEPS=${TRAINER_STEPS:-60}
+TRAINER_MODES=${TRAINER_MODES:-$MODES}
+TRAINER_BATCH=${TRAINER_BATCH:-${BATCH##*,}}
 COMMIT=${COMMIT:-unknown}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -54,12 +58,12 @@ PY
 done
 
 TRAINER=$BUILD/trainer
-for m in ${MODES//,/ }; do
-  timeout 120 "$TRAINER" --model=alexnet --device=cuda --data=synthetic --batch_size="$BATCH" \
+for m in ${TRAINER_MODES//,/ }; do
+  timeout 120 "$TRAINER" --model=alexnet --device=cuda --data=synthetic --batch_size="$TRAINER_BATCH" \
     --steps="$TRAINER_STEPS" --log_every=20 --data_threads="$(nproc)" --precision="$m" \
     --metrics_file="$OUT/trainer_$m.metrics.jsonl" > "$OUT/trainer_$m.log" 2>&1
   say "trainer $m rc=$?: $(grep -E 'step +'"$TRAINER_STEPS"' ' "$OUT/trainer_$m.log" | tail -1)"
-  python3 - "$OUT/trainer_$m.metrics.jsonl" "$COMMIT" "$m" "$BATCH" "$DEV" >> "$J" <<'PY'
+  python3 - "$OUT/trainer_$m.metrics.jsonl" "$COMMIT" "$m" "$TRAINER_BATCH" "$DEV" >> "$J" <<'PY'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 tr = [r for r in recs if r.get("kind") == "train"]
@@ -75,7 +79,8 @@ PY
 done
 
 if [ -z "${SKIP_PEER:-}" ]; then
-  timeout 240 python3 "$ROOT/experiments/peer_pytorch/alexnet_step.py" --batch_sizes "$BATCH" \
+  timeout 360 python3 "$ROOT/experiments/peer_pytorch/alexnet_step.py" --batch_sizes "$BATCH" \
+    --compile_batches "${COMPILE_BATCHES:-256}" \
     --modes "$PEER_MODES" --json "$OUT/pytorch.json" > "$OUT/pytorch.log" 2>&1
   say "pytorch rc=$?: $(grep -E 'img/s' "$OUT/pytorch.log" | tr '\n' ' ')"
   python3 - "$OUT/pytorch.json" "$COMMIT" "$DEV" >> "$J" <<'PY'

@@ -81,13 +81,14 @@ void ConvLayer::AllocateParams(Device d) {
 
 void ConvLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                         const std::vector<Tensor*>& y) {
-  ops.ConvLayerForward(*x[0], weight_.value, has_bias_ ? &bias_.value : nullptr, *y[0], p_);
+  ops.ConvLayerForward(*x[0], weight_.value, has_bias_ ? &bias_.value : nullptr, fused_relu_, *y[0],
+                       p_);
 }
 
 void ConvLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
-                         const std::vector<const Tensor*>&, const std::vector<const Tensor*>& dy,
+                         const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
-  ops.ConvLayerBackward(*x[0], weight_.value, *dy[0], weight_.grad,
+  ops.ConvLayerBackward(*x[0], weight_.value, fused_relu_ ? y[0] : nullptr, *dy[0], weight_.grad,
                         has_bias_ ? &bias_.grad : nullptr, dx[0], p_);
 }
 
@@ -306,6 +307,7 @@ absl::StatusOr<std::vector<Shape>> ReluLayer::Setup(const std::vector<Shape>& in
 
 void ReluLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                         const std::vector<Tensor*>& y) {
+  if (fused_into_conv_) return;  // in place: the convolution wrote max(., 0) already
   ops.ReluForward(*x[0], *y[0]);
 }
 
@@ -317,7 +319,12 @@ void ReluLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
 void ReluLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>&,
                          const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
-  if (dx[0]) ops.ReluBackward(*y[0], *dy[0], *dx[0]);
+  if (!dx[0]) return;
+  if (!fused_into_conv_) {
+    ops.ReluBackward(*y[0], *dy[0], *dx[0]);
+  } else if (dx[0]->data() != dy[0]->data()) {
+    ops.Copy(*dy[0], *dx[0]);  // the plan gave the input gradient its own buffer
+  }
 }
 
 // ---------------------------------------------------------------------------------------

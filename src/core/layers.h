@@ -16,8 +16,8 @@ class ConvLayer : public Layer {
   ConvLayer(std::string name, int filters, ConvParams p, bool bias = true, ColumnInfo columns = {},
             float bias_init = 0.0f);
   COLONNADE_LAYER_OVERRIDES("conv");
-  // dW needs x; dx needs only dy and the weights.
-  BackwardReads backward_reads() const override { return {true, false, true}; }
+  // dW needs x; dx needs only dy and the weights; a fused ReLU's gradient needs y.
+  BackwardReads backward_reads() const override { return {true, fused_relu_, true}; }
   void AllocateParams(Device d) override;
   std::vector<Param*> params() override;
   ColumnInfo column_info() const override { return columns_; }
@@ -28,6 +28,11 @@ class ConvLayer : public Layer {
   int filters() const { return filters_; }
   Param& weight() { return weight_; }
   Param& bias() { return bias_; }
+  // The in-place ReLU after this layer runs inside it (Net::Build decides, see
+  // Net::set_fuse_conv_relu): Forward writes max(conv + b, 0), Backward first passes dy
+  // through the ReLU (Ops::ConvLayerForward / ConvLayerBackward).
+  void set_fused_relu(bool on) { fused_relu_ = on; }
+  bool fused_relu() const { return fused_relu_; }
   // Gaussian N(0, std^2) initial weights (AlexNet: 0.01) instead of the default He normal.
   void set_weight_std(float std) {
     weight_.init.kind = InitSpec::kGaussian;
@@ -41,6 +46,7 @@ class ConvLayer : public Layer {
   ColumnInfo columns_;
   float bias_init_;
   int64_t in_channels_ = 0;
+  bool fused_relu_ = false;
   Param weight_, bias_;
 };
 
@@ -133,14 +139,22 @@ class ReluLayer : public Layer {
  public:
   using Layer::Layer;
   COLONNADE_LAYER_OVERRIDES("relu");
-  // dx = dy where y > 0: y, not x (so it may run in place).
-  BackwardReads backward_reads() const override { return {false, true, true}; }
+  // dx = dy where y > 0: y, not x (so it may run in place). Fused into the convolution
+  // before it, the convolution reads y instead.
+  BackwardReads backward_reads() const override { return {false, !fused_into_conv_, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   bool in_place_ok() const override { return true; }
   // Stateless: Forward again writes the same y.
   bool can_recompute() const override { return true; }
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                  const std::vector<Tensor*>& y) override;
+  // Run by the convolution before it (ConvLayer::set_fused_relu): Forward does nothing, and
+  // Backward passes dy on unchanged (the convolution applies the mask).
+  void set_fused_into_conv(bool on) { fused_into_conv_ = on; }
+  bool fused_into_conv() const { return fused_into_conv_; }
+
+ private:
+  bool fused_into_conv_ = false;
 };
 
 // Inverted dropout; identity in evaluation. Masks are keyed by the global element index

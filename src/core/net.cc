@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "core/backend.h"
 #include "core/cpu_ops.h"
+#include "core/layers.h"
 #include "core/log.h"
 #include "core/philox.h"
 #include "core/status_macros.h"
@@ -83,9 +84,29 @@ MemoryPlanOptions Net::PlanOptions() const {
   return o;
 }
 
+void Net::MarkFusions() {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    auto* conv = dynamic_cast<ConvLayer*>(layers_[i].layer.get());
+    if (!conv) continue;
+    conv->set_fused_relu(false);
+    auto* relu =
+        i + 1 < layers_.size() ? dynamic_cast<ReluLayer*>(layers_[i + 1].layer.get()) : nullptr;
+    if (!relu) continue;
+    relu->set_fused_into_conv(false);
+    // The ReLU must rectify the convolution's only output in place, right after it: then
+    // every reader of the blob reads it rectified, as before.
+    const std::vector<std::string>& out = layers_[i].outputs;
+    const bool pair = fuse_conv_relu_ && out.size() == 1 && layers_[i + 1].inputs == out &&
+                      layers_[i + 1].outputs == out;
+    conv->set_fused_relu(pair);
+    relu->set_fused_into_conv(pair);
+  }
+}
+
 absl::StatusOr<MemoryPlan> Net::PlanMemory(int64_t batch) {
   if (batch < 1) return absl::InvalidArgumentError("batch size must be at least 1");
   ASSIGN_OR_RETURN(const auto shapes, InferShapes(batch));
+  MarkFusions();  // before planning: a fused convolution's Backward reads its y
   return ::colonnade::PlanMemory(layers_, input_names_, shapes, PlanOptions());
 }
 

@@ -73,6 +73,12 @@ class Net {
   // recompute rewrites the blobs in place. Set before Build. Default: off.
   void set_recompute(RecomputePolicy p) { recompute_ = p; }
   RecomputePolicy recompute() const { return recompute_; }
+  // Conv + ReLU fusion: a convolution whose output the next layer rectifies in place (and
+  // nothing reads in between) runs that ReLU itself (ConvLayer::set_fused_relu), saving the
+  // ReLU's passes over memory in both directions; FP32 results are bitwise the unfused
+  // ones (the same primitives). On by default; decided again by every Build / PlanMemory.
+  void set_fuse_conv_relu(bool on) { fuse_conv_relu_ = on; }
+  bool fuse_conv_relu() const { return fuse_conv_relu_; }
   // Keeps a blob live for the whole step, for a caller that reads it after Forward or
   // Backward (the inputs, "loss", "probs" and kLogitsBlob always are). Before Build; a
   // name the net does not have is ignored.
@@ -134,6 +140,8 @@ class Net {
   std::vector<std::string> input_names_;
   std::map<std::string, Shape> input_shapes_;
   MemoryPlanOptions PlanOptions() const;
+  // Marks the conv + ReLU pairs to fuse (set_fuse_conv_relu), clearing earlier marks.
+  void MarkFusions();
   // Runs a recomputation of the plan (Layer::Recompute of each of its runs).
   void Recompute(const Recomputation& r);
 
@@ -148,6 +156,7 @@ class Net {
   bool plan_memory_ = true;
   RecomputePolicy recompute_ = RecomputePolicy::kOff;
   bool poison_ = false;
+  bool fuse_conv_relu_ = true;
   int64_t batch_ = 0;
   int64_t builds_ = 0;
   Device device_ = Device::kCPU;

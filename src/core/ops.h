@@ -160,21 +160,32 @@ class Ops {
   virtual void BiasBackward(const Tensor& dy, Tensor& db) = 0;
 
   // A convolution layer's whole pass, which a backend may fuse (the CUDA backend's
-  // tensor-core modes round x and dy to bf16 once for all the pass's products and add the
-  // bias in the convolution's epilogue). The defaults are the primitives above, in this
-  // order, so FP32 results are those of the primitives bit for bit.
-  // Forward: y = conv(x, w), then y += b when b is not null.
-  virtual void ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
-                                const ConvParams& p) {
+  // tensor-core modes round x and dy to bf16 once for all the pass's products, add the bias
+  // and apply the ReLU in the convolution's epilogue, and pass the gradient through the ReLU
+  // while rounding it). The defaults are the primitives, in this order, so FP32 results are
+  // those of the unfused layers bit for bit.
+  // Forward: y = conv(x, w), then y += b when b is not null, then y = max(y, 0) when relu.
+  virtual void ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, bool relu,
+                                Tensor& y, const ConvParams& p) {
     ConvForward(x, w, y, p);
     if (b) AddBias(y, *b);
+    if (relu) ReluForward(y, y);
   }
-  // Backward: dw, then db when not null, then dx when not null (all overwritten).
-  virtual void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw,
-                                 Tensor* db, Tensor* dx, const ConvParams& p) {
-    ConvBackwardFilter(x, dy, dw, p);
-    if (db) BiasBackward(dy, *db);
-    if (dx) ConvBackwardData(dy, w, *dx, p);
+  // Backward from dy, the gradient of y. With relu_y (the y of a forward with relu) the
+  // gradient first passes the ReLU (dy where relu_y > 0, else 0: ReluBackward). Then dw,
+  // db when not null, dx when not null (all overwritten).
+  virtual void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y,
+                                 const Tensor& dy, Tensor& dw, Tensor* db, Tensor* dx,
+                                 const ConvParams& p) {
+    Tensor masked;
+    if (relu_y) {
+      masked = Tensor(dy.shape(), device());
+      ReluBackward(*relu_y, dy, masked);
+    }
+    const Tensor& g = relu_y ? masked : dy;
+    ConvBackwardFilter(x, g, dw, p);
+    if (db) BiasBackward(g, *db);
+    if (dx) ConvBackwardData(g, w, *dx, p);
   }
 
   // ---- matrices (row-major), for fully connected layers --------------------------

@@ -128,9 +128,9 @@ TcInput CudaOps::TcOperand(const Tensor& t, std::unique_ptr<Scratch>& copy) {
   return TcInput{copy->f(), StorageType::kBF16};
 }
 
-void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
-                               const ConvParams& p) {
-  if (conv_math_ == MathMode::kFP32) return Ops::ConvLayerForward(x, w, b, y, p);
+void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, bool relu,
+                               Tensor& y, const ConvParams& p) {
+  if (conv_math_ == MathMode::kFP32) return Ops::ConvLayerForward(x, w, b, relu, y, p);
   if (b) op_shapes::Bias(y, *b, "ConvLayerForward");
   std::unique_ptr<Scratch> xb;
   TcConvArgs a;
@@ -140,24 +140,54 @@ void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b
   a.x = TcOperand(x, xb);
   a.w = w.data();
   a.bias = b ? b->data() : nullptr;
+  a.relu = relu;
   a.y.data = y.data();
   ConvForwardTc(ctx_, a);
 }
 
-void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw,
-                                Tensor* db, Tensor* dx, const ConvParams& p) {
-  if (conv_math_ == MathMode::kFP32) return Ops::ConvLayerBackward(x, w, dy, dw, db, dx, p);
-  std::unique_ptr<Scratch> xb, dyb;
+void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y,
+                                const Tensor& dy, Tensor& dw, Tensor* db, Tensor* dx,
+                                const ConvParams& p) {
+  if (relu_y) SameSize(*relu_y, dy, "ConvLayerBackward relu_y");
+  // The gradient after the ReLU: in bf16 straight into the bf16 operand (one pass reads y
+  // and dy, writes 2 bytes); otherwise a float scratch (FP32: ReluBackward's very bits).
+  std::unique_ptr<Scratch> masked, dyb, xb;
+  const float* g = dy.data();
+  TcInput g_operand{g, StorageType::kFloat};
+  if (relu_y && conv_math_ == MathMode::kBF16) {
+    dyb = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(dy.size()) * 2);
+    ReluMaskToBf16Gpu(ctx_, relu_y->data(), dy.data(), dyb->f(), dy.size());
+    g_operand = TcInput{dyb->f(), StorageType::kBF16};
+  } else if (relu_y) {
+    masked = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(dy.size()) * 4);
+    ReluBackwardGpu(ctx_, relu_y->data(), dy.data(), masked->f(), dy.size());
+    g = masked->f();
+    g_operand = TcInput{g, StorageType::kFloat};
+  } else if (conv_math_ == MathMode::kBF16) {
+    g_operand = TcOperand(dy, dyb);
+  }
+  // db: row sums of the masked gradient, FP32 as BiasBackward; where no float copy of it
+  // exists the sum masks dy by y itself (the same values in the same order: the same bits).
+  if (db) {
+    op_shapes::Bias(dy, *db, "ConvLayerBackward");
+    const bool mask_in_sum = relu_y && g == dy.data();
+    RowSumGpu(ctx_, g, db->data(), dy.shape()[0], Inner(dy),
+              mask_in_sum ? relu_y->data() : nullptr);
+  }
+  if (conv_math_ == MathMode::kFP32) {
+    ConvBackwardFilterGpu(ctx_, Dims(x, dw, dy, p), p, x.data(), g, dw.data());
+    if (dx) ConvBackwardDataGpu(ctx_, Dims(*dx, w, dy, p), p, g, w.data(), dx->data());
+    return;
+  }
   TcConvArgs a;
   a.dims = Dims(x, dw, dy, p);
   a.conv = p;
   a.math = conv_math_;
-  a.dy = TcOperand(dy, dyb);
+  a.dy = g_operand;
   a.x = TcOperand(x, xb);
   a.dw = dw.data();
   ConvBackwardFilterTc(ctx_, a);
   xb.reset();  // x's copy is needed no more: its memory may serve backward data's scratch
-  if (db) BiasBackward(dy, *db);
   if (dx) {
     a.dims = Dims(*dx, w, dy, p);
     a.x = TcInput{};

@@ -33,14 +33,15 @@ class CudaOps : public Ops {
                           const ConvParams& p) override;
   void AddBias(Tensor& y, const Tensor& b) override;
   void BiasBackward(const Tensor& dy, Tensor& db) override;
-  // In the tensor-core modes: bias in the forward epilogue; in bf16, x and dy rounded to
-  // bf16 copies once per pass (a bandwidth-bound conversion) so that every product of the
-  // pass loads half the bytes through the kernels' cp.async path instead of converting
-  // float operands tile by tile. kFP32: the primitives, as Ops does.
-  void ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
+  // In the tensor-core modes the bias and ReLU run in the forward epilogue; in bf16, x and
+  // dy are rounded to bf16 copies once per pass (dy on its way through the ReLU's mask) so
+  // that every product of the pass loads half the bytes through the kernels' cp.async path
+  // instead of converting float operands tile by tile. kFP32: the primitives' arithmetic
+  // (the ReLU's gradient in a scratch buffer), bit for bit the unfused layers.
+  void ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, bool relu, Tensor& y,
                         const ConvParams& p) override;
-  void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dw, Tensor* db,
-                         Tensor* dx, const ConvParams& p) override;
+  void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y, const Tensor& dy,
+                         Tensor& dw, Tensor* db, Tensor* dx, const ConvParams& p) override;
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;
   void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) override;

@@ -190,6 +190,7 @@ __global__ void AddBiasKernel(const AddBiasParams p) {
 // With splits == 1 the block writes the row's sum straight into out[r].
 struct RowSumParams {
   const float* x;
+  const float* mask;  // null, or sum only where mask > 0 (a ReLU's y: its gradient's sum)
   double* part;
   float* out;
   int64_t inner;
@@ -203,7 +204,12 @@ __global__ void RowSumPartialKernel(const RowSumParams p) {
   const int64_t end = beg + chunk < p.inner ? beg + chunk : p.inner;
   const float* row = p.x + r * p.inner;
   double acc = 0.0;
-  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) acc += row[i];
+  if (p.mask) {
+    const float* m = p.mask + r * p.inner;
+    for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) acc += m[i] > 0.0f ? row[i] : 0.0f;
+  } else {
+    for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) acc += row[i];
+  }
   acc = BlockSum(acc, sh);
   if (threadIdx.x == 0) {
     if (p.splits == 1) {
@@ -1093,14 +1099,15 @@ void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t chan
          dim3(kBlock), ctx.stream, AddBiasParams{y, b, inner, vec ? 1 : 0});
 }
 
-void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner) {
+void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner,
+               const float* mask) {
   CHECK_LT(rows, 65536) << "RowSum supports up to 65535 rows";
   // Enough blocks for about eight per multiprocessor, each summing at least 4096 values.
   int64_t splits = std::max<int64_t>(1, CeilDiv(int64_t(ctx.sm_count) * 8, rows));
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, inner / 4096));
   std::unique_ptr<Scratch> part;
   if (splits > 1) part = std::make_unique<Scratch>(ctx.alloc, sizeof(double) * rows * splits);
-  RowSumParams p{x, part ? part->d() : nullptr, out, inner, static_cast<int>(splits)};
+  RowSumParams p{x, mask, part ? part->d() : nullptr, out, inner, static_cast<int>(splits)};
   Launch(RowSumPartialKernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)),
          dim3(kBlock), ctx.stream, p);
   if (splits > 1) {

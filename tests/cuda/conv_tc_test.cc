@@ -524,12 +524,14 @@ TEST_F(TcTest, CudaOpsConvMathHook) {
 }
 
 // The fused layer pass (CudaOps::ConvLayerForward / ConvLayerBackward): in bf16 the
-// operands are rounded to bf16 copies once and the bias is added in the epilogue; against the
-// CPU's primitives on a vector batch (8: the cp.async path) and an awkward one (7: element
-// loads), with and without bias and dx. In FP32 it is the primitives, bit for bit.
+// operands are rounded to bf16 copies once (dy through the ReLU's mask when fused), bias and
+// ReLU run in the epilogue; against the CPU's primitives on a vector batch (8: the cp.async
+// path) and an awkward one (7: element loads), with and without bias and dx, with and
+// without the ReLU. In FP32 it is the primitives, bit for bit.
 TEST_F(TcTest, CudaOpsConvLayerPass) {
   for (const int n : {8, 7}) {
-    for (const bool with_bias_and_dx : {true, false}) {
+    for (const int variant : {0, 1, 2, 3}) {
+      const bool with_bias_and_dx = variant % 2 == 0, relu = variant >= 2;
       ConvParams p;
       p.kernel_h = p.kernel_w = 3;
       p.pad = 1;
@@ -544,9 +546,21 @@ TEST_F(TcTest, CudaOpsConvLayerPass) {
       Tensor y(ys, Device::kCPU), dx(xs, Device::kCPU), dw(ws, Device::kCPU), db(bs, Device::kCPU);
       Cpu().ConvForward(x, w, y, p);
       if (with_bias_and_dx) Cpu().AddBias(y, b);
-      Cpu().ConvBackwardFilter(x, dy, dw, p);
-      Cpu().BiasBackward(dy, db);
-      Cpu().ConvBackwardData(dy, w, dx, p);
+      if (relu) Cpu().ReluForward(y, y);
+      // The backward reference from the ReLU's mask of `mask_y`: the device's own y, since in
+      // bf16/tf32 a y within rounding of 0 may take the other sign than the CPU's, and one
+      // such element moves a whole dy term (the fused pass must mask by the y it wrote).
+      auto backward_ref = [&](const Tensor& mask_y) {
+        Tensor g(ys, Device::kCPU);  // the gradient after the ReLU (or dy)
+        if (relu) {
+          Cpu().ReluBackward(mask_y, dy, g);
+        } else {
+          Cpu().Copy(dy, g);
+        }
+        Cpu().ConvBackwardFilter(x, g, dw, p);
+        Cpu().BiasBackward(g, db);
+        Cpu().ConvBackwardData(g, w, dx, p);
+      };
       Tensor gx = x.To(Device::kCUDA), gw = w.To(Device::kCUDA), gb = b.To(Device::kCUDA);
       Tensor gdy = dy.To(Device::kCUDA);
       auto host = [](const Tensor& t) { return t.ToHost(); };
@@ -557,15 +571,20 @@ TEST_F(TcTest, CudaOpsConvLayerPass) {
             .To(Device::kCUDA);
       };
       for (MathMode m : {MathMode::kBF16, MathMode::kTF32, MathMode::kFP32}) {
-        const std::string what = absl::StrFormat("%s, batch %d, bias and dx %d",
-                                                 cuda::MathModeName(m), n, with_bias_and_dx);
+        const std::string what = absl::StrFormat("%s, batch %d, bias and dx %d, relu %d",
+                                                 cuda::MathModeName(m), n, with_bias_and_dx, relu);
         Ops().set_conv_math(m);
         Tensor gy = poisoned(ys), gdx = poisoned(xs), gdw = poisoned(ws), gdb = poisoned(bs);
-        Ops().ConvLayerForward(gx, gw, with_bias_and_dx ? &gb : nullptr, gy, p);
-        Ops().ConvLayerBackward(gx, gw, gdy, gdw, with_bias_and_dx ? &gdb : nullptr,
+        Ops().ConvLayerForward(gx, gw, with_bias_and_dx ? &gb : nullptr, relu, gy, p);
+        Ops().ConvLayerBackward(gx, gw, relu ? &gy : nullptr, gdy, gdw,
+                                with_bias_and_dx ? &gdb : nullptr,
                                 with_bias_and_dx ? &gdx : nullptr, p);
         const double tol = m == MathMode::kBF16 ? kTolBf16 : m == MathMode::kTF32 ? kTolTf32 : 1e-5;
         EXPECT_LT(RelErr(host(gy), vec(y)), tol) << what;
+        Tensor device_y(ys, Device::kCPU);
+        const std::vector<float> gy_host = host(gy);
+        std::memcpy(device_y.data(), gy_host.data(), gy_host.size() * sizeof(float));
+        backward_ref(device_y);
         EXPECT_LT(RelErr(host(gdw), vec(dw)), tol) << what;
         if (with_bias_and_dx) {
           EXPECT_LT(RelErr(host(gdx), vec(dx)), tol) << what;
@@ -576,17 +595,61 @@ TEST_F(TcTest, CudaOpsConvLayerPass) {
         if (m != MathMode::kFP32) continue;
         // FP32: the primitives' bits.
         Tensor py(ys, Device::kCUDA), pdx(xs, Device::kCUDA), pdw(ws, Device::kCUDA);
+        Tensor pg(ys, Device::kCUDA), pdb(bs, Device::kCUDA);
         Ops().ConvForward(gx, gw, py, p);
         if (with_bias_and_dx) Ops().AddBias(py, gb);
-        Ops().ConvBackwardFilter(gx, gdy, pdw, p);
-        Ops().ConvBackwardData(gdy, gw, pdx, p);
+        if (relu) Ops().ReluForward(py, py);
+        if (relu) {
+          Ops().ReluBackward(py, gdy, pg);
+        } else {
+          Ops().Copy(gdy, pg);
+        }
+        Ops().ConvBackwardFilter(gx, pg, pdw, p);
+        Ops().BiasBackward(pg, pdb);
+        Ops().ConvBackwardData(pg, gw, pdx, p);
         EXPECT_EQ(host(py), host(gy)) << what;
         EXPECT_EQ(host(pdw), host(gdw)) << what;
         if (with_bias_and_dx) EXPECT_EQ(host(pdx), host(gdx)) << what;
+        if (with_bias_and_dx) EXPECT_EQ(host(pdb), host(gdb)) << what;
       }
       Ops().set_conv_math(MathMode::kFP32);
     }
   }
+}
+
+// The ReLU's backward and the bf16 rounding in one pass, and the masked row sum, against
+// ReluBackward then the conversion / the plain row sum: the same bits. Vector and tail paths
+// (n = 1027: 256 quads and 3 left) and an unaligned start (the element path).
+TEST_F(TcTest, ReluMaskToBf16AndMaskedRowSum) {
+  const int64_t n = 1027;
+  std::mt19937_64 rng(11);
+  std::vector<float> yv = Random(n, rng, StorageType::kFloat),
+                     gv = Random(n, rng, StorageType::kFloat);
+  yv[5] = 0.0f;
+  yv[6] = -0.0f;
+  DeviceBuffer y(n, StorageType::kFloat), g(n, StorageType::kFloat), masked(n, StorageType::kFloat);
+  y.Upload(yv);
+  g.Upload(gv);
+  auto* yp = static_cast<const float*>(y.data());
+  auto* gp = static_cast<const float*>(g.data());
+  cuda::ReluBackwardGpu(Ctx(), yp, gp, static_cast<float*>(masked.data()), n);
+  for (const int64_t offset : {0, 1}) {
+    DeviceBuffer fused(n, StorageType::kBF16), ref(n, StorageType::kBF16);
+    fused.Poison();
+    cuda::ReluMaskToBf16Gpu(Ctx(), yp + offset, gp + offset,
+                            static_cast<uint16_t*>(fused.data()) + offset, n - offset);
+    cuda::FloatToBf16Gpu(Ctx(), static_cast<const float*>(masked.data()) + offset,
+                         static_cast<uint16_t*>(ref.data()) + offset, n - offset);
+    const std::vector<float> got = fused.Download(), want = ref.Download();
+    for (int64_t i = offset; i < n; ++i) ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << i;
+  }
+  // Rows of 79 (odd: no vector path in the sum either), 13 rows.
+  DeviceBuffer sum_masked(13, StorageType::kFloat), sum_plain(13, StorageType::kFloat);
+  cuda::RowSumGpu(Ctx(), gp, static_cast<float*>(sum_masked.data()), 13, 79, yp);
+  cuda::RowSumGpu(Ctx(), static_cast<const float*>(masked.data()),
+                  static_cast<float*>(sum_plain.data()), 13, 79);
+  EXPECT_EQ(sum_masked.Download(), sum_plain.Download());
+  EXPECT_NE(sum_masked.Download()[0], 0.0f);
 }
 
 // float <-> bf16 conversion kernels: round to nearest even, ties included, NaN kept.
