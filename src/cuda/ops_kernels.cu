@@ -812,6 +812,12 @@ struct BnParams {
   float* dbeta;
   int64_t inner;
   float eps, momentum;
+  // The split reductions of training and backward (BnGridFor): partial sums, C x splits
+  // (backward: x 2), and the variance's, C x splits.
+  double* part;
+  double* part2;
+  int splits;
+  int64_t chunk;  // elements per split
 };
 
 // y = (x - mean) * scale + shift: the one expression of the training forward and of
@@ -820,30 +826,64 @@ __device__ __forceinline__ float BnApply(float x, float mean, float scale, float
   return (x - mean) * scale + shift;
 }
 
-// Kernel BatchNormTrainKernel: one block (256 threads) per channel c of x: C x inner.
-// Two passes over the channel for mean and biased variance (double), then y is written;
-// running statistics use the unbiased variance.
-__global__ void BatchNormTrainKernel(const BnParams p) {
+// The training forward and the backward reduce each channel (C x inner, inner = H*W*N) in
+// `splits` chunks of consecutive elements, one block each (grid x = split, y = channel), so a
+// layer of 64 channels still fills the device; each block leaves its double partial sum in
+// `part` and the next kernel adds a channel's partials in split order (deterministic: the
+// same bits every run for a given split count, which depends only on C, inner and the
+// device's SM count).
+__device__ __forceinline__ double OrderedPartSum(const double* part, int splits, int stride = 1) {
+  double s = 0.0;
+  for (int k = 0; k < splits; ++k) s += part[k * stride];
+  return s;
+}
+
+// Kernel BatchNormSumKernel: part[c][split] = sum of the split's x (double).
+__global__ void BatchNormSumKernel(const BnParams p) {
   __shared__ double sh[kBlock];
-  const int c = blockIdx.x;
+  const int c = blockIdx.y;
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   const float* xc = p.x + c * p.inner;
   double s = 0.0;
-  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) s += xc[i];
-  const double mean = BlockSum(s, sh) / static_cast<double>(p.inner);
+  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) s += xc[i];
+  s = BlockSum(s, sh);
+  if (threadIdx.x == 0) p.part[int64_t(c) * p.splits + blockIdx.x] = s;
+}
+// Kernel BatchNormVarKernel: the mean from the partial sums, then p.part2[c][split] = the
+// split's sum of (x - mean)^2 (double): the two-pass variance.
+__global__ void BatchNormVarKernel(const BnParams p) {
+  __shared__ double sh[kBlock];
+  const int c = blockIdx.y;
+  const double mean =
+      OrderedPartSum(p.part + int64_t(c) * p.splits, p.splits) / static_cast<double>(p.inner);
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
+  const float* xc = p.x + c * p.inner;
   double v = 0.0;
-  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) {
+  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
     const double d = xc[i] - mean;
     v += d * d;
   }
-  const double ss = BlockSum(v, sh);
+  v = BlockSum(v, sh);
+  if (threadIdx.x == 0) p.part2[int64_t(c) * p.splits + blockIdx.x] = v;
+}
+// Kernel BatchNormNormalizeKernel: mean and biased variance from the partials, y written;
+// the first split of each channel saves the statistics and updates the running ones
+// (unbiased variance).
+__global__ void BatchNormNormalizeKernel(const BnParams p) {
+  const int c = blockIdx.y;
+  const double mean =
+      OrderedPartSum(p.part + int64_t(c) * p.splits, p.splits) / static_cast<double>(p.inner);
+  const double ss = OrderedPartSum(p.part2 + int64_t(c) * p.splits, p.splits);
   const double var = ss / static_cast<double>(p.inner);
   const double invstd = 1.0 / sqrt(var + p.eps);
   const float fmean = static_cast<float>(mean);
   const float scale = static_cast<float>(p.gamma[c] * invstd), shift = p.beta[c];
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
+  const float* xc = p.x + c * p.inner;
   float* yc = p.y + c * p.inner;
-  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock)
+  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock)
     yc[i] = BnApply(xc[i], fmean, scale, shift);
-  if (threadIdx.x == 0) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
     p.save_mean[c] = fmean;
     p.save_invstd[c] = static_cast<float>(invstd);
     p.save_scale[c] = scale;
@@ -885,29 +925,47 @@ __global__ void BatchNormApplyKernel(const BnParams p) {
     yc[i] = BnApply(xc[i], mean, scale, shift);
 }
 
-// Kernel BatchNormBackwardKernel: one block per channel. dbeta = sum dy, dgamma = sum dy*xhat,
-// dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma), xhat = (x - mean)*invstd.
-__global__ void BatchNormBackwardKernel(const BnParams p) {
+// Kernel BatchNormBackwardSumsKernel: per split, sum dy and sum dy * xhat (double), xhat =
+// (x - mean) * invstd, into part[c][split][0..1].
+__global__ void BatchNormBackwardSumsKernel(const BnParams p) {
   __shared__ double sh[kBlock];
-  const int c = blockIdx.x;
+  const int c = blockIdx.y;
   const float* xc = p.x + c * p.inner;
   const float* dyc = p.dy + c * p.inner;
   const double mean = p.mean_in[c], invstd = p.invstd_in[c];
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   double sdy = 0.0, sdyx = 0.0;
-  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) {
+  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
     sdy += dyc[i];
     sdyx += dyc[i] * ((xc[i] - mean) * invstd);
   }
-  const double db = BlockSum(sdy, sh);
-  const double dg = BlockSum(sdyx, sh);
+  sdy = BlockSum(sdy, sh);
+  sdyx = BlockSum(sdyx, sh);
+  if (threadIdx.x == 0) {
+    double* o = p.part + (int64_t(c) * p.splits + blockIdx.x) * 2;
+    o[0] = sdy;
+    o[1] = sdyx;
+  }
+}
+// Kernel BatchNormBackwardKernel: dbeta = sum dy, dgamma = sum dy*xhat (the partials in split
+// order), dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma); the first split of each
+// channel writes dgamma and dbeta.
+__global__ void BatchNormBackwardKernel(const BnParams p) {
+  const int c = blockIdx.y;
+  const double* pc = p.part + int64_t(c) * p.splits * 2;
+  const double db = OrderedPartSum(pc, p.splits, 2), dg = OrderedPartSum(pc + 1, p.splits, 2);
+  const float* xc = p.x + c * p.inner;
+  const float* dyc = p.dy + c * p.inner;
+  const double mean = p.mean_in[c], invstd = p.invstd_in[c];
   const double m = static_cast<double>(p.inner);
   const double k = p.gamma[c] * invstd / m;
   float* dxc = p.y + c * p.inner;
-  for (int64_t i = threadIdx.x; i < p.inner; i += kBlock) {
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
+  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
     const double xhat = (xc[i] - mean) * invstd;
     dxc[i] = static_cast<float>(k * (m * static_cast<double>(dyc[i]) - db - xhat * dg));
   }
-  if (threadIdx.x == 0) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
     p.dgamma[c] = static_cast<float>(dg);
     p.dbeta[c] = static_cast<float>(db);
   }
@@ -1292,6 +1350,18 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
          p);
 }
 
+// Splits per channel for the batch-norm reductions (sets p.splits, p.chunk; returns the
+// grid): about eight blocks per multiprocessor over all channels, each split at least 4096
+// elements (as RowSumGpu).
+dim3 BnSplits(const DeviceContext& ctx, int c, int64_t inner, BnParams& p) {
+  CHECK_LT(c, 65536) << "batch norm supports up to 65535 channels";
+  int64_t splits = std::max<int64_t>(1, CeilDiv(int64_t(ctx.sm_count) * 8, int64_t(c)));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, inner / 4096));
+  p.chunk = std::max<int64_t>(1, CeilDiv(inner, splits));
+  p.splits = static_cast<int>(std::max<int64_t>(1, CeilDiv(inner, p.chunk)));  // none empty
+  return dim3(static_cast<unsigned>(p.splits), static_cast<unsigned>(c));
+}
+
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, float* y, float* running_mean, float* running_var,
                               float* save_mean, float* save_invstd, float* save_scale, int c,
@@ -1309,7 +1379,13 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const fl
   p.inner = inner;
   p.eps = bp.eps;
   p.momentum = bp.momentum;
-  Launch(BatchNormTrainKernel, dim3(c), dim3(kBlock), ctx.stream, p);
+  const dim3 grid = BnSplits(ctx, c, inner, p);
+  Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
+  p.part = part.d();
+  p.part2 = part.d() + int64_t(c) * p.splits;
+  Launch(BatchNormSumKernel, grid, dim3(kBlock), ctx.stream, p);
+  Launch(BatchNormVarKernel, grid, dim3(kBlock), ctx.stream, p);
+  Launch(BatchNormNormalizeKernel, grid, dim3(kBlock), ctx.stream, p);
 }
 
 void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const float* gamma,
@@ -1358,7 +1434,11 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float*
   p.dgamma = dgamma;
   p.dbeta = dbeta;
   p.inner = inner;
-  Launch(BatchNormBackwardKernel, dim3(c), dim3(kBlock), ctx.stream, p);
+  const dim3 grid = BnSplits(ctx, c, inner, p);
+  Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
+  p.part = part.d();
+  Launch(BatchNormBackwardSumsKernel, grid, dim3(kBlock), ctx.stream, p);
+  Launch(BatchNormBackwardKernel, grid, dim3(kBlock), ctx.stream, p);
 }
 
 namespace {

@@ -488,8 +488,12 @@ TEST_F(CudaTest, LrnWithinMap) {
   }
 }
 
-TEST_F(CudaTest, BatchNorm) {
-  const Shape s{5, 4, 3, 33}, c{5};
+// Small channels (one block each) and long ones (inner 12,920: split over blocks, the
+// partial sums added in order; the last split shorter).
+class CudaBatchNormTest : public CudaTest, public ::testing::WithParamInterface<Shape> {};
+
+TEST_P(CudaBatchNormTest, AgreesWithTheCpu) {
+  const Shape s = GetParam(), c{s[0]};
   BatchNormParams p;
   Tensor x = RandomCpu(s, 101, -2.0f, 3.0f), gamma = RandomCpu(c, 102), beta = RandomCpu(c, 103);
   Tensor rm = RandomCpu(c, 104), rv = RandomCpu(c, 105, 0.5f, 2.0f);
@@ -526,6 +530,13 @@ TEST_F(CudaTest, BatchNorm) {
   EXPECT_CLOSE(gdg, dg);
   EXPECT_CLOSE(gdb, db);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaBatchNormTest,
+                         ::testing::Values(Shape{5, 4, 3, 33}, Shape{3, 17, 19, 40}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return "c" + std::to_string(info.param[0]) + "_inner" +
+                                  std::to_string(info.param.elements() / info.param[0]);
+                         });
 
 // ---- activations, dropout, loss, optimiser
 // ------------------------------------------------------------
