@@ -894,33 +894,6 @@ __global__ void FloatToBf16x4Kernel(const ConvertParams p) {
     static_cast<uint2*>(p.y)[i] = o;
   }
 }
-struct ReluMaskParams {
-  const float* y;
-  const float* dy;
-  void* out;
-  int64_t n;
-  int vec;  // y, dy 16-byte and out 8-byte aligned: four elements per thread, then the tail
-};
-__global__ void ReluMaskToBf16Kernel(const ReluMaskParams p) {
-  int64_t done = 0;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (p.vec) {
-    for (int64_t i = first; i < p.n / 4; i += stride) {
-      const float4 y = reinterpret_cast<const float4*>(p.y)[i];
-      const float4 g = reinterpret_cast<const float4*>(p.dy)[i];
-      uint2 o;
-      o.x = uint32_t(FloatToBf16(y.x > 0.0f ? g.x : 0.0f)) |
-            (uint32_t(FloatToBf16(y.y > 0.0f ? g.y : 0.0f)) << 16);
-      o.y = uint32_t(FloatToBf16(y.z > 0.0f ? g.z : 0.0f)) |
-            (uint32_t(FloatToBf16(y.w > 0.0f ? g.w : 0.0f)) << 16);
-      static_cast<uint2*>(p.out)[i] = o;
-    }
-    done = p.n / 4 * 4;
-  }
-  for (int64_t i = done + first; i < p.n; i += stride)
-    static_cast<uint16_t*>(p.out)[i] = FloatToBf16(p.y[i] > 0.0f ? p.dy[i] : 0.0f);
-}
 __global__ void Bf16ToFloatKernel(const ConvertParams p) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -1288,13 +1261,6 @@ void FloatToBf16Gpu(const DeviceContext& ctx, const float* x, void* y, int64_t n
   if (done < n)
     Launch(FloatToBf16Kernel, GridFor(ctx, n - done), dim3(256), ctx.stream,
            ConvertParams{x + done, static_cast<uint16_t*>(y) + done, n - done});
-}
-void ReluMaskToBf16Gpu(const DeviceContext& ctx, const float* y, const float* dy, void* out,
-                       int64_t n) {
-  if (n <= 0) return;
-  const int vec = Aligned(y, 16) && Aligned(dy, 16) && Aligned(out, 8) ? 1 : 0;
-  Launch(ReluMaskToBf16Kernel, GridFor(ctx, vec ? CeilDiv(n, 4) : n), dim3(256), ctx.stream,
-         ReluMaskParams{y, dy, out, n, vec});
 }
 void Bf16ToFloatGpu(const DeviceContext& ctx, const void* x, float* y, int64_t n) {
   Launch(Bf16ToFloatKernel, GridFor(ctx, n), dim3(256), ctx.stream, ConvertParams{x, y, n});

@@ -149,30 +149,26 @@ void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* 
                                 const Tensor& dy, Tensor& dw, Tensor* db, Tensor* dx,
                                 const ConvParams& p) {
   if (relu_y) SameSize(*relu_y, dy, "ConvLayerBackward relu_y");
-  // The gradient after the ReLU: in bf16 straight into the bf16 operand (one pass reads y
-  // and dy, writes 2 bytes); otherwise a float scratch (FP32: ReluBackward's very bits).
+  if (db) op_shapes::Bias(dy, *db, "ConvLayerBackward");
+  // The gradient after the ReLU, g. bf16: straight into the bf16 operand, the bias gradient
+  // summed in the same pass (GradToBf16Gpu reads y and dy once, writes 2 bytes). Otherwise
+  // a float scratch (FP32: ReluBackward's very bits) and BiasBackward's row sums.
   std::unique_ptr<Scratch> masked, dyb, xb;
   const float* g = dy.data();
   TcInput g_operand{g, StorageType::kFloat};
-  if (relu_y && conv_math_ == MathMode::kBF16) {
+  if (conv_math_ == MathMode::kBF16) {
     dyb = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(dy.size()) * 2);
-    ReluMaskToBf16Gpu(ctx_, relu_y->data(), dy.data(), dyb->f(), dy.size());
+    GradToBf16Gpu(ctx_, dy.data(), relu_y ? relu_y->data() : nullptr, dyb->f(),
+                  db ? db->data() : nullptr, dy.shape()[0], Inner(dy));
     g_operand = TcInput{dyb->f(), StorageType::kBF16};
-  } else if (relu_y) {
-    masked = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(dy.size()) * 4);
-    ReluBackwardGpu(ctx_, relu_y->data(), dy.data(), masked->f(), dy.size());
-    g = masked->f();
-    g_operand = TcInput{g, StorageType::kFloat};
-  } else if (conv_math_ == MathMode::kBF16) {
-    g_operand = TcOperand(dy, dyb);
-  }
-  // db: row sums of the masked gradient, FP32 as BiasBackward; where no float copy of it
-  // exists the sum masks dy by y itself (the same values in the same order: the same bits).
-  if (db) {
-    op_shapes::Bias(dy, *db, "ConvLayerBackward");
-    const bool mask_in_sum = relu_y && g == dy.data();
-    RowSumGpu(ctx_, g, db->data(), dy.shape()[0], Inner(dy),
-              mask_in_sum ? relu_y->data() : nullptr);
+  } else {
+    if (relu_y) {
+      masked = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(dy.size()) * 4);
+      ReluBackwardGpu(ctx_, relu_y->data(), dy.data(), masked->f(), dy.size());
+      g = masked->f();
+      g_operand = TcInput{g, StorageType::kFloat};
+    }
+    if (db) RowSumGpu(ctx_, g, db->data(), dy.shape()[0], Inner(dy));
   }
   if (conv_math_ == MathMode::kFP32) {
     ConvBackwardFilterGpu(ctx_, Dims(x, dw, dy, p), p, x.data(), g, dw.data());

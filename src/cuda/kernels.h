@@ -103,9 +103,12 @@ TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a)
 // float <-> bf16 (round to nearest even) on the device, for tests and benchmarks.
 void FloatToBf16Gpu(const DeviceContext& ctx, const float* x, void* y, int64_t n);
 void Bf16ToFloatGpu(const DeviceContext& ctx, const void* x, float* y, int64_t n);
-// out = bf16(y > 0 ? dy : 0): a ReLU's backward and the rounding of its result in one pass.
-void ReluMaskToBf16Gpu(const DeviceContext& ctx, const float* y, const float* dy, void* out,
-                       int64_t n);
+// A convolution's output gradient (rows x inner: C x H*W*N) into its bf16 operand in one
+// pass: g = dy, or g = mask > 0 ? dy : 0 with a mask (a fused ReLU's backward, mask = its y);
+// out = bf16(g) (round to nearest even); with row_sums, row_sums[r] = the row's sum of g
+// (double, rounded once: the bias gradient, as RowSumGpu of g up to summation order).
+void GradToBf16Gpu(const DeviceContext& ctx, const float* dy, const float* mask, void* out,
+                   float* row_sums, int64_t rows, int64_t inner);
 
 // ---- element-wise and reductions (ops_kernels.cu) -------------------------------------------
 void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v);
@@ -122,10 +125,7 @@ void AccumulateResultsGpu(const DeviceContext& ctx, const float* probs, const fl
 void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t channels,
                 int64_t inner);
 // out[r] = sum_i x[r * inner + i] (deterministic two-pass reduction).
-// With a mask, only elements where mask > 0 count: the row sums of a ReLU's input gradient
-// from its y and output gradient, bitwise the sums of ReluBackward's result.
-void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner,
-               const float* mask = nullptr);
+void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner);
 
 void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int h, int w, int n,
                     int oh, int ow, const PoolParams& p);

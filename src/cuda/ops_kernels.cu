@@ -20,6 +20,7 @@
 #include "cuda/autotune.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
+#include "cuda/tc_port.h"
 
 namespace colonnade::cuda {
 namespace {
@@ -190,7 +191,6 @@ __global__ void AddBiasKernel(const AddBiasParams p) {
 // With splits == 1 the block writes the row's sum straight into out[r].
 struct RowSumParams {
   const float* x;
-  const float* mask;  // null, or sum only where mask > 0 (a ReLU's y: its gradient's sum)
   double* part;
   float* out;
   int64_t inner;
@@ -204,12 +204,7 @@ __global__ void RowSumPartialKernel(const RowSumParams p) {
   const int64_t end = beg + chunk < p.inner ? beg + chunk : p.inner;
   const float* row = p.x + r * p.inner;
   double acc = 0.0;
-  if (p.mask) {
-    const float* m = p.mask + r * p.inner;
-    for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) acc += m[i] > 0.0f ? row[i] : 0.0f;
-  } else {
-    for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) acc += row[i];
-  }
+  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) acc += row[i];
   acc = BlockSum(acc, sh);
   if (threadIdx.x == 0) {
     if (p.splits == 1) {
@@ -230,6 +225,65 @@ __global__ void RowSumFinishKernel(const RowSumFinishParams p) {
     double acc = 0.0;
     for (int s = 0; s < p.splits; ++s) acc += p.part[r * p.splits + s];
     p.out[r] = static_cast<float>(acc);
+  }
+}
+
+// Kernel GradToBf16Kernel: a convolution's output gradient on its way into the bf16
+// tensor-core products (CudaOps::ConvLayerBackward): g = dy, or with a mask (a fused ReLU's
+// y) g = mask > 0 ? dy : 0, rounded to bf16 into out; with sums, also the bias gradient's
+// row sums of g (double; splits > 1: partials for RowSumFinishKernel), so dy is read once.
+// Grid: x = split (chunk elements of the row), y = row. vec: quads (inner and chunk
+// multiples of 4, dy and mask 16-byte aligned, out 8-byte aligned).
+struct GradBf16Params {
+  const float* dy;
+  const float* mask;
+  uint16_t* out;
+  double* part;
+  float* sums;  // null: no sums
+  int64_t inner, chunk;
+  int splits, vec;
+};
+__global__ void GradToBf16Kernel(const GradBf16Params p) {
+  __shared__ double sh[kBlock];
+  const int64_t base = blockIdx.y * p.inner;
+  const int64_t beg = blockIdx.x * p.chunk;
+  const int64_t end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
+  const float* dy = p.dy + base;
+  const float* mask = p.mask ? p.mask + base : nullptr;
+  uint16_t* out = p.out + base;
+  double acc = 0.0;
+  if (p.vec) {
+    for (int64_t q = beg / 4 + threadIdx.x; q < end / 4; q += kBlock) {
+      float4 g = reinterpret_cast<const float4*>(dy)[q];
+      if (mask) {
+        const float4 m = reinterpret_cast<const float4*>(mask)[q];
+        g = make_float4(m.x > 0.0f ? g.x : 0.0f, m.y > 0.0f ? g.y : 0.0f, m.z > 0.0f ? g.z : 0.0f,
+                        m.w > 0.0f ? g.w : 0.0f);
+      }
+      acc += g.x;
+      acc += g.y;
+      acc += g.z;
+      acc += g.w;
+      uint2 o;
+      o.x = uint32_t(tc::FloatToBf16(g.x)) | (uint32_t(tc::FloatToBf16(g.y)) << 16);
+      o.y = uint32_t(tc::FloatToBf16(g.z)) | (uint32_t(tc::FloatToBf16(g.w)) << 16);
+      reinterpret_cast<uint2*>(out)[q] = o;
+    }
+  } else {
+    for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
+      const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
+      acc += g;
+      out[i] = tc::FloatToBf16(g);
+    }
+  }
+  if (!p.sums) return;  // uniform over the grid: no block reaches the barrier alone
+  acc = BlockSum(acc, sh);
+  if (threadIdx.x == 0) {
+    if (p.splits == 1) {
+      p.sums[blockIdx.y] = static_cast<float>(acc);
+    } else {
+      p.part[blockIdx.y * p.splits + blockIdx.x] = acc;
+    }
   }
 }
 
@@ -1157,15 +1211,21 @@ void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t chan
          dim3(kBlock), ctx.stream, AddBiasParams{y, b, inner, vec ? 1 : 0});
 }
 
-void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner,
-               const float* mask) {
+namespace {
+// Blocks per row for a row-wise reduction over rows x inner: about eight blocks per
+// multiprocessor over all rows, each summing at least 4096 values.
+int64_t RowSplits(const DeviceContext& ctx, int64_t rows, int64_t inner) {
+  const int64_t splits = std::max<int64_t>(1, CeilDiv(int64_t(ctx.sm_count) * 8, rows));
+  return std::min<int64_t>(splits, std::max<int64_t>(1, inner / 4096));
+}
+}  // namespace
+
+void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner) {
   CHECK_LT(rows, 65536) << "RowSum supports up to 65535 rows";
-  // Enough blocks for about eight per multiprocessor, each summing at least 4096 values.
-  int64_t splits = std::max<int64_t>(1, CeilDiv(int64_t(ctx.sm_count) * 8, rows));
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, inner / 4096));
+  const int64_t splits = RowSplits(ctx, rows, inner);
   std::unique_ptr<Scratch> part;
   if (splits > 1) part = std::make_unique<Scratch>(ctx.alloc, sizeof(double) * rows * splits);
-  RowSumParams p{x, mask, part ? part->d() : nullptr, out, inner, static_cast<int>(splits)};
+  RowSumParams p{x, part ? part->d() : nullptr, out, inner, static_cast<int>(splits)};
   Launch(RowSumPartialKernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)),
          dim3(kBlock), ctx.stream, p);
   if (splits > 1) {
@@ -1350,13 +1410,11 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
          p);
 }
 
-// Splits per channel for the batch-norm reductions (sets p.splits, p.chunk; returns the
-// grid): about eight blocks per multiprocessor over all channels, each split at least 4096
-// elements (as RowSumGpu).
+// Splits per channel for the batch-norm reductions (RowSplits; sets p.splits, p.chunk and
+// returns the grid).
 dim3 BnSplits(const DeviceContext& ctx, int c, int64_t inner, BnParams& p) {
   CHECK_LT(c, 65536) << "batch norm supports up to 65535 channels";
-  int64_t splits = std::max<int64_t>(1, CeilDiv(int64_t(ctx.sm_count) * 8, int64_t(c)));
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, inner / 4096));
+  const int64_t splits = RowSplits(ctx, c, inner);
   p.chunk = std::max<int64_t>(1, CeilDiv(inner, splits));
   p.splits = static_cast<int>(std::max<int64_t>(1, CeilDiv(inner, p.chunk)));  // none empty
   return dim3(static_cast<unsigned>(p.splits), static_cast<unsigned>(c));
@@ -1510,6 +1568,35 @@ void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* 
   p.lr_on_device = sp.lr_on_device;
   p.lr_mult = sp.lr_mult;
   Launch(SgdKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, p);
+}
+
+void GradToBf16Gpu(const DeviceContext& ctx, const float* dy, const float* mask, void* out,
+                   float* row_sums, int64_t rows, int64_t inner) {
+  if (rows <= 0 || inner <= 0) return;
+  CHECK_LT(rows, 65536) << "GradToBf16 supports up to 65535 rows";
+  const bool vec = inner % 4 == 0 && Aligned(dy) && (!mask || Aligned(mask)) &&
+                   reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  int64_t chunk = CeilDiv(inner, RowSplits(ctx, rows, inner));
+  if (vec) chunk = CeilDiv(chunk, 4) * 4;
+  const int64_t splits = CeilDiv(inner, chunk);
+  std::unique_ptr<Scratch> part;
+  if (row_sums && splits > 1)
+    part = std::make_unique<Scratch>(ctx.alloc, sizeof(double) * rows * splits);
+  GradBf16Params p{dy,
+                   mask,
+                   static_cast<uint16_t*>(out),
+                   part ? part->d() : nullptr,
+                   row_sums,
+                   inner,
+                   chunk,
+                   static_cast<int>(splits),
+                   vec ? 1 : 0};
+  Launch(GradToBf16Kernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)),
+         dim3(kBlock), ctx.stream, p);
+  if (part) {
+    RowSumFinishParams f{part->d(), row_sums, static_cast<int>(rows), static_cast<int>(splits)};
+    Launch(RowSumFinishKernel, GridFor(ctx, rows), dim3(kBlock), ctx.stream, f);
+  }
 }
 
 void SetStepScalarsGpu(cudaStream_t stream, StepScalars* out, const StepScalars& v) {

@@ -617,39 +617,58 @@ TEST_F(TcTest, CudaOpsConvLayerPass) {
   }
 }
 
-// The ReLU's backward and the bf16 rounding in one pass, and the masked row sum, against
-// ReluBackward then the conversion / the plain row sum: the same bits. Vector and tail paths
-// (n = 1027: 256 quads and 3 left) and an unaligned start (the element path).
-TEST_F(TcTest, ReluMaskToBf16AndMaskedRowSum) {
-  const int64_t n = 1027;
-  std::mt19937_64 rng(11);
-  std::vector<float> yv = Random(n, rng, StorageType::kFloat),
-                     gv = Random(n, rng, StorageType::kFloat);
-  yv[5] = 0.0f;
-  yv[6] = -0.0f;
-  DeviceBuffer y(n, StorageType::kFloat), g(n, StorageType::kFloat), masked(n, StorageType::kFloat);
-  y.Upload(yv);
-  g.Upload(gv);
-  auto* yp = static_cast<const float*>(y.data());
-  auto* gp = static_cast<const float*>(g.data());
-  cuda::ReluBackwardGpu(Ctx(), yp, gp, static_cast<float*>(masked.data()), n);
-  for (const int64_t offset : {0, 1}) {
-    DeviceBuffer fused(n, StorageType::kBF16), ref(n, StorageType::kBF16);
-    fused.Poison();
-    cuda::ReluMaskToBf16Gpu(Ctx(), yp + offset, gp + offset,
-                            static_cast<uint16_t*>(fused.data()) + offset, n - offset);
-    cuda::FloatToBf16Gpu(Ctx(), static_cast<const float*>(masked.data()) + offset,
-                         static_cast<uint16_t*>(ref.data()) + offset, n - offset);
-    const std::vector<float> got = fused.Download(), want = ref.Download();
-    for (int64_t i = offset; i < n; ++i) ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << i;
+// A convolution's output gradient into its bf16 operand (GradToBf16Gpu: the fused ReLU's
+// mask, the rounding and the bias gradient's row sums in one pass) against the separate
+// kernels: ReluBackward, FloatToBf16 (the same bits) and RowSum (the same sums up to the
+// order of double additions: 1e-6). Rows of 79 (the element path), rows of 12,920 in three
+// splits (quads), and the long rows again one element off alignment (the element path).
+TEST_F(TcTest, GradToBf16MatchesTheSeparateKernels) {
+  struct Case {
+    int64_t rows, inner, offset;
+  };
+  for (const Case k : {Case{13, 79, 0}, Case{3, 12920, 0}, Case{3, 12920, 1}}) {
+    const int64_t n = k.rows * k.inner;
+    std::mt19937_64 rng(11 + k.inner + k.offset);
+    std::vector<float> yv = Random(n + 1, rng, StorageType::kFloat),
+                       gv = Random(n + 1, rng, StorageType::kFloat);
+    yv[5] = 0.0f;
+    yv[6] = -0.0f;
+    DeviceBuffer y(n + 1, StorageType::kFloat), g(n + 1, StorageType::kFloat),
+        masked(n, StorageType::kFloat);
+    y.Upload(yv);
+    g.Upload(gv);
+    const float* yp = static_cast<const float*>(y.data()) + k.offset;
+    const float* gp = static_cast<const float*>(g.data()) + k.offset;
+    cuda::ReluBackwardGpu(Ctx(), yp, gp, static_cast<float*>(masked.data()), n);
+    for (const bool with_mask : {true, false}) {
+      for (const bool with_sums : {true, false}) {
+        const std::string what = absl::StrFormat("rows %d x %d, offset %d, mask %d, sums %d",
+                                                 k.rows, k.inner, k.offset, with_mask, with_sums);
+        DeviceBuffer fused(n + 1, StorageType::kBF16), ref(n, StorageType::kBF16);
+        DeviceBuffer sums(k.rows, StorageType::kFloat), ref_sums(k.rows, StorageType::kFloat);
+        fused.Poison();
+        sums.Poison();
+        const float* src = with_mask ? static_cast<const float*>(masked.data()) : gp;
+        cuda::GradToBf16Gpu(
+            Ctx(), gp, with_mask ? yp : nullptr, static_cast<uint16_t*>(fused.data()) + k.offset,
+            with_sums ? static_cast<float*>(sums.data()) : nullptr, k.rows, k.inner);
+        cuda::FloatToBf16Gpu(Ctx(), src, ref.data(), n);
+        cuda::RowSumGpu(Ctx(), src, static_cast<float*>(ref_sums.data()), k.rows, k.inner);
+        const std::vector<float> got = fused.Download(), want = ref.Download();
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(got[size_t(i + k.offset)], want[size_t(i)]) << what << ", element " << i;
+        const std::vector<float> s_got = sums.Download(), s_want = ref_sums.Download();
+        for (int64_t r = 0; r < k.rows; ++r) {
+          if (with_sums) {
+            EXPECT_NEAR(s_got[size_t(r)], s_want[size_t(r)], 1e-6 * std::abs(s_want[size_t(r)]))
+                << what << ", row " << r;
+          } else {
+            EXPECT_TRUE(std::isnan(s_got[size_t(r)])) << what << ": sums written, not asked for";
+          }
+        }
+      }
+    }
   }
-  // Rows of 79 (odd: no vector path in the sum either), 13 rows.
-  DeviceBuffer sum_masked(13, StorageType::kFloat), sum_plain(13, StorageType::kFloat);
-  cuda::RowSumGpu(Ctx(), gp, static_cast<float*>(sum_masked.data()), 13, 79, yp);
-  cuda::RowSumGpu(Ctx(), static_cast<const float*>(masked.data()),
-                  static_cast<float*>(sum_plain.data()), 13, 79);
-  EXPECT_EQ(sum_masked.Download(), sum_plain.Download());
-  EXPECT_NE(sum_masked.Download()[0], 0.0f);
 }
 
 // float <-> bf16 conversion kernels: round to nearest even, ties included, NaN kept.
