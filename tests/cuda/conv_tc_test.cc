@@ -523,6 +523,22 @@ TEST_F(TcTest, CudaOpsConvMathHook) {
   EXPECT_EQ(fp32[2], host(gdw));
 }
 
+// A convolution layer's backward from the primitives (the unfused reference of
+// ConvLayerBackward): g = dy after the ReLU's mask of mask_y when there is one, then dw, db
+// and dx from g.
+void PrimitivesBackward(Ops& ops, const Tensor& x, const Tensor& w, const Tensor* mask_y,
+                        const Tensor& dy, Tensor& g, Tensor& dw, Tensor& db, Tensor& dx,
+                        const ConvParams& p) {
+  if (mask_y) {
+    ops.ReluBackward(*mask_y, dy, g);
+  } else {
+    ops.Copy(dy, g);
+  }
+  ops.ConvBackwardFilter(x, g, dw, p);
+  ops.BiasBackward(g, db);
+  ops.ConvBackwardData(g, w, dx, p);
+}
+
 // The fused layer pass (CudaOps::ConvLayerForward / ConvLayerBackward): in bf16 the
 // operands are rounded to bf16 copies once (dy through the ReLU's mask when fused), bias and
 // ReLU run in the epilogue; against the CPU's primitives on a vector batch (8: the cp.async
@@ -551,15 +567,8 @@ TEST_F(TcTest, CudaOpsConvLayerPass) {
       // bf16/tf32 a y within rounding of 0 may take the other sign than the CPU's, and one
       // such element moves a whole dy term (the fused pass must mask by the y it wrote).
       auto backward_ref = [&](const Tensor& mask_y) {
-        Tensor g(ys, Device::kCPU);  // the gradient after the ReLU (or dy)
-        if (relu) {
-          Cpu().ReluBackward(mask_y, dy, g);
-        } else {
-          Cpu().Copy(dy, g);
-        }
-        Cpu().ConvBackwardFilter(x, g, dw, p);
-        Cpu().BiasBackward(g, db);
-        Cpu().ConvBackwardData(g, w, dx, p);
+        Tensor g(ys, Device::kCPU);
+        PrimitivesBackward(Cpu(), x, w, relu ? &mask_y : nullptr, dy, g, dw, db, dx, p);
       };
       Tensor gx = x.To(Device::kCUDA), gw = w.To(Device::kCUDA), gb = b.To(Device::kCUDA);
       Tensor gdy = dy.To(Device::kCUDA);
@@ -599,14 +608,7 @@ TEST_F(TcTest, CudaOpsConvLayerPass) {
         Ops().ConvForward(gx, gw, py, p);
         if (with_bias_and_dx) Ops().AddBias(py, gb);
         if (relu) Ops().ReluForward(py, py);
-        if (relu) {
-          Ops().ReluBackward(py, gdy, pg);
-        } else {
-          Ops().Copy(gdy, pg);
-        }
-        Ops().ConvBackwardFilter(gx, pg, pdw, p);
-        Ops().BiasBackward(pg, pdb);
-        Ops().ConvBackwardData(pg, gw, pdx, p);
+        PrimitivesBackward(Ops(), gx, gw, relu ? &py : nullptr, gdy, pg, pdw, pdb, pdx, p);
         EXPECT_EQ(host(py), host(gy)) << what;
         EXPECT_EQ(host(pdw), host(gdw)) << what;
         if (with_bias_and_dx) EXPECT_EQ(host(pdx), host(gdx)) << what;
