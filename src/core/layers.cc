@@ -214,13 +214,18 @@ absl::StatusOr<std::vector<Shape>> PoolLayer::Setup(const std::vector<Shape>& in
 
 void PoolLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                         const std::vector<Tensor*>& y) {
-  ops.PoolForward(*x[0], *y[0], p_);
+  if (!lrn_) return ops.PoolForward(*x[0], *y[0], p_);
+  if (arg_.shape() != y[0]->shape() || arg_.device() != ops.device())
+    arg_ = Tensor(y[0]->shape(), ops.device());
+  ops.LrnMaxPoolForward(*x[0], *y[0], arg_, *lrn_, p_);
 }
 
 void PoolLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                          const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
-  if (dx[0]) ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_);
+  if (!dx[0]) return;
+  if (!lrn_) return ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_);
+  ops.LrnMaxPoolBackward(*x[0], *y[0], arg_, *dy[0], *dx[0], *lrn_, p_);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -258,6 +263,7 @@ absl::StatusOr<std::vector<Shape>> LrnCrossLayer::Setup(const std::vector<Shape>
 
 void LrnCrossLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                             const std::vector<Tensor*>& y) {
+  if (fused_into_pool_) return;  // in place on x: the pool after it normalises
   if (denom_.shape() != x[0]->shape() || denom_.device() != ops.device())
     denom_ = Tensor(x[0]->shape(), ops.device());
   ops.LrnCrossForward(*x[0], *y[0], denom_, p_);
@@ -266,7 +272,9 @@ void LrnCrossLayer::Forward(Ops& ops, const RunContext&, const std::vector<const
 void LrnCrossLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                              const std::vector<const Tensor*>& y,
                              const std::vector<const Tensor*>& dy, const std::vector<Tensor*>& dx) {
-  if (dx[0]) ops.LrnCrossBackward(*x[0], *y[0], denom_, *dy[0], *dx[0], p_);
+  if (!dx[0]) return;
+  if (!fused_into_pool_) return ops.LrnCrossBackward(*x[0], *y[0], denom_, *dy[0], *dx[0], p_);
+  if (dx[0]->data() != dy[0]->data()) ops.Copy(*dy[0], *dx[0]);  // a gradient of its own
 }
 
 ChannelSplit LrnCrossLayer::channel_split() const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,18 +84,28 @@ class FullyConnectedLayer : public Layer {
 class PoolLayer : public Layer {
  public:
   PoolLayer(std::string name, PoolParams p) : Layer(std::move(name)), p_(p) {}
-  COLONNADE_LAYER_OVERRIDES(p_.kind == PoolParams::kMax ? "maxpool" : "avgpool");
+  COLONNADE_LAYER_OVERRIDES(lrn_                          ? "lrn+maxpool"
+                            : p_.kind == PoolParams::kMax ? "maxpool"
+                                                          : "avgpool");
   // Max pooling finds each window's maximum again (x == y); average pooling spreads dy
-  // by window size only (the CUDA kernel loads x but does not use it for kAvg).
+  // by window size only (the CUDA kernel loads x but does not use it for kAvg). Fused with
+  // an LRN, x is the LRN's input (normalised again).
   BackwardReads backward_reads() const override {
     const bool max = p_.kind == PoolParams::kMax;
     return {max, max, true};
   }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   const PoolParams& pool_params() const { return p_; }
+  // The cross-channel LRN before this max pool runs inside it (Net::set_fuse_lrn_pool): x
+  // is then the LRN's input, Forward writes MaxPool(Lrn(x)) and Backward the gradient of
+  // the LRN's input (Ops::LrnMaxPoolForward / LrnMaxPoolBackward). nullopt: unfused.
+  void set_fused_lrn(std::optional<LrnCrossParams> lrn) { lrn_ = lrn; }
+  bool fused_lrn() const { return lrn_.has_value(); }
 
  private:
   PoolParams p_;
+  std::optional<LrnCrossParams> lrn_;
+  Tensor arg_;  // fused: the backend's record of the forward (each window's argmax)
 };
 
 class GlobalAvgPoolLayer : public Layer {
@@ -110,16 +121,25 @@ class LrnCrossLayer : public Layer {
  public:
   LrnCrossLayer(std::string name, LrnCrossParams p) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES("lrn");
-  // dx from x, y, its denominator and dy.
-  BackwardReads backward_reads() const override { return {true, true, true}; }
+  // dx from x, y, its denominator and dy; fused into the pool after it, nothing but dy.
+  BackwardReads backward_reads() const override {
+    return {!fused_into_pool_, !fused_into_pool_, true};
+  }
   ChannelSplit channel_split() const override;
   // Keeps the groups of its block (the split checks that whole groups fall in it).
   void SetChannelBlock(int64_t first, int64_t count, int64_t total) override;
   const LrnCrossParams& lrn_params() const { return p_; }
+  // Run by the max pool after it (PoolLayer::set_fused_lrn): Net then binds this layer in
+  // place on its input, Forward does nothing, and Backward passes the gradient on (the
+  // pool wrote the gradient of this layer's input already).
+  void set_fused_into_pool(bool on) { fused_into_pool_ = on; }
+  bool fused_into_pool() const { return fused_into_pool_; }
+  bool in_place_ok() const override { return fused_into_pool_; }
 
  private:
   LrnCrossParams p_;
   Tensor denom_;
+  bool fused_into_pool_ = false;
 };
 
 // Response normalisation within a map (cuda-convnet's rnorm).

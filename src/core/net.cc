@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_format.h"
@@ -101,12 +104,44 @@ void Net::MarkFusions() {
     conv->set_fused_relu(pair);
     relu->set_fused_into_conv(pair);
   }
+  MarkLrnPoolFusions();
+}
+
+void Net::MarkLrnPoolFusions() {
+  for (const LrnPoolFusion& f : lrn_pool_fusions_) {  // undo: the names as the model gave them
+    layers_[f.lrn].outputs = {f.norm};
+    layers_[f.lrn + 1].inputs = {f.norm};
+    static_cast<LrnCrossLayer*>(layers_[f.lrn].layer.get())->set_fused_into_pool(false);
+    static_cast<PoolLayer*>(layers_[f.lrn + 1].layer.get())->set_fused_lrn(std::nullopt);
+  }
+  lrn_pool_fusions_.clear();
+  if (!fuse_lrn_pool_) return;
+  std::map<std::string, int> readers;
+  for (const LayerEntry& e : layers_)
+    for (const std::string& b : e.inputs) ++readers[b];
+  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
+    auto* lrn = dynamic_cast<LrnCrossLayer*>(layers_[i].layer.get());
+    auto* pool = dynamic_cast<PoolLayer*>(layers_[i + 1].layer.get());
+    if (!lrn || !pool || pool->pool_params().kind != PoolParams::kMax) continue;
+    const LayerEntry& e = layers_[i];
+    if (e.inputs.size() != 1 || e.outputs.size() != 1 || e.inputs == e.outputs) continue;
+    const std::string& norm = e.outputs[0];
+    // Only the pool may read the normalised map: nobody else would find it.
+    if (layers_[i + 1].inputs != e.outputs || readers[norm] != 1 || pinned_.count(norm)) continue;
+    lrn_pool_fusions_.push_back({static_cast<int>(i), norm});
+    layers_[i].outputs = e.inputs;  // in place on its input: a no-op
+    layers_[i + 1].inputs = e.inputs;
+    lrn->set_fused_into_pool(true);
+    pool->set_fused_lrn(lrn->lrn_params());
+  }
 }
 
 absl::StatusOr<MemoryPlan> Net::PlanMemory(int64_t batch) {
   if (batch < 1) return absl::InvalidArgumentError("batch size must be at least 1");
+  // Before shape inference and planning: a fused convolution's Backward reads its y, and a
+  // fused LRN runs in place.
+  MarkFusions();
   ASSIGN_OR_RETURN(const auto shapes, InferShapes(batch));
-  MarkFusions();  // before planning: a fused convolution's Backward reads its y
   return ::colonnade::PlanMemory(layers_, input_names_, shapes, PlanOptions());
 }
 
@@ -125,11 +160,15 @@ absl::Status Net::Build(int64_t batch, Device device) {
   bound_.clear();
   buffers_.clear();
   arena_ = Tensor();
-  for (auto& [name, t] : blobs_) {
+  for (auto it = blobs_.begin(); it != blobs_.end();) {
+    const std::string& name = it->first;
+    Tensor& t = it->second;
     const bool keep = std::count(input_names_.begin(), input_names_.end(), name) > 0 &&
                       plan.activation.count(name) &&
                       t.shape() == plan.buffers[plan.activation.at(name)].shape;
     if (!keep) t = Tensor();
+    // A blob this plan does not have (an LRN output a fusion took away) is gone.
+    it = plan.activation.count(name) ? std::next(it) : blobs_.erase(it);
   }
   // A step larger than the device is refused here, with the numbers and the way out, not
   // by the allocator (which ends the process).

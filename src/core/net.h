@@ -79,6 +79,14 @@ class Net {
   // ones (the same primitives). On by default; decided again by every Build / PlanMemory.
   void set_fuse_conv_relu(bool on) { fuse_conv_relu_ = on; }
   bool fuse_conv_relu() const { return fuse_conv_relu_; }
+  // LRN + max-pool fusion: a cross-channel LRN whose output only the next layer reads, a
+  // max pool, runs inside that pool (PoolLayer::set_fused_lrn; AlexNet's norm1 + pool1 and
+  // norm2 + pool2), so the normalised map and its denominator are never stored. The LRN
+  // layer is then bound in place on its input (its output blob disappears from the plan)
+  // and does nothing. FP32 results are bitwise the unfused ones. Not fused: an LRN output
+  // that is pinned or read by another layer. On by default; decided again by every Build.
+  void set_fuse_lrn_pool(bool on) { fuse_lrn_pool_ = on; }
+  bool fuse_lrn_pool() const { return fuse_lrn_pool_; }
   // Keeps a blob live for the whole step, for a caller that reads it after Forward or
   // Backward (the inputs, "loss", "probs" and kLogitsBlob always are). Before Build; a
   // name the net does not have is ignored.
@@ -140,8 +148,17 @@ class Net {
   std::vector<std::string> input_names_;
   std::map<std::string, Shape> input_shapes_;
   MemoryPlanOptions PlanOptions() const;
-  // Marks the conv + ReLU pairs to fuse (set_fuse_conv_relu), clearing earlier marks.
+  // Marks the conv + ReLU and LRN + pool pairs to fuse (set_fuse_conv_relu,
+  // set_fuse_lrn_pool), clearing earlier marks (and restoring the blob names an LRN + pool
+  // fusion changed). Runs before shape inference.
   void MarkFusions();
+  void MarkLrnPoolFusions();
+  // The LRN + pool pairs fused now: the LRN's layer index and its own output blob's name.
+  struct LrnPoolFusion {
+    int lrn;
+    std::string norm;
+  };
+  std::vector<LrnPoolFusion> lrn_pool_fusions_;
   // Runs a recomputation of the plan (Layer::Recompute of each of its runs).
   void Recompute(const Recomputation& r);
 
@@ -157,6 +174,7 @@ class Net {
   RecomputePolicy recompute_ = RecomputePolicy::kOff;
   bool poison_ = false;
   bool fuse_conv_relu_ = true;
+  bool fuse_lrn_pool_ = true;
   int64_t batch_ = 0;
   int64_t builds_ = 0;
   Device device_ = Device::kCPU;

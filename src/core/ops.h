@@ -208,6 +208,28 @@ class Ops {
                                const LrnCrossParams& p) = 0;
   virtual void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
                                 const Tensor& dy, Tensor& dx, const LrnCrossParams& p) = 0;
+  // Cross-channel LRN then max pooling, as one pass (Net fuses an LRN whose output only a
+  // max pool reads: AlexNet's norm + pool): y = MaxPool(Lrn(x)) without storing Lrn(x) or
+  // its denominator. `arg` (y's shape) is the backend's record for the backward: the CUDA
+  // kernels write each window's argmax there (the pixel index iy * W + ix as a float); the
+  // defaults leave it untouched and recompute. Backward writes dx, the gradient of x, from
+  // x, the forward's y and arg, and dy. The defaults are the primitives (LRN into scratch,
+  // pool; backward: LRN again, pool backward, LRN backward), and the fused kernels give
+  // their bits exactly: the fusion changes no result.
+  virtual void LrnMaxPoolForward(const Tensor& x, Tensor& y, Tensor& /*arg*/,
+                                 const LrnCrossParams& lp, const PoolParams& pp) {
+    Tensor norm(x.shape(), device()), denom(x.shape(), device());
+    LrnCrossForward(x, norm, denom, lp);
+    PoolForward(norm, y, pp);
+  }
+  virtual void LrnMaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& /*arg*/,
+                                  const Tensor& dy, Tensor& dx, const LrnCrossParams& lp,
+                                  const PoolParams& pp) {
+    Tensor norm(x.shape(), device()), denom(x.shape(), device()), dnorm(x.shape(), device());
+    LrnCrossForward(x, norm, denom, lp);
+    PoolBackward(norm, y, dy, dnorm, pp);
+    LrnCrossBackward(x, norm, denom, dnorm, dx, lp);
+  }
   virtual void LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
                                 const LrnWithinParams& p) = 0;
   virtual void LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& denom,

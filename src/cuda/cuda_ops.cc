@@ -272,6 +272,29 @@ void CudaOps::LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& d
                       I32(x.h() * x.w() * x.n(), "hwn"), p);
 }
 
+void CudaOps::LrnMaxPoolForward(const Tensor& x, Tensor& y, Tensor& arg, const LrnCrossParams& lp,
+                                const PoolParams& pp) {
+  if (!LrnMaxPoolFusable(lp, pp)) return Ops::LrnMaxPoolForward(x, y, arg, lp, pp);
+  op_shapes::LrnCross(x, lp, {}, "LrnMaxPoolForward");
+  op_shapes::Pool(x, y, pp);
+  op_shapes::SameSize(y, arg, "LrnMaxPoolForward (arg)");
+  LrnMaxPoolForwardGpu(ctx_, x.data(), y.data(), arg.data(), I32(x.c(), "c"), I32(x.h(), "h"),
+                       I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), lp,
+                       pp);
+}
+
+void CudaOps::LrnMaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& arg,
+                                 const Tensor& dy, Tensor& dx, const LrnCrossParams& lp,
+                                 const PoolParams& pp) {
+  if (!LrnMaxPoolFusable(lp, pp)) return Ops::LrnMaxPoolBackward(x, y, arg, dy, dx, lp, pp);
+  op_shapes::LrnCross(x, lp, {&dx}, "LrnMaxPoolBackward");
+  op_shapes::PoolBackward(x, y, dy, dx, pp);
+  op_shapes::SameSize(y, arg, "LrnMaxPoolBackward (arg)");
+  LrnMaxPoolBackwardGpu(ctx_, x.data(), arg.data(), dy.data(), dx.data(), I32(x.c(), "c"),
+                        I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"),
+                        I32(y.w(), "ow"), lp, pp);
+}
+
 void CudaOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
                                const LrnWithinParams& p) {
   op_shapes::LrnWithin(x, p, {&y, &denom}, "LrnWithinForward");

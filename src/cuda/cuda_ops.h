@@ -52,6 +52,12 @@ class CudaOps : public Ops {
   void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) override;
   void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom, const Tensor& dy,
                         Tensor& dx, const LrnCrossParams& p) override;
+  // One kernel each way (ops_kernels.cu), bit for bit the unfused kernels; parameters the
+  // kernels do not take (pooling windows over 3 x 3, LRN over 9 channels) run the defaults.
+  void LrnMaxPoolForward(const Tensor& x, Tensor& y, Tensor& arg, const LrnCrossParams& lp,
+                         const PoolParams& pp) override;
+  void LrnMaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& arg, const Tensor& dy,
+                          Tensor& dx, const LrnCrossParams& lp, const PoolParams& pp) override;
   void LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
                         const LrnWithinParams& p) override;
   void LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& denom, const Tensor& dy,

@@ -143,6 +143,16 @@ void LrnCrossForwardGpu(const DeviceContext& ctx, const float* x, float* y, floa
 void LrnCrossBackwardGpu(const DeviceContext& ctx, const float* x, const float* y,
                          const float* denom, const float* dy, float* dx, int c, int hwn,
                          const LrnCrossParams& p);
+// Cross-channel LRN then max pooling in one pass each way (Ops::LrnMaxPoolForward): for
+// pooling windows of up to 3 x 3 pixels and LRN windows of up to 9 channels (Fusable says
+// whether the launchers take these parameters). arg: C x OH x OW x N, each window's argmax.
+bool LrnMaxPoolFusable(const LrnCrossParams& lp, const PoolParams& pp);
+void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* arg, int c,
+                          int h, int w, int n, int oh, int ow, const LrnCrossParams& lp,
+                          const PoolParams& pp);
+void LrnMaxPoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* arg,
+                           const float* dy, float* dx, int c, int h, int w, int n, int oh, int ow,
+                           const LrnCrossParams& lp, const PoolParams& pp);
 void LrnWithinForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
                          int h, int w, int n, const LrnWithinParams& p);
 void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float* y,

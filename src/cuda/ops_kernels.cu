@@ -703,6 +703,17 @@ __global__ void LrnCrossBackwardKernel(const LrnCrossKernelParams p) {
 // Channels outside the group enter the window as zeros, which leaves the sums bit-identical
 // to summing the clipped window in order (x + 0 == x).
 //   x, y, denom, dy, dx: C x H x W x N; one thread per column q < H*W*N, as above.
+// The denominator k + alpha * sum of squares of a window held in registers (L values in
+// channel order, zeros outside the group): every kernel that computes or recomputes a
+// cross-channel denominator calls this, so all of them round it alike.
+template <int L>
+__device__ __forceinline__ float LrnRingDenom(const float* r, float k, float alpha) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < L; ++i) s += r[i] * r[i];
+  return k + alpha * s;
+}
+
 template <int HALF>
 __global__ void LrnCrossForwardRing(const LrnCrossKernelParams p) {
   constexpr int L = 2 * HALF + 1;
@@ -716,10 +727,7 @@ __global__ void LrnCrossForwardRing(const LrnCrossKernelParams p) {
         xr[i] = (cc >= g0 && cc < g1) ? p.x[cc * p.hwn + q] : 0.0f;
       }
       for (int c = g0; c < g1; ++c) {
-        float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < L; ++i) s += xr[i] * xr[i];
-        const float d = p.k + p.alpha * s;
+        const float d = LrnRingDenom<L>(xr, p.k, p.alpha);
         const int64_t o = c * p.hwn + q;
         p.denom_out[o] = d;
         p.out[o] = xr[HALF] * PowNegBeta(d, p.beta);
@@ -778,6 +786,178 @@ __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
           xr[L - 1] = gr[L - 1] = rr[L - 1] = 0.0f;
           dr[L - 1] = 1.0f;
         }
+      }
+    }
+  }
+}
+
+// Kernels LrnMaxPoolForward<HALF> / LrnMaxPoolBackward<HALF>: cross-channel LRN followed
+// by max pooling (AlexNet's norm + pool) in one pass each way, for pooling windows of up to
+// kLrnPoolSide x kLrnPoolSide pixels and LRN windows of up to 9 channels. Neither the normalised
+// map nor its denominator is stored: the forward writes the pooled y and each window's argmax; the
+// backward reads x, the argmax and dy, and writes dx. Per element that is 1 read (forward) and 2
+// reads + 1 write (backward) of the LRN-sized tensors instead of 1 + 2 writes and 4 reads + 1 write
+// for the LRN alone plus 1 read, and 2 reads + 1 write, for the pooling. Bits: every LRN value is
+// recomputed with the unfused kernels' arithmetic in their order (LrnRingDenom, PowNegBeta, gr * y
+// / d, the window sum of ratios); the maximum is the first in row-major order, as
+// PoolForwardKernel's, and its index is what PoolArgmaxKernel finds (the first pixel equal to the
+// maximum); a pixel's pooling gradient is summed over the windows in (oy, ox) order as in
+// PoolMaxGatherKernel. So y and dx are those of the unfused kernels bit for bit
+// (tests/cuda/cuda_ops_test.cc checks it).
+//   x, dx: C x H x W x N; y, arg, dy: C x OH x OW x N. The channels of each group are cut
+//   into chunks of `chunk` channels, each walked by one thread with a register ring (the
+//   first 2*HALF (forward: HALF) channels of a chunk read its neighbours' as a halo).
+//   Forward: grid y = (chunk, oy) rows, x = (ox, image) of the row; backward: grid y =
+//   (chunk, iy) rows, x = (ix, image).
+constexpr int kLrnPoolSide = 3, kLrnPoolWindow = kLrnPoolSide * kLrnPoolSide;
+struct LrnPoolKernelParams {
+  const float* x;
+  const float* dy;
+  const float* argmax;  // backward: the forward's arg
+  float* y;
+  float* arg;
+  float* dx;
+  int c, cg, h, w, n, oh, ow;
+  int size, stride, pad;  // pooling
+  int chunk;              // channels per thread
+  float alpha, beta, k, grad_scale;
+};
+
+template <int HALF>
+__global__ void LrnMaxPoolForward(const LrnPoolKernelParams p) {
+  constexpr int L = 2 * HALF + 1;
+  const int q = blockIdx.x * kBlock + threadIdx.x;
+  if (q >= p.ow * p.n) return;
+  const int ox = q / p.n, img = q - ox * p.n;
+  const int x0 = IMax(ox * p.stride - p.pad, 0), x1 = IMin(ox * p.stride - p.pad + p.size, p.w);
+  const int per_group = (p.cg + p.chunk - 1) / p.chunk;
+  const int64_t plane = static_cast<int64_t>(p.h) * p.w * p.n;
+  const int rows = (p.c / p.cg) * per_group * p.oh;
+  for (int row = blockIdx.y; row < rows; row += gridDim.y) {
+    const int cj = row / p.oh, oy = row - cj * p.oh;
+    const int g0 = (cj / per_group) * p.cg, g1 = g0 + p.cg;
+    const int c0 = g0 + (cj % per_group) * p.chunk, c1 = IMin(c0 + p.chunk, g1);
+    const int y0 = IMax(oy * p.stride - p.pad, 0), y1 = IMin(oy * p.stride - p.pad + p.size, p.h);
+    // Slot i = (i / side, i % side) of the window, clipped to the image: row-major order, and
+    // constant indices, so the per-slot arrays stay in registers.
+    bool in[kLrnPoolWindow];
+    int idx[kLrnPoolWindow], at[kLrnPoolWindow];  // pixel iy * W + ix, its offset in a plane
+#pragma unroll
+    for (int i = 0; i < kLrnPoolWindow; ++i) {
+      const int yy = y0 + i / kLrnPoolSide, xx = x0 + i % kLrnPoolSide;
+      in[i] = yy < y1 && xx < x1;
+      idx[i] = yy * p.w + xx;
+      at[i] = idx[i] * p.n + img;
+    }
+    float xr[kLrnPoolWindow][L];  // per slot: x of channels c - HALF .. c + HALF
+#pragma unroll
+    for (int i = 0; i < kLrnPoolWindow; ++i)
+#pragma unroll
+      for (int j = 0; j < L; ++j) {
+        const int cc = c0 - HALF + j;
+        xr[i][j] = (in[i] && cc >= g0 && cc < g1) ? p.x[cc * plane + at[i]] : 0.0f;
+      }
+    for (int c = c0; c < c1; ++c) {
+      float m = -INFINITY;
+      int a = y0 * p.w + x0;
+#pragma unroll
+      for (int i = 0; i < kLrnPoolWindow; ++i) {
+        if (in[i]) {
+          const float d = LrnRingDenom<L>(xr[i], p.k, p.alpha);
+          const float v = xr[i][HALF] * PowNegBeta(d, p.beta);
+          if (v > m) {
+            m = v;
+            a = idx[i];
+          }
+        }
+      }
+      const int64_t o = (static_cast<int64_t>(c) * p.oh + oy) * p.ow * p.n + q;
+      p.y[o] = m;
+      p.arg[o] = static_cast<float>(a);
+      const int cn = c + HALF + 1;
+#pragma unroll
+      for (int i = 0; i < kLrnPoolWindow; ++i) {
+#pragma unroll
+        for (int j = 0; j + 1 < L; ++j) xr[i][j] = xr[i][j + 1];
+        xr[i][L - 1] = (in[i] && cn < g1) ? p.x[cn * plane + at[i]] : 0.0f;
+      }
+    }
+  }
+}
+
+template <int HALF>
+__global__ void LrnMaxPoolBackward(const LrnPoolKernelParams p) {
+  constexpr int L = 2 * HALF + 1, R = 4 * HALF + 1;
+  const int q = blockIdx.x * kBlock + threadIdx.x;
+  if (q >= p.w * p.n) return;
+  const int ix = q / p.n, img = q - ix * p.n;
+  const int lx = ix + p.pad - p.size + 1;
+  const int ox0 = lx <= 0 ? 0 : (lx + p.stride - 1) / p.stride;
+  const int ox1 = IMin((ix + p.pad) / p.stride, p.ow - 1);
+  const int per_group = (p.cg + p.chunk - 1) / p.chunk;
+  const int64_t plane = static_cast<int64_t>(p.h) * p.w * p.n;
+  const int64_t out_plane = static_cast<int64_t>(p.oh) * p.ow * p.n;
+  const int rows = (p.c / p.cg) * per_group * p.h;
+  for (int row = blockIdx.y; row < rows; row += gridDim.y) {
+    const int cj = row / p.h, iy = row - cj * p.h;
+    const int g0 = (cj / per_group) * p.cg, g1 = g0 + p.cg;
+    const int c0 = g0 + (cj % per_group) * p.chunk, c1 = IMin(c0 + p.chunk, g1);
+    const int ly = iy + p.pad - p.size + 1;
+    const int oy0 = ly <= 0 ? 0 : (ly + p.stride - 1) / p.stride;
+    const int oy1 = IMin((iy + p.pad) / p.stride, p.oh - 1);
+    const float me = static_cast<float>(iy * p.w + ix);
+    const int64_t at = static_cast<int64_t>(iy * p.w + ix) * p.n + img;
+    // Channel cc's pooling gradient at this pixel: dy of the windows whose argmax it is.
+    auto pool_grad = [&](int cc) {
+      const int64_t pl = cc * out_plane + img;
+      float g = 0.0f;
+      for (int oy = oy0; oy <= oy1; ++oy)
+        for (int ox = ox0; ox <= ox1; ++ox) {
+          const int64_t o = pl + (oy * p.ow + ox) * p.n;
+          if (p.argmax[o] == me) g += p.dy[o];
+        }
+      return g;
+    };
+    auto load_x = [&](int cc) { return (cc >= g0 && cc < g1) ? p.x[cc * plane + at] : 0.0f; };
+    // xr: x of channels c - 2*HALF .. c + 2*HALF. Per window slot j (channel c - HALF + j):
+    // rr = g * y / d, and g, d^-beta for when it is the centre (as LrnCrossBackwardRing).
+    float xr[R], rr[L], gr[L], pw[L];
+#pragma unroll
+    for (int i = 0; i < R; ++i) xr[i] = load_x(c0 - 2 * HALF + i);
+#pragma unroll
+    for (int j = 0; j < L; ++j) {
+      const int cc = c0 - HALF + j;
+      if (cc >= g0 && cc < g1) {
+        const float d = LrnRingDenom<L>(xr + j, p.k, p.alpha);
+        pw[j] = PowNegBeta(d, p.beta);
+        gr[j] = pool_grad(cc);
+        rr[j] = gr[j] * (xr[j + HALF] * pw[j]) / d;
+      } else {
+        rr[j] = gr[j] = pw[j] = 0.0f;
+      }
+    }
+    for (int c = c0; c < c1; ++c) {
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < L; ++j) s += rr[j];
+      p.dx[c * plane + at] = gr[HALF] * pw[HALF] - p.grad_scale * xr[2 * HALF] * s;
+#pragma unroll
+      for (int i = 0; i + 1 < R; ++i) xr[i] = xr[i + 1];
+      xr[R - 1] = load_x(c + 2 * HALF + 1);
+#pragma unroll
+      for (int j = 0; j + 1 < L; ++j) {
+        rr[j] = rr[j + 1];
+        gr[j] = gr[j + 1];
+        pw[j] = pw[j + 1];
+      }
+      const int cn = c + HALF + 1;  // enters the window: its x are xr[R - L .. R - 1]
+      if (cn < g1) {
+        const float d = LrnRingDenom<L>(xr + (R - L), p.k, p.alpha);
+        pw[L - 1] = PowNegBeta(d, p.beta);
+        gr[L - 1] = pool_grad(cn);
+        rr[L - 1] = gr[L - 1] * (xr[R - 1 - HALF] * pw[L - 1]) / d;
+      } else {
+        rr[L - 1] = gr[L - 1] = pw[L - 1] = 0.0f;
       }
     }
   }
@@ -1386,6 +1566,71 @@ void LrnCrossBackwardGpu(const DeviceContext& ctx, const float* x, const float* 
       break;
   }
   Launch(kernel, GridFor(ctx, hwn), dim3(kBlock), ctx.stream, p);
+}
+
+bool LrnMaxPoolFusable(const LrnCrossParams& lp, const PoolParams& pp) {
+  return pp.kind == PoolParams::kMax && pp.size >= 1 && pp.size <= kLrnPoolSide &&
+         lp.size / 2 >= 1 && lp.size / 2 <= 4;
+}
+
+namespace {
+// The fused kernels' parameters, with the chunk of channels per thread: whole groups unless
+// that leaves fewer than ~8 blocks of threads per SM (AlexNet's pool2 forward: 13 x 13
+// windows x 256 images per group), then halved while chunks keep at least 8 channels (the
+// halo of a chunk costs 2 * HALF extra channel reads).
+LrnPoolKernelParams LrnPoolParams(const DeviceContext& ctx, int c, int h, int w, int n, int oh,
+                                  int ow, int64_t threads_per_group_chunk, const LrnCrossParams& lp,
+                                  const PoolParams& pp) {
+  CHECK(LrnMaxPoolFusable(lp, pp))
+      << "LrnMaxPool: pooling window " << pp.size << ", LRN size " << lp.size << " are not fused";
+  CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31)
+      << "LRN + pooling supports tensors below 2^31 elements";
+  const LrnCrossKernelParams cp = CrossParams(c, int64_t(h) * w * n, lp);
+  LrnPoolKernelParams p{};
+  p.c = c;
+  p.cg = cp.cg;
+  p.h = h, p.w = w, p.n = n, p.oh = oh, p.ow = ow;
+  p.size = pp.size, p.stride = pp.stride, p.pad = pp.pad;
+  p.alpha = cp.alpha, p.beta = cp.beta, p.k = cp.k, p.grad_scale = cp.grad_scale;
+  const int64_t want = int64_t(ctx.sm_count) * 8 * kBlock;
+  int chunks = 1;
+  while (threads_per_group_chunk * (c / p.cg) * chunks < want && p.cg / (chunks * 2) >= 8)
+    chunks *= 2;
+  p.chunk = static_cast<int>(CeilDiv(p.cg, chunks));
+  return p;
+}
+
+template <typename Kernel>
+Kernel LrnPoolKernel(int half, Kernel k1, Kernel k2, Kernel k3, Kernel k4) {
+  return half == 1 ? k1 : half == 2 ? k2 : half == 3 ? k3 : k4;
+}
+}  // namespace
+
+void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* arg, int c,
+                          int h, int w, int n, int oh, int ow, const LrnCrossParams& lp,
+                          const PoolParams& pp) {
+  LrnPoolKernelParams p = LrnPoolParams(ctx, c, h, w, n, oh, ow, int64_t(oh) * ow * n, lp, pp);
+  p.x = x;
+  p.y = y;
+  p.arg = arg;
+  const int rows = (c / p.cg) * static_cast<int>(CeilDiv(p.cg, p.chunk)) * oh;
+  Launch(LrnPoolKernel(lp.size / 2, LrnMaxPoolForward<1>, LrnMaxPoolForward<2>,
+                       LrnMaxPoolForward<3>, LrnMaxPoolForward<4>),
+         RowGrid(int64_t(ow) * n, rows), dim3(kBlock), ctx.stream, p);
+}
+
+void LrnMaxPoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* arg,
+                           const float* dy, float* dx, int c, int h, int w, int n, int oh, int ow,
+                           const LrnCrossParams& lp, const PoolParams& pp) {
+  LrnPoolKernelParams p = LrnPoolParams(ctx, c, h, w, n, oh, ow, int64_t(h) * w * n, lp, pp);
+  p.x = x;
+  p.argmax = arg;
+  p.dy = dy;
+  p.dx = dx;
+  const int rows = (c / p.cg) * static_cast<int>(CeilDiv(p.cg, p.chunk)) * h;
+  Launch(LrnPoolKernel(lp.size / 2, LrnMaxPoolBackward<1>, LrnMaxPoolBackward<2>,
+                       LrnMaxPoolBackward<3>, LrnMaxPoolBackward<4>),
+         RowGrid(int64_t(w) * n, rows), dim3(kBlock), ctx.stream, p);
 }
 
 void LrnWithinForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,

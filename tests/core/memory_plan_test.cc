@@ -237,12 +237,13 @@ struct Trace {
 
 Trace Train(const std::string& model, int input, bool plan, bool poison, int steps = 3,
             RecomputePolicy recompute = RecomputePolicy::kOff, bool fuse_conv_relu = true,
-            int* fused = nullptr) {
+            int* fused = nullptr, bool fuse_lrn_pool = true) {
   Trace t;
   const int n = 2;
   std::unique_ptr<Net> net = Model(model, input);
   if (net == nullptr) return t;
   net->set_fuse_conv_relu(fuse_conv_relu);
+  net->set_fuse_lrn_pool(fuse_lrn_pool);
   net->set_memory_plan(plan);
   net->set_recompute(recompute);
   net->set_poison_for_testing(poison);
@@ -250,9 +251,12 @@ Trace Train(const std::string& model, int input, bool plan, bool poison, int ste
   EXPECT_TRUE(s.ok()) << s;
   if (fused) {
     *fused = 0;
-    for (const LayerEntry& e : net->layers())
+    for (const LayerEntry& e : net->layers()) {
       if (auto* conv = dynamic_cast<const ConvLayer*>(e.layer.get()); conv && conv->fused_relu())
         ++*fused;
+      if (auto* pool = dynamic_cast<const PoolLayer*>(e.layer.get()); pool && pool->fused_lrn())
+        ++*fused;
+    }
   }
   net->InitParams(11);
   SgdOptimizer opt({0.9f, 1e-4f});
@@ -348,6 +352,52 @@ INSTANTIATE_TEST_SUITE_P(Zoo, FusedConvReluTrains,
                            return s;
                          });
 
+// LRN + max-pool fusion (Net::set_fuse_lrn_pool, on by default) changes no bit either:
+// AlexNet's norm1 + pool1 and norm2 + pool2 trained fused and unfused (conv + ReLU fused in
+// both), the plan on and the arena poisoned (the fused pool reads the LRN's input in its
+// Backward; the LRN, in place, declares no read of it).
+TEST(FusedLrnPool, AlexNetTrainsBitwiseAsUnfused) {
+  int fused = 0, unfused = 0;
+  const Trace apart = Train("alexnet", SmallInput("alexnet"), true, true, 3, RecomputePolicy::kOff,
+                            true, &unfused, false);
+  const Trace together = Train("alexnet", SmallInput("alexnet"), true, true, 3,
+                               RecomputePolicy::kOff, true, &fused, true);
+  ASSERT_FALSE(apart.params.empty());
+  EXPECT_EQ(fused - unfused, 2) << "norm1 + pool1 and norm2 + pool2 should fuse";
+  EXPECT_TRUE(BitwiseEqual(apart.losses, together.losses)) << "losses differ";
+  EXPECT_TRUE(BitwiseEqual(apart.logits, together.logits)) << "logits differ";
+  EXPECT_TRUE(BitwiseEqual(apart.params, together.params)) << "parameters differ";
+}
+
+// Which pairs fuse, and that a later Build with other settings undoes the fusion: the
+// normalised map is a blob again, and the LRN layer reads and writes its own blobs.
+TEST(FusedLrnPool, FollowsTheSettingAndThePins) {
+  std::unique_ptr<Net> net = Model("alexnet", SmallInput("alexnet"));
+  ASSERT_NE(net, nullptr);
+  auto fused_pools = [&]() {
+    int n = 0;
+    for (const LayerEntry& e : net->layers())
+      if (auto* pool = dynamic_cast<const PoolLayer*>(e.layer.get()); pool && pool->fused_lrn())
+        ++n;
+    return n;
+  };
+  ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
+  EXPECT_EQ(fused_pools(), 2);
+  EXPECT_FALSE(net->has_blob("norm1"));
+  net->set_fuse_lrn_pool(false);
+  ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
+  EXPECT_EQ(fused_pools(), 0);
+  EXPECT_TRUE(net->has_blob("norm1"));
+  for (const LayerEntry& e : net->layers())
+    if (e.layer->name() == "norm1") EXPECT_EQ(e.outputs, std::vector<std::string>{"norm1"});
+  net->set_fuse_lrn_pool(true);
+  net->PinBlob("norm2");  // a caller reads it: norm2 + pool2 stays apart
+  ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
+  EXPECT_EQ(fused_pools(), 1);
+  EXPECT_FALSE(net->has_blob("norm1"));
+  EXPECT_TRUE(net->has_blob("norm2"));
+}
+
 // Recomputation repeats the forward's arithmetic: training with batch-norm outputs (and
 // block outputs) recomputed in the backward pass (plan on, arena poisoned, so a recompute
 // that came too late or a reader bound to the dead forward buffer shows; and plan off) is
@@ -436,6 +486,50 @@ TEST(MemoryPlan, PoisonCatchesAnUnderstatedBackwardRead) {
   const std::vector<float> wrong = ChainGradient(true, true);
   EXPECT_NE(std::memcmp(wrong.data(), ref.data(), ref.size() * sizeof(float)), 0)
       << "the poisoned arena did not expose a ReLU that forgot it reads y";
+}
+
+// A fused LRN + max pool reads the LRN's input in its Backward; here nothing else does (c1's
+// Backward reads its x, not its y), so the poisoned plan shows a pool that stops saying so.
+std::vector<float> LrnPoolChainGradient(bool fuse, bool plan) {
+  auto net = std::make_unique<Net>("lrn_chain");
+  net->AddInput("data", Shape{3, 9, 9});
+  net->AddInput("label", Shape{1, 1, 1});
+  ConvParams p;
+  p.kernel_h = p.kernel_w = 3;
+  p.pad = 1;
+  net->Emplace<ConvLayer>({"data"}, {"c1"}, "c1", 8, p);
+  LrnCrossParams lrn;
+  lrn.alpha = 0.5f;  // large enough that the normalisation matters to the gradient
+  net->Emplace<LrnCrossLayer>({"c1"}, {"n1"}, "n1", lrn);
+  PoolParams max;
+  net->Emplace<PoolLayer>({"n1"}, {"p1"}, "p1", max);
+  net->Emplace<ConvLayer>({"p1"}, {"c2"}, "c2", 4, p);
+  net->Emplace<ConvLayer>({"c2"}, {"c3"}, "c3", 4, p);
+  net->Emplace<FullyConnectedLayer>({"c3"}, {kLogitsBlob}, "fc", 3);
+  net->Emplace<SoftmaxLossLayer>({kLogitsBlob, "label"}, {"loss", "probs"}, "loss");
+  net->set_fuse_lrn_pool(fuse);
+  net->set_memory_plan(plan);
+  net->set_poison_for_testing(plan);
+  EXPECT_TRUE(net->Build(2, Device::kCPU).ok());
+  EXPECT_EQ(net->has_blob("n1"), !fuse);
+  net->InitParams(3);
+  std::vector<float> x(net->blob("data").size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 3.0f * std::cos(0.3f * i);
+  net->blob("data").CopyFromHost(x);
+  net->blob("label").CopyFromHost(std::vector<float>{1.0f, 2.0f});
+  RunContext ctx;
+  ctx.global_batch = 2;
+  ctx.loss_scale = 0.5f;
+  net->Forward(ctx);
+  net->Backward(ctx);
+  return net->params()[0].param->grad.ToHost();  // c1's weight gradient, through n1 + p1
+}
+
+TEST(FusedLrnPool, ChainGradientBitwiseWithThePoisonedPlan) {
+  const std::vector<float> ref = LrnPoolChainGradient(false, false);
+  const std::vector<float> fused = LrnPoolChainGradient(true, true);
+  ASSERT_EQ(fused.size(), ref.size());
+  EXPECT_EQ(std::memcmp(fused.data(), ref.data(), ref.size() * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -468,6 +468,64 @@ TEST_F(CudaTest, LrnAcrossChannels) {
   }
 }
 
+// LRN + max pooling fused (Ops::LrnMaxPoolForward / Backward): the fused kernels against
+// the same GPU's unfused kernels (the Ops defaults, which CudaOps overrides), bit for bit:
+// the fusion must change no result (each LRN value recomputed with the same arithmetic,
+// the same first maximum, the pooling gradient summed in the same order). Against the CPU
+// with the suite's FP32 tolerance. Shapes: AlexNet's norm + pool with two columns, batches
+// 7 and 33, LRN windows of 3, 5 and 9 channels (HALF 1, 2, 4), channels 5 and 96, pooling 3/2,
+// 2/2 and 3/1 with padding, ties (few distinct values) and a chunked channel walk (small
+// grids split a group's channels among threads, with halos).
+TEST_F(CudaTest, LrnMaxPoolFusedAsUnfused) {
+  struct Case {
+    int c, h, w, n, lrn_size, groups, pool, stride, pad;
+  };
+  std::vector<Case> cases = {
+      {96, 13, 13, 7, 5, 2, 3, 2, 0},  // AlexNet's norm1 + pool1 (two columns), small
+      {5, 6, 7, 33, 3, 1, 2, 2, 0},
+      {20, 5, 5, 8, 9, 2, 3, 1, 1},
+      {48, 9, 9, 1, 5, 1, 3, 2, 1},
+  };
+  if (!kEmulated) cases.push_back({96, 55, 55, 32, 5, 2, 3, 2, 0});  // whole groups per thread
+  for (const Case& k : cases) {
+    LrnCrossParams lp;
+    lp.size = k.lrn_size;
+    lp.groups = k.groups;
+    PoolParams pp;
+    pp.size = k.pool;
+    pp.stride = k.stride;
+    pp.pad = k.pad;
+    const Shape xs{k.c, k.h, k.w, k.n};
+    const Shape ys{k.c, PoolOutSize(k.h, k.pool, k.stride, k.pad),
+                   PoolOutSize(k.w, k.pool, k.stride, k.pad), k.n};
+    for (bool ties : {false, true}) {
+      const std::string name =
+          absl::StrFormat("%s lrn %d, pool %d/%d pad %d%s", xs.ToString(), k.lrn_size, k.pool,
+                          k.stride, k.pad, ties ? " (ties)" : "");
+      Tensor x = RandomCpu(xs, 91, -3.0f, 3.0f);
+      if (ties)
+        for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = std::floor(x.data()[i]);
+      Tensor y(ys, Device::kCPU), arg(ys, Device::kCPU);
+      Cpu().LrnMaxPoolForward(x, y, arg, lp, pp);
+      Tensor gx = OnGpu(x);
+      Tensor gy = Poisoned(ys, Device::kCUDA), garg = Poisoned(ys, Device::kCUDA);
+      Gpu().LrnMaxPoolForward(gx, gy, garg, lp, pp);
+      Tensor uy = Poisoned(ys, Device::kCUDA), uarg(ys, Device::kCUDA);
+      Gpu().Ops::LrnMaxPoolForward(gx, uy, uarg, lp, pp);
+      EXPECT_TRUE(BitwiseEqual(gy.ToHost(), uy.ToHost())) << name << ": forward";
+      EXPECT_CLOSE(gy, y) << name;
+      Tensor dy = RandomCpu(ys, 92), dx(xs, Device::kCPU);
+      Cpu().LrnMaxPoolBackward(x, y, arg, dy, dx, lp, pp);
+      Tensor gdy = OnGpu(dy);
+      Tensor gdx = Poisoned(xs, Device::kCUDA), udx = Poisoned(xs, Device::kCUDA);
+      Gpu().LrnMaxPoolBackward(gx, gy, garg, gdy, gdx, lp, pp);
+      Gpu().Ops::LrnMaxPoolBackward(gx, uy, uarg, gdy, udx, lp, pp);
+      EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), udx.ToHost())) << name << ": backward";
+      EXPECT_CLOSE(gdx, dx) << name;
+    }
+  }
+}
+
 TEST_F(CudaTest, LrnWithinMap) {
   for (int size : {3, 4, 5}) {
     LrnWithinParams p;
