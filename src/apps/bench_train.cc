@@ -51,9 +51,10 @@ ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBa
           "bn_relu_add, bn_relu or off: which activations are written again in the backward "
           "pass instead of kept (docs/MEMORY.md; the trainer's --recompute). Bitwise the same "
           "results");
-ABSL_FLAG(bool, fuse_lrn_pool, true,
-          "run a cross-channel LRN and the max pool after it as one pass (Net::set_fuse_lrn_pool, "
-          "as the trainer always does); false measures them apart. Bitwise the same results");
+ABSL_FLAG(std::string, fusions, "all",
+          "which layer pairs run as one pass (core/net.h Fusions; the trainer fuses all): a comma "
+          "list of conv_relu, bn_relu, lrn_pool, or all, or none. For measuring what each saves; "
+          "bitwise the same results");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
           "products (docs/PRECISION.md); tensors and weights stay FP32");
@@ -161,7 +162,9 @@ std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch) 
   std::unique_ptr<Net> net = std::move(*built);
   net->set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
   net->set_recompute(absl::GetFlag(FLAGS_recompute));
-  net->set_fuse_lrn_pool(absl::GetFlag(FLAGS_fuse_lrn_pool));
+  const absl::StatusOr<Fusions> fusions = ParseFusions(absl::GetFlag(FLAGS_fusions));
+  CHECK(fusions.ok()) << "--fusions: " << fusions.status();
+  net->set_fusions(*fusions);
   const absl::Status st = net->Build(batch, Device::kCUDA);
   if (absl::IsResourceExhausted(st)) {
     std::printf("%s batch %lld: does not fit: %s\n", model.c_str(), static_cast<long long>(batch),
@@ -269,12 +272,12 @@ int Main() {
         "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
         "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
         "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"recompute\": \"%s\", "
-        "\"cuda_graphs\": %s, \"fuse_lrn_pool\": %s, \"device\": \"%s\"}",
+        "\"cuda_graphs\": %s, \"fusions\": \"%s\", \"device\": \"%s\"}",
         model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2],
         mem.peak_bytes_in_use, mem.peak_bytes_reserved, mem.device_allocations - mallocs_before,
         first_loss, last_loss, AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
         AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)), graphs ? "true" : "false",
-        absl::GetFlag(FLAGS_fuse_lrn_pool) ? "true" : "false", cuda::DeviceDescription()));
+        FusionsName(net.fusions()), cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
   const std::string json = absl::GetFlag(FLAGS_json);

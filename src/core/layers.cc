@@ -315,12 +315,13 @@ absl::StatusOr<std::vector<Shape>> ReluLayer::Setup(const std::vector<Shape>& in
 
 void ReluLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                         const std::vector<Tensor*>& y) {
-  if (fused_into_conv_) return;  // in place: the convolution wrote max(., 0) already
+  if (fused_) return;  // in place: the layer before wrote max(., 0) already
   ops.ReluForward(*x[0], *y[0]);
 }
 
 void ReluLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                           const std::vector<Tensor*>& y) {
+  if (fused_) return;  // the producer's Recompute rectified it
   ops.ReluForward(*x[0], *y[0]);
 }
 
@@ -328,7 +329,7 @@ void ReluLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Te
                          const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
-  if (!fused_into_conv_) {
+  if (!fused_) {
     ops.ReluBackward(*y[0], *dy[0], *dx[0]);
   } else if (dx[0]->data() != dy[0]->data()) {
     ops.Copy(*dy[0], *dx[0]);  // the plan gave the input gradient its own buffer
@@ -467,25 +468,35 @@ void BatchNormLayer::SetChannelBlock(int64_t first, int64_t, int64_t total) {
 
 void BatchNormLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                              const std::vector<Tensor*>& y) {
-  if (ctx.phase == Phase::kTrain) {
+  if (ctx.phase == Phase::kTrain && fused_relu_) {
+    ops.BatchNormReluForwardTrain(*x[0], gamma_.value, beta_.value, *y[0], running_mean_.value,
+                                  running_var_.value, save_mean_, save_invstd_, save_scale_, p_);
+  } else if (ctx.phase == Phase::kTrain) {
     ops.BatchNormForwardTrain(*x[0], gamma_.value, beta_.value, *y[0], running_mean_.value,
                               running_var_.value, save_mean_, save_invstd_, save_scale_, p_);
   } else {
     ops.BatchNormForwardInfer(*x[0], gamma_.value, beta_.value, running_mean_.value,
                               running_var_.value, *y[0], p_);
+    if (fused_relu_) ops.ReluForward(*y[0], *y[0]);  // evaluation: the primitives
   }
 }
 
 void BatchNormLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                                const std::vector<Tensor*>& y) {
+  if (fused_relu_)
+    return ops.BatchNormReluApply(*x[0], save_mean_, save_scale_, beta_.value, *y[0]);
   ops.BatchNormApply(*x[0], save_mean_, save_scale_, beta_.value, *y[0]);
 }
 
 void BatchNormLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
-                              const std::vector<const Tensor*>&,
+                              const std::vector<const Tensor*>& y,
                               const std::vector<const Tensor*>& dy,
                               const std::vector<Tensor*>& dx) {
   CHECK(dx[0] != nullptr) << "batchnorm " << name() << " needs an input gradient buffer";
+  if (fused_relu_) {
+    return ops.BatchNormReluBackward(*x[0], gamma_.value, save_mean_, save_invstd_, *y[0], *dy[0],
+                                     *dx[0], gamma_.grad, beta_.grad);
+  }
   ops.BatchNormBackward(*x[0], gamma_.value, save_mean_, save_invstd_, *dy[0], *dx[0], gamma_.grad,
                         beta_.grad);
 }

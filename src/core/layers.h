@@ -30,7 +30,7 @@ class ConvLayer : public Layer {
   Param& weight() { return weight_; }
   Param& bias() { return bias_; }
   // The in-place ReLU after this layer runs inside it (Net::Build decides, see
-  // Net::set_fuse_conv_relu): Forward writes max(conv + b, 0), Backward first passes dy
+  // Net::Fusions::conv_relu): Forward writes max(conv + b, 0), Backward first passes dy
   // through the ReLU (Ops::ConvLayerForward / ConvLayerBackward).
   void set_fused_relu(bool on) { fused_relu_ = on; }
   bool fused_relu() const { return fused_relu_; }
@@ -96,7 +96,7 @@ class PoolLayer : public Layer {
   }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   const PoolParams& pool_params() const { return p_; }
-  // The cross-channel LRN before this max pool runs inside it (Net::set_fuse_lrn_pool): x
+  // The cross-channel LRN before this max pool runs inside it (Net::Fusions::lrn_pool): x
   // is then the LRN's input, Forward writes MaxPool(Lrn(x)) and Backward the gradient of
   // the LRN's input (Ops::LrnMaxPoolForward / LrnMaxPoolBackward). nullopt: unfused.
   void set_fused_lrn(std::optional<LrnCrossParams> lrn) { lrn_ = lrn; }
@@ -159,22 +159,23 @@ class ReluLayer : public Layer {
  public:
   using Layer::Layer;
   COLONNADE_LAYER_OVERRIDES("relu");
-  // dx = dy where y > 0: y, not x (so it may run in place). Fused into the convolution
-  // before it, the convolution reads y instead.
-  BackwardReads backward_reads() const override { return {false, !fused_into_conv_, true}; }
+  // dx = dy where y > 0: y, not x (so it may run in place). Fused into the layer before
+  // it, that layer reads y instead.
+  BackwardReads backward_reads() const override { return {false, !fused_, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   bool in_place_ok() const override { return true; }
-  // Stateless: Forward again writes the same y.
+  // Stateless: Forward again writes the same y (fused: the producer's Recompute did).
   bool can_recompute() const override { return true; }
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                  const std::vector<Tensor*>& y) override;
-  // Run by the convolution before it (ConvLayer::set_fused_relu): Forward does nothing, and
-  // Backward passes dy on unchanged (the convolution applies the mask).
-  void set_fused_into_conv(bool on) { fused_into_conv_ = on; }
-  bool fused_into_conv() const { return fused_into_conv_; }
+  // Run by the convolution or batch norm before it (ConvLayer / BatchNormLayer::
+  // set_fused_relu): Forward does nothing, and Backward passes dy on unchanged (the
+  // producer applies the mask).
+  void set_fused(bool on) { fused_ = on; }
+  bool fused() const { return fused_; }
 
  private:
-  bool fused_into_conv_ = false;
+  bool fused_ = false;
 };
 
 // Inverted dropout; identity in evaluation. Masks are keyed by the global element index
@@ -224,8 +225,8 @@ class BatchNormLayer : public Layer {
  public:
   BatchNormLayer(std::string name, BatchNormParams p = {}) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES("batchnorm");
-  // dx, dgamma from x, the saved statistics and dy; not y, so y cannot overwrite x.
-  BackwardReads backward_reads() const override { return {true, false, true}; }
+  // dx, dgamma from x, the saved statistics and dy; with a fused ReLU also y (its mask).
+  BackwardReads backward_reads() const override { return {true, fused_relu_, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   // Statistics are per channel: the block's parameters are rows [first, first + count).
   void SetChannelBlock(int64_t first, int64_t count, int64_t total) override;
@@ -236,8 +237,14 @@ class BatchNormLayer : public Layer {
   bool can_recompute() const override { return true; }
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                  const std::vector<Tensor*>& y) override;
+  // The in-place ReLU after this layer runs inside it (Net::Fusions::bn_relu): Forward and
+  // Recompute write max(bn, 0), Backward first passes dy through the ReLU
+  // (Ops::BatchNormRelu*).
+  void set_fused_relu(bool on) { fused_relu_ = on; }
+  bool fused_relu() const { return fused_relu_; }
 
  private:
+  bool fused_relu_ = false;
   BatchNormParams p_;
   int64_t channels_ = 0;
   Param gamma_, beta_, running_mean_, running_var_;

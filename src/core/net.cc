@@ -9,6 +9,8 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/backend.h"
 #include "core/cpu_ops.h"
 #include "core/layers.h"
@@ -88,23 +90,55 @@ MemoryPlanOptions Net::PlanOptions() const {
 }
 
 void Net::MarkFusions() {
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    auto* conv = dynamic_cast<ConvLayer*>(layers_[i].layer.get());
-    if (!conv) continue;
-    conv->set_fused_relu(false);
-    auto* relu =
-        i + 1 < layers_.size() ? dynamic_cast<ReluLayer*>(layers_[i + 1].layer.get()) : nullptr;
-    if (!relu) continue;
-    relu->set_fused_into_conv(false);
-    // The ReLU must rectify the convolution's only output in place, right after it: then
-    // every reader of the blob reads it rectified, as before.
-    const std::vector<std::string>& out = layers_[i].outputs;
-    const bool pair = fuse_conv_relu_ && out.size() == 1 && layers_[i + 1].inputs == out &&
-                      layers_[i + 1].outputs == out;
-    conv->set_fused_relu(pair);
-    relu->set_fused_into_conv(pair);
-  }
   MarkLrnPoolFusions();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer* l = layers_[i].layer.get();
+    if (auto* relu = dynamic_cast<ReluLayer*>(l)) relu->set_fused(false);
+    if (auto* conv = dynamic_cast<ConvLayer*>(l)) conv->set_fused_relu(false);
+    if (auto* bn = dynamic_cast<BatchNormLayer*>(l)) bn->set_fused_relu(false);
+  }
+  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
+    auto* conv = dynamic_cast<ConvLayer*>(layers_[i].layer.get());
+    auto* bn = dynamic_cast<BatchNormLayer*>(layers_[i].layer.get());
+    auto* relu = dynamic_cast<ReluLayer*>(layers_[i + 1].layer.get());
+    if (!relu || !(conv ? fusions_.conv_relu : bn ? fusions_.bn_relu : false)) continue;
+    // The ReLU must rectify the layer's only output in place, right after it: then every
+    // reader of the blob reads it rectified, as before.
+    const std::vector<std::string>& out = layers_[i].outputs;
+    if (out.size() != 1 || layers_[i + 1].inputs != out || layers_[i + 1].outputs != out) continue;
+    if (conv) conv->set_fused_relu(true);
+    if (bn) bn->set_fused_relu(true);
+    relu->set_fused(true);
+  }
+}
+
+absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
+  Fusions f{false, false, false};
+  if (text == "all") return Fusions{};
+  if (text == "none") return f;
+  for (absl::string_view name : absl::StrSplit(text, ',')) {
+    if (name == "conv_relu") {
+      f.conv_relu = true;
+    } else if (name == "bn_relu") {
+      f.bn_relu = true;
+    } else if (name == "lrn_pool") {
+      f.lrn_pool = true;
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, lrn_pool, or all, or "
+          "none",
+          name));
+    }
+  }
+  return f;
+}
+
+std::string FusionsName(const Fusions& f) {
+  std::vector<std::string> on;
+  if (f.conv_relu) on.push_back("conv_relu");
+  if (f.bn_relu) on.push_back("bn_relu");
+  if (f.lrn_pool) on.push_back("lrn_pool");
+  return on.empty() ? "none" : absl::StrJoin(on, ",");
 }
 
 void Net::MarkLrnPoolFusions() {
@@ -115,7 +149,7 @@ void Net::MarkLrnPoolFusions() {
     static_cast<PoolLayer*>(layers_[f.lrn + 1].layer.get())->set_fused_lrn(std::nullopt);
   }
   lrn_pool_fusions_.clear();
-  if (!fuse_lrn_pool_) return;
+  if (!fusions_.lrn_pool) return;
   std::map<std::string, int> readers;
   for (const LayerEntry& e : layers_)
     for (const std::string& b : e.inputs) ++readers[b];

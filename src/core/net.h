@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/layer.h"
 #include "core/memory_plan.h"
 
@@ -34,6 +36,24 @@ struct NamedParam {
 // shard as the rows of the full parameter it holds (Param::full_offset).
 void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spec, int64_t first,
                      int64_t count, float* out);
+
+// Which layer pairs Net::Build fuses.
+struct Fusions {
+  // A convolution (batch norm) whose output the next layer rectifies in place, with nothing
+  // reading it in between, runs that ReLU itself (ConvLayer / BatchNormLayer::
+  // set_fused_relu); the ReLU layer does nothing.
+  bool conv_relu = true;
+  bool bn_relu = true;
+  // A cross-channel LRN whose output only the next layer, a max pool, reads runs inside
+  // that pool (PoolLayer::set_fused_lrn; AlexNet's norm + pool), so the normalised map and
+  // its denominator are never stored. The LRN layer is then bound in place on its input
+  // (its output blob leaves the plan) and does nothing. Not fused: an LRN output that is
+  // pinned (PinBlob) or read by another layer.
+  bool lrn_pool = true;
+};
+// "conv_relu,bn_relu,lrn_pool" (any subset, comma-separated), "all" or "none".
+absl::StatusOr<Fusions> ParseFusions(absl::string_view text);
+std::string FusionsName(const Fusions& f);
 
 class Net {
  public:
@@ -73,20 +93,11 @@ class Net {
   // recompute rewrites the blobs in place. Set before Build. Default: off.
   void set_recompute(RecomputePolicy p) { recompute_ = p; }
   RecomputePolicy recompute() const { return recompute_; }
-  // Conv + ReLU fusion: a convolution whose output the next layer rectifies in place (and
-  // nothing reads in between) runs that ReLU itself (ConvLayer::set_fused_relu), saving the
-  // ReLU's passes over memory in both directions; FP32 results are bitwise the unfused
-  // ones (the same primitives). On by default; decided again by every Build / PlanMemory.
-  void set_fuse_conv_relu(bool on) { fuse_conv_relu_ = on; }
-  bool fuse_conv_relu() const { return fuse_conv_relu_; }
-  // LRN + max-pool fusion: a cross-channel LRN whose output only the next layer reads, a
-  // max pool, runs inside that pool (PoolLayer::set_fused_lrn; AlexNet's norm1 + pool1 and
-  // norm2 + pool2), so the normalised map and its denominator are never stored. The LRN
-  // layer is then bound in place on its input (its output blob disappears from the plan)
-  // and does nothing. FP32 results are bitwise the unfused ones. Not fused: an LRN output
-  // that is pinned or read by another layer. On by default; decided again by every Build.
-  void set_fuse_lrn_pool(bool on) { fuse_lrn_pool_ = on; }
-  bool fuse_lrn_pool() const { return fuse_lrn_pool_; }
+  // Layer fusions (Fusions): pairs of layers Build runs as one pass each way, saving the
+  // second layer's passes over memory; FP32 results are bitwise the unfused ones. All on by
+  // default; decided again by every Build / PlanMemory. Set before Build.
+  void set_fusions(const Fusions& f) { fusions_ = f; }
+  const Fusions& fusions() const { return fusions_; }
   // Keeps a blob live for the whole step, for a caller that reads it after Forward or
   // Backward (the inputs, "loss", "probs" and kLogitsBlob always are). Before Build; a
   // name the net does not have is ignored.
@@ -148,9 +159,8 @@ class Net {
   std::vector<std::string> input_names_;
   std::map<std::string, Shape> input_shapes_;
   MemoryPlanOptions PlanOptions() const;
-  // Marks the conv + ReLU and LRN + pool pairs to fuse (set_fuse_conv_relu,
-  // set_fuse_lrn_pool), clearing earlier marks (and restoring the blob names an LRN + pool
-  // fusion changed). Runs before shape inference.
+  // Marks the pairs to fuse (set_fusions), clearing earlier marks (and restoring the blob
+  // names an LRN + pool fusion changed). Runs before shape inference.
   void MarkFusions();
   void MarkLrnPoolFusions();
   // The LRN + pool pairs fused now: the LRN's layer index and its own output blob's name.
@@ -173,8 +183,7 @@ class Net {
   bool plan_memory_ = true;
   RecomputePolicy recompute_ = RecomputePolicy::kOff;
   bool poison_ = false;
-  bool fuse_conv_relu_ = true;
-  bool fuse_lrn_pool_ = true;
+  Fusions fusions_;
   int64_t batch_ = 0;
   int64_t builds_ = 0;
   Device device_ = Device::kCPU;

@@ -255,6 +255,35 @@ class Ops {
                                  const Tensor& save_invstd, const Tensor& dy, Tensor& dx,
                                  Tensor& dgamma, Tensor& dbeta) = 0;
 
+  // Batch norm then ReLU as one pass (Net fuses a batch norm whose output the next layer
+  // rectifies in place: GoogLeNet's and the ResNets' conv + bn + relu). The defaults are the
+  // primitives in this order; the CUDA backend rectifies in the normalising pass and masks
+  // dy as its backward reads it, the same bits.
+  // Training forward: BatchNormForwardTrain, then y = max(y, 0).
+  virtual void BatchNormReluForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                         Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                         Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
+                                         const BatchNormParams& p) {
+    BatchNormForwardTrain(x, gamma, beta, y, running_mean, running_var, save_mean, save_invstd,
+                          save_scale, p);
+    ReluForward(y, y);
+  }
+  // BatchNormApply, then y = max(y, 0): the fused training forward's y again.
+  virtual void BatchNormReluApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
+                                  const Tensor& shift, Tensor& y) {
+    BatchNormApply(x, mean, scale, shift, y);
+    ReluForward(y, y);
+  }
+  // Backward from dy, the gradient of relu_y = max(batch norm(x), 0): dy passes the ReLU
+  // (ReluBackward), then BatchNormBackward.
+  virtual void BatchNormReluBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                     const Tensor& save_invstd, const Tensor& relu_y,
+                                     const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+    Tensor masked(dy.shape(), device());
+    ReluBackward(relu_y, dy, masked);
+    BatchNormBackward(x, gamma, save_mean, save_invstd, masked, dx, dgamma, dbeta);
+  }
+
   // ---- activations -------------------------------------------------------------------
   virtual void ReluForward(const Tensor& x, Tensor& y) = 0;                      // may alias
   virtual void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // may alias

@@ -313,19 +313,42 @@ void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const 
                                     Tensor& y, Tensor& running_mean, Tensor& running_var,
                                     Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
                                     const BatchNormParams& p) {
+  BatchNormTrain(x, gamma, beta, y, running_mean, running_var, save_mean, save_invstd, save_scale,
+                 p, false);
+}
+
+void CudaOps::BatchNormReluForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                        Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                        Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
+                                        const BatchNormParams& p) {
+  BatchNormTrain(x, gamma, beta, y, running_mean, running_var, save_mean, save_invstd, save_scale,
+                 p, true);
+}
+
+void CudaOps::BatchNormTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                             Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
+                             Tensor& save_invstd, Tensor& save_scale, const BatchNormParams& p,
+                             bool relu) {
   op_shapes::BatchNorm(
       x, {&y}, {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &save_scale},
-      "BatchNormForwardTrain");
+      relu ? "BatchNormReluForwardTrain" : "BatchNormForwardTrain");
   BatchNormForwardTrainGpu(ctx_, x.data(), gamma.data(), beta.data(), y.data(), running_mean.data(),
                            running_var.data(), save_mean.data(), save_invstd.data(),
-                           save_scale.data(), I32(x.shape()[0], "c"), Inner(x), p);
+                           save_scale.data(), I32(x.shape()[0], "c"), Inner(x), p, relu);
 }
 
 void CudaOps::BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
                              const Tensor& shift, Tensor& y) {
   op_shapes::BatchNorm(x, {&y}, {&mean, &scale, &shift}, "BatchNormApply");
   BatchNormApplyGpu(ctx_, x.data(), mean.data(), scale.data(), shift.data(), y.data(),
-                    I32(x.shape()[0], "c"), Inner(x));
+                    I32(x.shape()[0], "c"), Inner(x), false);
+}
+
+void CudaOps::BatchNormReluApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
+                                 const Tensor& shift, Tensor& y) {
+  op_shapes::BatchNorm(x, {&y}, {&mean, &scale, &shift}, "BatchNormReluApply");
+  BatchNormApplyGpu(ctx_, x.data(), mean.data(), scale.data(), shift.data(), y.data(),
+                    I32(x.shape()[0], "c"), Inner(x), true);
 }
 
 void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -342,9 +365,19 @@ void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tens
                                 Tensor& dgamma, Tensor& dbeta) {
   op_shapes::BatchNorm(x, {&dy, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},
                        "BatchNormBackward");
-  BatchNormBackwardGpu(ctx_, x.data(), gamma.data(), save_mean.data(), save_invstd.data(),
+  BatchNormBackwardGpu(ctx_, x.data(), gamma.data(), save_mean.data(), save_invstd.data(), nullptr,
                        dy.data(), dx.data(), dgamma.data(), dbeta.data(), I32(x.shape()[0], "c"),
                        Inner(x));
+}
+
+void CudaOps::BatchNormReluBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                    const Tensor& save_invstd, const Tensor& relu_y,
+                                    const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+  op_shapes::BatchNorm(x, {&relu_y, &dy, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},
+                       "BatchNormReluBackward");
+  BatchNormBackwardGpu(ctx_, x.data(), gamma.data(), save_mean.data(), save_invstd.data(),
+                       relu_y.data(), dy.data(), dx.data(), dgamma.data(), dbeta.data(),
+                       I32(x.shape()[0], "c"), Inner(x));
 }
 
 void CudaOps::ReluForward(const Tensor& x, Tensor& y) {

@@ -74,6 +74,16 @@ class CudaOps : public Ops {
   void BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
                          Tensor& dbeta) override;
+  // The ReLU in the normalising kernel; the backward's two passes read dy through the mask.
+  void BatchNormReluForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                 Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
+                                 const BatchNormParams& p) override;
+  void BatchNormReluApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
+                          const Tensor& shift, Tensor& y) override;
+  void BatchNormReluBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                             const Tensor& save_invstd, const Tensor& relu_y, const Tensor& dy,
+                             Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) override;
@@ -106,6 +116,10 @@ class CudaOps : public Ops {
   // A float tensor as a tensor-core operand: bf16 math reads a bf16 copy made into `copy`
   // (scratch for the rest of the Ops call); tf32 math reads the tensor itself.
   TcInput TcOperand(const Tensor& t, std::unique_ptr<Scratch>& copy);
+  // The training forward, with or without the fused ReLU.
+  void BatchNormTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                      Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
+                      Tensor& save_invstd, Tensor& save_scale, const BatchNormParams& p, bool relu);
 };
 
 }  // namespace colonnade::cuda

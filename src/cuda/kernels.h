@@ -159,19 +159,23 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
                           const float* denom, const float* dy, float* dx, int c, int h, int w,
                           int n, const LrnWithinParams& p);
 
+// relu: y = max(batch norm, 0) (Ops::BatchNormRelu*); relu_y (backward, may be null): dy
+// passes that ReLU's mask first.
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, float* y, float* running_mean, float* running_var,
                               float* save_mean, float* save_invstd, float* save_scale, int c,
-                              int64_t inner, const BatchNormParams& p);
+                              int64_t inner, const BatchNormParams& p, bool relu);
 void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* mean,
-                       const float* scale, const float* shift, float* y, int c, int64_t inner);
+                       const float* scale, const float* shift, float* y, int c, int64_t inner,
+                       bool relu);
 void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, const float* running_mean,
                               const float* running_var, float* y, int c, int64_t inner,
                               const BatchNormParams& p);
 void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,
-                          const float* save_mean, const float* save_invstd, const float* dy,
-                          float* dx, float* dgamma, float* dbeta, int c, int64_t inner);
+                          const float* save_mean, const float* save_invstd, const float* relu_y,
+                          const float* dy, float* dx, float* dgamma, float* dbeta, int c,
+                          int64_t inner);
 
 void ReluForwardGpu(const DeviceContext& ctx, const float* x, float* y, int64_t n);
 void ReluBackwardGpu(const DeviceContext& ctx, const float* y, const float* dy, float* dx,

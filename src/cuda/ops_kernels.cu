@@ -1052,7 +1052,15 @@ struct BnParams {
   double* part2;
   int splits;
   int64_t chunk;  // elements per split
+  // Fused ReLU (Ops::BatchNormRelu*): forward and apply write max(y, 0); backward reads dy
+  // through the mask of relu_y, the rectified output (null: no ReLU).
+  int relu;
+  const float* relu_y;
 };
+// dy as the ReLU's backward passes it (ReluBackwardKernel's expression), or dy unfused.
+__device__ __forceinline__ float BnGrad(const BnParams& p, int64_t i) {
+  return p.relu_y ? (p.relu_y[i] > 0.0f ? p.dy[i] : 0.0f) : p.dy[i];
+}
 
 // y = (x - mean) * scale + shift: the one expression of the training forward and of
 // BatchNormApplyKernel, so both round alike (this file is built with --fmad=false).
@@ -1115,8 +1123,10 @@ __global__ void BatchNormNormalizeKernel(const BnParams p) {
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   const float* xc = p.x + c * p.inner;
   float* yc = p.y + c * p.inner;
-  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock)
-    yc[i] = BnApply(xc[i], fmean, scale, shift);
+  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
+    const float v = BnApply(xc[i], fmean, scale, shift);
+    yc[i] = p.relu ? Relu(v) : v;
+  }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     p.save_mean[c] = fmean;
     p.save_invstd[c] = static_cast<float>(invstd);
@@ -1155,8 +1165,10 @@ __global__ void BatchNormApplyKernel(const BnParams p) {
   float* yc = p.y + c * p.inner;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.inner;
-       i += step)
-    yc[i] = BnApply(xc[i], mean, scale, shift);
+       i += step) {
+    const float v = BnApply(xc[i], mean, scale, shift);
+    yc[i] = p.relu ? Relu(v) : v;
+  }
 }
 
 // Kernel BatchNormBackwardSumsKernel: per split, sum dy and sum dy * xhat (double), xhat =
@@ -1165,13 +1177,13 @@ __global__ void BatchNormBackwardSumsKernel(const BnParams p) {
   __shared__ double sh[kBlock];
   const int c = blockIdx.y;
   const float* xc = p.x + c * p.inner;
-  const float* dyc = p.dy + c * p.inner;
   const double mean = p.mean_in[c], invstd = p.invstd_in[c];
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   double sdy = 0.0, sdyx = 0.0;
   for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-    sdy += dyc[i];
-    sdyx += dyc[i] * ((xc[i] - mean) * invstd);
+    const float g = BnGrad(p, c * p.inner + i);
+    sdy += g;
+    sdyx += g * ((xc[i] - mean) * invstd);
   }
   sdy = BlockSum(sdy, sh);
   sdyx = BlockSum(sdyx, sh);
@@ -1189,7 +1201,6 @@ __global__ void BatchNormBackwardKernel(const BnParams p) {
   const double* pc = p.part + int64_t(c) * p.splits * 2;
   const double db = OrderedPartSum(pc, p.splits, 2), dg = OrderedPartSum(pc + 1, p.splits, 2);
   const float* xc = p.x + c * p.inner;
-  const float* dyc = p.dy + c * p.inner;
   const double mean = p.mean_in[c], invstd = p.invstd_in[c];
   const double m = static_cast<double>(p.inner);
   const double k = p.gamma[c] * invstd / m;
@@ -1197,7 +1208,8 @@ __global__ void BatchNormBackwardKernel(const BnParams p) {
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
     const double xhat = (xc[i] - mean) * invstd;
-    dxc[i] = static_cast<float>(k * (m * static_cast<double>(dyc[i]) - db - xhat * dg));
+    const float g = BnGrad(p, c * p.inner + i);
+    dxc[i] = static_cast<float>(k * (m * static_cast<double>(g) - db - xhat * dg));
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     p.dgamma[c] = static_cast<float>(dg);
@@ -1668,8 +1680,9 @@ dim3 BnSplits(const DeviceContext& ctx, int c, int64_t inner, BnParams& p) {
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, float* y, float* running_mean, float* running_var,
                               float* save_mean, float* save_invstd, float* save_scale, int c,
-                              int64_t inner, const BatchNormParams& bp) {
+                              int64_t inner, const BatchNormParams& bp, bool relu) {
   BnParams p{};
+  p.relu = relu ? 1 : 0;
   p.x = x;
   p.gamma = gamma;
   p.beta = beta;
@@ -1709,9 +1722,11 @@ void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const fl
 }
 
 void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* mean,
-                       const float* scale, const float* shift, float* y, int c, int64_t inner) {
+                       const float* scale, const float* shift, float* y, int c, int64_t inner,
+                       bool relu) {
   CHECK_LT(c, 65536) << "BatchNormApply supports up to 65535 channels";
   BnParams p{};
+  p.relu = relu ? 1 : 0;
   p.x = x;
   p.mean_in = mean;
   p.gamma = scale;  // BnParams' per-channel slots: scale and shift take gamma's and beta's
@@ -1725,9 +1740,11 @@ void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* me
 }
 
 void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,
-                          const float* save_mean, const float* save_invstd, const float* dy,
-                          float* dx, float* dgamma, float* dbeta, int c, int64_t inner) {
+                          const float* save_mean, const float* save_invstd, const float* relu_y,
+                          const float* dy, float* dx, float* dgamma, float* dbeta, int c,
+                          int64_t inner) {
   BnParams p{};
+  p.relu_y = relu_y;
   p.x = x;
   p.gamma = gamma;
   p.mean_in = save_mean;

@@ -233,30 +233,41 @@ TEST(MemoryPlan, RecomputedBlockOutputsLiveShorter) {
 struct Trace {
   std::vector<std::vector<float>> losses, logits;  // per step; then the eval forward
   std::vector<std::vector<float>> params;
+  int conv_relu = 0, bn_relu = 0, lrn_pool = 0;  // pairs the Build fused
 };
 
-Trace Train(const std::string& model, int input, bool plan, bool poison, int steps = 3,
-            RecomputePolicy recompute = RecomputePolicy::kOff, bool fuse_conv_relu = true,
-            int* fused = nullptr, bool fuse_lrn_pool = true) {
+// How Train builds the net: the memory plan, the poisoned arena, recomputation, fusions.
+struct TrainSetup {
+  bool plan = true;
+  bool poison = true;
+  RecomputePolicy recompute = RecomputePolicy::kOff;
+  Fusions fusions;
+};
+TrainSetup Plain() { return {false, false}; }  // one buffer each, nothing poisoned
+TrainSetup Fused(bool conv_relu, bool bn_relu, bool lrn_pool) {
+  TrainSetup s;
+  s.fusions = {conv_relu, bn_relu, lrn_pool};
+  return s;
+}
+
+Trace Train(const std::string& model, int input, const TrainSetup& setup, int steps = 3) {
   Trace t;
   const int n = 2;
   std::unique_ptr<Net> net = Model(model, input);
   if (net == nullptr) return t;
-  net->set_fuse_conv_relu(fuse_conv_relu);
-  net->set_fuse_lrn_pool(fuse_lrn_pool);
-  net->set_memory_plan(plan);
-  net->set_recompute(recompute);
-  net->set_poison_for_testing(poison);
+  net->set_fusions(setup.fusions);
+  net->set_memory_plan(setup.plan);
+  net->set_recompute(setup.recompute);
+  net->set_poison_for_testing(setup.poison);
   absl::Status s = net->Build(n, Device::kCPU);
   EXPECT_TRUE(s.ok()) << s;
-  if (fused) {
-    *fused = 0;
-    for (const LayerEntry& e : net->layers()) {
-      if (auto* conv = dynamic_cast<const ConvLayer*>(e.layer.get()); conv && conv->fused_relu())
-        ++*fused;
-      if (auto* pool = dynamic_cast<const PoolLayer*>(e.layer.get()); pool && pool->fused_lrn())
-        ++*fused;
-    }
+  for (const LayerEntry& e : net->layers()) {
+    if (auto* conv = dynamic_cast<const ConvLayer*>(e.layer.get()); conv && conv->fused_relu())
+      ++t.conv_relu;
+    if (auto* bn = dynamic_cast<const BatchNormLayer*>(e.layer.get()); bn && bn->fused_relu())
+      ++t.bn_relu;
+    if (auto* pool = dynamic_cast<const PoolLayer*>(e.layer.get()); pool && pool->fused_lrn())
+      ++t.lrn_pool;
   }
   net->InitParams(11);
   SgdOptimizer opt({0.9f, 1e-4f});
@@ -297,8 +308,8 @@ class PoisonedPlanTrains : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PoisonedPlanTrains, BitwiseAsWithoutThePlan) {
   const std::string model = GetParam();
-  const Trace off = Train(model, SmallInput(model), false, false);
-  const Trace on = Train(model, SmallInput(model), true, true);
+  const Trace off = Train(model, SmallInput(model), Plain());
+  const Trace on = Train(model, SmallInput(model), TrainSetup());
   ASSERT_FALSE(off.params.empty());
   for (const auto& l : off.losses)
     for (float v : l) ASSERT_TRUE(std::isfinite(v)) << model;
@@ -320,21 +331,18 @@ INSTANTIATE_TEST_SUITE_P(Zoo, PoisonedPlanTrains,
                            return s;
                          });
 
-// Conv + ReLU fusion (Net::set_fuse_conv_relu, on by default) changes no bit of FP32
+// Conv + ReLU fusion (Fusions::conv_relu, on by default) changes no bit of FP32
 // training: the fused pass calls the same primitives. Trained with the plan on and the
 // arena poisoned, so a fused convolution that read its y after the plan let it die shows.
 class FusedConvReluTrains : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FusedConvReluTrains, BitwiseAsUnfused) {
   const std::string model = GetParam();
-  int fused = 0, unfused = 0;
-  const Trace apart =
-      Train(model, SmallInput(model), true, true, 3, RecomputePolicy::kOff, false, &unfused);
-  const Trace together =
-      Train(model, SmallInput(model), true, true, 3, RecomputePolicy::kOff, true, &fused);
+  const Trace apart = Train(model, SmallInput(model), Fused(false, true, true));
+  const Trace together = Train(model, SmallInput(model), Fused(true, true, true));
   ASSERT_FALSE(apart.params.empty());
-  EXPECT_EQ(unfused, 0);
-  EXPECT_GT(fused, 0) << model << ": no conv + ReLU pair was fused";
+  EXPECT_EQ(apart.conv_relu, 0);
+  EXPECT_GT(together.conv_relu, 0) << model << ": no conv + ReLU pair was fused";
   EXPECT_TRUE(BitwiseEqual(apart.losses, together.losses)) << model << ": losses differ";
   EXPECT_TRUE(BitwiseEqual(apart.logits, together.logits)) << model << ": logits differ";
   EXPECT_TRUE(BitwiseEqual(apart.params, together.params)) << model << ": parameters differ";
@@ -352,18 +360,16 @@ INSTANTIATE_TEST_SUITE_P(Zoo, FusedConvReluTrains,
                            return s;
                          });
 
-// LRN + max-pool fusion (Net::set_fuse_lrn_pool, on by default) changes no bit either:
+// LRN + max-pool fusion (Fusions::lrn_pool, on by default) changes no bit either:
 // AlexNet's norm1 + pool1 and norm2 + pool2 trained fused and unfused (conv + ReLU fused in
 // both), the plan on and the arena poisoned (the fused pool reads the LRN's input in its
 // Backward; the LRN, in place, declares no read of it).
 TEST(FusedLrnPool, AlexNetTrainsBitwiseAsUnfused) {
-  int fused = 0, unfused = 0;
-  const Trace apart = Train("alexnet", SmallInput("alexnet"), true, true, 3, RecomputePolicy::kOff,
-                            true, &unfused, false);
-  const Trace together = Train("alexnet", SmallInput("alexnet"), true, true, 3,
-                               RecomputePolicy::kOff, true, &fused, true);
+  const Trace apart = Train("alexnet", SmallInput("alexnet"), Fused(true, true, false));
+  const Trace together = Train("alexnet", SmallInput("alexnet"), Fused(true, true, true));
   ASSERT_FALSE(apart.params.empty());
-  EXPECT_EQ(fused - unfused, 2) << "norm1 + pool1 and norm2 + pool2 should fuse";
+  EXPECT_EQ(apart.lrn_pool, 0);
+  EXPECT_EQ(together.lrn_pool, 2) << "norm1 + pool1 and norm2 + pool2 should fuse";
   EXPECT_TRUE(BitwiseEqual(apart.losses, together.losses)) << "losses differ";
   EXPECT_TRUE(BitwiseEqual(apart.logits, together.logits)) << "logits differ";
   EXPECT_TRUE(BitwiseEqual(apart.params, together.params)) << "parameters differ";
@@ -384,19 +390,53 @@ TEST(FusedLrnPool, FollowsTheSettingAndThePins) {
   ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
   EXPECT_EQ(fused_pools(), 2);
   EXPECT_FALSE(net->has_blob("norm1"));
-  net->set_fuse_lrn_pool(false);
+  net->set_fusions({true, true, false});
   ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
   EXPECT_EQ(fused_pools(), 0);
   EXPECT_TRUE(net->has_blob("norm1"));
   for (const LayerEntry& e : net->layers())
     if (e.layer->name() == "norm1") EXPECT_EQ(e.outputs, std::vector<std::string>{"norm1"});
-  net->set_fuse_lrn_pool(true);
+  net->set_fusions({});
   net->PinBlob("norm2");  // a caller reads it: norm2 + pool2 stays apart
   ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
   EXPECT_EQ(fused_pools(), 1);
   EXPECT_FALSE(net->has_blob("norm1"));
   EXPECT_TRUE(net->has_blob("norm2"));
 }
+
+// Batch norm + ReLU fusion (Fusions::bn_relu, on by default) changes no bit either, with
+// every recomputation policy (a recomputed batch-norm output is rectified by the batch norm's
+// Recompute; the fused ReLU's does nothing) and the arena poisoned (the fused batch norm
+// reads its y for the mask). The zoo's batch-norm families: the ResNets (bn + relu inside
+// blocks; bn + add + relu at their ends, which does not fuse) and GoogLeNet.
+class FusedBnReluTrains : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FusedBnReluTrains, BitwiseAsUnfused) {
+  const std::string model = GetParam();
+  for (RecomputePolicy p : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu,
+                            RecomputePolicy::kBatchNormReluAdd}) {
+    SCOPED_TRACE(::testing::Message() << model << " recompute policy " << static_cast<int>(p));
+    TrainSetup apart = Fused(true, false, true), together = Fused(true, true, true);
+    apart.recompute = together.recompute = p;
+    const Trace a = Train(model, SmallInput(model), apart);
+    const Trace b = Train(model, SmallInput(model), together);
+    ASSERT_FALSE(a.params.empty());
+    EXPECT_EQ(a.bn_relu, 0);
+    EXPECT_GT(b.bn_relu, 0) << "no batch norm + ReLU pair was fused";
+    EXPECT_TRUE(BitwiseEqual(a.losses, b.losses)) << "losses differ";
+    EXPECT_TRUE(BitwiseEqual(a.logits, b.logits)) << "logits differ";
+    EXPECT_TRUE(BitwiseEqual(a.params, b.params)) << "parameters differ";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, FusedBnReluTrains,
+                         ::testing::Values("resnet18-cifar", "resnet50", "googlenet"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
 
 // Recomputation repeats the forward's arithmetic: training with batch-norm outputs (and
 // block outputs) recomputed in the backward pass (plan on, arena poisoned, so a recompute
@@ -406,13 +446,16 @@ class RecomputeTrains : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RecomputeTrains, BitwiseAsKeepingTheOutputs) {
   const std::string model = GetParam();
-  const Trace kept = Train(model, SmallInput(model), false, false);
+  const Trace kept = Train(model, SmallInput(model), Plain());
   ASSERT_FALSE(kept.params.empty());
   for (RecomputePolicy p : {RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd})
     for (bool plan : {true, false}) {
       SCOPED_TRACE(::testing::Message()
                    << model << " plan " << plan << " policy " << static_cast<int>(p));
-      const Trace recomputed = Train(model, SmallInput(model), plan, plan, 3, p);
+      TrainSetup setup;
+      setup.plan = setup.poison = plan;
+      setup.recompute = p;
+      const Trace recomputed = Train(model, SmallInput(model), setup);
       EXPECT_TRUE(BitwiseEqual(kept.losses, recomputed.losses));
       EXPECT_TRUE(BitwiseEqual(kept.logits, recomputed.logits));
       EXPECT_TRUE(BitwiseEqual(kept.params, recomputed.params));
@@ -507,7 +550,7 @@ std::vector<float> LrnPoolChainGradient(bool fuse, bool plan) {
   net->Emplace<ConvLayer>({"c2"}, {"c3"}, "c3", 4, p);
   net->Emplace<FullyConnectedLayer>({"c3"}, {kLogitsBlob}, "fc", 3);
   net->Emplace<SoftmaxLossLayer>({kLogitsBlob, "label"}, {"loss", "probs"}, "loss");
-  net->set_fuse_lrn_pool(fuse);
+  net->set_fusions({true, true, fuse});
   net->set_memory_plan(plan);
   net->set_poison_for_testing(plan);
   EXPECT_TRUE(net->Build(2, Device::kCPU).ok());

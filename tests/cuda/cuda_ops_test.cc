@@ -589,6 +589,57 @@ TEST_P(CudaBatchNormTest, AgreesWithTheCpu) {
   EXPECT_CLOSE(gdb, db);
 }
 
+// Batch norm + ReLU fused (Ops::BatchNormRelu*): the CUDA passes against the same GPU's
+// primitives in the unfused order (the Ops defaults), bit for bit: y, the saved and running
+// statistics, the recomputation's y, and dx, dgamma, dbeta with dy masked by the ReLU
+// (about half the elements rectified: x straddles the mean).
+TEST_P(CudaBatchNormTest, ReluFusedAsUnfused) {
+  const Shape s = GetParam(), c{s[0]};
+  BatchNormParams p;
+  Tensor x = OnGpu(RandomCpu(s, 121, -2.0f, 3.0f)), gamma = OnGpu(RandomCpu(c, 122)),
+         beta = OnGpu(RandomCpu(c, 123));
+  struct Run {
+    Tensor y, rm, rv, sm, si, sc, apply, dx, dg, db;
+  };
+  auto run = [&](bool fused) {
+    Run r{Poisoned(s, Device::kCUDA),           OnGpu(RandomCpu(c, 124)),
+          OnGpu(RandomCpu(c, 125, 0.5f, 2.0f)), Poisoned(c, Device::kCUDA),
+          Poisoned(c, Device::kCUDA),           Poisoned(c, Device::kCUDA),
+          Poisoned(s, Device::kCUDA),           Poisoned(s, Device::kCUDA),
+          Poisoned(c, Device::kCUDA),           Poisoned(c, Device::kCUDA)};
+    Tensor dy = OnGpu(RandomCpu(s, 126));
+    Ops& o = Gpu();
+    if (fused) {
+      o.BatchNormReluForwardTrain(x, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, p);
+      o.BatchNormReluApply(x, r.sm, r.sc, beta, r.apply);
+      o.BatchNormReluBackward(x, gamma, r.sm, r.si, r.y, dy, r.dx, r.dg, r.db);
+    } else {
+      o.Ops::BatchNormReluForwardTrain(x, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, p);
+      o.Ops::BatchNormReluApply(x, r.sm, r.sc, beta, r.apply);
+      o.Ops::BatchNormReluBackward(x, gamma, r.sm, r.si, r.y, dy, r.dx, r.dg, r.db);
+    }
+    return r;
+  };
+  const Run a = run(false), b = run(true);
+  int rectified = 0;
+  for (float v : a.y.ToHost()) rectified += v == 0.0f;
+  EXPECT_GT(rectified, s.elements() / 5) << "the ReLU should zero a good part of y";
+  const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> outs[] = {
+      {"y", {&a.y, &b.y}},
+      {"running_mean", {&a.rm, &b.rm}},
+      {"running_var", {&a.rv, &b.rv}},
+      {"save_mean", {&a.sm, &b.sm}},
+      {"save_invstd", {&a.si, &b.si}},
+      {"save_scale", {&a.sc, &b.sc}},
+      {"apply", {&a.apply, &b.apply}},
+      {"dx", {&a.dx, &b.dx}},
+      {"dgamma", {&a.dg, &b.dg}},
+      {"dbeta", {&a.db, &b.db}}};
+  for (const auto& [name, t] : outs)
+    EXPECT_TRUE(BitwiseEqual(t.second->ToHost(), t.first->ToHost())) << name;
+  EXPECT_TRUE(BitwiseEqual(b.apply.ToHost(), b.y.ToHost())) << "recomputed y";
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaBatchNormTest,
                          ::testing::Values(Shape{5, 4, 3, 33}, Shape{3, 17, 19, 40}),
                          [](const ::testing::TestParamInfo<Shape>& info) {
