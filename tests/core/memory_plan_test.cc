@@ -438,6 +438,20 @@ INSTANTIATE_TEST_SUITE_P(Zoo, FusedBnReluTrains,
                            return s;
                          });
 
+TEST(Fusions, ParseAndName) {
+  absl::StatusOr<Fusions> f = ParseFusions("bn_relu,lrn_pool");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_FALSE(f->conv_relu);
+  EXPECT_TRUE(f->bn_relu && f->lrn_pool);
+  EXPECT_EQ(FusionsName(*f), "bn_relu,lrn_pool");
+  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,lrn_pool");
+  EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
+  f = ParseFusions("conv_relu,lrn+pool");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("lrn+pool"), std::string::npos) << f.status();
+  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, lrn_pool"), std::string::npos);
+}
+
 // Recomputation repeats the forward's arithmetic: training with batch-norm outputs (and
 // block outputs) recomputed in the backward pass (plan on, arena poisoned, so a recompute
 // that came too late or a reader bound to the dead forward buffer shows; and plan off) is
