@@ -53,7 +53,8 @@ ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBa
           "results");
 ABSL_FLAG(std::string, fusions, "all",
           "which layer pairs run as one pass (core/net.h Fusions; the trainer fuses all): a comma "
-          "list of conv_relu, bn_relu, lrn_pool, or all, or none. For measuring what each saves; "
+          "list of conv_relu, bn_relu, add_relu, lrn_pool, or all, or none. For measuring what "
+          "each saves; "
           "bitwise the same results");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "

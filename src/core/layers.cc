@@ -424,19 +424,27 @@ absl::StatusOr<std::vector<Shape>> AddLayer::Setup(const std::vector<Shape>& in)
 
 void AddLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                        const std::vector<Tensor*>& y) {
-  ops.Add(*x[0], *x[1], *y[0]);
+  Recompute(ops, x, y);
 }
 
 void AddLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                          const std::vector<Tensor*>& y) {
+  if (fused_relu_) return ops.AddRelu(*x[0], *x[1], *y[0]);
   ops.Add(*x[0], *x[1], *y[0]);
 }
 
 void AddLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>&,
-                        const std::vector<const Tensor*>&, const std::vector<const Tensor*>& dy,
+                        const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                         const std::vector<Tensor*>& dx) {
-  for (Tensor* d : dx)
-    if (d && d->data() != dy[0]->data()) ops.Copy(*dy[0], *d);
+  for (Tensor* d : dx) {
+    if (!d) continue;
+    // Masking in place is fine: a second input masking the masked dy gets the same values.
+    if (fused_relu_) {
+      ops.ReluBackward(*y[0], *dy[0], *d);
+    } else if (d->data() != dy[0]->data()) {
+      ops.Copy(*dy[0], *d);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -211,12 +211,21 @@ class AddLayer : public Layer {
  public:
   using Layer::Layer;
   COLONNADE_LAYER_OVERRIDES("add");
-  BackwardReads backward_reads() const override { return {false, false, true}; }
+  // dy to both inputs; with a fused ReLU through its mask, which needs y.
+  BackwardReads backward_reads() const override { return {false, fused_relu_, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kSameBlockInputs}; }
-  // Stateless: Forward again writes the same sum.
+  // Stateless: Forward again writes the same sum (rectified when fused).
   bool can_recompute() const override { return true; }
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                  const std::vector<Tensor*>& y) override;
+  // The in-place ReLU after this sum runs inside it (Net::Fusions::add_relu: a residual
+  // block's end): Forward and Recompute write max(a + b, 0) (Ops::AddRelu), Backward gives
+  // each input dy through the ReLU's mask (Ops::ReluBackward).
+  void set_fused_relu(bool on) { fused_relu_ = on; }
+  bool fused_relu() const { return fused_relu_; }
+
+ private:
+  bool fused_relu_ = false;
 };
 
 // Batch normalisation per channel; learnable gamma/beta, running statistics as

@@ -96,24 +96,32 @@ void Net::MarkFusions() {
     if (auto* relu = dynamic_cast<ReluLayer*>(l)) relu->set_fused(false);
     if (auto* conv = dynamic_cast<ConvLayer*>(l)) conv->set_fused_relu(false);
     if (auto* bn = dynamic_cast<BatchNormLayer*>(l)) bn->set_fused_relu(false);
+    if (auto* add = dynamic_cast<AddLayer*>(l)) add->set_fused_relu(false);
   }
   for (size_t i = 0; i + 1 < layers_.size(); ++i) {
-    auto* conv = dynamic_cast<ConvLayer*>(layers_[i].layer.get());
-    auto* bn = dynamic_cast<BatchNormLayer*>(layers_[i].layer.get());
+    Layer* l = layers_[i].layer.get();
+    auto* conv = dynamic_cast<ConvLayer*>(l);
+    auto* bn = dynamic_cast<BatchNormLayer*>(l);
+    auto* add = dynamic_cast<AddLayer*>(l);
     auto* relu = dynamic_cast<ReluLayer*>(layers_[i + 1].layer.get());
-    if (!relu || !(conv ? fusions_.conv_relu : bn ? fusions_.bn_relu : false)) continue;
+    const bool wanted = conv  ? fusions_.conv_relu
+                        : bn  ? fusions_.bn_relu
+                        : add ? fusions_.add_relu
+                              : false;
+    if (!relu || !wanted) continue;
     // The ReLU must rectify the layer's only output in place, right after it: then every
     // reader of the blob reads it rectified, as before.
     const std::vector<std::string>& out = layers_[i].outputs;
     if (out.size() != 1 || layers_[i + 1].inputs != out || layers_[i + 1].outputs != out) continue;
     if (conv) conv->set_fused_relu(true);
     if (bn) bn->set_fused_relu(true);
+    if (add) add->set_fused_relu(true);
     relu->set_fused(true);
   }
 }
 
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
-  Fusions f{false, false, false};
+  Fusions f{false, false, false, false};
   if (text == "all") return Fusions{};
   if (text == "none") return f;
   for (absl::string_view name : absl::StrSplit(text, ',')) {
@@ -121,12 +129,14 @@ absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
       f.conv_relu = true;
     } else if (name == "bn_relu") {
       f.bn_relu = true;
+    } else if (name == "add_relu") {
+      f.add_relu = true;
     } else if (name == "lrn_pool") {
       f.lrn_pool = true;
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, lrn_pool, or all, or "
-          "none",
+          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, lrn_pool, or "
+          "all, or none",
           name));
     }
   }
@@ -137,6 +147,7 @@ std::string FusionsName(const Fusions& f) {
   std::vector<std::string> on;
   if (f.conv_relu) on.push_back("conv_relu");
   if (f.bn_relu) on.push_back("bn_relu");
+  if (f.add_relu) on.push_back("add_relu");
   if (f.lrn_pool) on.push_back("lrn_pool");
   return on.empty() ? "none" : absl::StrJoin(on, ",");
 }

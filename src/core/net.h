@@ -41,9 +41,12 @@ void InitParamValues(uint64_t seed, const std::string& name, const InitSpec& spe
 struct Fusions {
   // A convolution (batch norm) whose output the next layer rectifies in place, with nothing
   // reading it in between, runs that ReLU itself (ConvLayer / BatchNormLayer::
-  // set_fused_relu); the ReLU layer does nothing.
+  // set_fused_relu); the ReLU layer does nothing (ReluLayer::set_fused).
   bool conv_relu = true;
   bool bn_relu = true;
+  // A residual sum (AddLayer) whose output the next layer rectifies in place (the ResNets'
+  // block ends) writes max(a + b, 0) itself (AddLayer::set_fused_relu).
+  bool add_relu = true;
   // A cross-channel LRN whose output only the next layer, a max pool, reads runs inside
   // that pool (PoolLayer::set_fused_lrn; AlexNet's norm + pool), so the normalised map and
   // its denominator are never stored. The LRN layer is then bound in place on its input
@@ -51,7 +54,7 @@ struct Fusions {
   // pinned (PinBlob) or read by another layer.
   bool lrn_pool = true;
 };
-// "conv_relu,bn_relu,lrn_pool" (any subset, comma-separated), "all" or "none".
+// "conv_relu,bn_relu,add_relu,lrn_pool" (any subset, comma-separated), "all" or "none".
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text);
 std::string FusionsName(const Fusions& f);
 

@@ -284,6 +284,13 @@ class Ops {
     BatchNormBackward(x, gamma, save_mean, save_invstd, masked, dx, dgamma, dbeta);
   }
 
+  // y = max(a + b, 0) (Net fuses a residual sum with the in-place ReLU after it). Default:
+  // Add, then ReluForward.
+  virtual void AddRelu(const Tensor& a, const Tensor& b, Tensor& y) {
+    Add(a, b, y);
+    ReluForward(y, y);
+  }
+
   // ---- activations -------------------------------------------------------------------
   virtual void ReluForward(const Tensor& x, Tensor& y) = 0;                      // may alias
   virtual void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // may alias

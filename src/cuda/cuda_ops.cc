@@ -56,6 +56,12 @@ void CudaOps::Add(const Tensor& a, const Tensor& b, Tensor& y) {
   AddGpu(ctx_, a.data(), b.data(), y.data(), y.size());
 }
 
+void CudaOps::AddRelu(const Tensor& a, const Tensor& b, Tensor& y) {
+  SameSize(a, b, "AddRelu");
+  SameSize(a, y, "AddRelu");
+  AddReluGpu(ctx_, a.data(), b.data(), y.data(), y.size());
+}
+
 void CudaOps::CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) {
   op_shapes::CopyChannels(x, c0, y, "CopyChannelsIn");
   if (x.size() == 0) return;

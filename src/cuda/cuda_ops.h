@@ -23,6 +23,7 @@ class CudaOps : public Ops {
   void Copy(const Tensor& x, Tensor& y) override;
   void Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
   void Add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void AddRelu(const Tensor& a, const Tensor& b, Tensor& y) override;
   void CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) override;
   void CopyChannelsOut(const Tensor& y, int64_t c0, Tensor& x) override;
   double Sum(const Tensor& x) override;

@@ -115,6 +115,8 @@ void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v);
 void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta, float* y,
               int64_t n);
 void AddGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
+// y = max(a + b, 0) in one pass (Ops::AddRelu).
+void AddReluGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
 double SumGpu(const DeviceContext& ctx, const float* x, int64_t n);  // synchronises
 // One step's loss sum and top-1/top-5 counts added to the ResultTotals at `totals`
 // (core/results.h, Ops::AccumulateResults): probs K x N, labels and loss N.

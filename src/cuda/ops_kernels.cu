@@ -95,7 +95,7 @@ __global__ void AxpbyKernel(const AxpbyParams p) {
 }
 
 // Kernel BinaryKernel: y[i] = a[i] op b[i]; y may alias a or b.
-enum class BinaryOp { kAdd, kMultiply };
+enum class BinaryOp { kAdd, kMultiply, kAddRelu };
 struct BinaryParams {
   const float* a;
   const float* b;
@@ -106,6 +106,11 @@ struct BinaryParams {
 __global__ void BinaryKernel(const BinaryParams p) {
   if (p.op == BinaryOp::kAdd) {
     GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.a[i] + p.b[i];
+  } else if (p.op == BinaryOp::kAddRelu) {  // ReluForwardKernel's expression on the sum
+    GRID_STRIDE_LOOP(i, p.n) {
+      const float v = p.a[i] + p.b[i];
+      p.y[i] = v > 0.0f ? v : 0.0f;
+    }
   } else {
     GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.a[i] * p.b[i];
   }
@@ -1355,6 +1360,11 @@ void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta,
 void AddGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
   Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream,
          BinaryParams{a, b, y, n, BinaryOp::kAdd});
+}
+
+void AddReluGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
+  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream,
+         BinaryParams{a, b, y, n, BinaryOp::kAddRelu});
 }
 
 void MulGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {

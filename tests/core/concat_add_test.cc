@@ -1,4 +1,5 @@
 // ConcatLayer (channel blocks of CHWN) and AddLayer.
+#include <algorithm>
 #include <random>
 
 #include "core/layers.h"
@@ -68,6 +69,37 @@ TEST(Add, RejectsDifferentShapes) {
 TEST(Add, Gradients) {
   AddLayer layer("add");
   EXPECT_TRUE(CheckLayerGradients(layer, {Shape::CHWN(3, 2, 3, 7), Shape::CHWN(3, 2, 3, 7)}));
+}
+
+// A sum fused with the ReLU after it (Net::Fusions::add_relu) writes max(a + b, 0) and gives
+// both inputs dy through the ReLU's mask, also when the plan lets the first input's gradient
+// share dy's buffer (masked in place; the other input masks the masked dy alike).
+TEST(Add, FusedReluMasksBothInputsEvenInPlace) {
+  std::mt19937 rng(3);
+  const Shape s = Shape::CHWN(4, 3, 2, 5);
+  std::vector<float> a = RandomUniform(s.elements(), rng), b = RandomUniform(s.elements(), rng),
+                     g = RandomUniform(s.elements(), rng);
+  Tensor at = TensorFrom(s, a), bt = TensorFrom(s, b);
+  AddLayer layer("add");
+  layer.set_fused_relu(true);
+  std::vector<Shape> out = SetUpLayer(layer, {s, s});
+  std::vector<Tensor> y = RunForward(layer, {&at, &bt}, out);
+  const std::vector<float> yv = y[0].ToHost();
+  int zeros = 0;
+  for (size_t i = 0; i < yv.size(); ++i) {
+    ASSERT_EQ(yv[i], std::max(a[i] + b[i], 0.0f)) << i;
+    zeros += yv[i] == 0.0f;
+  }
+  ASSERT_GT(zeros, 0);
+  Tensor dy = TensorFrom(s, g), other(s, Device::kCPU);
+  Ops& ops = OpsFor(Device::kCPU);
+  layer.Backward(ops, RunContext(), {&at, &bt}, {&y[0]}, {&dy}, {&dy, &other});
+  const std::vector<float> d0 = dy.ToHost(), d1 = other.ToHost();
+  for (size_t i = 0; i < g.size(); ++i) {
+    const float want = yv[i] > 0.0f ? g[i] : 0.0f;
+    EXPECT_EQ(d0[i], want) << i;
+    EXPECT_EQ(d1[i], want) << i;
+  }
 }
 
 }  // namespace

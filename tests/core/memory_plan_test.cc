@@ -233,7 +233,7 @@ TEST(MemoryPlan, RecomputedBlockOutputsLiveShorter) {
 struct Trace {
   std::vector<std::vector<float>> losses, logits;  // per step; then the eval forward
   std::vector<std::vector<float>> params;
-  int conv_relu = 0, bn_relu = 0, lrn_pool = 0;  // pairs the Build fused
+  int conv_relu = 0, bn_relu = 0, add_relu = 0, lrn_pool = 0;  // pairs the Build fused
 };
 
 // How Train builds the net: the memory plan, the poisoned arena, recomputation, fusions.
@@ -244,9 +244,9 @@ struct TrainSetup {
   Fusions fusions;
 };
 TrainSetup Plain() { return {false, false}; }  // one buffer each, nothing poisoned
-TrainSetup Fused(bool conv_relu, bool bn_relu, bool lrn_pool) {
+TrainSetup Fused(bool conv_relu, bool bn_relu, bool add_relu, bool lrn_pool) {
   TrainSetup s;
-  s.fusions = {conv_relu, bn_relu, lrn_pool};
+  s.fusions = {conv_relu, bn_relu, add_relu, lrn_pool};
   return s;
 }
 
@@ -266,6 +266,8 @@ Trace Train(const std::string& model, int input, const TrainSetup& setup, int st
       ++t.conv_relu;
     if (auto* bn = dynamic_cast<const BatchNormLayer*>(e.layer.get()); bn && bn->fused_relu())
       ++t.bn_relu;
+    if (auto* add = dynamic_cast<const AddLayer*>(e.layer.get()); add && add->fused_relu())
+      ++t.add_relu;
     if (auto* pool = dynamic_cast<const PoolLayer*>(e.layer.get()); pool && pool->fused_lrn())
       ++t.lrn_pool;
   }
@@ -338,8 +340,8 @@ class FusedConvReluTrains : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FusedConvReluTrains, BitwiseAsUnfused) {
   const std::string model = GetParam();
-  const Trace apart = Train(model, SmallInput(model), Fused(false, true, true));
-  const Trace together = Train(model, SmallInput(model), Fused(true, true, true));
+  const Trace apart = Train(model, SmallInput(model), Fused(false, true, true, true));
+  const Trace together = Train(model, SmallInput(model), Fused(true, true, true, true));
   ASSERT_FALSE(apart.params.empty());
   EXPECT_EQ(apart.conv_relu, 0);
   EXPECT_GT(together.conv_relu, 0) << model << ": no conv + ReLU pair was fused";
@@ -365,8 +367,8 @@ INSTANTIATE_TEST_SUITE_P(Zoo, FusedConvReluTrains,
 // both), the plan on and the arena poisoned (the fused pool reads the LRN's input in its
 // Backward; the LRN, in place, declares no read of it).
 TEST(FusedLrnPool, AlexNetTrainsBitwiseAsUnfused) {
-  const Trace apart = Train("alexnet", SmallInput("alexnet"), Fused(true, true, false));
-  const Trace together = Train("alexnet", SmallInput("alexnet"), Fused(true, true, true));
+  const Trace apart = Train("alexnet", SmallInput("alexnet"), Fused(true, true, true, false));
+  const Trace together = Train("alexnet", SmallInput("alexnet"), Fused(true, true, true, true));
   ASSERT_FALSE(apart.params.empty());
   EXPECT_EQ(apart.lrn_pool, 0);
   EXPECT_EQ(together.lrn_pool, 2) << "norm1 + pool1 and norm2 + pool2 should fuse";
@@ -390,7 +392,7 @@ TEST(FusedLrnPool, FollowsTheSettingAndThePins) {
   ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
   EXPECT_EQ(fused_pools(), 2);
   EXPECT_FALSE(net->has_blob("norm1"));
-  net->set_fusions({true, true, false});
+  net->set_fusions({true, true, true, false});
   ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
   EXPECT_EQ(fused_pools(), 0);
   EXPECT_TRUE(net->has_blob("norm1"));
@@ -416,7 +418,7 @@ TEST_P(FusedBnReluTrains, BitwiseAsUnfused) {
   for (RecomputePolicy p : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu,
                             RecomputePolicy::kBatchNormReluAdd}) {
     SCOPED_TRACE(::testing::Message() << model << " recompute policy " << static_cast<int>(p));
-    TrainSetup apart = Fused(true, false, true), together = Fused(true, true, true);
+    TrainSetup apart = Fused(true, false, true, true), together = Fused(true, true, true, true);
     apart.recompute = together.recompute = p;
     const Trace a = Train(model, SmallInput(model), apart);
     const Trace b = Train(model, SmallInput(model), together);
@@ -428,6 +430,35 @@ TEST_P(FusedBnReluTrains, BitwiseAsUnfused) {
     EXPECT_TRUE(BitwiseEqual(a.params, b.params)) << "parameters differ";
   }
 }
+
+// Residual sum + ReLU fusion (Fusions::add_relu, the ResNets' block ends) likewise, with the
+// block outputs recomputed too (bn_relu_add: the sum's Recompute rectifies).
+class FusedAddReluTrains : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FusedAddReluTrains, BitwiseAsUnfused) {
+  const std::string model = GetParam();
+  for (RecomputePolicy p : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormReluAdd}) {
+    SCOPED_TRACE(::testing::Message() << model << " recompute policy " << static_cast<int>(p));
+    TrainSetup apart = Fused(true, true, false, true), together = Fused(true, true, true, true);
+    apart.recompute = together.recompute = p;
+    const Trace a = Train(model, SmallInput(model), apart);
+    const Trace b = Train(model, SmallInput(model), together);
+    ASSERT_FALSE(a.params.empty());
+    EXPECT_EQ(a.add_relu, 0);
+    EXPECT_GT(b.add_relu, 0) << "no residual sum + ReLU pair was fused";
+    EXPECT_TRUE(BitwiseEqual(a.losses, b.losses)) << "losses differ";
+    EXPECT_TRUE(BitwiseEqual(a.logits, b.logits)) << "logits differ";
+    EXPECT_TRUE(BitwiseEqual(a.params, b.params)) << "parameters differ";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, FusedAddReluTrains, ::testing::Values("resnet18-cifar", "resnet50"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Zoo, FusedBnReluTrains,
                          ::testing::Values("resnet18-cifar", "resnet50", "googlenet"),
@@ -444,12 +475,12 @@ TEST(Fusions, ParseAndName) {
   EXPECT_FALSE(f->conv_relu);
   EXPECT_TRUE(f->bn_relu && f->lrn_pool);
   EXPECT_EQ(FusionsName(*f), "bn_relu,lrn_pool");
-  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,lrn_pool");
+  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,add_relu,lrn_pool");
   EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
   f = ParseFusions("conv_relu,lrn+pool");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("lrn+pool"), std::string::npos) << f.status();
-  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, lrn_pool"), std::string::npos);
+  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu, lrn_pool"), std::string::npos);
 }
 
 // Recomputation repeats the forward's arithmetic: training with batch-norm outputs (and
@@ -564,7 +595,7 @@ std::vector<float> LrnPoolChainGradient(bool fuse, bool plan) {
   net->Emplace<ConvLayer>({"c2"}, {"c3"}, "c3", 4, p);
   net->Emplace<FullyConnectedLayer>({"c3"}, {kLogitsBlob}, "fc", 3);
   net->Emplace<SoftmaxLossLayer>({kLogitsBlob, "label"}, {"loss", "probs"}, "loss");
-  net->set_fusions({true, true, fuse});
+  net->set_fusions({true, true, true, fuse});
   net->set_memory_plan(plan);
   net->set_poison_for_testing(plan);
   EXPECT_TRUE(net->Build(2, Device::kCPU).ok());

@@ -647,6 +647,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaBatchNormTest,
                                   std::to_string(info.param.elements() / info.param[0]);
                          });
 
+// The residual sum + ReLU pass against the GPU primitives (Add, then ReluForward in place):
+// bitwise; odd size (no float4 path anywhere).
+TEST_F(CudaTest, AddReluFusedAsUnfused) {
+  const Shape s{7, 5, 5, 33};
+  Tensor a = OnGpu(RandomCpu(s, 131)), b = OnGpu(RandomCpu(s, 132));
+  Tensor fused = Poisoned(s, Device::kCUDA), apart = Poisoned(s, Device::kCUDA);
+  Gpu().AddRelu(a, b, fused);
+  Gpu().Ops::AddRelu(a, b, apart);
+  EXPECT_TRUE(BitwiseEqual(fused.ToHost(), apart.ToHost()));
+  Tensor y(s, Device::kCPU);
+  Cpu().AddRelu(a.To(Device::kCPU), b.To(Device::kCPU), y);
+  EXPECT_BITWISE(fused, y);
+}
+
 // ---- activations, dropout, loss, optimiser
 // ------------------------------------------------------------
 TEST_F(CudaTest, Relu) {
