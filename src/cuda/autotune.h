@@ -1,8 +1,9 @@
 // The one autotuner of the CUDA backend, for kernels that come in interchangeable versions
 // with bit-identical results: the implicit-GEMM forward / backward-data convolutions
-// (conv_kernels.cu, versions 2 and 3) and max-pool backward (ops_kernels.cu, versions 2
-// and 3). Which version is fastest depends on the problem's shape, so it is measured
-// once per shape, on first use, and remembered for the life of the process.
+// (conv_kernels.cu, versions 2 and 3), max-pool backward (ops_kernels.cu, versions 2
+// and 3) and the fused LRN + max-pool forward (ops_kernels.cu, versions 1 and 2). Which version is
+// fastest depends on the problem's shape, so it is measured once per shape, on first use, and
+// remembered for the life of the process.
 //
 // Tuning a key: every candidate is queued once (the first launches load the modules and
 // warm the caches), then each candidate three times in a row between two events; the

@@ -149,6 +149,9 @@ void LrnCrossBackwardGpu(const DeviceContext& ctx, const float* x, const float* 
 // pooling windows of up to 3 x 3 pixels and LRN windows of up to 9 channels (Fusable says
 // whether the launchers take these parameters). arg: C x OH x OW x N, each window's argmax.
 bool LrnMaxPoolFusable(const LrnCrossParams& lp, const PoolParams& pp);
+// Forward version: 0 picks per shape by timing (default), 1 (per window) or 2 (tiled)
+// forces one; both give the same bits.
+void SetLrnMaxPoolForwardVersion(int version);
 void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* arg, int c,
                           int h, int w, int n, int oh, int ow, const LrnCrossParams& lp,
                           const PoolParams& pp);

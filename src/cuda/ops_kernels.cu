@@ -826,6 +826,9 @@ struct LrnPoolKernelParams {
   int size, stride, pad;  // pooling
   int chunk;              // channels per thread
   float alpha, beta, k, grad_scale;
+  // LrnMaxPoolForwardTiled: outputs per block (oyt x oxt windows of ni images), the input
+  // region they cover at most (ry_max x rx_max pixels), and the tile counts.
+  int oyt, oxt, ni, ry_max, rx_max, oy_tiles, ox_tiles, img_tiles;
 };
 
 template <int HALF>
@@ -887,6 +890,84 @@ __global__ void LrnMaxPoolForward(const LrnPoolKernelParams p) {
         xr[i][L - 1] = (in[i] && cn < g1) ? p.x[cn * plane + at[i]] : 0.0f;
       }
     }
+  }
+}
+
+// Version 2 of the forward: the block's threads normalise each pixel of its tile's input
+// region once (one thread per pixel and image, a register ring over channels) into shared
+// memory, then one thread per window and image takes the maximum there. Version 1 above
+// normalises every pixel of every window it pools, about 2.25 times per element for
+// AlexNet's overlapping 3 x 3 windows at stride 2, and the LRN's d^-beta (three correctly
+// rounded square roots and a division) makes it arithmetic-bound; here the repeat is only a
+// tile's halo (AlexNet: 63 pixels for 12 windows, 1.3 times). Same values, same order of
+// comparison: bit-identical to version 1; the autotuner picks the faster per shape.
+//   Block: ry_max x rx_max region slots x ni images (<= kLrnPoolTileThreads); grid x =
+//   (output-column tile, image tile), y = (channel chunk, output-row tile).
+constexpr int kLrnPoolTileThreads = 1024;
+template <int HALF>
+__global__ void __launch_bounds__(kLrnPoolTileThreads)
+    LrnMaxPoolForwardTiled(const LrnPoolKernelParams p) {
+  constexpr int L = 2 * HALF + 1;
+  __shared__ float sm[2][kLrnPoolTileThreads];  // LRN of the region, double-buffered by channel
+  const int t = threadIdx.x;
+  const int li = t % p.ni, slot = t / p.ni;  // image in the tile; region slot / output slot
+  const int img = (blockIdx.x % p.img_tiles) * p.ni + li;
+  const int ox0 = (blockIdx.x / p.img_tiles) * p.oxt;
+  const int per_group = (p.cg + p.chunk - 1) / p.chunk;
+  const int64_t plane = static_cast<int64_t>(p.h) * p.w * p.n;
+  const int rows = (p.c / p.cg) * per_group * p.oy_tiles;
+  for (int row = blockIdx.y; row < rows; row += gridDim.y) {
+    const int cj = row / p.oy_tiles, oy0 = (row - cj * p.oy_tiles) * p.oyt;
+    const int g0 = (cj / per_group) * p.cg, g1 = g0 + p.cg;
+    const int c0 = g0 + (cj % per_group) * p.chunk, c1 = IMin(c0 + p.chunk, g1);
+    // The input rows and columns the tile's windows cover, clipped to the image.
+    const int ry0 = IMax(oy0 * p.stride - p.pad, 0), rx0 = IMax(ox0 * p.stride - p.pad, 0);
+    const int ry1 = IMin((IMin(oy0 + p.oyt, p.oh) - 1) * p.stride - p.pad + p.size, p.h);
+    const int rx1 = IMin((IMin(ox0 + p.oxt, p.ow) - 1) * p.stride - p.pad + p.size, p.w);
+    const int iy = ry0 + slot / p.rx_max, ix = rx0 + slot % p.rx_max;
+    const bool pix = img < p.n && slot < p.ry_max * p.rx_max && iy < ry1 && ix < rx1;
+    const int64_t at = (static_cast<int64_t>(iy) * p.w + ix) * p.n + img;
+    // This thread's window (as an output): slot (oy - oy0, ox - ox0) of the tile.
+    const int oy = oy0 + slot / p.oxt, ox = ox0 + slot % p.oxt;
+    const bool out = img < p.n && slot < p.oyt * p.oxt && oy < p.oh && ox < p.ow;
+    const int wy0 = IMax(oy * p.stride - p.pad, 0), wy1 = IMin(oy * p.stride - p.pad + p.size, p.h);
+    const int wx0 = IMax(ox * p.stride - p.pad, 0), wx1 = IMin(ox * p.stride - p.pad + p.size, p.w);
+    float xr[L];  // x of channels c - HALF .. c + HALF at this thread's pixel
+#pragma unroll
+    for (int j = 0; j < L; ++j) {
+      const int cc = c0 - HALF + j;
+      xr[j] = (pix && cc >= g0 && cc < g1) ? p.x[cc * plane + at] : 0.0f;
+    }
+    for (int c = c0; c < c1; ++c) {
+      float* buf = sm[(c - c0) & 1];
+      if (pix) {
+        const float d = LrnRingDenom<L>(xr, p.k, p.alpha);
+        buf[t] = xr[HALF] * PowNegBeta(d, p.beta);
+      }
+#pragma unroll
+      for (int j = 0; j + 1 < L; ++j) xr[j] = xr[j + 1];
+      const int cn = c + HALF + 1;
+      xr[L - 1] = (pix && cn < g1) ? p.x[cn * plane + at] : 0.0f;
+      __syncthreads();  // the region's values of channel c are in buf
+      if (out) {
+        float m = -INFINITY;
+        int a = wy0 * p.w + wx0;
+        for (int yy = wy0; yy < wy1; ++yy)
+          for (int xx = wx0; xx < wx1; ++xx) {
+            const float v = buf[((yy - ry0) * p.rx_max + (xx - rx0)) * p.ni + li];
+            if (v > m) {
+              m = v;
+              a = yy * p.w + xx;
+            }
+          }
+        const int64_t o = ((static_cast<int64_t>(c) * p.oh + oy) * p.ow + ox) * p.n + img;
+        p.y[o] = m;
+        p.arg[o] = static_cast<float>(a);
+      }
+      // No second barrier: channel c + 1 writes the other buffer, and channel c + 2 writes
+      // this one only after the next barrier, which every reader of this one has passed.
+    }
+    __syncthreads();  // the next row's first channel may write the buffer read last
   }
 }
 
@@ -1628,6 +1709,45 @@ Kernel LrnPoolKernel(int half, Kernel k1, Kernel k2, Kernel k3, Kernel k4) {
 }
 }  // namespace
 
+// Forward versions 1 (per window) and 2 (tiled) are bit-identical; the autotuner times
+// them per shape on first use unless one is forced (SetLrnMaxPoolForwardVersion,
+// COLONNADE_LRN_POOL_FWD=v1|v2). The emulator runs version 2.
+namespace {
+KernelAutotuner& LrnPoolForwardTuner() {
+  static KernelAutotuner* tuner = new KernelAutotuner("COLONNADE_LRN_POOL_FWD", {1, 2}, 2);
+  return *tuner;
+}
+}  // namespace
+
+void SetLrnMaxPoolForwardVersion(int version) { LrnPoolForwardTuner().Force(version); }
+
+namespace {
+// The tiled forward's tile: ni images (16, fewer for a smaller batch) and the oyt x oxt
+// windows whose input region (ry x rx pixels) holds the most windows per pixel within
+// kLrnPoolTileThreads threads (AlexNet's 3 x 3 windows at stride 2: 3 x 4 windows over
+// 7 x 9 pixels).
+void ChooseLrnPoolTile(LrnPoolKernelParams& p) {
+  p.ni = std::min(p.n, 16);
+  const int max_slots = kLrnPoolTileThreads / p.ni;
+  double best = -1.0;
+  for (int oyt = 1; oyt <= std::min(p.oh, 16); ++oyt)
+    for (int oxt = 1; oxt <= std::min(p.ow, 16); ++oxt) {
+      const int ry = (oyt - 1) * p.stride + p.size, rx = (oxt - 1) * p.stride + p.size;
+      if (ry * rx > max_slots) continue;
+      const double windows_per_pixel = static_cast<double>(oyt * oxt) / (ry * rx);
+      if (windows_per_pixel > best + 1e-12) {
+        best = windows_per_pixel;
+        p.oyt = oyt, p.oxt = oxt, p.ry_max = ry, p.rx_max = rx;
+      }
+    }
+  CHECK_GT(best, 0.0) << "LrnMaxPool: a " << p.size << "x" << p.size << " window does not fit "
+                      << "a tile of " << kLrnPoolTileThreads << " threads";
+  p.oy_tiles = static_cast<int>(CeilDiv(p.oh, p.oyt));
+  p.ox_tiles = static_cast<int>(CeilDiv(p.ow, p.oxt));
+  p.img_tiles = static_cast<int>(CeilDiv(p.n, p.ni));
+}
+}  // namespace
+
 void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* arg, int c,
                           int h, int w, int n, int oh, int ow, const LrnCrossParams& lp,
                           const PoolParams& pp) {
@@ -1635,10 +1755,29 @@ void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, fl
   p.x = x;
   p.y = y;
   p.arg = arg;
-  const int rows = (c / p.cg) * static_cast<int>(CeilDiv(p.cg, p.chunk)) * oh;
-  Launch(LrnPoolKernel(lp.size / 2, LrnMaxPoolForward<1>, LrnMaxPoolForward<2>,
-                       LrnMaxPoolForward<3>, LrnMaxPoolForward<4>),
-         RowGrid(int64_t(ow) * n, rows), dim3(kBlock), ctx.stream, p);
+  const int per_group = static_cast<int>(CeilDiv(p.cg, p.chunk));
+  const int rows = (c / p.cg) * per_group * oh;
+  LrnPoolKernelParams t = LrnPoolParams(ctx, c, h, w, n, oh, ow, int64_t(oh) * ow * n * 4, lp,
+                                        pp);  // a block per tile: fuller
+  t.x = x, t.y = y, t.arg = arg;
+  ChooseLrnPoolTile(t);
+  const int tile_rows = (c / t.cg) * static_cast<int>(CeilDiv(t.cg, t.chunk)) * t.oy_tiles;
+  const int half = lp.size / 2;
+  auto run = [&](int version) {
+    if (version == 1) {
+      Launch(LrnPoolKernel(half, LrnMaxPoolForward<1>, LrnMaxPoolForward<2>, LrnMaxPoolForward<3>,
+                           LrnMaxPoolForward<4>),
+             RowGrid(int64_t(ow) * n, rows), dim3(kBlock), ctx.stream, p);
+    } else {
+      Launch(LrnPoolKernel(half, LrnMaxPoolForwardTiled<1>, LrnMaxPoolForwardTiled<2>,
+                           LrnMaxPoolForwardTiled<3>, LrnMaxPoolForwardTiled<4>),
+             dim3(static_cast<unsigned>(t.ox_tiles * t.img_tiles),
+                  static_cast<unsigned>(std::min(tile_rows, 65535))),
+             dim3(static_cast<unsigned>(t.ry_max * t.rx_max * t.ni)), ctx.stream, t);
+    }
+  };
+  run(LrnPoolForwardTuner().Choose(ctx.stream, {c, lp.groups, h, w, n, pp.size, pp.stride, pp.pad},
+                                   run));
 }
 
 void LrnMaxPoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* arg,

@@ -475,7 +475,8 @@ TEST_F(CudaTest, LrnAcrossChannels) {
 // with the suite's FP32 tolerance. Shapes: AlexNet's norm + pool with two columns, batches
 // 7 and 33, LRN windows of 3, 5 and 9 channels (HALF 1, 2, 4), channels 5 and 96, pooling 3/2,
 // 2/2 and 3/1 with padding, ties (few distinct values) and a chunked channel walk (small
-// grids split a group's channels among threads, with halos).
+// grids split a group's channels among threads, with halos); both forward versions (the
+// tiled one with partial tiles of windows and of images).
 TEST_F(CudaTest, LrnMaxPoolFusedAsUnfused) {
   struct Case {
     int c, h, w, n, lrn_size, groups, pool, stride, pad;
@@ -508,11 +509,16 @@ TEST_F(CudaTest, LrnMaxPoolFusedAsUnfused) {
       Tensor y(ys, Device::kCPU), arg(ys, Device::kCPU);
       Cpu().LrnMaxPoolForward(x, y, arg, lp, pp);
       Tensor gx = OnGpu(x);
-      Tensor gy = Poisoned(ys, Device::kCUDA), garg = Poisoned(ys, Device::kCUDA);
-      Gpu().LrnMaxPoolForward(gx, gy, garg, lp, pp);
       Tensor uy = Poisoned(ys, Device::kCUDA), uarg(ys, Device::kCUDA);
       Gpu().Ops::LrnMaxPoolForward(gx, uy, uarg, lp, pp);
-      EXPECT_TRUE(BitwiseEqual(gy.ToHost(), uy.ToHost())) << name << ": forward";
+      Tensor gy, garg;
+      for (int version : {1, 2}) {  // per window, tiled: the same bits
+        cuda::SetLrnMaxPoolForwardVersion(version);
+        gy = Poisoned(ys, Device::kCUDA), garg = Poisoned(ys, Device::kCUDA);
+        Gpu().LrnMaxPoolForward(gx, gy, garg, lp, pp);
+        EXPECT_TRUE(BitwiseEqual(gy.ToHost(), uy.ToHost())) << name << ": forward v" << version;
+      }
+      cuda::SetLrnMaxPoolForwardVersion(0);
       EXPECT_CLOSE(gy, y) << name;
       Tensor dy = RandomCpu(ys, 92), dx(xs, Device::kCPU);
       Cpu().LrnMaxPoolBackward(x, y, arg, dy, dx, lp, pp);
