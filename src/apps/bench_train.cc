@@ -156,16 +156,15 @@ void WriteSyntheticInputs(Net& net) {
 // The model on the GPU at this batch with --memory_plan and --recompute, its parameters
 // initialised and its inputs written (WriteSyntheticInputs); prints the plan's sizes.
 // Null, with a message, when the step does not fit the device.
-std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch) {
+std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch,
+                                       const Fusions& fusions) {
   ModelOptions mo;
   auto built = BuildModel(model, mo);
   CHECK(built.ok()) << built.status();
   std::unique_ptr<Net> net = std::move(*built);
   net->set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
   net->set_recompute(absl::GetFlag(FLAGS_recompute));
-  const absl::StatusOr<Fusions> fusions = ParseFusions(absl::GetFlag(FLAGS_fusions));
-  CHECK(fusions.ok()) << "--fusions: " << fusions.status();
-  net->set_fusions(*fusions);
+  net->set_fusions(fusions);
   const absl::Status st = net->Build(batch, Device::kCUDA);
   if (absl::IsResourceExhausted(st)) {
     std::printf("%s batch %lld: does not fit: %s\n", model.c_str(), static_cast<long long>(batch),
@@ -193,6 +192,12 @@ int Main() {
                  absl::GetFlag(FLAGS_precision).c_str());
     return 2;
   }
+  const absl::StatusOr<Fusions> fusions = ParseFusions(absl::GetFlag(FLAGS_fusions));
+  if (!fusions.ok()) {
+    std::fprintf(stderr, "bench_train: --fusions: %s\n",
+                 std::string(fusions.status().message()).c_str());
+    return 2;
+  }
   if (!cuda::Available()) {
     std::fprintf(stderr, "bench_train: no CUDA device\n");
     return 1;
@@ -209,7 +214,7 @@ int Main() {
   std::vector<std::string> lines;
   for (absl::string_view bs : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
     const int64_t batch = std::stoll(std::string(bs));
-    const std::unique_ptr<Net> built = BuildSyntheticNet(model, batch);
+    const std::unique_ptr<Net> built = BuildSyntheticNet(model, batch, *fusions);
     if (built == nullptr) continue;
     Net& net = *built;
     SgdOptions so;
