@@ -170,7 +170,7 @@ void Net::MarkLrnPoolFusions() {
     if (!lrn || !pool || pool->pool_params().kind != PoolParams::kMax) continue;
     const LayerEntry& e = layers_[i];
     if (e.inputs.size() != 1 || e.outputs.size() != 1 || e.inputs == e.outputs) continue;
-    const std::string& norm = e.outputs[0];
+    const std::string norm = e.outputs[0];  // a copy: the entry is renamed below
     // Only the pool may read the normalised map: nobody else would find it.
     if (layers_[i + 1].inputs != e.outputs || readers[norm] != 1 || pinned_.count(norm)) continue;
     lrn_pool_fusions_.push_back({static_cast<int>(i), norm});
