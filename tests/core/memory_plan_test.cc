@@ -27,6 +27,14 @@ std::vector<std::string> ZooNames() {
 }
 
 // The smallest input each model family accepts in the zoo tests (models_test.cc).
+// A zoo model's name as a test name ("resnet18-cifar" -> "resnet18_cifar").
+std::string ModelTestName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+
 int SmallInput(const std::string& model) {
   if (model.rfind("cifar", 0) == 0 || model == "resnet18-cifar") return 32;
   if (model == "alexnet" || model == "zfnet") return 67;
@@ -129,13 +137,7 @@ TEST_P(PlanEveryModel, NoSharingWhileLiveReadsAfterWritesPinsKept) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Zoo, PlanEveryModel, ::testing::ValuesIn(ZooNames()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Zoo, PlanEveryModel, ::testing::ValuesIn(ZooNames()), ModelTestName);
 
 // ---- the size for the models, at their default input sizes ----------------------
 // Computed from shapes only (no allocation). Measured when written: ResNet-50 0.34 of one
@@ -326,12 +328,7 @@ TEST_P(PoisonedPlanTrains, BitwiseAsWithoutThePlan) {
 INSTANTIATE_TEST_SUITE_P(Zoo, PoisonedPlanTrains,
                          ::testing::Values("alexnet", "resnet18-cifar", "googlenet",
                                            "cifar10-18pct", "cifar10-80sec", "resnet50"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+                         ModelTestName);
 
 // Conv + ReLU fusion (Fusions::conv_relu, on by default) changes no bit of FP32
 // training: the fused pass calls the same primitives. Trained with the plan on and the
@@ -355,12 +352,7 @@ TEST_P(FusedConvReluTrains, BitwiseAsUnfused) {
 // (GoogLeNet and the ResNets put batch norm between convolution and ReLU: nothing fuses.)
 INSTANTIATE_TEST_SUITE_P(Zoo, FusedConvReluTrains,
                          ::testing::Values("alexnet", "zfnet", "vgg16", "cifar10-18pct"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+                         ModelTestName);
 
 // LRN + max-pool fusion (Fusions::lrn_pool, on by default) changes no bit either:
 // AlexNet's norm1 + pool1 and norm2 + pool2 trained fused and unfused (conv + ReLU fused in
@@ -453,21 +445,11 @@ TEST_P(FusedAddReluTrains, BitwiseAsUnfused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, FusedAddReluTrains, ::testing::Values("resnet18-cifar", "resnet50"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+                         ModelTestName);
 
 INSTANTIATE_TEST_SUITE_P(Zoo, FusedBnReluTrains,
                          ::testing::Values("resnet18-cifar", "resnet50", "googlenet"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+                         ModelTestName);
 
 TEST(Fusions, ParseAndName) {
   absl::StatusOr<Fusions> f = ParseFusions("bn_relu,lrn_pool");
@@ -510,12 +492,7 @@ TEST_P(RecomputeTrains, BitwiseAsKeepingTheOutputs) {
 // ResNet-50 at a 64x64 input stands for its ImageNet shape (bottlenecks, downsampling).
 INSTANTIATE_TEST_SUITE_P(Zoo, RecomputeTrains,
                          ::testing::Values("resnet18-cifar", "resnet50", "googlenet"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+                         ModelTestName);
 
 // The poison catches a declaration that claims too little: a ReLU that says its Backward
 // reads nothing but dy (it reads y) trains differently with the plan.
