@@ -330,6 +330,24 @@ INSTANTIATE_TEST_SUITE_P(Zoo, PoisonedPlanTrains,
                                            "cifar10-18pct", "cifar10-80sec", "resnet50"),
                          ModelTestName);
 
+// Trains `model` with the fusion `counter` counts left out (`apart`) and with every fusion
+// (`recompute` in both); expects none of those pairs fused apart, and every loss, logit and
+// parameter bitwise equal. Returns how many pairs the fused run fused.
+int FusedPairsTrainingBitwiseAsApart(const std::string& model, const TrainSetup& apart,
+                                     int Trace::*counter,
+                                     RecomputePolicy recompute = RecomputePolicy::kOff) {
+  TrainSetup a_setup = apart, b_setup;
+  a_setup.recompute = b_setup.recompute = recompute;
+  const Trace a = Train(model, SmallInput(model), a_setup);
+  const Trace b = Train(model, SmallInput(model), b_setup);
+  EXPECT_FALSE(a.params.empty()) << model;
+  EXPECT_EQ(a.*counter, 0);
+  EXPECT_TRUE(BitwiseEqual(a.losses, b.losses)) << model << ": losses differ";
+  EXPECT_TRUE(BitwiseEqual(a.logits, b.logits)) << model << ": logits differ";
+  EXPECT_TRUE(BitwiseEqual(a.params, b.params)) << model << ": parameters differ";
+  return b.*counter;
+}
+
 // Conv + ReLU fusion (Fusions::conv_relu, on by default) changes no bit of FP32
 // training: the fused pass calls the same primitives. Trained with the plan on and the
 // arena poisoned, so a fused convolution that read its y after the plan let it die shows.
@@ -337,14 +355,9 @@ class FusedConvReluTrains : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FusedConvReluTrains, BitwiseAsUnfused) {
   const std::string model = GetParam();
-  const Trace apart = Train(model, SmallInput(model), Fused(false, true, true, true));
-  const Trace together = Train(model, SmallInput(model), Fused(true, true, true, true));
-  ASSERT_FALSE(apart.params.empty());
-  EXPECT_EQ(apart.conv_relu, 0);
-  EXPECT_GT(together.conv_relu, 0) << model << ": no conv + ReLU pair was fused";
-  EXPECT_TRUE(BitwiseEqual(apart.losses, together.losses)) << model << ": losses differ";
-  EXPECT_TRUE(BitwiseEqual(apart.logits, together.logits)) << model << ": logits differ";
-  EXPECT_TRUE(BitwiseEqual(apart.params, together.params)) << model << ": parameters differ";
+  EXPECT_GT(
+      FusedPairsTrainingBitwiseAsApart(model, Fused(false, true, true, true), &Trace::conv_relu), 0)
+      << model << ": no conv + ReLU pair was fused";
 }
 
 // AlexNet (conv + ReLU then LRN, two columns), ZFNet, VGG-16 (conv + ReLU chains, pooling),
@@ -359,14 +372,10 @@ INSTANTIATE_TEST_SUITE_P(Zoo, FusedConvReluTrains,
 // both), the plan on and the arena poisoned (the fused pool reads the LRN's input in its
 // Backward; the LRN, in place, declares no read of it).
 TEST(FusedLrnPool, AlexNetTrainsBitwiseAsUnfused) {
-  const Trace apart = Train("alexnet", SmallInput("alexnet"), Fused(true, true, true, false));
-  const Trace together = Train("alexnet", SmallInput("alexnet"), Fused(true, true, true, true));
-  ASSERT_FALSE(apart.params.empty());
-  EXPECT_EQ(apart.lrn_pool, 0);
-  EXPECT_EQ(together.lrn_pool, 2) << "norm1 + pool1 and norm2 + pool2 should fuse";
-  EXPECT_TRUE(BitwiseEqual(apart.losses, together.losses)) << "losses differ";
-  EXPECT_TRUE(BitwiseEqual(apart.logits, together.logits)) << "logits differ";
-  EXPECT_TRUE(BitwiseEqual(apart.params, together.params)) << "parameters differ";
+  EXPECT_EQ(
+      FusedPairsTrainingBitwiseAsApart("alexnet", Fused(true, true, true, false), &Trace::lrn_pool),
+      2)
+      << "norm1 + pool1 and norm2 + pool2 should fuse";
 }
 
 // Which pairs fuse, and that a later Build with other settings undoes the fusion: the
@@ -402,7 +411,7 @@ TEST(FusedLrnPool, FollowsTheSettingAndThePins) {
 // every recomputation policy (a recomputed batch-norm output is rectified by the batch norm's
 // Recompute; the fused ReLU's does nothing) and the arena poisoned (the fused batch norm
 // reads its y for the mask). The zoo's batch-norm families: the ResNets (bn + relu inside
-// blocks; bn + add + relu at their ends, which does not fuse) and GoogLeNet.
+// blocks; at their ends bn + add + relu, where the ReLU fuses with the sum) and GoogLeNet.
 class FusedBnReluTrains : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FusedBnReluTrains, BitwiseAsUnfused) {
@@ -410,16 +419,10 @@ TEST_P(FusedBnReluTrains, BitwiseAsUnfused) {
   for (RecomputePolicy p : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu,
                             RecomputePolicy::kBatchNormReluAdd}) {
     SCOPED_TRACE(::testing::Message() << model << " recompute policy " << static_cast<int>(p));
-    TrainSetup apart = Fused(true, false, true, true), together = Fused(true, true, true, true);
-    apart.recompute = together.recompute = p;
-    const Trace a = Train(model, SmallInput(model), apart);
-    const Trace b = Train(model, SmallInput(model), together);
-    ASSERT_FALSE(a.params.empty());
-    EXPECT_EQ(a.bn_relu, 0);
-    EXPECT_GT(b.bn_relu, 0) << "no batch norm + ReLU pair was fused";
-    EXPECT_TRUE(BitwiseEqual(a.losses, b.losses)) << "losses differ";
-    EXPECT_TRUE(BitwiseEqual(a.logits, b.logits)) << "logits differ";
-    EXPECT_TRUE(BitwiseEqual(a.params, b.params)) << "parameters differ";
+    EXPECT_GT(
+        FusedPairsTrainingBitwiseAsApart(model, Fused(true, false, true, true), &Trace::bn_relu, p),
+        0)
+        << "no batch norm + ReLU pair was fused";
   }
 }
 
@@ -431,16 +434,10 @@ TEST_P(FusedAddReluTrains, BitwiseAsUnfused) {
   const std::string model = GetParam();
   for (RecomputePolicy p : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormReluAdd}) {
     SCOPED_TRACE(::testing::Message() << model << " recompute policy " << static_cast<int>(p));
-    TrainSetup apart = Fused(true, true, false, true), together = Fused(true, true, true, true);
-    apart.recompute = together.recompute = p;
-    const Trace a = Train(model, SmallInput(model), apart);
-    const Trace b = Train(model, SmallInput(model), together);
-    ASSERT_FALSE(a.params.empty());
-    EXPECT_EQ(a.add_relu, 0);
-    EXPECT_GT(b.add_relu, 0) << "no residual sum + ReLU pair was fused";
-    EXPECT_TRUE(BitwiseEqual(a.losses, b.losses)) << "losses differ";
-    EXPECT_TRUE(BitwiseEqual(a.logits, b.logits)) << "logits differ";
-    EXPECT_TRUE(BitwiseEqual(a.params, b.params)) << "parameters differ";
+    EXPECT_GT(FusedPairsTrainingBitwiseAsApart(model, Fused(true, true, false, true),
+                                               &Trace::add_relu, p),
+              0)
+        << "no residual sum + ReLU pair was fused";
   }
 }
 
