@@ -7,7 +7,7 @@
 # Writes OUTDIR/step.jsonl (one record per measurement: impl, what, model, mode, batch,
 # img_per_s, peak_mem_bytes, commit, device), the logs, and OUTDIR/step.tgz with all of it.
 # Knobs: BATCH (256; a comma list for bench_train and the peer, e.g. 128,256), MODES
-# (fp32,tf32,bf16), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
+# (fp32,tf32,bf16; bf16_act: bf16 with --bf16_activations, docs/PRECISION.md), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
 # batch, for the batches in COMPILE_BATCHES: 256), TRAINER_MODES (MODES), TRAINER_BATCH
 # (the last of BATCH), TRAINER_STEPS (60), SKIP_PEER=1.
 set -uo pipefail
@@ -41,17 +41,21 @@ t0=$(date +%s)
 say "build ok in $(( $(date +%s) - t0 )) s"
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 
+# A mode's flags: bf16_act is bf16 precision with bf16 activation storage.
+mode_flags() { [ "$1" = bf16_act ] && echo "--precision=bf16 --bf16_activations" || echo "--precision=$1"; }
+
 for m in ${MODES//,/ }; do
-  "$BUILD/bench_train" --model=alexnet --batch_sizes="$BATCH" --precision="$m" \
+  # shellcheck disable=SC2046
+  "$BUILD/bench_train" --model=alexnet --batch_sizes="$BATCH" $(mode_flags "$m") \
     --warmup=5 --steps=30 --breakdown=false --json="$OUT/bench_train_$m.json" \
     > "$OUT/bench_train_$m.log" 2>&1
   say "bench_train $m: $(grep -E 'img/s' "$OUT/bench_train_$m.log" | head -1)"
-  python3 - "$OUT/bench_train_$m.json" "$COMMIT" >> "$J" <<'PY'
+  python3 - "$OUT/bench_train_$m.json" "$COMMIT" "$m" >> "$J" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     print(json.dumps({"impl": "colonnade", "what": "bench_train", "model": r["model"],
-                      "mode": r["mode"], "batch": r["batch"], "img_per_s": round(r["img_per_s"], 1),
+                      "mode": sys.argv[3], "batch": r["batch"], "img_per_s": round(r["img_per_s"], 1),
                       "peak_mem_bytes": r["peak_in_use_bytes"], "loss_first": r["loss_first"],
                       "loss_last": r["loss_last"], "device": r["device"], "commit": sys.argv[2]}))
 PY
@@ -59,8 +63,9 @@ done
 
 TRAINER=$BUILD/trainer
 for m in ${TRAINER_MODES//,/ }; do
+  # shellcheck disable=SC2046
   timeout 120 "$TRAINER" --model=alexnet --device=cuda --data=synthetic --batch_size="$TRAINER_BATCH" \
-    --steps="$TRAINER_STEPS" --log_every=20 --data_threads="$(nproc)" --precision="$m" \
+    --steps="$TRAINER_STEPS" --log_every=20 --data_threads="$(nproc)" $(mode_flags "$m") \
     --metrics_file="$OUT/trainer_$m.metrics.jsonl" > "$OUT/trainer_$m.log" 2>&1
   say "trainer $m rc=$?: $(grep -E 'step +'"$TRAINER_STEPS"' ' "$OUT/trainer_$m.log" | tail -1)"
   python3 - "$OUT/trainer_$m.metrics.jsonl" "$COMMIT" "$m" "$TRAINER_BATCH" "$DEV" >> "$J" <<'PY'

@@ -7,7 +7,8 @@
 #   COMMIT=<full hash> experiments/mixed_precision/run_zoo.sh OUTDIR [BUILD_DIR]
 #
 # Writes OUTDIR/zoo.jsonl (impl, what, model, mode, batch, img_per_s, peak_mem_bytes,
-# commit, device) and the logs. Knobs: CONFIGS ("model:batch ..."), MODES (ours),
+# commit, device) and the logs. Knobs: CONFIGS ("model:batch ..."), MODES (ours; bf16_act:
+# bf16 with --bf16_activations),
 # PEER_MODES, COMPILE ("model:batch ..." that also get bf16_compile), SKIP_PEER=1.
 set -uo pipefail
 OUT=${1:?usage: run_zoo.sh OUTDIR [BUILD_DIR]}
@@ -27,7 +28,9 @@ DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 for cfg in $CONFIGS; do
   model=${cfg%%:*} batch=${cfg##*:}
   for m in ${MODES//,/ }; do
-    timeout 120 "$BUILD/bench_train" --model="$model" --batch_sizes="$batch" --precision="$m" \
+    flags=(--precision="$m")
+    [ "$m" = bf16_act ] && flags=(--precision=bf16 --bf16_activations)
+    timeout 120 "$BUILD/bench_train" --model="$model" --batch_sizes="$batch" "${flags[@]}" \
       --warmup=3 --steps=10 --breakdown=false --json="$OUT/ours.json" > "$OUT/ours_${model}_${batch}_$m.log" 2>&1
     say "ours $model $batch $m rc=$?: $(grep -E 'img/s' "$OUT/ours_${model}_${batch}_$m.log" | head -1 | cut -c1-90)"
   done
@@ -47,7 +50,8 @@ def lines(name):
     return [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
 for r in lines("ours.json"):
     print(json.dumps({"impl": "colonnade", "what": "bench_train", "model": r["model"],
-                      "mode": r["mode"], "batch": r["batch"], "img_per_s": round(r["img_per_s"], 1),
+                      "mode": r["mode"] + ("_act" if r.get("activations") == "bf16" else ""),
+                      "batch": r["batch"], "img_per_s": round(r["img_per_s"], 1),
                       "peak_mem_bytes": r["peak_in_use_bytes"], "commit": commit, "device": dev}))
 for r in lines("peer.json"):
     print(json.dumps({"impl": "pytorch", "what": "torchvision_step", "model": r["model"],

@@ -58,7 +58,11 @@ ABSL_FLAG(std::string, fusions, "all",
           "bitwise the same results");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
-          "products (docs/PRECISION.md); tensors and weights stay FP32");
+          "products (docs/PRECISION.md); tensors and weights stay FP32 unless "
+          "--bf16_activations");
+ABSL_FLAG(bool, bf16_activations, false,
+          "with --precision=bf16: store the blobs only convolutions and pooling touch in bf16 "
+          "(the trainer's --bf16_activations; docs/PRECISION.md)");
 
 namespace colonnade {
 namespace {
@@ -165,6 +169,7 @@ std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch,
   net->set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
   net->set_recompute(absl::GetFlag(FLAGS_recompute));
   net->set_fusions(fusions);
+  net->set_bf16_storage(absl::GetFlag(FLAGS_bf16_activations));
   const absl::Status st = net->Build(batch, Device::kCUDA);
   if (absl::IsResourceExhausted(st)) {
     std::printf("%s batch %lld: does not fit: %s\n", model.c_str(), static_cast<long long>(batch),
@@ -198,6 +203,10 @@ int Main() {
                  std::string(fusions.status().message()).c_str());
     return 2;
   }
+  if (absl::GetFlag(FLAGS_bf16_activations) && precision != Precision::kBF16) {
+    std::fprintf(stderr, "bench_train: --bf16_activations needs --precision=bf16\n");
+    return 2;
+  }
   if (!cuda::Available()) {
     std::fprintf(stderr, "bench_train: no CUDA device\n");
     return 1;
@@ -206,7 +215,8 @@ int Main() {
   CHECK(st.ok()) << st;
   st = OpsFor(Device::kCUDA).SetPrecision(precision);
   CHECK(st.ok()) << st;
-  std::printf("precision: %s\n", PrecisionName(precision));
+  std::printf("precision: %s%s\n", PrecisionName(precision),
+              absl::GetFlag(FLAGS_bf16_activations) ? ", bf16 activations" : "");
   std::printf("device: %s\n", cuda::DeviceDescription().c_str());
   const std::string model = absl::GetFlag(FLAGS_model);
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
@@ -278,12 +288,14 @@ int Main() {
         "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
         "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
         "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"recompute\": \"%s\", "
-        "\"cuda_graphs\": %s, \"fusions\": \"%s\", \"device\": \"%s\"}",
+        "\"cuda_graphs\": %s, \"fusions\": \"%s\", \"activations\": \"%s\", \"device\": "
+        "\"%s\"}",
         model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2],
         mem.peak_bytes_in_use, mem.peak_bytes_reserved, mem.device_allocations - mallocs_before,
         first_loss, last_loss, AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
         AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)), graphs ? "true" : "false",
-        FusionsName(net.fusions()), cuda::DeviceDescription()));
+        FusionsName(net.fusions()), net.bf16_storage() ? "bf16" : "float32",
+        cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
   const std::string json = absl::GetFlag(FLAGS_json);

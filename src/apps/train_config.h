@@ -127,6 +127,7 @@ struct TrainConfig {
   float weight_decay = -1;
   std::string weight_decay_on;     // weights | all; empty: the recipe's
   std::string precision = "auto";  // auto | fp32 | tf32 | bf16 (core/precision.h)
+  bool bf16_activations = false;   // --bf16_activations: Net::set_bf16_storage
   uint64_t seed = 1;
   // Output.
   int log_every = 10;

@@ -297,6 +297,14 @@ EndCode SetUpDevice(Job& job) {
   if (job.cfg.precision == "auto") {
     job.precision = job.device == Device::kCUDA ? Precision::kBF16 : Precision::kFP32;
   }
+  if (job.cfg.bf16_activations && job.precision != Precision::kBF16) {
+    return AgreedError(job.l,
+                       absl::InvalidArgumentError(absl::StrFormat(
+                           "--bf16_activations needs bf16 precision on a CUDA device (this run: "
+                           "%s on %s): add --precision=bf16 --device=cuda, or drop the flag",
+                           PrecisionName(job.precision), DeviceName(job.device))),
+                       kExitUsage);
+  }
   return std::nullopt;
 }
 
@@ -397,6 +405,7 @@ EndCode BuildShard(Job& job) {
   Net& net = job.net();
   net.set_memory_plan(cfg.memory_plan == MemoryPlanMode::kOn);
   net.set_recompute(cfg.recompute);
+  net.set_bf16_storage(cfg.bf16_activations);
   if (absl::Status s = net.Build(job.local_batch, job.device); !s.ok()) {
     return AgreedError(l, s, kExitUsage);
   }
@@ -1117,9 +1126,10 @@ void Trainer::PrintBanner() {
   const ModelOptions& mo = job_.mo;
   const Communicator* comm = job_.dp_comm ? job_.dp_comm.get() : job_.mp_comm.get();
   std::printf("Colonnade trainer\n");
-  std::printf("  layout     %s, device %s (%s%s), comm %s\n", job_.mesh->ToString().c_str(),
+  std::printf("  layout     %s, device %s (%s%s%s), comm %s\n", job_.mesh->ToString().c_str(),
               DeviceName(job_.device), PrecisionName(job_.precision),
-              cfg_.precision == "auto" ? ", auto" : "", comm ? comm->backend() : "none");
+              cfg_.precision == "auto" ? ", auto" : "",
+              cfg_.bf16_activations ? ", bf16 activations" : "", comm ? comm->backend() : "none");
   std::printf("  model      %s, %d columns, input %dx%dx%d, %d classes, %s parameters\n",
               cfg_.model.c_str(), job_.columns, mo.input_channels, mo.input_size, mo.input_size,
               mo.num_classes, WithCommas(full_params_).c_str());

@@ -193,6 +193,13 @@ ABSL_FLAG(std::string, precision, "auto",
           "Use --precision=fp32 to reproduce FP32 results bit for bit. Weights, momentum, "
           "activations and checkpoints stay FP32 in every mode, so a run may resume in "
           "another precision.");
+ABSL_FLAG(bool, bf16_activations, false,
+          "With --precision=bf16 (or auto on a GPU): store the activations and activation "
+          "gradients that only convolutions and pooling touch (fused ReLUs and LRNs included) "
+          "in bf16, halving their memory and traffic; every other blob, the weights, "
+          "momentum and checkpoints stay FP32 (docs/PRECISION.md, 'bf16 activation "
+          "storage'). Off by default until its speed and training quality are measured on "
+          "a GPU.");
 ABSL_FLAG(uint64_t, seed, 1,
           "Seed of every random draw (init, data order, augmentation, dropout). The same seed "
           "and global batch give the same run for any (dp, mp) layout.");
@@ -316,6 +323,7 @@ int main(int argc, char** argv) {
   c.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   c.weight_decay_on = absl::GetFlag(FLAGS_weight_decay_on);
   c.precision = absl::GetFlag(FLAGS_precision);
+  c.bf16_activations = absl::GetFlag(FLAGS_bf16_activations);
   c.seed = absl::GetFlag(FLAGS_seed);
   c.log_every = absl::GetFlag(FLAGS_log_every);
   c.profile_steps = absl::GetFlag(FLAGS_profile_steps);

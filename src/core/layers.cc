@@ -274,7 +274,7 @@ void LrnCrossLayer::Backward(Ops& ops, const RunContext&, const std::vector<cons
                              const std::vector<const Tensor*>& dy, const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
   if (!fused_into_pool_) return ops.LrnCrossBackward(*x[0], *y[0], denom_, *dy[0], *dx[0], p_);
-  if (dx[0]->data() != dy[0]->data()) ops.Copy(*dy[0], *dx[0]);  // a gradient of its own
+  if (dx[0]->raw() != dy[0]->raw()) ops.Copy(*dy[0], *dx[0]);  // a gradient of its own
 }
 
 ChannelSplit LrnCrossLayer::channel_split() const {
@@ -331,7 +331,7 @@ void ReluLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Te
   if (!dx[0]) return;
   if (!fused_) {
     ops.ReluBackward(*y[0], *dy[0], *dx[0]);
-  } else if (dx[0]->data() != dy[0]->data()) {
+  } else if (dx[0]->raw() != dy[0]->raw()) {
     ops.Copy(*dy[0], *dx[0]);  // the plan gave the input gradient its own buffer
   }
 }

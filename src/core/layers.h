@@ -19,6 +19,8 @@ class ConvLayer : public Layer {
   COLONNADE_LAYER_OVERRIDES("conv");
   // dW needs x; dx needs only dy and the weights; a fused ReLU's gradient needs y.
   BackwardReads backward_reads() const override { return {true, fused_relu_, true}; }
+  // The tensor-core kernels read and write either storage type (CudaOps::ConvLayerForward).
+  bool bf16_io() const override { return true; }
   void AllocateParams(Device d) override;
   std::vector<Param*> params() override;
   ColumnInfo column_info() const override { return columns_; }
@@ -95,6 +97,12 @@ class PoolLayer : public Layer {
     return {max, max, true};
   }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
+  bool bf16_io() const override { return true; }  // max, average, fused with an LRN
+  // Max pooling's backward finds the maximum's pixel by comparing x with y (the fused LRN
+  // keeps an argmax instead).
+  bool bf16_output_needs_bf16_input() const override {
+    return p_.kind == PoolParams::kMax && !lrn_;
+  }
   const PoolParams& pool_params() const { return p_; }
   // The cross-channel LRN before this max pool runs inside it (Net::Fusions::lrn_pool): x
   // is then the LRN's input, Forward writes MaxPool(Lrn(x)) and Backward the gradient of
@@ -135,6 +143,7 @@ class LrnCrossLayer : public Layer {
   void set_fused_into_pool(bool on) { fused_into_pool_ = on; }
   bool fused_into_pool() const { return fused_into_pool_; }
   bool in_place_ok() const override { return fused_into_pool_; }
+  bool bf16_io() const override { return fused_into_pool_; }  // fused: does nothing
 
  private:
   LrnCrossParams p_;
@@ -164,6 +173,7 @@ class ReluLayer : public Layer {
   BackwardReads backward_reads() const override { return {false, !fused_, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   bool in_place_ok() const override { return true; }
+  bool bf16_io() const override { return fused_; }  // fused: does nothing
   // Stateless: Forward again writes the same y (fused: the producer's Recompute did).
   bool can_recompute() const override { return true; }
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,

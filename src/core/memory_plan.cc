@@ -20,11 +20,12 @@ class ScheduleBuilder {
  public:
   ScheduleBuilder(const std::vector<LayerEntry>& layers, const std::vector<std::string>& inputs,
                   const std::map<std::string, Shape>& shapes, const std::set<std::string>& pinned,
-                  MemoryPlan* plan)
+                  const std::set<std::string>& bf16_blobs, MemoryPlan* plan)
       : layers_(layers),
         inputs_(inputs.begin(), inputs.end()),
         shapes_(shapes),
         pinned_(pinned),
+        bf16_blobs_(bf16_blobs),
         plan_(plan) {}
 
   void Run(RecomputePolicy recompute) {
@@ -42,6 +43,7 @@ class ScheduleBuilder {
     b.blob = blob;
     b.name = std::move(name);
     b.shape = shapes_.at(blob);
+    b.dtype = bf16_blobs_.count(blob) ? DType::kBF16 : DType::kFloat32;
     b.external = kind == PlanBuffer::kActivation && inputs_.count(blob) > 0;
     plan_->buffers.push_back(std::move(b));
     return static_cast<int>(plan_->buffers.size()) - 1;
@@ -236,6 +238,7 @@ class ScheduleBuilder {
   const std::set<std::string> inputs_;
   const std::map<std::string, Shape>& shapes_;
   const std::set<std::string>& pinned_;
+  const std::set<std::string>& bf16_blobs_;
   MemoryPlan* plan_;
   std::map<std::string, bool> written_;
   // Recomputation (FindRecomputable): every blob's writers and the layers whose Backward
@@ -299,19 +302,19 @@ int64_t PlaceBuffers(int64_t align, MemoryPlan* plan) {
   for (size_t i = 0; i < bufs.size(); ++i)
     if (!bufs[i].external) order.push_back(static_cast<int>(i));
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    if (bufs[a].elements() != bufs[b].elements()) return bufs[a].elements() > bufs[b].elements();
+    if (bufs[a].words() != bufs[b].words()) return bufs[a].words() > bufs[b].words();
     return bufs[a].first < bufs[b].first;
   });
   std::vector<int> placed;
   int64_t arena = 0;
   for (int id : order) {
     PlanBuffer& b = bufs[id];
-    const int64_t size = AlignUp(std::max<int64_t>(b.elements(), 1), align);
+    const int64_t size = AlignUp(std::max<int64_t>(b.words(), 1), align);
     std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of overlapping lives
     for (int p : placed) {
       if (!Overlap(b, bufs[p])) continue;
-      taken.push_back({bufs[p].offset,
-                       bufs[p].offset + AlignUp(std::max<int64_t>(bufs[p].elements(), 1), align)});
+      taken.push_back(
+          {bufs[p].offset, bufs[p].offset + AlignUp(std::max<int64_t>(bufs[p].words(), 1), align)});
     }
     std::sort(taken.begin(), taken.end());
     int64_t best = -1, best_gap = 0, end = 0;
@@ -349,7 +352,13 @@ absl::StatusOr<MemoryPlan> PlanMemory(const std::vector<LayerEntry>& layers,
   }
   std::set<std::string> pinned = options.pinned;
   pinned.insert({"loss", "probs", kLogitsBlob});
-  ScheduleBuilder(layers, inputs, shapes, pinned, &plan).Run(options.recompute);
+  for (const std::string& b : options.bf16_blobs) {
+    if (pinned.count(b) || std::count(inputs.begin(), inputs.end(), b)) {
+      return absl::InvalidArgumentError("blob " + b +
+                                        " is a net input or pinned: it cannot be stored in bf16");
+    }
+  }
+  ScheduleBuilder(layers, inputs, shapes, pinned, options.bf16_blobs, &plan).Run(options.recompute);
   MarkLiveness(pinned, &plan);
   if (plan.share) plan.arena_elements = PlaceBuffers(options.align_elements, &plan);
   return plan;
@@ -367,16 +376,16 @@ int64_t MemoryPlan::unshared_bytes() const {
   for (const PlanBuffer& b : buffers) {
     if (b.external || b.kind == PlanBuffer::kRecomputed) continue;
     if (b.kind == PlanBuffer::kScratch && !scratch_blobs.insert(b.blob).second) continue;
-    n += b.elements();
+    n += b.bytes();
   }
-  return n * static_cast<int64_t>(sizeof(float));
+  return n;
 }
 
 int64_t MemoryPlan::input_bytes() const {
   int64_t n = 0;
   for (const PlanBuffer& b : buffers)
-    if (b.external) n += b.elements();
-  return n * static_cast<int64_t>(sizeof(float));
+    if (b.external) n += b.bytes();
+  return n;
 }
 
 std::string MemoryPlan::StepName(int step, const std::vector<LayerEntry>& layers) const {
@@ -412,7 +421,7 @@ std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
       for (int o : order) {
         const PlanBuffer& c = buffers[o];
         if (o == id || c.external) continue;
-        if (c.offset < b.offset + b.elements() && b.offset < c.offset + c.elements())
+        if (c.offset < b.offset + b.words() && b.offset < c.offset + c.words())
           shares.push_back(c.name);
       }
     }
@@ -421,9 +430,10 @@ std::string MemoryPlan::Format(const std::vector<LayerEntry>& layers) const {
     std::string shared =
         absl::StrJoin(shares.begin(), shares.begin() + std::min(shares.size(), kShown), ", ");
     if (shares.size() > kShown) absl::StrAppend(&shared, " and ", shares.size() - kShown, " more");
-    absl::StrAppendFormat(&out, "%-40s %-7s %-18s %12d %12s  %-40s %s\n", b.name, kinds[b.kind],
-                          b.shape.ToString(), b.elements() * static_cast<int64_t>(sizeof(float)),
-                          share && !b.external ? absl::StrCat(b.offset * 4) : "-", live, shared);
+    absl::StrAppendFormat(
+        &out, "%-40s %-7s %-18s %12d %12s  %-40s %s\n", b.name, kinds[b.kind],
+        b.dtype == DType::kBF16 ? b.shape.ToString() + " bf16" : b.shape.ToString(), b.bytes(),
+        share && !b.external ? absl::StrCat(b.offset * 4) : "-", live, shared);
   }
   absl::StrAppendFormat(&out,
                         "activation/gradient memory: %.1f MiB planned (%s), %.1f MiB with one "
@@ -475,14 +485,14 @@ absl::Status CheckMemoryPlan(const MemoryPlan& plan) {
   int64_t sum = 0;
   for (size_t a = 0; a < bufs.size(); ++a) {
     if (bufs[a].external) continue;
-    sum += bufs[a].elements();
-    if (bufs[a].offset < 0 || bufs[a].offset + bufs[a].elements() > plan.arena_elements) {
+    sum += bufs[a].words();
+    if (bufs[a].offset < 0 || bufs[a].offset + bufs[a].words() > plan.arena_elements) {
       return absl::InternalError("buffer " + bufs[a].name + " lies outside the arena");
     }
     for (size_t b = a + 1; b < bufs.size(); ++b) {
       if (bufs[b].external) continue;
-      const bool same_memory = bufs[a].offset < bufs[b].offset + bufs[b].elements() &&
-                               bufs[b].offset < bufs[a].offset + bufs[a].elements();
+      const bool same_memory = bufs[a].offset < bufs[b].offset + bufs[b].words() &&
+                               bufs[b].offset < bufs[a].offset + bufs[a].words();
       if (same_memory && Overlap(bufs[a], bufs[b])) {
         return absl::InternalError(absl::StrFormat(
             "buffers %s [%d, %d] and %s [%d, %d] share memory while both are live", bufs[a].name,
@@ -492,8 +502,8 @@ absl::Status CheckMemoryPlan(const MemoryPlan& plan) {
   }
   // Alignment padding may add up to one alignment unit per buffer.
   if (plan.arena_elements > sum + 64 * static_cast<int64_t>(bufs.size())) {
-    return absl::InternalError(absl::StrFormat("arena of %d elements exceeds the buffers' sum %d",
-                                               plan.arena_elements, sum));
+    return absl::InternalError(
+        absl::StrFormat("arena of %d words exceeds the buffers' sum %d", plan.arena_elements, sum));
   }
   return absl::OkStatus();
 }

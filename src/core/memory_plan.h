@@ -47,8 +47,13 @@ struct PlanBuffer {
   bool zero = false;
   // A net input: its own allocation outside the arena, filled by the caller.
   bool external = false;
-  int64_t offset = 0;  // in the arena, elements (when the plan shares memory)
+  int64_t offset = 0;  // in the arena, 4-byte words (when the plan shares memory)
+  // Storage type: float32, or bf16 for the blobs MemoryPlanOptions::bf16_blobs names (their
+  // activation, gradient, scratch and recomputed buffers alike).
+  DType dtype = DType::kFloat32;
   int64_t elements() const { return shape.elements(); }
+  int64_t bytes() const { return elements() * DTypeBytes(dtype); }
+  int64_t words() const { return (bytes() + 3) / 4; }  // the arena's unit
 };
 
 struct PlanStep {
@@ -96,8 +101,10 @@ struct MemoryPlanOptions {
   bool share = true;
   // Blobs (besides the net inputs, "loss", "probs" and the logits) kept for the caller.
   std::set<std::string> pinned;
-  // Offsets are multiples of this many elements (256 bytes: any kernel's vector loads).
+  // Offsets are multiples of this many 4-byte words (256 bytes: any kernel's vector loads).
   int64_t align_elements = 64;
+  // Blobs stored in bf16 (Net decides: docs/PRECISION.md); every other blob is float32.
+  std::set<std::string> bf16_blobs;
   // Recompute in the backward pass every blob that is read by some Backward, written by
   // layers the policy names that can recompute (Layer::can_recompute: the producer, then
   // in-place layers), and whose producer's inputs are live anyway when it is needed
@@ -117,7 +124,7 @@ struct MemoryPlan {
   std::vector<LayerBinding> layers;
   std::vector<Recomputation> recomputes;
   std::map<std::string, int> activation, gradient;  // blob -> buffer id (forward's)
-  int64_t arena_elements = 0;                       // the arena (share) or 0
+  int64_t arena_elements = 0;                       // the arena in 4-byte words (share) or 0
 
   // Bytes of the buffers in the arena (or of all non-input buffers without sharing).
   int64_t planned_bytes() const;

@@ -15,6 +15,7 @@
 #include "core/cpu_ops.h"
 #include "core/layers.h"
 #include "core/log.h"
+#include "core/models.h"
 #include "core/philox.h"
 #include "core/status_macros.h"
 
@@ -181,13 +182,53 @@ void Net::MarkLrnPoolFusions() {
   }
 }
 
+std::set<std::string> Net::Bf16Blobs(const std::map<std::string, Shape>& shapes) const {
+  std::set<std::string> out;
+  if (!bf16_storage_) return out;
+  std::set<std::string> never(pinned_);
+  never.insert({"loss", "probs", kLogitsBlob});
+  never.insert(input_names_.begin(), input_names_.end());
+  for (const auto& [blob, shape] : shapes)
+    if (!never.count(blob)) out.insert(blob);
+  for (const LayerEntry& e : layers_) {
+    if (e.layer->bf16_io()) continue;
+    for (const std::string& b : e.inputs) out.erase(b);
+    for (const std::string& b : e.outputs) out.erase(b);
+  }
+  // A layer whose output may be bf16 only when its inputs are (a max pool finds the
+  // maximum's pixel again by comparing with y: a rounded y would match no pixel).
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const LayerEntry& e : layers_) {
+      if (!e.layer->bf16_output_needs_bf16_input()) continue;
+      const bool inputs_bf16 = std::all_of(e.inputs.begin(), e.inputs.end(),
+                                           [&](const std::string& b) { return out.count(b) > 0; });
+      if (inputs_bf16) continue;
+      for (const std::string& b : e.outputs) changed |= out.erase(b) > 0;
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<MemoryPlan> Net::PlanMemory(int64_t batch) {
   if (batch < 1) return absl::InvalidArgumentError("batch size must be at least 1");
   // Before shape inference and planning: a fused convolution's Backward reads its y, and a
   // fused LRN runs in place.
   MarkFusions();
   ASSIGN_OR_RETURN(const auto shapes, InferShapes(batch));
-  return ::colonnade::PlanMemory(layers_, input_names_, shapes, PlanOptions());
+  MemoryPlanOptions options = PlanOptions();
+  options.bf16_blobs = Bf16Blobs(shapes);
+  for (;;) {
+    ASSIGN_OR_RETURN(MemoryPlan plan,
+                     ::colonnade::PlanMemory(layers_, input_names_, shapes, options));
+    // A gradient summed from several readers stays float32 (Ops::Add is float32); keeping
+    // it float32 changes no other blob's readers, so one more plan settles it.
+    bool changed = false;
+    for (const LayerBinding& bind : plan.layers)
+      for (const auto& [grad, scratch] : bind.accumulate)
+        changed |= options.bf16_blobs.erase(plan.buffers[grad].blob) > 0;
+    if (!changed) return plan;
+  }
 }
 
 absl::Status Net::Build(int64_t batch, Device device) {
@@ -195,6 +236,11 @@ absl::Status Net::Build(int64_t batch, Device device) {
   if (GetBackend(device) == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrFormat("device %s is not available in this build", DeviceName(device)));
+  }
+  if (bf16_storage_ && device != Device::kCUDA) {
+    return absl::FailedPreconditionError(
+        "bf16 activation storage needs the CUDA backend in bf16 precision (the CPU backend is "
+        "float32 only): drop --bf16_activations or run on a GPU");
   }
   if (params_allocated_ && device != device_) {
     return absl::FailedPreconditionError("a built Net cannot change device");
@@ -242,13 +288,13 @@ absl::Status Net::Build(int64_t batch, Device device) {
     } else if (b.kind == PlanBuffer::kRecomputed && !plan.share) {
       t = blobs_.at(b.blob);  // one allocation per blob: written again in place
     } else if (plan.share) {
-      t = arena_.View(b.shape, b.offset);
+      t = arena_.View(b.shape, b.offset, b.dtype);
     } else if (b.kind == PlanBuffer::kScratch) {
       Tensor& s = unshared_scratch[b.blob];
-      if (s.empty()) s = Tensor(b.shape, device);
+      if (s.empty()) s = Tensor(b.shape, device, b.dtype);
       t = s;
     } else {
-      t = Tensor(b.shape, device);
+      t = Tensor(b.shape, device, b.dtype);
     }
     bound_[id] = &t;
   }
@@ -328,12 +374,12 @@ void Net::Forward(const RunContext& ctx) {
     } else {
       for (size_t id = 0; id < plan_.buffers.size(); ++id)
         if (!plan_.buffers[id].external)
-          ops().Fill(*bound_[id], std::numeric_limits<float>::quiet_NaN());
+          bound_[id]->Fill(std::numeric_limits<float>::quiet_NaN());  // either storage type
     }
   }
   // Gradients read before anything writes them (an output no layer consumes) are zero.
   for (size_t id = 0; id < plan_.buffers.size(); ++id)
-    if (plan_.buffers[id].zero) ops().Fill(*bound_[id], 0.0f);
+    if (plan_.buffers[id].zero) bound_[id]->Fill(0.0f);
   std::vector<const Tensor*> x;
   std::vector<Tensor*> y;
   for (size_t i = 0; i < layers_.size(); ++i) {

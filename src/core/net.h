@@ -101,6 +101,14 @@ class Net {
   // default; decided again by every Build / PlanMemory. Set before Build.
   void set_fusions(const Fusions& f) { fusions_ = f; }
   const Fusions& fusions() const { return fusions_; }
+  // bf16 activation storage (docs/PRECISION.md): every blob that only layers taking bf16
+  // touch (Layer::bf16_io: convolutions, pooling, fused ReLUs and LRNs) is stored in bf16,
+  // with its gradient; the rest stay float32: net inputs, pinned blobs, "loss", "probs",
+  // the logits, and blobs whose gradient is a sum of several readers' (the addition is
+  // float32). For the CUDA backend in bf16 precision (the convolutions refuse bf16 tensors
+  // otherwise). Decided again by every Build / PlanMemory. Set before Build. Default: off.
+  void set_bf16_storage(bool on) { bf16_storage_ = on; }
+  bool bf16_storage() const { return bf16_storage_; }
   // Keeps a blob live for the whole step, for a caller that reads it after Forward or
   // Backward (the inputs, "loss", "probs" and kLogitsBlob always are). Before Build; a
   // name the net does not have is ignored.
@@ -162,6 +170,8 @@ class Net {
   std::vector<std::string> input_names_;
   std::map<std::string, Shape> input_shapes_;
   MemoryPlanOptions PlanOptions() const;
+  // The blobs set_bf16_storage stores in bf16, for blob shapes `shapes` (after MarkFusions).
+  std::set<std::string> Bf16Blobs(const std::map<std::string, Shape>& shapes) const;
   // Marks the pairs to fuse (set_fusions), clearing earlier marks (and restoring the blob
   // names an LRN + pool fusion changed). Runs before shape inference.
   void MarkFusions();
@@ -186,6 +196,7 @@ class Net {
   bool plan_memory_ = true;
   RecomputePolicy recompute_ = RecomputePolicy::kOff;
   bool poison_ = false;
+  bool bf16_storage_ = false;
   Fusions fusions_;
   int64_t batch_ = 0;
   int64_t builds_ = 0;

@@ -1,6 +1,8 @@
 #include "core/tensor.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -14,6 +16,31 @@ namespace colonnade {
 
 const char* DeviceName(Device d) { return d == Device::kCPU ? "cpu" : "cuda"; }
 
+const char* DTypeName(DType t) { return t == DType::kBF16 ? "bf16" : "float32"; }
+
+uint16_t FloatToBf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even (overflow rounds to infinity)
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float Bf16BitsToFloat(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+void Tensor::RefuseFloatAccess() const {
+  LOG(FATAL) << "Tensor::data() on a " << DTypeName(dtype_) << " tensor of shape "
+             << shape_.ToString()
+             << ": this code path takes float32 only (use raw() in a kernel that takes "
+                "bf16, or keep this blob float32: docs/PRECISION.md)";
+  std::abort();
+}
+
 int64_t Shape::elements() const {
   if (dims_.empty()) return 0;
   int64_t n = 1;
@@ -23,13 +50,15 @@ int64_t Shape::elements() const {
 
 std::string Shape::ToString() const { return absl::StrJoin(dims_, "x"); }
 
-Tensor::Tensor(Shape shape, Device device) : shape_(std::move(shape)), device_(device) {
+Tensor::Tensor(Shape shape, Device device, DType dtype)
+    : shape_(std::move(shape)), device_(device), dtype_(dtype) {
   Backend* backend = GetBackend(device);
   CHECK(backend != nullptr) << "no backend for device " << DeviceName(device);
-  size_t n = bytes();
+  // Whole 4-byte words (an odd bf16 count gets a spare half), so Fill can write words.
+  size_t n = (bytes() + sizeof(float) - 1) / sizeof(float) * sizeof(float);
   void* p = backend->Allocate(n == 0 ? sizeof(float) : n);
   buffer_ = std::shared_ptr<void>(p, [backend](void* q) { backend->Free(q); });
-  data_ = static_cast<float*>(p);
+  data_ = static_cast<char*>(p);
 }
 
 Tensor Tensor::PinnedHost(Shape shape, Device for_device) {
@@ -40,7 +69,7 @@ Tensor Tensor::PinnedHost(Shape shape, Device for_device) {
   void* p = backend != nullptr ? backend->AllocateHostPinned(n) : nullptr;
   if (p == nullptr) return Tensor(std::move(t.shape_), Device::kCPU);
   t.buffer_ = std::shared_ptr<void>(p, [backend](void* q) { backend->FreeHostPinned(q); });
-  t.data_ = static_cast<float*>(p);
+  t.data_ = static_cast<char*>(p);
   return t;
 }
 
@@ -56,7 +85,7 @@ Tensor Tensor::Channels(int64_t c0, int64_t count) const {
   CHECK(c0 >= 0 && c0 + count <= c()) << "channel slice out of range";
   Tensor t = *this;
   t.shape_[0] = count;
-  t.data_ = data_ + c0 * h() * w() * n();
+  t.data_ = data_ + c0 * h() * w() * n() * DTypeBytes(dtype_);
   return t;
 }
 
@@ -66,13 +95,35 @@ Tensor Tensor::View(Shape shape, int64_t element_offset) const {
       << shape_.ToString();
   Tensor t = *this;
   t.shape_ = std::move(shape);
-  t.data_ = data_ + element_offset;
+  t.data_ = data_ + element_offset * DTypeBytes(dtype_);
+  return t;
+}
+
+Tensor Tensor::View(Shape shape, int64_t element_offset, DType dtype) const {
+  const int64_t end = element_offset * DTypeBytes(dtype_) + shape.elements() * DTypeBytes(dtype);
+  CHECK(element_offset >= 0 && end <= static_cast<int64_t>(bytes()))
+      << DTypeName(dtype) << " view " << shape.ToString() << " at " << element_offset << " outside "
+      << DTypeName(dtype_) << " " << shape_.ToString();
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.data_ = data_ + element_offset * DTypeBytes(dtype_);
   return t;
 }
 
 std::vector<float> Tensor::ToHost() const {
   std::vector<float> out(size());
   if (size() == 0) return out;
+  if (dtype_ == DType::kBF16) {
+    std::vector<uint16_t> bits(size());
+    if (device_ == Device::kCPU) {
+      std::memcpy(bits.data(), data_, bytes());
+    } else {
+      GetBackend(device_)->CopyToHost(bits.data(), data_, bytes());
+    }
+    for (int64_t i = 0; i < size(); ++i) out[i] = Bf16BitsToFloat(bits[i]);
+    return out;
+  }
   if (device_ == Device::kCPU) {
     std::memcpy(out.data(), data_, bytes());
   } else {
@@ -84,6 +135,16 @@ std::vector<float> Tensor::ToHost() const {
 void Tensor::CopyFromHost(const float* src, int64_t count) {
   CHECK_EQ(count, size()) << "CopyFromHost into " << shape_.ToString();
   if (count == 0) return;
+  if (dtype_ == DType::kBF16) {
+    std::vector<uint16_t> bits(count);
+    for (int64_t i = 0; i < count; ++i) bits[i] = FloatToBf16Bits(src[i]);
+    if (device_ == Device::kCPU) {
+      std::memcpy(data_, bits.data(), bytes());
+    } else {
+      GetBackend(device_)->CopyFromHost(data_, bits.data(), bytes());
+    }
+    return;
+  }
   if (device_ == Device::kCPU) {
     std::memcpy(data_, src, bytes());
   } else {
@@ -92,13 +153,15 @@ void Tensor::CopyFromHost(const float* src, int64_t count) {
 }
 
 Tensor Tensor::To(Device device) const {
-  Tensor t(shape_, device);
+  Tensor t(shape_, device, dtype_);
   t.CopyFrom(*this);
   return t;
 }
 
 void Tensor::CopyFrom(const Tensor& src) {
   CHECK_EQ(src.size(), size()) << src.shape().ToString() << " -> " << shape_.ToString();
+  CHECK(src.dtype_ == dtype_) << "CopyFrom " << DTypeName(src.dtype_) << " into "
+                              << DTypeName(dtype_) << " (" << shape_.ToString() << ")";
   if (size() == 0) return;
   if (src.device_ == device_) {
     if (device_ == Device::kCPU) {
@@ -111,13 +174,15 @@ void Tensor::CopyFrom(const Tensor& src) {
   } else if (device_ == Device::kCPU) {
     GetBackend(src.device_)->CopyToHost(data_, src.data_, bytes());
   } else {
-    std::vector<float> tmp = src.ToHost();
+    std::vector<float> tmp = src.ToHost();  // exact for bf16 too: widening, then rounding back
     CopyFromHost(tmp);
   }
 }
 
 void Tensor::CopyFromAsync(const Tensor& src) {
   CHECK_EQ(src.size(), size()) << src.shape().ToString() << " -> " << shape_.ToString();
+  CHECK(src.dtype_ == dtype_) << "CopyFromAsync " << DTypeName(src.dtype_) << " into "
+                              << DTypeName(dtype_);
   if (size() == 0) return;
   if (src.device_ == Device::kCPU && device_ != Device::kCPU) {
     GetBackend(device_)->CopyFromHostAsync(data_, src.data_, bytes());
@@ -128,6 +193,23 @@ void Tensor::CopyFromAsync(const Tensor& src) {
   }
 }
 
-void Tensor::Fill(float value) { OpsFor(device_).Fill(*this, value); }
+void Tensor::Fill(float value) {
+  if (dtype_ == DType::kFloat32) return OpsFor(device_).Fill(*this, value);
+  // bf16: whole words of two copies of the rounded value through a float32 view, when the
+  // tensor is whole words (an odd count or a half-word start goes through the host).
+  const uint16_t b = FloatToBf16Bits(value);
+  const int64_t words = size() / 2;
+  if (size() % 2 == 0 && reinterpret_cast<uintptr_t>(data_) % sizeof(float) == 0) {
+    const uint32_t pair = static_cast<uint32_t>(b) | (static_cast<uint32_t>(b) << 16);
+    float f;
+    std::memcpy(&f, &pair, sizeof(f));
+    Tensor words_view = *this;
+    words_view.dtype_ = DType::kFloat32;
+    words_view.shape_ = Shape{words};
+    OpsFor(device_).Fill(words_view, f);
+    return;
+  }
+  CopyFromHost(std::vector<float>(size(), Bf16BitsToFloat(b)));
+}
 
 }  // namespace colonnade

@@ -31,6 +31,10 @@ ConvDims Dims(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParam
   return d;
 }
 
+StorageType StorageOf(const Tensor& t) {
+  return t.is_bf16() ? StorageType::kBF16 : StorageType::kFloat;
+}
+
 }  // namespace
 
 void CudaOps::Fill(Tensor& y, float value) {
@@ -40,9 +44,11 @@ void CudaOps::Fill(Tensor& y, float value) {
 
 void CudaOps::Copy(const Tensor& x, Tensor& y) {
   SameSize(x, y, "Copy");
-  if (x.data() == y.data() || x.size() == 0) return;
+  CHECK(x.dtype() == y.dtype()) << "Copy " << DTypeName(x.dtype()) << " into "
+                                << DTypeName(y.dtype());
+  if (x.raw() == y.raw() || x.size() == 0) return;  // either storage type: bytes
   COLONNADE_CUDA_CHECK(
-      cudaMemcpyAsync(y.data(), x.data(), x.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream));
+      cudaMemcpyAsync(y.raw(), x.raw(), x.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream));
 }
 
 void CudaOps::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
@@ -128,14 +134,25 @@ void CudaOps::ConvBackwardFilter(const Tensor& x, const Tensor& dy, Tensor& dw,
 }
 
 TcInput CudaOps::TcOperand(const Tensor& t, std::unique_ptr<Scratch>& copy) {
+  if (t.is_bf16()) return TcInput{t.raw(), StorageType::kBF16};  // bf16 storage: as it is
   if (conv_math_ != MathMode::kBF16) return TcInput{t.data(), StorageType::kFloat};
   copy = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(t.size()) * 2);
   FloatToBf16Gpu(ctx_, t.data(), copy->f(), t.size());
   return TcInput{copy->f(), StorageType::kBF16};
 }
 
+void CudaOps::RefuseBf16Storage(std::initializer_list<const Tensor*> ts, const char* op) const {
+  if (conv_math_ == MathMode::kBF16) return;
+  for (const Tensor* t : ts) {
+    CHECK(t == nullptr || !t->is_bf16())
+        << op << ": a bf16 tensor (" << t->shape().ToString() << ") in " << MathModeName(conv_math_)
+        << " precision; bf16 activation storage needs --precision=bf16";
+  }
+}
+
 void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, bool relu,
                                Tensor& y, const ConvParams& p) {
+  RefuseBf16Storage({&x, &y}, "ConvLayerForward");
   if (conv_math_ == MathMode::kFP32) return Ops::ConvLayerForward(x, w, b, relu, y, p);
   if (b) op_shapes::Bias(y, *b, "ConvLayerForward");
   std::unique_ptr<Scratch> xb;
@@ -147,7 +164,7 @@ void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b
   a.w = w.data();
   a.bias = b ? b->data() : nullptr;
   a.relu = relu;
-  a.y.data = y.data();
+  a.y = TcOutput{y.raw(), StorageOf(y)};
   ConvForwardTc(ctx_, a);
 }
 
@@ -156,18 +173,36 @@ void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* 
                                 const ConvParams& p) {
   if (relu_y) SameSize(*relu_y, dy, "ConvLayerBackward relu_y");
   if (db) op_shapes::Bias(dy, *db, "ConvLayerBackward");
+  RefuseBf16Storage({&x, relu_y, &dy, dx}, "ConvLayerBackward");
+  CHECK(!relu_y || relu_y->dtype() == dy.dtype()) << "ConvLayerBackward: y and dy differ in type";
   // The gradient after the ReLU, g. bf16: straight into the bf16 operand, the bias gradient
   // summed in the same pass (GradToBf16Gpu reads y and dy once, writes 2 bytes). Otherwise
   // a float scratch (FP32: ReluBackward's very bits) and BiasBackward's row sums.
   std::unique_ptr<Scratch> masked, dyb, xb;
-  const float* g = dy.data();
-  TcInput g_operand{g, StorageType::kFloat};
-  if (conv_math_ == MathMode::kBF16) {
+  const float* g = nullptr;  // fp32 and tf32: the float gradient after the mask
+  TcInput g_operand;
+  if (dy.is_bf16()) {
+    // bf16 storage: dy is an operand as it is, unless a ReLU's mask must pass over it first
+    // (one pass reading 2 + 2 bytes, writing 2); the bias gradient is summed on the way.
+    const void* operand = dy.raw();
+    if (relu_y) {
+      dyb = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(dy.size()) * 2);
+      operand = dyb->f();
+    }
+    if (relu_y || db) {
+      GradToBf16Gpu(ctx_, dy.raw(), relu_y ? relu_y->raw() : nullptr, StorageType::kBF16,
+                    relu_y ? dyb->f() : nullptr, db ? db->data() : nullptr, dy.shape()[0],
+                    Inner(dy));
+    }
+    g_operand = TcInput{operand, StorageType::kBF16};
+  } else if (conv_math_ == MathMode::kBF16) {
     dyb = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(dy.size()) * 2);
     GradToBf16Gpu(ctx_, dy.data(), relu_y ? relu_y->data() : nullptr, dyb->f(),
                   db ? db->data() : nullptr, dy.shape()[0], Inner(dy));
     g_operand = TcInput{dyb->f(), StorageType::kBF16};
   } else {
+    g = dy.data();
+    g_operand = TcInput{g, StorageType::kFloat};
     if (relu_y) {
       masked = std::make_unique<Scratch>(ctx_.alloc, static_cast<size_t>(dy.size()) * 4);
       ReluBackwardGpu(ctx_, relu_y->data(), dy.data(), masked->f(), dy.size());
@@ -195,7 +230,7 @@ void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* 
     a.x = TcInput{};
     a.dw = nullptr;
     a.w = w.data();
-    a.dx.data = dx->data();
+    a.dx = TcOutput{dx->raw(), StorageOf(*dx)};
     ConvBackwardDataTc(ctx_, a);
   }
 }
@@ -242,15 +277,21 @@ void CudaOps::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 
 void CudaOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
   op_shapes::Pool(x, y, p);
-  PoolForwardGpu(ctx_, x.data(), y.data(), I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"),
-                 I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), p);
+  PoolForwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y), I32(x.c(), "c"),
+                 I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"),
+                 I32(y.w(), "ow"), p);
 }
 
 void CudaOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                            const PoolParams& p) {
   op_shapes::PoolBackward(x, y, dy, dx, p);
-  PoolBackwardGpu(ctx_, x.data(), y.data(), dy.data(), dx.data(), I32(x.c(), "c"), I32(x.h(), "h"),
-                  I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), p);
+  CHECK(x.dtype() == dx.dtype() && y.dtype() == dy.dtype())
+      << "PoolBackward: x and dx, y and dy must share a storage type (x " << DTypeName(x.dtype())
+      << ", dx " << DTypeName(dx.dtype()) << ", y " << DTypeName(y.dtype()) << ", dy "
+      << DTypeName(dy.dtype()) << ")";
+  PoolBackwardGpu(ctx_, x.raw(), y.raw(), dy.raw(), dx.raw(), StorageOf(x), StorageOf(y),
+                  I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"),
+                  I32(y.h(), "oh"), I32(y.w(), "ow"), p);
 }
 
 void CudaOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
@@ -284,9 +325,9 @@ void CudaOps::LrnMaxPoolForward(const Tensor& x, Tensor& y, Tensor& arg, const L
   op_shapes::LrnCross(x, lp, {}, "LrnMaxPoolForward");
   op_shapes::Pool(x, y, pp);
   op_shapes::SameSize(y, arg, "LrnMaxPoolForward (arg)");
-  LrnMaxPoolForwardGpu(ctx_, x.data(), y.data(), arg.data(), I32(x.c(), "c"), I32(x.h(), "h"),
-                       I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), lp,
-                       pp);
+  LrnMaxPoolForwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y), arg.data(),
+                       I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"),
+                       I32(y.h(), "oh"), I32(y.w(), "ow"), lp, pp);
 }
 
 void CudaOps::LrnMaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& arg,
@@ -296,9 +337,13 @@ void CudaOps::LrnMaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor&
   op_shapes::LrnCross(x, lp, {&dx}, "LrnMaxPoolBackward");
   op_shapes::PoolBackward(x, y, dy, dx, pp);
   op_shapes::SameSize(y, arg, "LrnMaxPoolBackward (arg)");
-  LrnMaxPoolBackwardGpu(ctx_, x.data(), arg.data(), dy.data(), dx.data(), I32(x.c(), "c"),
-                        I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"), I32(y.h(), "oh"),
-                        I32(y.w(), "ow"), lp, pp);
+  CHECK(x.dtype() == dx.dtype() && y.dtype() == dy.dtype())
+      << "LrnMaxPoolBackward: x and dx, y and dy must share a storage type (x "
+      << DTypeName(x.dtype()) << ", dx " << DTypeName(dx.dtype()) << ", y " << DTypeName(y.dtype())
+      << ", dy " << DTypeName(dy.dtype()) << ")";
+  LrnMaxPoolBackwardGpu(ctx_, x.raw(), StorageOf(x), arg.data(), dy.raw(), StorageOf(dy), dx.raw(),
+                        I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"),
+                        I32(y.h(), "oh"), I32(y.w(), "ow"), lp, pp);
 }
 
 void CudaOps::LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,

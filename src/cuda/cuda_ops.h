@@ -5,6 +5,7 @@
 // set_conv_math moves the convolutions onto the tensor-core kernels (conv_tc_kernels.cu).
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 
 #include "core/ops.h"
@@ -116,7 +117,11 @@ class CudaOps : public Ops {
 
   // A float tensor as a tensor-core operand: bf16 math reads a bf16 copy made into `copy`
   // (scratch for the rest of the Ops call); tf32 math reads the tensor itself.
+  // A convolution operand: a bf16 tensor as it is; a float tensor in bf16 math rounded
+  // into `copy`; otherwise the float tensor.
   TcInput TcOperand(const Tensor& t, std::unique_ptr<Scratch>& copy);
+  // Ends the process when a bf16-stored tensor reaches a convolution outside bf16 math.
+  void RefuseBf16Storage(std::initializer_list<const Tensor*> ts, const char* op) const;
   // The training forward, with or without the fused ReLU.
   void BatchNormTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                       Tensor& running_mean, Tensor& running_var, Tensor& save_mean,

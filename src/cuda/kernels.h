@@ -109,6 +109,10 @@ void Bf16ToFloatGpu(const DeviceContext& ctx, const void* x, float* y, int64_t n
 // (double, rounded once: the bias gradient, as RowSumGpu of g up to summation order).
 void GradToBf16Gpu(const DeviceContext& ctx, const float* dy, const float* mask, void* out,
                    float* row_sums, int64_t rows, int64_t inner);
+// The same with dy and mask stored as `t` (float or bf16: bf16 activation storage). With
+// bf16, out may be null when there is no mask (dy is the operand already): sums only.
+void GradToBf16Gpu(const DeviceContext& ctx, const void* dy, const void* mask, StorageType t,
+                   void* out, float* row_sums, int64_t rows, int64_t inner);
 
 // ---- element-wise and reductions (ops_kernels.cu) -------------------------------------------
 void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v);
@@ -135,6 +139,19 @@ void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, i
 void SetPoolBackwardVersion(int version);
 void PoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* y, const float* dy,
                      float* dx, int c, int h, int w, int n, int oh, int ow, const PoolParams& p);
+// The same with each CHWN tensor stored as float or bf16 (bf16 activation storage,
+// docs/PRECISION.md): xt is the storage of x and dx, yt of y and dy. Loads widen bf16 to
+// float, stores round to nearest even, and the arithmetic is the float kernels' own: with
+// float storage these are the float launchers above (which call them) bit for bit; with
+// bf16 they give the float kernels' results on the widened inputs, rounded once at the
+// store. Max-pool backward refuses xt float with yt bf16 (a rounded maximum no longer
+// equals its pixel, so the argmax could not be found again; Net never binds it).
+void PoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                    StorageType yt, int c, int h, int w, int n, int oh, int ow,
+                    const PoolParams& p);
+void PoolBackwardGpu(const DeviceContext& ctx, const void* x, const void* y, const void* dy,
+                     void* dx, StorageType xt, StorageType yt, int c, int h, int w, int n, int oh,
+                     int ow, const PoolParams& p);
 void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,
                              int n);
 void GlobalAvgPoolBackwardGpu(const DeviceContext& ctx, const float* dy, float* dx, int c, int hw,
@@ -158,6 +175,15 @@ void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, fl
 void LrnMaxPoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* arg,
                            const float* dy, float* dx, int c, int h, int w, int n, int oh, int ow,
                            const LrnCrossParams& lp, const PoolParams& pp);
+// The same with float or bf16 storage (xt: x and dx; yt: y and dy), as PoolForwardGpu
+// above; the argmax is found on the FP32 normalised values, before y is rounded.
+void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                          StorageType yt, float* arg, int c, int h, int w, int n, int oh, int ow,
+                          const LrnCrossParams& lp, const PoolParams& pp);
+void LrnMaxPoolBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                           const float* arg, const void* dy, StorageType yt, void* dx, int c,
+                           int h, int w, int n, int oh, int ow, const LrnCrossParams& lp,
+                           const PoolParams& pp);
 void LrnWithinForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
                          int h, int w, int n, const LrnWithinParams& p);
 void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float* y,

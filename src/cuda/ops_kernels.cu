@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/log.h"
@@ -32,6 +33,64 @@ constexpr int kBlock = 256;
 __device__ __forceinline__ float PowNegBeta(float d, float beta) {
   if (beta == 0.75f) return 1.0f / (sqrtf(d) * sqrtf(sqrtf(d)));
   return powf(d, -beta);
+}
+
+// Storage of a tensor element: float, or Bf16 (the upper half of a float's bits: bf16
+// activation storage). Kernels templated on it load into floats and round once at the store
+// (to nearest even), so their arithmetic is the float kernels' own.
+using Bf16 = uint16_t;
+__device__ __forceinline__ float Load(const float* p) { return *p; }
+__device__ __forceinline__ float Load(const Bf16* p) { return tc::Bf16ToFloat(*p); }
+__device__ __forceinline__ void Store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void Store(Bf16* p, float v) { *p = tc::FloatToBf16(v); }
+constexpr int StorageBytes(StorageType t) { return t == StorageType::kBF16 ? 2 : 4; }
+
+// Calls f(XT{}) with XT the storage type named by t (a runtime type to a template argument).
+template <typename F>
+void WithStorage(StorageType t, F&& f) {
+  if (t == StorageType::kBF16) {
+    f(Bf16{});
+  } else {
+    f(float{});
+  }
+}
+
+// V images per thread of the pooling kernels (elements of GradToBf16Kernel): V = 4 moves
+// four at once (a float4, or 8 bytes of bf16) when N is a multiple of 4 and the tensors are
+// aligned to 4 elements (ImageNet batches), V = 1 otherwise. ncu on AlexNet's pools (H200)
+// showed the one-image kernels issue-bound (SM 70-78% busy at 30% of DRAM bandwidth): every
+// load paid its own index arithmetic and loop step. Lanes hold floats whatever the storage
+// and each image's arithmetic is unchanged, so both widths give the same bits.
+template <int V>
+struct Lanes {
+  float v[V];
+};
+template <int V, typename T>
+__device__ __forceinline__ Lanes<V> LoadLanes(const T* p) {
+  Lanes<V> r;
+  if constexpr (V == 4 && std::is_same_v<T, float>) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    r.v[0] = t.x, r.v[1] = t.y, r.v[2] = t.z, r.v[3] = t.w;
+  } else if constexpr (V == 4) {
+    const uint2 t = *reinterpret_cast<const uint2*>(p);
+    r.v[0] = tc::Bf16ToFloat(t.x & 0xffffu), r.v[1] = tc::Bf16ToFloat(t.x >> 16);
+    r.v[2] = tc::Bf16ToFloat(t.y & 0xffffu), r.v[3] = tc::Bf16ToFloat(t.y >> 16);
+  } else {
+    for (int i = 0; i < V; ++i) r.v[i] = Load(p + i);
+  }
+  return r;
+}
+template <int V, typename T>
+__device__ __forceinline__ void StoreLanes(T* p, const Lanes<V>& r) {
+  if constexpr (V == 4 && std::is_same_v<T, float>) {
+    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else if constexpr (V == 4) {
+    *reinterpret_cast<uint2*>(p) =
+        make_uint2(uint32_t(tc::FloatToBf16(r.v[0])) | (uint32_t(tc::FloatToBf16(r.v[1])) << 16),
+                   uint32_t(tc::FloatToBf16(r.v[2])) | (uint32_t(tc::FloatToBf16(r.v[3])) << 16));
+  } else {
+    for (int i = 0; i < V; ++i) Store(p + i, r.v[i]);
+  }
 }
 
 dim3 GridFor(const DeviceContext& ctx, int64_t n, int per_thread = 1) {
@@ -233,52 +292,47 @@ __global__ void RowSumFinishKernel(const RowSumFinishParams p) {
   }
 }
 
-// Kernel GradToBf16Kernel: a convolution's output gradient on its way into the bf16
+// Kernel GradToBf16Kernel<T>: a convolution's output gradient on its way into the bf16
 // tensor-core products (CudaOps::ConvLayerBackward): g = dy, or with a mask (a fused ReLU's
-// y) g = mask > 0 ? dy : 0, rounded to bf16 into out; with sums, also the bias gradient's
-// row sums of g (double; splits > 1: partials for RowSumFinishKernel), so dy is read once.
+// y) g = mask > 0 ? dy : 0, rounded to bf16 into out (null: not written); with sums, also the
+// bias gradient's row sums of g (double; splits > 1: partials for RowSumFinishKernel), so dy
+// is read once. dy and mask are stored as T (float or Bf16).
 // Grid: x = split (chunk elements of the row), y = row. vec: quads (inner and chunk
-// multiples of 4, dy and mask 16-byte aligned, out 8-byte aligned).
+// multiples of 4, dy and mask aligned to 4 elements, out 8-byte aligned).
 struct GradBf16Params {
-  const float* dy;
-  const float* mask;
+  const void* dy;
+  const void* mask;
   uint16_t* out;
   double* part;
   float* sums;  // null: no sums
   int64_t inner, chunk;
   int splits, vec;
 };
+template <typename T>
 __global__ void GradToBf16Kernel(const GradBf16Params p) {
   __shared__ double sh[kBlock];
   const int64_t base = blockIdx.y * p.inner;
   const int64_t beg = blockIdx.x * p.chunk;
   const int64_t end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
-  const float* dy = p.dy + base;
-  const float* mask = p.mask ? p.mask + base : nullptr;
-  uint16_t* out = p.out + base;
+  const T* dy = static_cast<const T*>(p.dy) + base;
+  const T* mask = p.mask ? static_cast<const T*>(p.mask) + base : nullptr;
+  uint16_t* out = p.out ? p.out + base : nullptr;
   double acc = 0.0;
   if (p.vec) {
     for (int64_t q = beg / 4 + threadIdx.x; q < end / 4; q += kBlock) {
-      float4 g = reinterpret_cast<const float4*>(dy)[q];
+      Lanes<4> g = LoadLanes<4>(dy + 4 * q);
       if (mask) {
-        const float4 m = reinterpret_cast<const float4*>(mask)[q];
-        g = make_float4(m.x > 0.0f ? g.x : 0.0f, m.y > 0.0f ? g.y : 0.0f, m.z > 0.0f ? g.z : 0.0f,
-                        m.w > 0.0f ? g.w : 0.0f);
+        const Lanes<4> m = LoadLanes<4>(mask + 4 * q);
+        for (int i = 0; i < 4; ++i) g.v[i] = m.v[i] > 0.0f ? g.v[i] : 0.0f;
       }
-      acc += g.x;
-      acc += g.y;
-      acc += g.z;
-      acc += g.w;
-      uint2 o;
-      o.x = uint32_t(tc::FloatToBf16(g.x)) | (uint32_t(tc::FloatToBf16(g.y)) << 16);
-      o.y = uint32_t(tc::FloatToBf16(g.z)) | (uint32_t(tc::FloatToBf16(g.w)) << 16);
-      reinterpret_cast<uint2*>(out)[q] = o;
+      for (int i = 0; i < 4; ++i) acc += g.v[i];
+      if (out) StoreLanes<4>(out + 4 * q, g);
     }
   } else {
     for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-      const float g = mask && !(mask[i] > 0.0f) ? 0.0f : dy[i];
+      const float g = mask && !(Load(mask + i) > 0.0f) ? 0.0f : Load(dy + i);
       acc += g;
-      out[i] = tc::FloatToBf16(g);
+      if (out) Store(out + i, g);
     }
   }
   if (!p.sums) return;  // uniform over the grid: no block reaches the barrier alone
@@ -401,11 +455,12 @@ __global__ void __launch_bounds__(kBlock) ResultsKernel(const ResultsParams p) {
 }
 
 // ---- pooling ----------------------------------------------------------------------------------
+// x and out (dx) are stored as the kernels' XT, y and dy as YT (float or Bf16).
 struct PoolKernelParams {
-  const float* x;
-  const float* y;
-  const float* dy;
-  float* out;
+  const void* x;
+  const void* y;
+  const void* dy;
+  void* out;
   int c, h, w, n, oh, ow;
   int size, stride, pad;
   int kind;  // PoolParams::Kind
@@ -420,42 +475,13 @@ dim3 RowGrid(int64_t row_len, int64_t rows) {
               static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
 }
 
-// V images per thread: V = 4 moves float4s when N is a multiple of 4 and the tensors are
-// 16-byte aligned (ImageNet batches), V = 1 otherwise. ncu on AlexNet's pools (H200) showed
-// the one-image kernels issue-bound (SM 70-78% busy at 30% of DRAM bandwidth): every
-// load paid its own index arithmetic and loop step. Each image's arithmetic is unchanged, so
-// both widths give the same bits.
-template <int V>
-struct Lanes {
-  float v[V];
-};
-template <int V>
-__device__ __forceinline__ Lanes<V> LoadLanes(const float* p) {
-  Lanes<V> r;
-  if constexpr (V == 4) {
-    const float4 t = *reinterpret_cast<const float4*>(p);
-    r.v[0] = t.x, r.v[1] = t.y, r.v[2] = t.z, r.v[3] = t.w;
-  } else {
-    for (int i = 0; i < V; ++i) r.v[i] = p[i];
-  }
-  return r;
-}
-template <int V>
-__device__ __forceinline__ void StoreLanes(float* p, const Lanes<V>& r) {
-  if constexpr (V == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
-  } else {
-    for (int i = 0; i < V; ++i) p[i] = r.v[i];
-  }
-}
-
-// Kernel PoolForwardKernel<V>
+// Kernel PoolForwardKernel<V, XT, YT>
 //   x: C x H x W x N  ->  y: C x OH x OW x N. Grid: y = C*OH rows (strided if more than
 //   65535), x = ceil(OW*N/V / 256); thread = (ox, V consecutive images) of its row, images
 //   fastest. Window [oy*stride - pad, +size) x [ox*stride - pad, +size) clipped to the image;
 //   max keeps the first maximum in row-major order, avg multiplies the sum by
-//   1 / (clipped pixel count).
-template <int V>
+//   1 / (clipped pixel count). A maximum is one of its inputs: exact in any storage.
+template <int V, typename XT, typename YT>
 __global__ void PoolForwardKernel(const PoolKernelParams p) {
   const int q = blockIdx.x * kBlock + threadIdx.x;
   const int nv = p.n / V;
@@ -465,7 +491,7 @@ __global__ void PoolForwardKernel(const PoolKernelParams p) {
   for (int row = blockIdx.y; row < p.c * p.oh; row += gridDim.y) {
     const int c = row / p.oh, oy = row - c * p.oh;
     const int y0 = IMax(oy * p.stride - p.pad, 0), y1 = IMin(oy * p.stride - p.pad + p.size, p.h);
-    const float* xc = p.x + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
+    const XT* xc = static_cast<const XT*>(p.x) + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
     Lanes<V> r;
     if (p.kind == PoolParams::kMax) {
       for (int i = 0; i < V; ++i) r.v[i] = -INFINITY;
@@ -487,17 +513,19 @@ __global__ void PoolForwardKernel(const PoolKernelParams p) {
       for (int i = 0; i < V; ++i)
         r.v[i] = count > 0 ? s.v[i] * (1.0f / static_cast<float>(count)) : 0.0f;
     }
-    StoreLanes<V>(p.out + static_cast<int64_t>(row) * p.ow * p.n + ox * p.n + img, r);
+    StoreLanes<V>(static_cast<YT*>(p.out) + static_cast<int64_t>(row) * p.ow * p.n + ox * p.n + img,
+                  r);
   }
 }
 
-// Kernel PoolBackwardKernel
+// Kernel PoolBackwardKernel<XT, YT>
 //   x, dx: C x H x W x N;  y, dy: C x OH x OW x N. Grid: y = C*H rows, x = ceil(W*N / 256);
 //   one thread per input element (a gather: no atomics, deterministic). It visits every
 //   window that contains its pixel in (oy, ox) order. Max: the gradient goes to the window's
 //   first maximum in row-major order (the forward's argmax): the pixel takes it when it
 //   equals the window's output and no earlier pixel of the window does; avg: dy / (clipped
 //   window size) to every pixel of the window.
+template <typename XT, typename YT>
 __global__ void PoolBackwardKernel(const PoolKernelParams p) {
   const int q = blockIdx.x * kBlock + threadIdx.x;
   if (q >= p.w * p.n) return;
@@ -510,11 +538,11 @@ __global__ void PoolBackwardKernel(const PoolKernelParams p) {
     const int ly = iy + p.pad - p.size + 1;
     const int oy0 = ly <= 0 ? 0 : (ly + p.stride - 1) / p.stride;
     const int oy1 = IMin((iy + p.pad) / p.stride, p.oh - 1);
-    const float* xc = p.x + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
+    const XT* xc = static_cast<const XT*>(p.x) + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
     const int64_t plane_out = static_cast<int64_t>(c) * p.oh * p.ow * p.n + img;
-    const float* yc = p.y + plane_out;
-    const float* dyc = p.dy + plane_out;
-    const float v = xc[(iy * p.w + ix) * p.n];
+    const YT* yc = static_cast<const YT*>(p.y) + plane_out;
+    const YT* dyc = static_cast<const YT*>(p.dy) + plane_out;
+    const float v = Load(xc + (iy * p.w + ix) * p.n);
     float g = 0.0f;
     for (int oy = oy0; oy <= oy1; ++oy) {
       const int y0 = IMax(oy * p.stride - p.pad, 0);
@@ -524,24 +552,24 @@ __global__ void PoolBackwardKernel(const PoolKernelParams p) {
         const int x0 = IMax(ox * p.stride - p.pad, 0);
         const int x1 = IMin(ox * p.stride - p.pad + p.size, p.w);
         if (p.kind == PoolParams::kMax) {
-          const float m = yc[o];
+          const float m = Load(yc + o);
           if (!(v == m)) continue;
           bool first = true;  // no earlier pixel of the window reaches the maximum
           for (int yy = y0; yy <= iy && first; ++yy) {
             const int xe = yy < iy ? x1 : ix;
             for (int xx = x0; xx < xe; ++xx)
-              if (xc[(yy * p.w + xx) * p.n] >= m) {
+              if (Load(xc + (yy * p.w + xx) * p.n) >= m) {
                 first = false;
                 break;
               }
           }
-          if (first) g += dyc[o];
+          if (first) g += Load(dyc + o);
         } else {
-          g += dyc[o] * (1.0f / static_cast<float>((y1 - y0) * (x1 - x0)));
+          g += Load(dyc + o) * (1.0f / static_cast<float>((y1 - y0) * (x1 - x0)));
         }
       }
     }
-    p.out[static_cast<int64_t>(row) * p.w * p.n + q] = g;
+    Store(static_cast<XT*>(p.out) + static_cast<int64_t>(row) * p.w * p.n + q, g);
   }
 }
 
@@ -553,17 +581,18 @@ __global__ void PoolBackwardKernel(const PoolKernelParams p) {
 //   the windows, in (oy, ox) order, whose argmax it is.
 // Version 2 (PoolBackwardKernel) decides "first maximum" with a chain of dependent loads per
 // thread and measured 11x its memory floor on AlexNet's pool1. Both add the same terms in
-// the same order: bit-identical; the faster is chosen per shape on first use.
+// the same order: bit-identical; the faster is chosen per shape on first use. Storage: x and
+// out (dx) XT, y and dy YT.
 struct PoolArgParams {
-  const float* x;
-  const float* y;
-  const float* dy;
+  const void* x;
+  const void* y;
+  const void* dy;
   int* arg;
-  float* out;
+  void* out;
   int c, h, w, n, oh, ow;
   int size, stride, pad;
 };
-template <int V>
+template <int V, typename XT, typename YT>
 __global__ void PoolArgmaxKernel(const PoolArgParams p) {
   const int q = blockIdx.x * kBlock + threadIdx.x;
   const int nv = p.n / V;
@@ -573,9 +602,9 @@ __global__ void PoolArgmaxKernel(const PoolArgParams p) {
   for (int row = blockIdx.y; row < p.c * p.oh; row += gridDim.y) {
     const int c = row / p.oh, oy = row - c * p.oh;
     const int y0 = IMax(oy * p.stride - p.pad, 0), y1 = IMin(oy * p.stride - p.pad + p.size, p.h);
-    const float* xc = p.x + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
+    const XT* xc = static_cast<const XT*>(p.x) + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
     const int64_t o = static_cast<int64_t>(row) * p.ow * p.n + ox * p.n + img;
-    const Lanes<V> m = LoadLanes<V>(p.y + o);
+    const Lanes<V> m = LoadLanes<V>(static_cast<const YT*>(p.y) + o);
     int first[V];
     bool found[V];
     for (int i = 0; i < V; ++i) first[i] = y0 * p.w + x0, found[i] = false;
@@ -591,7 +620,7 @@ __global__ void PoolArgmaxKernel(const PoolArgParams p) {
     for (int i = 0; i < V; ++i) p.arg[o + i] = first[i];
   }
 }
-template <int V>
+template <int V, typename XT, typename YT>
 __global__ void PoolMaxGatherKernel(const PoolArgParams p) {
   const int q = blockIdx.x * kBlock + threadIdx.x;
   const int nv = p.n / V;
@@ -612,11 +641,12 @@ __global__ void PoolMaxGatherKernel(const PoolArgParams p) {
     for (int oy = oy0; oy <= oy1; ++oy)
       for (int ox = ox0; ox <= ox1; ++ox) {
         const int64_t o = plane + (oy * p.ow + ox) * p.n;
-        const Lanes<V> d = LoadLanes<V>(p.dy + o);
+        const Lanes<V> d = LoadLanes<V>(static_cast<const YT*>(p.dy) + o);
         for (int i = 0; i < V; ++i)
           if (p.arg[o + i] == me) g.v[i] += d.v[i];
       }
-    StoreLanes<V>(p.out + static_cast<int64_t>(row) * p.w * p.n + ix * p.n + img, g);
+    StoreLanes<V>(static_cast<XT*>(p.out) + static_cast<int64_t>(row) * p.w * p.n + ix * p.n + img,
+                  g);
   }
 }
 
@@ -815,13 +845,15 @@ __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
 //   Forward: grid y = (chunk, oy) rows, x = (ox, image) of the row; backward: grid y =
 //   (chunk, iy) rows, x = (ix, image).
 constexpr int kLrnPoolSide = 3, kLrnPoolWindow = kLrnPoolSide * kLrnPoolSide;
+// Storage: x and dx XT, y and dy YT (float or Bf16); arg is float. y is rounded once at its
+// store, after the argmax is found on the FP32 normalised values.
 struct LrnPoolKernelParams {
-  const float* x;
-  const float* dy;
+  const void* x;
+  const void* dy;
   const float* argmax;  // backward: the forward's arg
-  float* y;
+  void* y;
   float* arg;
-  float* dx;
+  void* dx;
   int c, cg, h, w, n, oh, ow;
   int size, stride, pad;  // pooling
   int chunk;              // channels per thread
@@ -831,9 +863,10 @@ struct LrnPoolKernelParams {
   int oyt, oxt, ni, ry_max, rx_max, oy_tiles, ox_tiles, img_tiles;
 };
 
-template <int HALF>
+template <int HALF, typename XT, typename YT>
 __global__ void LrnMaxPoolForward(const LrnPoolKernelParams p) {
   constexpr int L = 2 * HALF + 1;
+  const XT* x = static_cast<const XT*>(p.x);
   const int q = blockIdx.x * kBlock + threadIdx.x;
   if (q >= p.ow * p.n) return;
   const int ox = q / p.n, img = q - ox * p.n;
@@ -863,7 +896,7 @@ __global__ void LrnMaxPoolForward(const LrnPoolKernelParams p) {
 #pragma unroll
       for (int j = 0; j < L; ++j) {
         const int cc = c0 - HALF + j;
-        xr[i][j] = (in[i] && cc >= g0 && cc < g1) ? p.x[cc * plane + at[i]] : 0.0f;
+        xr[i][j] = (in[i] && cc >= g0 && cc < g1) ? Load(x + cc * plane + at[i]) : 0.0f;
       }
     for (int c = c0; c < c1; ++c) {
       float m = -INFINITY;
@@ -880,14 +913,14 @@ __global__ void LrnMaxPoolForward(const LrnPoolKernelParams p) {
         }
       }
       const int64_t o = (static_cast<int64_t>(c) * p.oh + oy) * p.ow * p.n + q;
-      p.y[o] = m;
+      Store(static_cast<YT*>(p.y) + o, m);
       p.arg[o] = static_cast<float>(a);
       const int cn = c + HALF + 1;
 #pragma unroll
       for (int i = 0; i < kLrnPoolWindow; ++i) {
 #pragma unroll
         for (int j = 0; j + 1 < L; ++j) xr[i][j] = xr[i][j + 1];
-        xr[i][L - 1] = (in[i] && cn < g1) ? p.x[cn * plane + at[i]] : 0.0f;
+        xr[i][L - 1] = (in[i] && cn < g1) ? Load(x + cn * plane + at[i]) : 0.0f;
       }
     }
   }
@@ -904,10 +937,11 @@ __global__ void LrnMaxPoolForward(const LrnPoolKernelParams p) {
 //   Block: ry_max x rx_max region slots x ni images (<= kLrnPoolTileThreads); grid x =
 //   (output-column tile, image tile), y = (channel chunk, output-row tile).
 constexpr int kLrnPoolTileThreads = 1024;
-template <int HALF>
+template <int HALF, typename XT, typename YT>
 __global__ void __launch_bounds__(kLrnPoolTileThreads)
     LrnMaxPoolForwardTiled(const LrnPoolKernelParams p) {
   constexpr int L = 2 * HALF + 1;
+  const XT* x = static_cast<const XT*>(p.x);
   __shared__ float sm[2][kLrnPoolTileThreads];  // LRN of the region, double-buffered by channel
   const int t = threadIdx.x;
   const int li = t % p.ni, slot = t / p.ni;  // image in the tile; region slot / output slot
@@ -936,7 +970,7 @@ __global__ void __launch_bounds__(kLrnPoolTileThreads)
 #pragma unroll
     for (int j = 0; j < L; ++j) {
       const int cc = c0 - HALF + j;
-      xr[j] = (pix && cc >= g0 && cc < g1) ? p.x[cc * plane + at] : 0.0f;
+      xr[j] = (pix && cc >= g0 && cc < g1) ? Load(x + cc * plane + at) : 0.0f;
     }
     for (int c = c0; c < c1; ++c) {
       float* buf = sm[(c - c0) & 1];
@@ -947,7 +981,7 @@ __global__ void __launch_bounds__(kLrnPoolTileThreads)
 #pragma unroll
       for (int j = 0; j + 1 < L; ++j) xr[j] = xr[j + 1];
       const int cn = c + HALF + 1;
-      xr[L - 1] = (pix && cn < g1) ? p.x[cn * plane + at] : 0.0f;
+      xr[L - 1] = (pix && cn < g1) ? Load(x + cn * plane + at) : 0.0f;
       __syncthreads();  // the region's values of channel c are in buf
       if (out) {
         float m = -INFINITY;
@@ -961,7 +995,7 @@ __global__ void __launch_bounds__(kLrnPoolTileThreads)
             }
           }
         const int64_t o = ((static_cast<int64_t>(c) * p.oh + oy) * p.ow + ox) * p.n + img;
-        p.y[o] = m;
+        Store(static_cast<YT*>(p.y) + o, m);
         p.arg[o] = static_cast<float>(a);
       }
       // No second barrier: channel c + 1 writes the other buffer, and channel c + 2 writes
@@ -971,9 +1005,11 @@ __global__ void __launch_bounds__(kLrnPoolTileThreads)
   }
 }
 
-template <int HALF>
+template <int HALF, typename XT, typename YT>
 __global__ void LrnMaxPoolBackward(const LrnPoolKernelParams p) {
   constexpr int L = 2 * HALF + 1, R = 4 * HALF + 1;
+  const XT* x = static_cast<const XT*>(p.x);
+  const YT* dy = static_cast<const YT*>(p.dy);
   const int q = blockIdx.x * kBlock + threadIdx.x;
   if (q >= p.w * p.n) return;
   const int ix = q / p.n, img = q - ix * p.n;
@@ -1000,11 +1036,11 @@ __global__ void LrnMaxPoolBackward(const LrnPoolKernelParams p) {
       for (int oy = oy0; oy <= oy1; ++oy)
         for (int ox = ox0; ox <= ox1; ++ox) {
           const int64_t o = pl + (oy * p.ow + ox) * p.n;
-          if (p.argmax[o] == me) g += p.dy[o];
+          if (p.argmax[o] == me) g += Load(dy + o);
         }
       return g;
     };
-    auto load_x = [&](int cc) { return (cc >= g0 && cc < g1) ? p.x[cc * plane + at] : 0.0f; };
+    auto load_x = [&](int cc) { return (cc >= g0 && cc < g1) ? Load(x + cc * plane + at) : 0.0f; };
     // xr: x of channels c - 2*HALF .. c + 2*HALF. Per window slot j (channel c - HALF + j):
     // rr = g * y / d, and g, d^-beta for when it is the centre (as LrnCrossBackwardRing).
     float xr[R], rr[L], gr[L], pw[L];
@@ -1026,7 +1062,8 @@ __global__ void LrnMaxPoolBackward(const LrnPoolKernelParams p) {
       float s = 0.0f;
 #pragma unroll
       for (int j = 0; j < L; ++j) s += rr[j];
-      p.dx[c * plane + at] = gr[HALF] * pw[HALF] - p.grad_scale * xr[2 * HALF] * s;
+      Store(static_cast<XT*>(p.dx) + c * plane + at,
+            gr[HALF] * pw[HALF] - p.grad_scale * xr[2 * HALF] * s);
 #pragma unroll
       for (int i = 0; i + 1 < R; ++i) xr[i] = xr[i + 1];
       xr[R - 1] = load_x(c + 2 * HALF + 1);
@@ -1518,62 +1555,107 @@ void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t row
 }
 
 namespace {
-// Images per thread of the pooling kernels: 4 (float4 moves) when N is a multiple of 4 and
-// every tensor is 16-byte aligned, else 1.
-int PoolLanes(int n, std::initializer_list<const void*> tensors) {
+// A tensor of a pooling launch: its storage and type (null: none).
+struct PoolOperand {
+  const void* data;
+  StorageType type;
+};
+// Images per thread of the pooling kernels: 4 (float4 / 8-byte bf16 moves) when N is a
+// multiple of 4 and every tensor is aligned to 4 of its elements, else 1.
+int PoolLanes(int n, std::initializer_list<PoolOperand> tensors) {
   if (n % 4 != 0) return 1;
-  for (const void* t : tensors)
-    if (t != nullptr && reinterpret_cast<uintptr_t>(t) % 16 != 0) return 1;
+  for (const PoolOperand& t : tensors)
+    if (t.data != nullptr && reinterpret_cast<uintptr_t>(t.data) % (4 * StorageBytes(t.type)) != 0)
+      return 1;
   return 4;
 }
 }  // namespace
 
 void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int h, int w, int n,
                     int oh, int ow, const PoolParams& pp) {
+  PoolForwardGpu(ctx, x, StorageType::kFloat, y, StorageType::kFloat, c, h, w, n, oh, ow, pp);
+}
+
+void PoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                    StorageType yt, int c, int h, int w, int n, int oh, int ow,
+                    const PoolParams& pp) {
   PoolKernelParams p{x, nullptr, nullptr, y,       c,         h,      w,
                      n, oh,      ow,      pp.size, pp.stride, pp.pad, static_cast<int>(pp.kind)};
   CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31)
       << "pooling supports tensors below 2^31 elements";
   const dim3 block(kBlock);
-  if (PoolLanes(n, {x, y}) == 4) {
-    Launch(PoolForwardKernel<4>, RowGrid(int64_t(ow) * n / 4, int64_t(c) * oh), block, ctx.stream,
-           p);
-  } else {
-    Launch(PoolForwardKernel<1>, RowGrid(int64_t(ow) * n, int64_t(c) * oh), block, ctx.stream, p);
-  }
+  const int v = PoolLanes(n, {{x, xt}, {y, yt}});
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      using XT = decltype(xs);
+      using YT = decltype(ys);
+      if (v == 4) {
+        Launch(PoolForwardKernel<4, XT, YT>, RowGrid(int64_t(ow) * n / 4, int64_t(c) * oh), block,
+               ctx.stream, p);
+      } else {
+        Launch(PoolForwardKernel<1, XT, YT>, RowGrid(int64_t(ow) * n, int64_t(c) * oh), block,
+               ctx.stream, p);
+      }
+    });
+  });
 }
 
 void PoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* y, const float* dy,
                      float* dx, int c, int h, int w, int n, int oh, int ow, const PoolParams& pp) {
+  PoolBackwardGpu(ctx, x, y, dy, dx, StorageType::kFloat, StorageType::kFloat, c, h, w, n, oh, ow,
+                  pp);
+}
+
+void PoolBackwardGpu(const DeviceContext& ctx, const void* x, const void* y, const void* dy,
+                     void* dx, StorageType xt, StorageType yt, int c, int h, int w, int n, int oh,
+                     int ow, const PoolParams& pp) {
   PoolKernelParams p{x, y,  dy, dx,      c,         h,      w,
                      n, oh, ow, pp.size, pp.stride, pp.pad, static_cast<int>(pp.kind)};
   CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31)
       << "pooling supports tensors below 2^31 elements";
+  CHECK(pp.kind != PoolParams::kMax || xt == StorageType::kBF16 || yt == StorageType::kFloat)
+      << "max-pool backward: float x with bf16 y is not supported (a rounded maximum need not "
+         "equal its pixel, so the argmax cannot be found again)";
   const dim3 in_grid = RowGrid(int64_t(w) * n, int64_t(c) * h);
-  if (pp.kind != PoolParams::kMax) {
-    Launch(PoolBackwardKernel, in_grid, dim3(kBlock), ctx.stream, p);
-    return;
-  }
-  Scratch arg(ctx.alloc, sizeof(int) * size_t(c) * oh * ow * n);
-  PoolArgParams a{x,         y,     dy, static_cast<int*>(static_cast<void*>(arg.f())),
-                  dx,        c,     h,  w,
-                  n,         oh,    ow, pp.size,
-                  pp.stride, pp.pad};
-  const int v = PoolLanes(n, {x, y, dy, dx, arg.f()});
-  const dim3 out_grid = RowGrid(int64_t(ow) * n / v, int64_t(c) * oh);
-  const dim3 in_grid_v = RowGrid(int64_t(w) * n / v, int64_t(c) * h);
-  auto run = [&](int version) {
-    if (version == 2) {
-      Launch(PoolBackwardKernel, in_grid, dim3(kBlock), ctx.stream, p);
-    } else if (v == 4) {
-      Launch(PoolArgmaxKernel<4>, out_grid, dim3(kBlock), ctx.stream, a);
-      Launch(PoolMaxGatherKernel<4>, in_grid_v, dim3(kBlock), ctx.stream, a);
-    } else {
-      Launch(PoolArgmaxKernel<1>, out_grid, dim3(kBlock), ctx.stream, a);
-      Launch(PoolMaxGatherKernel<1>, in_grid_v, dim3(kBlock), ctx.stream, a);
-    }
-  };
-  run(PoolBackwardTuner().Choose(ctx.stream, {c, h, w, n, pp.size, pp.stride, pp.pad}, run));
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      using XT = decltype(xs);
+      using YT = decltype(ys);
+      if (pp.kind != PoolParams::kMax) {
+        Launch(PoolBackwardKernel<XT, YT>, in_grid, dim3(kBlock), ctx.stream, p);
+        return;
+      }
+      if constexpr (std::is_same_v<XT, float> && std::is_same_v<YT, Bf16>) {
+        return;  // refused above; not instantiated
+      } else {
+        Scratch arg(ctx.alloc, sizeof(int) * size_t(c) * oh * ow * n);
+        PoolArgParams a{x,         y,     dy, static_cast<int*>(static_cast<void*>(arg.f())),
+                        dx,        c,     h,  w,
+                        n,         oh,    ow, pp.size,
+                        pp.stride, pp.pad};
+        const int v =
+            PoolLanes(n, {{x, xt}, {y, yt}, {dy, yt}, {dx, xt}, {arg.f(), StorageType::kFloat}});
+        const dim3 out_grid = RowGrid(int64_t(ow) * n / v, int64_t(c) * oh);
+        const dim3 in_grid_v = RowGrid(int64_t(w) * n / v, int64_t(c) * h);
+        auto run = [&](int version) {
+          if (version == 2) {
+            Launch(PoolBackwardKernel<XT, YT>, in_grid, dim3(kBlock), ctx.stream, p);
+          } else if (v == 4) {
+            Launch(PoolArgmaxKernel<4, XT, YT>, out_grid, dim3(kBlock), ctx.stream, a);
+            Launch(PoolMaxGatherKernel<4, XT, YT>, in_grid_v, dim3(kBlock), ctx.stream, a);
+          } else {
+            Launch(PoolArgmaxKernel<1, XT, YT>, out_grid, dim3(kBlock), ctx.stream, a);
+            Launch(PoolMaxGatherKernel<1, XT, YT>, in_grid_v, dim3(kBlock), ctx.stream, a);
+          }
+        };
+        // The storage types are in the key: float and bf16 shapes are timed apart.
+        run(PoolBackwardTuner().Choose(
+            ctx.stream,
+            {c, h, w, n, pp.size, pp.stride, pp.pad, static_cast<int>(xt), static_cast<int>(yt)},
+            run));
+      }
+    });
+  });
 }
 
 void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,
@@ -1751,6 +1833,13 @@ void ChooseLrnPoolTile(LrnPoolKernelParams& p) {
 void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* arg, int c,
                           int h, int w, int n, int oh, int ow, const LrnCrossParams& lp,
                           const PoolParams& pp) {
+  LrnMaxPoolForwardGpu(ctx, x, StorageType::kFloat, y, StorageType::kFloat, arg, c, h, w, n, oh, ow,
+                       lp, pp);
+}
+
+void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                          StorageType yt, float* arg, int c, int h, int w, int n, int oh, int ow,
+                          const LrnCrossParams& lp, const PoolParams& pp) {
   LrnPoolKernelParams p = LrnPoolParams(ctx, c, h, w, n, oh, ow, int64_t(oh) * ow * n, lp, pp);
   p.x = x;
   p.y = y;
@@ -1763,35 +1852,60 @@ void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, fl
   ChooseLrnPoolTile(t);
   const int tile_rows = (c / t.cg) * static_cast<int>(CeilDiv(t.cg, t.chunk)) * t.oy_tiles;
   const int half = lp.size / 2;
-  auto run = [&](int version) {
-    if (version == 1) {
-      Launch(LrnPoolKernel(half, LrnMaxPoolForward<1>, LrnMaxPoolForward<2>, LrnMaxPoolForward<3>,
-                           LrnMaxPoolForward<4>),
-             RowGrid(int64_t(ow) * n, rows), dim3(kBlock), ctx.stream, p);
-    } else {
-      Launch(LrnPoolKernel(half, LrnMaxPoolForwardTiled<1>, LrnMaxPoolForwardTiled<2>,
-                           LrnMaxPoolForwardTiled<3>, LrnMaxPoolForwardTiled<4>),
-             dim3(static_cast<unsigned>(t.ox_tiles * t.img_tiles),
-                  static_cast<unsigned>(std::min(tile_rows, 65535))),
-             dim3(static_cast<unsigned>(t.ry_max * t.rx_max * t.ni)), ctx.stream, t);
-    }
-  };
-  run(LrnPoolForwardTuner().Choose(ctx.stream, {c, lp.groups, h, w, n, pp.size, pp.stride, pp.pad},
-                                   run));
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      using XT = decltype(xs);
+      using YT = decltype(ys);
+      auto run = [&](int version) {
+        if (version == 1) {
+          Launch(LrnPoolKernel(half, LrnMaxPoolForward<1, XT, YT>, LrnMaxPoolForward<2, XT, YT>,
+                               LrnMaxPoolForward<3, XT, YT>, LrnMaxPoolForward<4, XT, YT>),
+                 RowGrid(int64_t(ow) * n, rows), dim3(kBlock), ctx.stream, p);
+        } else {
+          Launch(LrnPoolKernel(half, LrnMaxPoolForwardTiled<1, XT, YT>,
+                               LrnMaxPoolForwardTiled<2, XT, YT>, LrnMaxPoolForwardTiled<3, XT, YT>,
+                               LrnMaxPoolForwardTiled<4, XT, YT>),
+                 dim3(static_cast<unsigned>(t.ox_tiles * t.img_tiles),
+                      static_cast<unsigned>(std::min(tile_rows, 65535))),
+                 dim3(static_cast<unsigned>(t.ry_max * t.rx_max * t.ni)), ctx.stream, t);
+        }
+      };
+      // The storage types are in the key: float and bf16 shapes are timed apart.
+      run(LrnPoolForwardTuner().Choose(ctx.stream,
+                                       {c, lp.groups, h, w, n, pp.size, pp.stride, pp.pad,
+                                        static_cast<int>(xt), static_cast<int>(yt)},
+                                       run));
+    });
+  });
 }
 
 void LrnMaxPoolBackwardGpu(const DeviceContext& ctx, const float* x, const float* arg,
                            const float* dy, float* dx, int c, int h, int w, int n, int oh, int ow,
                            const LrnCrossParams& lp, const PoolParams& pp) {
+  LrnMaxPoolBackwardGpu(ctx, x, StorageType::kFloat, arg, dy, StorageType::kFloat, dx, c, h, w, n,
+                        oh, ow, lp, pp);
+}
+
+void LrnMaxPoolBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                           const float* arg, const void* dy, StorageType yt, void* dx, int c, int h,
+                           int w, int n, int oh, int ow, const LrnCrossParams& lp,
+                           const PoolParams& pp) {
   LrnPoolKernelParams p = LrnPoolParams(ctx, c, h, w, n, oh, ow, int64_t(h) * w * n, lp, pp);
   p.x = x;
   p.argmax = arg;
   p.dy = dy;
   p.dx = dx;
   const int rows = (c / p.cg) * static_cast<int>(CeilDiv(p.cg, p.chunk)) * h;
-  Launch(LrnPoolKernel(lp.size / 2, LrnMaxPoolBackward<1>, LrnMaxPoolBackward<2>,
-                       LrnMaxPoolBackward<3>, LrnMaxPoolBackward<4>),
-         RowGrid(int64_t(w) * n, rows), dim3(kBlock), ctx.stream, p);
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      using XT = decltype(xs);
+      using YT = decltype(ys);
+      Launch(
+          LrnPoolKernel(lp.size / 2, LrnMaxPoolBackward<1, XT, YT>, LrnMaxPoolBackward<2, XT, YT>,
+                        LrnMaxPoolBackward<3, XT, YT>, LrnMaxPoolBackward<4, XT, YT>),
+          RowGrid(int64_t(w) * n, rows), dim3(kBlock), ctx.stream, p);
+    });
+  });
 }
 
 void LrnWithinForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
@@ -1983,9 +2097,18 @@ void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* 
 
 void GradToBf16Gpu(const DeviceContext& ctx, const float* dy, const float* mask, void* out,
                    float* row_sums, int64_t rows, int64_t inner) {
+  GradToBf16Gpu(ctx, dy, mask, StorageType::kFloat, out, row_sums, rows, inner);
+}
+
+void GradToBf16Gpu(const DeviceContext& ctx, const void* dy, const void* mask, StorageType t,
+                   void* out, float* row_sums, int64_t rows, int64_t inner) {
   if (rows <= 0 || inner <= 0) return;
   CHECK_LT(rows, 65536) << "GradToBf16 supports up to 65535 rows";
-  const bool vec = inner % 4 == 0 && Aligned(dy) && (!mask || Aligned(mask)) &&
+  CHECK(out != nullptr || t == StorageType::kBF16)
+      << "GradToBf16: out may be null only for bf16 dy (the sums alone)";
+  const uintptr_t quad = 4 * StorageBytes(t);
+  const bool vec = inner % 4 == 0 && reinterpret_cast<uintptr_t>(dy) % quad == 0 &&
+                   reinterpret_cast<uintptr_t>(mask) % quad == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 8 == 0;
   int64_t chunk = CeilDiv(inner, RowSplits(ctx, rows, inner));
   if (vec) chunk = CeilDiv(chunk, 4) * 4;
@@ -2002,8 +2125,11 @@ void GradToBf16Gpu(const DeviceContext& ctx, const float* dy, const float* mask,
                    chunk,
                    static_cast<int>(splits),
                    vec ? 1 : 0};
-  Launch(GradToBf16Kernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)),
-         dim3(kBlock), ctx.stream, p);
+  WithStorage(t, [&](auto ts) {
+    Launch(GradToBf16Kernel<decltype(ts)>,
+           dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rows)), dim3(kBlock),
+           ctx.stream, p);
+  });
   if (part) {
     RowSumFinishParams f{part->d(), row_sums, static_cast<int>(rows), static_cast<int>(splits)};
     Launch(RowSumFinishKernel, GridFor(ctx, rows), dim3(kBlock), ctx.stream, f);

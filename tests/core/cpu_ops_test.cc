@@ -3,6 +3,7 @@
 // settings, and results that must not depend on the number of threads.
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <thread>
@@ -95,6 +96,68 @@ TEST(TensorHost, PinnedHostFallsBackToOrdinaryMemory) {
     h.CopyFromAsync(x);
     for (int64_t i = 0; i < x.size(); ++i) ASSERT_EQ(h.data()[i], x.data()[i]) << i;
   }
+}
+
+// bf16 storage (Tensor::dtype): the host conversion rounds to nearest even (ties to the
+// even mantissa), keeps infinities and NaN, overflows to infinity; bf16 tensors convert on
+// the host copies, views and channel slices count 2-byte elements, Fill writes the rounded
+// value to exactly the tensor's elements (an odd-sized slice leaves its neighbour alone).
+TEST(TensorBf16, RoundingAndStorage) {
+  auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  };
+  EXPECT_EQ(FloatToBf16Bits(1.0f), 0x3f80);
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: to the even neighbour, 1.
+  EXPECT_EQ(FloatToBf16Bits(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  // 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 (odd) and 1 + 2^-6: up.
+  EXPECT_EQ(FloatToBf16Bits(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_EQ(FloatToBf16Bits(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 0x3f81);
+  EXPECT_EQ(FloatToBf16Bits(-2.5f), 0xc020);
+  EXPECT_EQ(FloatToBf16Bits(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(FloatToBf16Bits(std::numeric_limits<float>::max()), 0x7f80);  // overflows
+  EXPECT_TRUE(std::isnan(Bf16BitsToFloat(FloatToBf16Bits(std::nanf("")))));
+  // A NaN whose payload lies only in the low half stays a NaN (not infinity).
+  uint32_t low_nan = 0x7f800001u;
+  float f;
+  std::memcpy(&f, &low_nan, 4);
+  EXPECT_TRUE(std::isnan(Bf16BitsToFloat(FloatToBf16Bits(f))));
+  EXPECT_EQ(bits(Bf16BitsToFloat(0x3f81)), 0x3f810000u);
+
+  const Shape s = Shape::CHWN(3, 1, 1, 5);  // odd channel size: 5 elements, 10 bytes
+  Tensor t(s, Device::kCPU, DType::kBF16);
+  EXPECT_TRUE(t.is_bf16());
+  EXPECT_EQ(t.bytes(), 30u);
+  std::vector<float> v(15);
+  for (int i = 0; i < 15; ++i) v[i] = 1.0f + i * std::ldexp(1.0f, -9);  // some round
+  t.CopyFromHost(v);
+  const std::vector<float> back = t.ToHost();
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(back[i], Bf16BitsToFloat(FloatToBf16Bits(v[i]))) << i;
+  Tensor mid = t.Channels(1, 1);
+  EXPECT_EQ(mid.ToHost(), std::vector<float>(back.begin() + 5, back.begin() + 10));
+  mid.Fill(-3.0f);  // 5 elements from an odd offset: the host path
+  std::vector<float> filled = t.ToHost();
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(filled[i], i / 5 == 1 ? -3.0f : back[i]) << i;
+  t.Fill(0.5f);
+  EXPECT_EQ(t.ToHost(), std::vector<float>(15, 0.5f));
+  // A bf16 view in a float32 buffer: offsets count the buffer's (4-byte) elements.
+  Tensor arena(Shape{8}, Device::kCPU);
+  arena.Fill(0.0f);
+  Tensor view = arena.View(Shape{4}, 2, DType::kBF16);
+  view.CopyFromHost(std::vector<float>{1, 2, 3, 4});
+  const std::vector<float> a = arena.ToHost();
+  EXPECT_EQ(a[0], 0.0f);
+  EXPECT_EQ(a[1], 0.0f);
+  EXPECT_NE(a[2], 0.0f);  // two bf16 values
+  EXPECT_NE(a[3], 0.0f);
+  EXPECT_EQ(a[4], 0.0f);
+  Tensor copy = view.To(Device::kCPU);
+  EXPECT_TRUE(copy.is_bf16());
+  EXPECT_EQ(copy.ToHost(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_DEATH(arena.View(Shape{13}, 2, DType::kBF16), "outside");
+  EXPECT_DEATH(t.data(), "bf16 tensor");
+  EXPECT_DEATH(copy.CopyFrom(arena.View(Shape{4}, 0)), "CopyFrom float32 into bf16");
 }
 
 TEST(CpuOpsElementwise, FillAndCopy) {

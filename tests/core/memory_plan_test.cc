@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "core/backend.h"
@@ -50,8 +52,8 @@ std::unique_ptr<Net> Model(const std::string& name, int input_size, int classes 
   return built.ok() ? std::move(*built) : nullptr;
 }
 
-bool SharesMemory(const PlanBuffer& a, const PlanBuffer& b) {
-  return a.offset < b.offset + b.elements() && b.offset < a.offset + a.elements();
+bool SharesMemory(const PlanBuffer& a, const PlanBuffer& b) {  // offsets are arena words
+  return a.offset < b.offset + b.words() && b.offset < a.offset + a.words();
 }
 
 // ---- the plan's properties, every zoo model --------------------------------------------
@@ -107,34 +109,38 @@ TEST_P(PlanEveryModel, NoSharingWhileLiveReadsAfterWritesPinsKept) {
   ASSERT_NE(net, nullptr);
   for (RecomputePolicy recompute :
        {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd})
-    for (bool share : {true, false}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "share " << share << " recompute " << static_cast<int>(recompute));
-      net->set_memory_plan(share);
-      net->set_recompute(recompute);
-      absl::StatusOr<MemoryPlan> plan = net->PlanMemory(2);
-      ASSERT_TRUE(plan.ok()) << plan.status();
-      EXPECT_TRUE(CheckMemoryPlan(*plan).ok()) << GetParam() << ": " << CheckMemoryPlan(*plan);
-      ExpectRecomputedLivesSplit(*net, *plan);
-      if (recompute == RecomputePolicy::kOff) EXPECT_TRUE(plan->recomputes.empty());
-      EXPECT_LE(plan->planned_bytes(), plan->unshared_bytes()) << GetParam();
-      // No gradient for the net inputs; each layer's step is in the schedule exactly twice.
-      EXPECT_EQ(plan->gradient.count("data"), 0u);
-      EXPECT_EQ(plan->gradient.count("label"), 0u);
-      for (const LayerBinding& b : plan->layers)
-        for (size_t k = 0; k < b.dx.size(); ++k)
-          if (net->layers()[&b - plan->layers.data()].inputs[k] == "data") EXPECT_EQ(b.dx[k], -1);
-      if (!share) continue;
-      for (const char* blob : {"data", "label", "loss", "probs", kLogitsBlob}) {
-        ASSERT_TRUE(plan->activation.count(blob)) << blob;
-        const PlanBuffer& p = plan->buffers[plan->activation.at(blob)];
-        EXPECT_TRUE(p.pinned) << GetParam() << " " << blob;
-        for (const PlanBuffer& o : plan->buffers) {
-          if (&o == &p || o.external || p.external) continue;
-          EXPECT_FALSE(SharesMemory(o, p)) << GetParam() << ": " << o.name << " shares " << blob;
+    for (bool share : {true, false})
+      for (bool bf16 : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "share " << share << " recompute " << static_cast<int>(recompute)
+                     << " bf16 storage " << bf16);
+        net->set_memory_plan(share);
+        net->set_recompute(recompute);
+        net->set_bf16_storage(bf16);
+        absl::StatusOr<MemoryPlan> plan = net->PlanMemory(2);
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        EXPECT_TRUE(CheckMemoryPlan(*plan).ok()) << GetParam() << ": " << CheckMemoryPlan(*plan);
+        ExpectRecomputedLivesSplit(*net, *plan);
+        if (recompute == RecomputePolicy::kOff) EXPECT_TRUE(plan->recomputes.empty());
+        EXPECT_LE(plan->planned_bytes(), plan->unshared_bytes()) << GetParam();
+        // No gradient for the net inputs; each layer's step is in the schedule exactly twice.
+        EXPECT_EQ(plan->gradient.count("data"), 0u);
+        EXPECT_EQ(plan->gradient.count("label"), 0u);
+        for (const LayerBinding& b : plan->layers)
+          for (size_t k = 0; k < b.dx.size(); ++k)
+            if (net->layers()[&b - plan->layers.data()].inputs[k] == "data") EXPECT_EQ(b.dx[k], -1);
+        if (!share) continue;
+        for (const char* blob : {"data", "label", "loss", "probs", kLogitsBlob}) {
+          ASSERT_TRUE(plan->activation.count(blob)) << blob;
+          const PlanBuffer& p = plan->buffers[plan->activation.at(blob)];
+          EXPECT_TRUE(p.pinned) << GetParam() << " " << blob;
+          EXPECT_EQ(p.dtype, DType::kFloat32) << GetParam() << " " << blob;
+          for (const PlanBuffer& o : plan->buffers) {
+            if (&o == &p || o.external || p.external) continue;
+            EXPECT_FALSE(SharesMemory(o, p)) << GetParam() << ": " << o.name << " shares " << blob;
+          }
         }
       }
-    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, PlanEveryModel, ::testing::ValuesIn(ZooNames()), ModelTestName);
@@ -178,6 +184,100 @@ TEST(MemoryPlan, ImageNetModelsAtTheIssuesBatches) {
       before = recomputing->planned_bytes();
     }
   }
+}
+
+// ---- bf16 activation storage (Net::set_bf16_storage, docs/PRECISION.md) -----------------
+// The dtype of each blob of `plan` (its activation buffer; its gradient must agree).
+std::map<std::string, DType> BlobTypes(const MemoryPlan& plan) {
+  std::map<std::string, DType> out;
+  for (const auto& [blob, id] : plan.activation) {
+    out[blob] = plan.buffers[id].dtype;
+    for (const PlanBuffer& b : plan.buffers)
+      if (b.blob == blob) EXPECT_EQ(b.dtype, out[blob]) << b.name;
+  }
+  return out;
+}
+
+// AlexNet: the convolutions' outputs (ReLU fused) and the pools after the LRNs (fused) are
+// bf16; the fully connected part, pool5 (read by fc6), the inputs and the loss's blobs are
+// float32. Off, or on the CPU, nothing changes.
+TEST(Bf16Storage, AlexNetBlobs) {
+  std::unique_ptr<Net> net = Model("alexnet", 224, 1000);
+  ASSERT_NE(net, nullptr);
+  absl::StatusOr<MemoryPlan> fp32 = net->PlanMemory(256);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  for (const auto& [blob, t] : BlobTypes(*fp32)) EXPECT_EQ(t, DType::kFloat32) << blob;
+  net->set_bf16_storage(true);
+  absl::StatusOr<MemoryPlan> bf16 = net->PlanMemory(256);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  ASSERT_TRUE(CheckMemoryPlan(*bf16).ok()) << CheckMemoryPlan(*bf16);
+  const std::map<std::string, DType> types = BlobTypes(*bf16);
+  std::set<std::string> got;
+  for (const auto& [blob, t] : types)
+    if (t == DType::kBF16) got.insert(blob);
+  const std::set<std::string> want = {"conv1", "pool1", "conv2", "pool2",
+                                      "conv3", "conv4", "conv5"};
+  EXPECT_EQ(got, want);
+  std::printf(
+      "alexnet batch 256: activations+gradients %.1f MiB planned float32, %.1f MiB with "
+      "bf16 storage (%.1f / %.1f MiB one buffer each)\n",
+      fp32->planned_bytes() / 1048576.0, bf16->planned_bytes() / 1048576.0,
+      fp32->unshared_bytes() / 1048576.0, bf16->unshared_bytes() / 1048576.0);
+  EXPECT_LT(bf16->planned_bytes(), fp32->planned_bytes());
+  EXPECT_LT(bf16->unshared_bytes(), fp32->unshared_bytes());
+  // The CPU backend is float32 only: Build says so instead of failing in a kernel.
+  const absl::Status s = net->Build(2, Device::kCPU);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_NE(std::string(s.message()).find("CUDA"), std::string::npos) << s;
+}
+
+// The rules on a small net: a max pool's output is bf16 only when its input is (backward
+// finds the maximum's pixel by comparing with y), a blob whose gradient is a sum of two
+// readers' stays float32, and a blob any float32-only layer touches stays float32.
+TEST(Bf16Storage, Rules) {
+  auto net = std::make_unique<Net>("rules");
+  net->AddInput("data", Shape{3, 8, 8});
+  net->AddInput("label", Shape{1, 1, 1});
+  ConvParams p;
+  p.kernel_h = p.kernel_w = 3;
+  p.pad = 1;
+  PoolParams max;
+  max.size = 2;
+  max.stride = 2;
+  net->Emplace<ConvLayer>({"data"}, {"c1"}, "c1", 4, p);
+  net->Emplace<BatchNormLayer>({"c1"}, {"bn1"}, "bn1");  // float32 only
+  net->Emplace<PoolLayer>({"bn1"}, {"p1"}, "p1", max);   // float32 input: p1 float32
+  net->Emplace<ConvLayer>({"p1"}, {"c2"}, "c2", 4, p);
+  net->Emplace<ReluLayer>({"c2"}, {"c2"}, "c2_relu");  // fused into c2
+  net->Emplace<PoolLayer>({"c2"}, {"p2"}, "p2", max);  // bf16 input: p2 bf16
+  net->Emplace<ConvLayer>({"p2"}, {"c3"}, "c3", 4, p);
+  net->Emplace<ConvLayer>({"c3"}, {"c4a"}, "c4a", 4, p);  // c3 has two readers
+  net->Emplace<ConvLayer>({"c3"}, {"c4b"}, "c4b", 4, p);
+  net->Emplace<AddLayer>({"c4a", "c4b"}, {"sum"}, "sum");  // float32 only
+  net->Emplace<FullyConnectedLayer>({"sum"}, {kLogitsBlob}, "fc", 3);
+  net->Emplace<SoftmaxLossLayer>({kLogitsBlob, "label"}, {"loss", "probs"}, "loss");
+  net->set_bf16_storage(true);
+  absl::StatusOr<MemoryPlan> plan = net->PlanMemory(8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(CheckMemoryPlan(*plan).ok()) << CheckMemoryPlan(*plan);
+  const std::map<std::string, DType> t = BlobTypes(*plan);
+  EXPECT_EQ(t.at("c1"), DType::kFloat32);  // read by batch norm
+  EXPECT_EQ(t.at("p1"), DType::kFloat32);  // max pool of a float32 input
+  EXPECT_EQ(t.at("c2"), DType::kBF16);
+  EXPECT_EQ(t.at("p2"), DType::kBF16);
+  EXPECT_EQ(t.at("c3"), DType::kFloat32);   // its gradient is a sum
+  EXPECT_EQ(t.at("c4a"), DType::kFloat32);  // read by the sum
+  for (const LayerBinding& b : plan->layers)
+    for (const auto& [grad, scratch] : b.accumulate) {
+      EXPECT_EQ(plan->buffers[grad].dtype, DType::kFloat32) << plan->buffers[grad].name;
+      EXPECT_EQ(plan->buffers[scratch].dtype, DType::kFloat32) << plan->buffers[scratch].name;
+    }
+  // Pinned blobs stay float32: the caller reads them as floats.
+  net->PinBlob("c2");
+  plan = net->PlanMemory(8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(BlobTypes(*plan).at("c2"), DType::kFloat32);
+  EXPECT_EQ(BlobTypes(*plan).at("p2"), DType::kFloat32);  // a max pool of a float32 input now
 }
 
 // The structure recomputation changes, on ResNet-50's shapes (small input: the lives do

@@ -51,19 +51,9 @@ Ops& Cpu() {
   return *ops;
 }
 
-// ---- host-side bf16 (round to nearest even, as cvt.rn.bf16.f32) ----------------------------
-uint16_t ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-float FromBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// ---- host-side bf16 (round to nearest even, as cvt.rn.bf16.f32): core/tensor.h's ----------
+uint16_t ToBf16(float f) { return FloatToBf16Bits(f); }
+float FromBf16(uint16_t b) { return Bf16BitsToFloat(b); }
 
 // A device buffer of float or bf16 elements.
 class DeviceBuffer {
@@ -614,6 +604,74 @@ TEST_F(TcTest, CudaOpsConvLayerPass) {
         if (with_bias_and_dx) EXPECT_EQ(host(pdx), host(gdx)) << what;
         if (with_bias_and_dx) EXPECT_EQ(host(pdb), host(gdb)) << what;
       }
+      Ops().set_conv_math(MathMode::kFP32);
+    }
+  }
+}
+
+// bf16 activation storage through the layer pass: x, y, dy and dx as bf16 tensors
+// (Tensor::dtype) against float tensors holding the same bf16-representable x and dy. Both
+// hand the tensor cores the same operands (the float path rounds them to the same bits), so
+// every FP32 accumulator is the same: y and dx are the float results rounded once (bitwise
+// bf16(float result)), dw is bitwise the float path's, the bias gradient sums the same
+// values (1e-6: the order of double additions may differ between the passes). With a fused
+// ReLU the mask is the bf16 y (same sign as the float y). Batch 8 (cp.async loads), 7 (element
+// loads), groups 2, stride 2.
+TEST_F(TcTest, CudaOpsConvLayerPassBf16Storage) {
+  for (const int n : {8, 7}) {
+    for (const bool relu : {false, true}) {
+      ConvParams p;
+      p.kernel_h = p.kernel_w = 3;
+      p.pad = 1;
+      p.stride = 2;
+      p.groups = 2;
+      const Shape xs{6, 9, 9, n}, ws{10, 3, 3, 3}, ys{10, 5, 5, n}, bs{10};
+      std::mt19937_64 rng(11 + n);
+      const std::vector<float> xv = Random(xs.elements(), rng, StorageType::kBF16);
+      const std::vector<float> wv = Random(ws.elements(), rng, StorageType::kFloat);
+      const std::vector<float> bv = Random(bs.elements(), rng, StorageType::kFloat);
+      const std::vector<float> dyv = Random(ys.elements(), rng, StorageType::kBF16);
+      const std::string what = absl::StrFormat("batch %d, relu %d", n, relu);
+      auto nan = [](const Shape& s, DType t) {
+        Tensor g(s, Device::kCUDA, t);
+        g.Fill(std::numeric_limits<float>::quiet_NaN());
+        return g;
+      };
+      auto make = [](const Shape& s, const std::vector<float>& v, DType t) {
+        Tensor g(s, Device::kCUDA, t);
+        g.CopyFromHost(v);
+        return g;
+      };
+      Ops().set_conv_math(MathMode::kBF16);
+      Tensor gw = make(ws, wv, DType::kFloat32), gb = make(bs, bv, DType::kFloat32);
+      // Float storage.
+      Tensor fx = make(xs, xv, DType::kFloat32), fdy = make(ys, dyv, DType::kFloat32);
+      Tensor fy = nan(ys, DType::kFloat32), fdx = nan(xs, DType::kFloat32);
+      Tensor fdw = nan(ws, DType::kFloat32), fdb = nan(bs, DType::kFloat32);
+      Ops().ConvLayerForward(fx, gw, &gb, relu, fy, p);
+      // The mask the bf16 pass will use (its own y, rounded): same signs as fy.
+      Ops().ConvLayerBackward(fx, gw, relu ? &fy : nullptr, fdy, fdw, &fdb, &fdx, p);
+      // bf16 storage.
+      Tensor bx = make(xs, xv, DType::kBF16), bdy = make(ys, dyv, DType::kBF16);
+      Tensor by = nan(ys, DType::kBF16), bdx = nan(xs, DType::kBF16);
+      Tensor bdw = nan(ws, DType::kFloat32), bdb = nan(bs, DType::kFloat32);
+      Ops().ConvLayerForward(bx, gw, &gb, relu, by, p);
+      Ops().ConvLayerBackward(bx, gw, relu ? &by : nullptr, bdy, bdw, &bdb, &bdx, p);
+      Ops().set_conv_math(MathMode::kFP32);
+      auto rounded = [](std::vector<float> v) {
+        for (float& f : v) f = FromBf16(ToBf16(f));
+        return v;
+      };
+      const std::vector<float> fyh = fy.ToHost(), byh = by.ToHost();
+      EXPECT_EQ(byh, rounded(fyh)) << what << ": y";
+      for (size_t i = 0; i < fyh.size(); ++i)
+        ASSERT_EQ(fyh[i] > 0.0f, byh[i] > 0.0f) << what << ": the mask's sign, element " << i;
+      EXPECT_EQ(bdw.ToHost(), fdw.ToHost()) << what << ": dw";
+      EXPECT_EQ(bdx.ToHost(), rounded(fdx.ToHost())) << what << ": dx";
+      EXPECT_LT(RelErr(bdb.ToHost(), fdb.ToHost()), 1e-6) << what << ": db";
+      // A bf16 tensor outside bf16 math is refused, not misread.
+      Ops().set_conv_math(MathMode::kTF32);
+      EXPECT_DEATH(Ops().ConvLayerForward(bx, gw, &gb, relu, by, p), "needs --precision=bf16");
       Ops().set_conv_math(MathMode::kFP32);
     }
   }

@@ -985,5 +985,337 @@ TEST_F(CudaTest, PoolingFloorMode) {
   }
 }
 
+// ---- bf16 activation storage (kernels.h: StorageType xt / yt) ----------------------------------
+// The typed launchers against the float kernels: with bf16 storage a kernel must give the float
+// kernel's result on the widened (bf16-rounded) inputs, rounded once to nearest even at its
+// store, bit for bit; with float storage, the float launcher's bits.
+
+using cuda::StorageType;
+
+const cuda::DeviceContext& Ctx() { return dynamic_cast<cuda::CudaOps&>(Gpu()).context(); }
+StorageType Storage(DType t) {
+  return t == DType::kBF16 ? StorageType::kBF16 : StorageType::kFloat;
+}
+
+// v rounded to bf16, to nearest even (NaN kept), computed here rather than by the code tested.
+float RoundBf16(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return v;
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+// What storing v as t gives back.
+std::vector<float> StoredAs(std::vector<float> v, DType t) {
+  if (t == DType::kBF16)
+    for (float& e : v) e = RoundBf16(e);
+  return v;
+}
+// cpu's values on the GPU stored as t.
+Tensor OnGpuAs(const Tensor& cpu, DType t) {
+  Tensor g(cpu.shape(), Device::kCUDA, t);
+  g.CopyFromHost(cpu.ToHost());
+  return g;
+}
+Tensor PoisonedAs(const Shape& s, DType t) {
+  Tensor g(s, Device::kCUDA, t);
+  g.CopyFromHost(std::vector<float>(static_cast<size_t>(g.size()), kNaN));
+  return g;
+}
+// A float32 GPU copy of t's values (bf16 widened).
+Tensor Widened(const Tensor& t) {
+  Tensor f(t.shape(), Device::kCUDA);
+  f.CopyFromHost(t.ToHost());
+  return f;
+}
+
+struct StoragePair {
+  DType x, y;  // x and dx; y and dy
+};
+const StoragePair kStoragePairs[] = {
+    {DType::kBF16, DType::kBF16},
+    {DType::kBF16, DType::kFloat32},
+    {DType::kFloat32, DType::kBF16},  // max-pool backward refuses it (PoolBackwardRefusals)
+};
+std::string PairName(const StoragePair& st) {
+  return absl::StrFormat("x %s, y %s", DTypeName(st.x), DTypeName(st.y));
+}
+
+// Pooling forward and backward (max: versions 2 and 3) in every storage pair, batches 1, 7,
+// 33 and multiples of 4 (the 4-image moves: 8 bytes of bf16), ties (few distinct values,
+// exact in bf16) routed to the first maximum.
+TEST_F(CudaTest, PoolingBf16Storage) {
+  const PoolCase cases[] = {
+      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},  {PoolParams::kMax, 2, 2, 0, 3, 9, 7, 1},
+      {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 7},   {PoolParams::kMax, 3, 1, 1, 48, 7, 7, 8},
+      {PoolParams::kAvg, 3, 1, 1, 3, 8, 8, 32},    {PoolParams::kAvg, 2, 2, 0, 5, 9, 9, 8},
+      {PoolParams::kMax, 3, 2, 0, 96, 13, 13, 32}, {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 12},
+  };
+  for (const PoolCase& k : cases) {
+    if (kEmulated && k.c * k.h * k.w * k.n > 500000) continue;
+    PoolParams p;
+    p.kind = k.kind;
+    p.size = k.size;
+    p.stride = k.stride;
+    p.pad = k.pad;
+    const Shape xs{k.c, k.h, k.w, k.n};
+    const Shape ys{k.c, PoolOutSize(k.h, k.size, k.stride, k.pad),
+                   PoolOutSize(k.w, k.size, k.stride, k.pad), k.n};
+    for (bool ties : {false, true}) {
+      Tensor x = RandomCpu(xs, 63);
+      if (ties)
+        for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = std::floor(x.data()[i] * 2.0f);
+      Tensor dy = RandomCpu(ys, 64);
+      for (const StoragePair& st : kStoragePairs) {
+        const std::string name = absl::StrFormat(
+            "%s size %d stride %d pad %d on %s%s, %s", k.kind == PoolParams::kMax ? "max" : "avg",
+            k.size, k.stride, k.pad, xs.ToString(), ties ? " (ties)" : "", PairName(st));
+        Tensor gx = OnGpuAs(x, st.x), xw = Widened(gx);
+        Tensor ref_y = Poisoned(ys, Device::kCUDA), gy = PoisonedAs(ys, st.y);
+        Gpu().PoolForward(xw, ref_y, p);
+        Gpu().PoolForward(gx, gy, p);
+        EXPECT_TRUE(BitwiseEqual(gy.ToHost(), StoredAs(ref_y.ToHost(), st.y))) << name;
+        if (k.kind == PoolParams::kMax && st.x == DType::kFloat32) continue;  // refused
+        Tensor gdy = OnGpuAs(dy, st.y), ref_dx = Poisoned(xs, Device::kCUDA);
+        Gpu().PoolBackward(xw, Widened(gy), Widened(gdy), ref_dx, p);
+        const std::vector<float> want = StoredAs(ref_dx.ToHost(), st.x);
+        for (int version : {2, 3}) {
+          cuda::SetPoolBackwardVersion(version);
+          Tensor gdx = PoisonedAs(xs, st.x);
+          Gpu().PoolBackward(gx, gy, gdy, gdx, p);
+          EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), want)) << name << ", backward v" << version;
+        }
+        cuda::SetPoolBackwardVersion(0);
+      }
+    }
+  }
+}
+
+// The float launchers are wrappers of the typed ones: float storage through either gives the
+// same bits (and max pooling the CPU's).
+TEST_F(CudaTest, PoolingFloatStorageTyped) {
+  const StorageType f = StorageType::kFloat;
+  const PoolCase cases[] = {
+      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},
+      {PoolParams::kAvg, 3, 1, 1, 3, 8, 8, 32},
+      {PoolParams::kMax, 2, 2, 0, 48, 9, 7, 8},
+      {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 1},
+  };
+  for (const PoolCase& k : cases) {
+    PoolParams p;
+    p.kind = k.kind;
+    p.size = k.size;
+    p.stride = k.stride;
+    p.pad = k.pad;
+    const int oh = static_cast<int>(PoolOutSize(k.h, k.size, k.stride, k.pad));
+    const int ow = static_cast<int>(PoolOutSize(k.w, k.size, k.stride, k.pad));
+    const Shape xs{k.c, k.h, k.w, k.n}, ys{k.c, oh, ow, k.n};
+    const std::string name =
+        absl::StrFormat("size %d stride %d pad %d on %s", k.size, k.stride, k.pad, xs.ToString());
+    Tensor x = RandomCpu(xs, 65);
+    for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = std::floor(x.data()[i] * 2.0f);  // ties
+    Tensor y(ys, Device::kCPU);
+    Cpu().PoolForward(x, y, p);
+    Tensor gx = OnGpu(x), y_old = Poisoned(ys, Device::kCUDA), y_new = Poisoned(ys, Device::kCUDA);
+    cuda::PoolForwardGpu(Ctx(), gx.data(), y_old.data(), k.c, k.h, k.w, k.n, oh, ow, p);
+    cuda::PoolForwardGpu(Ctx(), gx.raw(), f, y_new.raw(), f, k.c, k.h, k.w, k.n, oh, ow, p);
+    EXPECT_TRUE(BitwiseEqual(y_new.ToHost(), y_old.ToHost())) << name;
+    if (k.kind == PoolParams::kMax) EXPECT_TRUE(BitwiseEqual(y_new.ToHost(), y.ToHost())) << name;
+    Tensor gdy = OnGpu(RandomCpu(ys, 66));
+    for (int version : {2, 3}) {
+      cuda::SetPoolBackwardVersion(version);
+      Tensor dx_old = Poisoned(xs, Device::kCUDA), dx_new = Poisoned(xs, Device::kCUDA);
+      cuda::PoolBackwardGpu(Ctx(), gx.data(), y_old.data(), gdy.data(), dx_old.data(), k.c, k.h,
+                            k.w, k.n, oh, ow, p);
+      cuda::PoolBackwardGpu(Ctx(), gx.raw(), y_old.raw(), gdy.raw(), dx_new.raw(), f, f, k.c, k.h,
+                            k.w, k.n, oh, ow, p);
+      EXPECT_TRUE(BitwiseEqual(dx_new.ToHost(), dx_old.ToHost())) << name << " v" << version;
+    }
+    cuda::SetPoolBackwardVersion(0);
+  }
+}
+
+// Max-pool backward cannot find a rounded maximum's pixel in float x; CudaOps refuses x / dx
+// (or y / dy) of different storage.
+TEST_F(CudaTest, PoolBackwardBf16Refusals) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the backend (and emulator) run threads
+  const PoolParams p = testing::MaxPool(2, 2, 0, true);
+  const Shape xs{3, 4, 4, 2}, ys{3, 2, 2, 2};
+  Tensor x = OnGpu(RandomCpu(xs, 67)), y = PoisonedAs(ys, DType::kBF16);
+  Tensor dy = PoisonedAs(ys, DType::kBF16), dx = PoisonedAs(xs, DType::kFloat32);
+  EXPECT_DEATH(Gpu().PoolBackward(x, y, dy, dx, p), "float x with bf16 y is not supported");
+  Tensor dx_bf16 = PoisonedAs(xs, DType::kBF16);
+  EXPECT_DEATH(Gpu().PoolBackward(x, y, dy, dx_bf16, p), "must share a storage type");
+}
+
+// LRN + max pooling in every storage pair, both forward versions (the argmax on the FP32
+// normalised values: arg as the float kernels'), shapes of LrnMaxPoolFusedAsUnfused.
+TEST_F(CudaTest, LrnMaxPoolBf16Storage) {
+  struct Case {
+    int c, h, w, n, lrn_size, groups, pool, stride, pad;
+  };
+  const Case cases[] = {
+      {96, 13, 13, 7, 5, 2, 3, 2, 0},
+      {5, 6, 7, 33, 3, 1, 2, 2, 0},
+      {20, 5, 5, 8, 9, 2, 3, 1, 1},
+      {48, 9, 9, 1, 5, 1, 3, 2, 1},
+  };
+  for (const Case& k : cases) {
+    LrnCrossParams lp;
+    lp.size = k.lrn_size;
+    lp.groups = k.groups;
+    PoolParams pp;
+    pp.size = k.pool;
+    pp.stride = k.stride;
+    pp.pad = k.pad;
+    const Shape xs{k.c, k.h, k.w, k.n};
+    const Shape ys{k.c, PoolOutSize(k.h, k.pool, k.stride, k.pad),
+                   PoolOutSize(k.w, k.pool, k.stride, k.pad), k.n};
+    for (bool ties : {false, true}) {
+      Tensor x = RandomCpu(xs, 95, -3.0f, 3.0f);
+      if (ties)
+        for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = std::floor(x.data()[i]);
+      Tensor dy = RandomCpu(ys, 96);
+      for (const StoragePair& st : kStoragePairs) {
+        const std::string name =
+            absl::StrFormat("%s lrn %d, pool %d/%d pad %d%s, %s", xs.ToString(), k.lrn_size, k.pool,
+                            k.stride, k.pad, ties ? " (ties)" : "", PairName(st));
+        Tensor gx = OnGpuAs(x, st.x), xw = Widened(gx);
+        Tensor ref_y = Poisoned(ys, Device::kCUDA), ref_arg = Poisoned(ys, Device::kCUDA);
+        Gpu().LrnMaxPoolForward(xw, ref_y, ref_arg, lp, pp);
+        const std::vector<float> want_y = StoredAs(ref_y.ToHost(), st.y);
+        Tensor gy, garg;
+        for (int version : {1, 2}) {
+          cuda::SetLrnMaxPoolForwardVersion(version);
+          gy = PoisonedAs(ys, st.y), garg = Poisoned(ys, Device::kCUDA);
+          Gpu().LrnMaxPoolForward(gx, gy, garg, lp, pp);
+          EXPECT_TRUE(BitwiseEqual(gy.ToHost(), want_y)) << name << ": forward v" << version;
+          EXPECT_TRUE(BitwiseEqual(garg.ToHost(), ref_arg.ToHost()))
+              << name << ": arg v" << version;
+        }
+        cuda::SetLrnMaxPoolForwardVersion(0);
+        Tensor gdy = OnGpuAs(dy, st.y);
+        Tensor ref_dx = Poisoned(xs, Device::kCUDA), gdx = PoisonedAs(xs, st.x);
+        Gpu().LrnMaxPoolBackward(xw, ref_y, ref_arg, Widened(gdy), ref_dx, lp, pp);
+        Gpu().LrnMaxPoolBackward(gx, gy, garg, gdy, gdx, lp, pp);
+        EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), StoredAs(ref_dx.ToHost(), st.x)))
+            << name << ": backward";
+      }
+    }
+  }
+}
+
+TEST_F(CudaTest, LrnMaxPoolFloatStorageTyped) {
+  const StorageType f = StorageType::kFloat;
+  LrnCrossParams lp;
+  lp.size = 5;
+  lp.groups = 2;
+  const PoolParams pp = testing::MaxPool(3, 2, 0, true);
+  const int c = 20, h = 9, w = 9, n = 7, oh = 4, ow = 4;
+  const Shape xs{c, h, w, n}, ys{c, oh, ow, n};
+  Tensor gx = OnGpu(RandomCpu(xs, 97, -3.0f, 3.0f)), gdy = OnGpu(RandomCpu(ys, 98));
+  for (int version : {1, 2}) {
+    cuda::SetLrnMaxPoolForwardVersion(version);
+    Tensor y_old = Poisoned(ys, Device::kCUDA), arg_old = Poisoned(ys, Device::kCUDA);
+    Tensor y_new = Poisoned(ys, Device::kCUDA), arg_new = Poisoned(ys, Device::kCUDA);
+    cuda::LrnMaxPoolForwardGpu(Ctx(), gx.data(), y_old.data(), arg_old.data(), c, h, w, n, oh, ow,
+                               lp, pp);
+    cuda::LrnMaxPoolForwardGpu(Ctx(), gx.raw(), f, y_new.raw(), f, arg_new.data(), c, h, w, n, oh,
+                               ow, lp, pp);
+    EXPECT_TRUE(BitwiseEqual(y_new.ToHost(), y_old.ToHost())) << "forward v" << version;
+    EXPECT_TRUE(BitwiseEqual(arg_new.ToHost(), arg_old.ToHost())) << "arg v" << version;
+    Tensor dx_old = Poisoned(xs, Device::kCUDA), dx_new = Poisoned(xs, Device::kCUDA);
+    cuda::LrnMaxPoolBackwardGpu(Ctx(), gx.data(), arg_old.data(), gdy.data(), dx_old.data(), c, h,
+                                w, n, oh, ow, lp, pp);
+    cuda::LrnMaxPoolBackwardGpu(Ctx(), gx.raw(), f, arg_old.data(), gdy.raw(), f, dx_new.raw(), c,
+                                h, w, n, oh, ow, lp, pp);
+    EXPECT_TRUE(BitwiseEqual(dx_new.ToHost(), dx_old.ToHost())) << "backward";
+  }
+  cuda::SetLrnMaxPoolForwardVersion(0);
+}
+
+// GradToBf16Gpu with bf16 dy and mask against the float overload on the widened values: the
+// same bf16 out and the same row sums exactly. The widened values are the same floats, and
+// the launch makes the same choices for both (quads when inner is a multiple of 4 and the
+// pointers are aligned to 4 elements, the same chunks and splits), so every thread adds the
+// same values in the same order, and the partials are combined in the same order too.
+// Rows of 79 (elements), rows of 12,920 in splits (quads), the same one element off
+// alignment (elements); out null (bf16: sums only).
+TEST_F(CudaTest, GradToBf16Bf16Storage) {
+  struct Case {
+    int64_t rows, inner, offset;
+  };
+  for (const Case k : {Case{13, 79, 0}, Case{3, 12920, 0}, Case{3, 12920, 1}, Case{5, 64, 0}}) {
+    const int64_t n = k.rows * k.inner;
+    const Shape s{n + 1};
+    Tensor dyv = RandomCpu(s, 101 + k.inner), mv = RandomCpu(s, 102 + k.inner);
+    mv.data()[5] = 0.0f;
+    mv.data()[6] = -0.0f;
+    mv.data()[7] = 1e-41f;  // positive in float, 0 in bf16: the mask is read as stored
+    Tensor bdy = OnGpuAs(dyv, DType::kBF16), bm = OnGpuAs(mv, DType::kBF16);
+    Tensor fdy = Widened(bdy), fm = Widened(bm);
+    const uint16_t* bdy_p = static_cast<const uint16_t*>(bdy.raw()) + k.offset;
+    const uint16_t* bm_p = static_cast<const uint16_t*>(bm.raw()) + k.offset;
+    const float* fdy_p = fdy.data() + k.offset;
+    const float* fm_p = fm.data() + k.offset;
+    const std::vector<float> dyw = fdy.ToHost(), mw = fm.ToHost();
+    for (const bool with_mask : {true, false}) {
+      for (const bool with_out : {true, false}) {
+        for (const bool with_sums : {true, false}) {
+          if (!with_out && !with_sums) continue;
+          const std::string what =
+              absl::StrFormat("rows %d x %d, offset %d, mask %d, out %d, sums %d", k.rows, k.inner,
+                              k.offset, with_mask, with_out, with_sums);
+          Tensor out = PoisonedAs(s, DType::kBF16), ref = PoisonedAs(s, DType::kBF16);
+          Tensor sums = Poisoned(Shape{k.rows}, Device::kCUDA);
+          Tensor ref_sums = Poisoned(Shape{k.rows}, Device::kCUDA);
+          cuda::GradToBf16Gpu(Ctx(), bdy_p, with_mask ? bm_p : nullptr, StorageType::kBF16,
+                              with_out ? static_cast<uint16_t*>(out.raw()) + k.offset : nullptr,
+                              with_sums ? sums.data() : nullptr, k.rows, k.inner);
+          cuda::GradToBf16Gpu(Ctx(), fdy_p, with_mask ? fm_p : nullptr,
+                              static_cast<uint16_t*>(ref.raw()) + k.offset,
+                              with_sums ? ref_sums.data() : nullptr, k.rows, k.inner);
+          if (with_out) {
+            const std::vector<float> got = out.ToHost();
+            EXPECT_TRUE(BitwiseEqual(got, ref.ToHost())) << what;
+            // And on the host: g = dy, or 0 where the mask is not > 0 (exact in bf16).
+            std::vector<float> got_g(got.begin() + k.offset, got.begin() + k.offset + n), want_g;
+            for (int64_t i = k.offset; i < n + k.offset; ++i)
+              want_g.push_back(with_mask && !(mw[size_t(i)] > 0.0f) ? 0.0f : dyw[size_t(i)]);
+            EXPECT_TRUE(BitwiseEqual(got_g, want_g)) << what << " (host)";
+          } else {
+            for (float v : out.ToHost()) ASSERT_TRUE(std::isnan(v)) << what << ": out written";
+          }
+          if (with_sums) {
+            EXPECT_TRUE(BitwiseEqual(sums.ToHost(), ref_sums.ToHost())) << what;
+          } else {
+            for (float v : sums.ToHost()) ASSERT_TRUE(std::isnan(v)) << what << ": sums written";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaTest, GradToBf16FloatStorageTyped) {
+  for (const int64_t offset : {0, 1}) {
+    const int64_t rows = 3, inner = 12920, n = rows * inner;
+    const Shape s{n + 1};
+    Tensor dy = OnGpu(RandomCpu(s, 103)), mask = OnGpu(RandomCpu(s, 104));
+    Tensor out_old = PoisonedAs(s, DType::kBF16), out_new = PoisonedAs(s, DType::kBF16);
+    Tensor sums_old = Poisoned(Shape{rows}, Device::kCUDA);
+    Tensor sums_new = Poisoned(Shape{rows}, Device::kCUDA);
+    cuda::GradToBf16Gpu(Ctx(), dy.data() + offset, mask.data() + offset,
+                        static_cast<uint16_t*>(out_old.raw()) + offset, sums_old.data(), rows,
+                        inner);
+    cuda::GradToBf16Gpu(Ctx(), dy.data() + offset, mask.data() + offset, StorageType::kFloat,
+                        static_cast<uint16_t*>(out_new.raw()) + offset, sums_new.data(), rows,
+                        inner);
+    EXPECT_TRUE(BitwiseEqual(out_new.ToHost(), out_old.ToHost())) << "offset " << offset;
+    EXPECT_TRUE(BitwiseEqual(sums_new.ToHost(), sums_old.ToHost())) << "offset " << offset;
+  }
+}
+
 }  // namespace
 }  // namespace colonnade
