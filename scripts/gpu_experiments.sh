@@ -16,8 +16,8 @@
 #             images per class, JPEG shards), default init vs --paper_init at lr 0.01
 # Everything lands in OUTDIR/results/ and is packed into OUTDIR/results.tgz (the device
 # tool brings back few files). Knobs: CIFAR_EPOCHS, CIFAR_SCHEDULE, CIFAR_TIMEOUT,
-# RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, ALEXNET_INITS ("default paper"), PRECISION (fp32 | tf32 | bf16 for the cifar,
-# resnet and alexnet runs, default fp32; other than fp32 it suffixes their files), ALEXNET_EPOCHS, ALEXNET_TIMEOUT, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
+# RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, ALEXNET_INITS ("default paper"), PRECISION (fp32 | tf32 | bf16 | bf16_act, bf16
+# with --bf16_activations, for the cifar, resnet and alexnet runs, default fp32; other than fp32 it suffixes their files), ALEXNET_EPOCHS, ALEXNET_TIMEOUT, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
 # ZOO_TIMEOUT, ZOO_PEER_TIMEOUT. COMMIT: the tree's full hash (the device machine's copy has
 # no git history); every results file names it (scripts/record_commit.py).
 set -uo pipefail
@@ -44,6 +44,8 @@ pack() {
 trap pack EXIT
 PRECISION=${PRECISION:-fp32}
 SFX=""; [ "$PRECISION" != fp32 ] && SFX="_$PRECISION"
+PFLAGS=(--precision="$PRECISION")
+[ "$PRECISION" = bf16_act ] && PFLAGS=(--precision=bf16 --bf16_activations)
 { date -u; nvidia-smi; echo "commit: $COMMIT"; } > "$R/environment.txt" 2>&1
 
 for part in $PARTS; do
@@ -63,7 +65,7 @@ for part in $PARTS; do
     timeout -s TERM "${CIFAR_TIMEOUT:-400}" "$BUILD/trainer" --model=cifar10-18pct --device=cuda --data="$ROOT/.gpu_data/cifar10/train" \
       --val_data="$ROOT/.gpu_data/cifar10/test" --epochs="$EPOCHS" --mirror \
       --lr_schedule="${CIFAR_SCHEDULE:-multistep:60,70}" --eval_every=1950 --log_every=390 \
-      --data_threads=12 --precision="$PRECISION" --metrics_file="$R/cifar10_18pct$SFX.jsonl" \
+      --data_threads=12 "${PFLAGS[@]}" --metrics_file="$R/cifar10_18pct$SFX.jsonl" \
       --checkpoint_dir="$R/ckpt18" --keep_checkpoints=1 > "$R/cifar10_18pct$SFX.log" 2>&1
     say "cifar10-18pct $PRECISION rc=$? $(grep '^eval' "$R/cifar10_18pct$SFX.log" | tail -n 1)"
     rm -rf "$R/ckpt18"
@@ -95,7 +97,7 @@ for part in $PARTS; do
     timeout -s TERM "${RESNET_TIMEOUT:-545}" "$BUILD/trainer" --model=resnet18-cifar --device=cuda --data="$ROOT/.gpu_data/cifar10/train" \
       --val_data="$ROOT/.gpu_data/cifar10/test" --epochs="${RESNET_EPOCHS:-55}" --mirror \
       ${RESNET_AUG:---pad=4} --eval_every=390 --log_every=390 --data_threads=14 \
-      --precision="$PRECISION" --metrics_file="$R/resnet18_cifar$SFX.jsonl" \
+      "${PFLAGS[@]}" --metrics_file="$R/resnet18_cifar$SFX.jsonl" \
       > "$R/resnet18_cifar$SFX.log" 2>&1
     say "resnet18-cifar $PRECISION rc=$? $(grep '^eval' "$R/resnet18_cifar$SFX.log" | tail -n 1)"
     ;;
@@ -105,7 +107,7 @@ for part in $PARTS; do
       timeout -s TERM "${ALEXNET_TIMEOUT:-150}" "$BUILD/trainer" --model=alexnet --device=cuda \
         --data="$ROOT/.gpu_data/inet/train" --val_data="$ROOT/.gpu_data/inet/val" \
         --epochs="${ALEXNET_EPOCHS:-90}" --mirror --pad=16 --eval_every=135 --log_every=27 \
-        --data_threads=14 "${extra[@]}" --precision="$PRECISION" \
+        --data_threads=14 "${extra[@]}" "${PFLAGS[@]}" \
         --metrics_file="$R/alexnet_init_$v$SFX.jsonl" > "$R/alexnet_init_$v$SFX.log" 2>&1
       say "alexnet init=$v $PRECISION rc=$? $(grep '^eval' "$R/alexnet_init_$v$SFX.log" | tail -n 1)"
     done

@@ -61,8 +61,8 @@ ABSL_FLAG(std::string, precision, "fp32",
           "products (docs/PRECISION.md); tensors and weights stay FP32 unless "
           "--bf16_activations");
 ABSL_FLAG(bool, bf16_activations, false,
-          "with --precision=bf16: store the blobs only convolutions and pooling touch in bf16 "
-          "(the trainer's --bf16_activations; docs/PRECISION.md)");
+          "with --precision=bf16: store every blob outside the classifier in bf16 (the "
+          "trainer's --bf16_activations; docs/PRECISION.md)");
 
 namespace colonnade {
 namespace {

@@ -441,8 +441,8 @@ void AddLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Ten
     // Masking in place is fine: a second input masking the masked dy gets the same values.
     if (fused_relu_) {
       ops.ReluBackward(*y[0], *dy[0], *d);
-    } else if (d->data() != dy[0]->data()) {
-      ops.Copy(*dy[0], *d);
+    } else if (d->raw() != dy[0]->raw()) {
+      ops.Copy(*dy[0], *d);  // converting when the input's storage type differs
     }
   }
 }

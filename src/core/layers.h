@@ -121,6 +121,7 @@ class GlobalAvgPoolLayer : public Layer {
   using Layer::Layer;
   COLONNADE_LAYER_OVERRIDES("global_avgpool");
   BackwardReads backward_reads() const override { return {false, false, true}; }
+  bool bf16_io() const override { return true; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
 };
 
@@ -173,7 +174,7 @@ class ReluLayer : public Layer {
   BackwardReads backward_reads() const override { return {false, !fused_, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   bool in_place_ok() const override { return true; }
-  bool bf16_io() const override { return fused_; }  // fused: does nothing
+  bool bf16_io() const override { return true; }
   // Stateless: Forward again writes the same y (fused: the producer's Recompute did).
   bool can_recompute() const override { return true; }
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
@@ -214,6 +215,7 @@ class ConcatLayer : public Layer {
   COLONNADE_LAYER_OVERRIDES("concat");
   // Copies channel blocks of dy; x only for its channel counts.
   BackwardReads backward_reads() const override { return {false, false, true}; }
+  bool bf16_io() const override { return true; }  // converting copies where types differ
 };
 
 // Element-wise sum of two inputs of one shape (residual connections).
@@ -224,6 +226,7 @@ class AddLayer : public Layer {
   // dy to both inputs; with a fused ReLU through its mask, which needs y.
   BackwardReads backward_reads() const override { return {false, fused_relu_, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kSameBlockInputs}; }
+  bool bf16_io() const override { return true; }
   // Stateless: Forward again writes the same sum (rectified when fused).
   bool can_recompute() const override { return true; }
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
@@ -247,6 +250,7 @@ class BatchNormLayer : public Layer {
   // dx, dgamma from x, the saved statistics and dy; with a fused ReLU also y (its mask).
   BackwardReads backward_reads() const override { return {true, fused_relu_, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
+  bool bf16_io() const override { return true; }  // statistics from the widened values
   // Statistics are per channel: the block's parameters are rows [first, first + count).
   void SetChannelBlock(int64_t first, int64_t count, int64_t total) override;
   void AllocateParams(Device d) override;

@@ -218,17 +218,7 @@ absl::StatusOr<MemoryPlan> Net::PlanMemory(int64_t batch) {
   ASSIGN_OR_RETURN(const auto shapes, InferShapes(batch));
   MemoryPlanOptions options = PlanOptions();
   options.bf16_blobs = Bf16Blobs(shapes);
-  for (;;) {
-    ASSIGN_OR_RETURN(MemoryPlan plan,
-                     ::colonnade::PlanMemory(layers_, input_names_, shapes, options));
-    // A gradient summed from several readers stays float32 (Ops::Add is float32); keeping
-    // it float32 changes no other blob's readers, so one more plan settles it.
-    bool changed = false;
-    for (const LayerBinding& bind : plan.layers)
-      for (const auto& [grad, scratch] : bind.accumulate)
-        changed |= options.bf16_blobs.erase(plan.buffers[grad].blob) > 0;
-    if (!changed) return plan;
-  }
+  return ::colonnade::PlanMemory(layers_, input_names_, shapes, options);
 }
 
 absl::Status Net::Build(int64_t batch, Device device) {

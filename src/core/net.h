@@ -102,11 +102,11 @@ class Net {
   void set_fusions(const Fusions& f) { fusions_ = f; }
   const Fusions& fusions() const { return fusions_; }
   // bf16 activation storage (docs/PRECISION.md): every blob that only layers taking bf16
-  // touch (Layer::bf16_io: convolutions, pooling, fused ReLUs and LRNs) is stored in bf16,
-  // with its gradient; the rest stay float32: net inputs, pinned blobs, "loss", "probs",
-  // the logits, and blobs whose gradient is a sum of several readers' (the addition is
-  // float32). For the CUDA backend in bf16 precision (the convolutions refuse bf16 tensors
-  // otherwise). Decided again by every Build / PlanMemory. Set before Build. Default: off.
+  // touch (Layer::bf16_io: all but fully connected, dropout, unfused LRNs and the loss) is
+  // stored in bf16, with its gradient (a sum of several readers' gradients is added in
+  // bf16 too); net inputs, pinned blobs, "loss", "probs" and the logits stay float32. For
+  // the CUDA backend in bf16 precision (the convolutions refuse bf16 tensors otherwise).
+  // Decided again by every Build / PlanMemory. Set before Build. Default: off.
   void set_bf16_storage(bool on) { bf16_storage_ = on; }
   bool bf16_storage() const { return bf16_storage_; }
   // Keeps a blob live for the whole step, for a caller that reads it after Forward or

@@ -135,7 +135,8 @@ class Ops {
 
   // ---- element-wise and memory ------------------------------------------------
   virtual void Fill(Tensor& y, float value) = 0;
-  virtual void Copy(const Tensor& x, Tensor& y) = 0;  // same element count
+  // Same element count; between storage types (CUDA, bf16 storage) the values convert.
+  virtual void Copy(const Tensor& x, Tensor& y) = 0;
   // y = alpha * x + beta * y; with beta == 0, y is not read (BLAS convention).
   virtual void Axpby(float alpha, const Tensor& x, float beta, Tensor& y) = 0;
   // y = a + b.

@@ -54,8 +54,7 @@ Tensor::Tensor(Shape shape, Device device, DType dtype)
     : shape_(std::move(shape)), device_(device), dtype_(dtype) {
   Backend* backend = GetBackend(device);
   CHECK(backend != nullptr) << "no backend for device " << DeviceName(device);
-  // Whole 4-byte words (an odd bf16 count gets a spare half), so Fill can write words.
-  size_t n = (bytes() + sizeof(float) - 1) / sizeof(float) * sizeof(float);
+  size_t n = bytes();
   void* p = backend->Allocate(n == 0 ? sizeof(float) : n);
   buffer_ = std::shared_ptr<void>(p, [backend](void* q) { backend->Free(q); });
   data_ = static_cast<char*>(p);
@@ -194,22 +193,11 @@ void Tensor::CopyFromAsync(const Tensor& src) {
 }
 
 void Tensor::Fill(float value) {
-  if (dtype_ == DType::kFloat32) return OpsFor(device_).Fill(*this, value);
-  // bf16: whole words of two copies of the rounded value through a float32 view, when the
-  // tensor is whole words (an odd count or a half-word start goes through the host).
-  const uint16_t b = FloatToBf16Bits(value);
-  const int64_t words = size() / 2;
-  if (size() % 2 == 0 && reinterpret_cast<uintptr_t>(data_) % sizeof(float) == 0) {
-    const uint32_t pair = static_cast<uint32_t>(b) | (static_cast<uint32_t>(b) << 16);
-    float f;
-    std::memcpy(&f, &pair, sizeof(f));
-    Tensor words_view = *this;
-    words_view.dtype_ = DType::kFloat32;
-    words_view.shape_ = Shape{words};
-    OpsFor(device_).Fill(words_view, f);
+  if (dtype_ == DType::kBF16 && device_ == Device::kCPU) {  // only tests hold these
+    std::fill_n(reinterpret_cast<uint16_t*>(data_), size(), FloatToBf16Bits(value));
     return;
   }
-  CopyFromHost(std::vector<float>(size(), Bf16BitsToFloat(b)));
+  OpsFor(device_).Fill(*this, value);  // a device backend fills either storage type
 }
 
 }  // namespace colonnade

@@ -35,18 +35,54 @@ StorageType StorageOf(const Tensor& t) {
   return t.is_bf16() ? StorageType::kBF16 : StorageType::kFloat;
 }
 
+// Tensors that must share a storage type (x and dx, y, dy and relu_y; an output aliasing an
+// input): a kernel instantiation reads and writes each through one type.
+void SameStorage(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name,
+                 const char* op) {
+  CHECK(a.dtype() == b.dtype()) << op << ": " << a_name << " and " << b_name
+                                << " must share a storage type (" << a_name << " "
+                                << DTypeName(a.dtype()) << ", " << b_name << " "
+                                << DTypeName(b.dtype()) << ")";
+}
+// y written in place over x (the same storage) must be of x's type.
+void AliasSameStorage(const Tensor& x, const char* x_name, const Tensor& y, const char* op) {
+  if (x.raw() == y.raw() && x.size() > 0) SameStorage(x, x_name, y, "y (in place)", op);
+}
+// Channel c0's first byte of a CHWN tensor (a block of channels is contiguous).
+void* ChannelBytes(Tensor& t, int64_t c0) {
+  return static_cast<char*>(t.raw()) + c0 * t.h() * t.w() * t.n() * DTypeBytes(t.dtype());
+}
+const void* ChannelBytes(const Tensor& t, int64_t c0) {
+  return static_cast<const char*>(t.raw()) + c0 * t.h() * t.w() * t.n() * DTypeBytes(t.dtype());
+}
+// n elements from one channel block to another: bytes when the types agree, else converted
+// (bf16 widened exactly, float rounded to nearest even).
+void CopyChannelBlock(const DeviceContext& ctx, const void* from, StorageType from_type, void* to,
+                      StorageType to_type, int64_t n) {
+  if (n == 0) return;
+  if (from_type == to_type) {
+    const size_t bytes = static_cast<size_t>(n) * (from_type == StorageType::kBF16 ? 2 : 4);
+    COLONNADE_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, ctx.stream));
+  } else if (from_type == StorageType::kBF16) {
+    Bf16ToFloatGpu(ctx, from, static_cast<float*>(to), n);
+  } else {
+    FloatToBf16Gpu(ctx, static_cast<const float*>(from), to, n);
+  }
+}
+
 }  // namespace
 
 void CudaOps::Fill(Tensor& y, float value) {
   CheckOnDevice(y, "Fill output");
-  FillGpu(ctx_, y.data(), y.size(), value);
+  FillGpu(ctx_, y.raw(), StorageOf(y), y.size(), value);
 }
 
 void CudaOps::Copy(const Tensor& x, Tensor& y) {
   SameSize(x, y, "Copy");
-  CHECK(x.dtype() == y.dtype()) << "Copy " << DTypeName(x.dtype()) << " into "
-                                << DTypeName(y.dtype());
-  if (x.raw() == y.raw() || x.size() == 0) return;  // either storage type: bytes
+  if (x.raw() == y.raw() || x.size() == 0) return;
+  // Between storage types (a gradient passed on to an input stored otherwise): converting.
+  if (x.is_bf16() && !y.is_bf16()) return Bf16ToFloatGpu(ctx_, x.raw(), y.data(), x.size());
+  if (!x.is_bf16() && y.is_bf16()) return FloatToBf16Gpu(ctx_, x.data(), y.raw(), x.size());
   COLONNADE_CUDA_CHECK(
       cudaMemcpyAsync(y.raw(), x.raw(), x.bytes(), cudaMemcpyDeviceToDevice, ctx_.stream));
 }
@@ -59,27 +95,27 @@ void CudaOps::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
 void CudaOps::Add(const Tensor& a, const Tensor& b, Tensor& y) {
   SameSize(a, b, "Add");
   SameSize(a, y, "Add");
-  AddGpu(ctx_, a.data(), b.data(), y.data(), y.size());
+  AliasSameStorage(a, "a", y, "Add");
+  AliasSameStorage(b, "b", y, "Add");
+  AddGpu(ctx_, a.raw(), StorageOf(a), b.raw(), StorageOf(b), y.raw(), StorageOf(y), y.size());
 }
 
 void CudaOps::AddRelu(const Tensor& a, const Tensor& b, Tensor& y) {
   SameSize(a, b, "AddRelu");
   SameSize(a, y, "AddRelu");
-  AddReluGpu(ctx_, a.data(), b.data(), y.data(), y.size());
+  AliasSameStorage(a, "a", y, "AddRelu");
+  AliasSameStorage(b, "b", y, "AddRelu");
+  AddReluGpu(ctx_, a.raw(), StorageOf(a), b.raw(), StorageOf(b), y.raw(), StorageOf(y), y.size());
 }
 
 void CudaOps::CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) {
   op_shapes::CopyChannels(x, c0, y, "CopyChannelsIn");
-  if (x.size() == 0) return;
-  COLONNADE_CUDA_CHECK(cudaMemcpyAsync(y.data() + c0 * x.h() * x.w() * x.n(), x.data(), x.bytes(),
-                                       cudaMemcpyDeviceToDevice, ctx_.stream));
+  CopyChannelBlock(ctx_, x.raw(), StorageOf(x), ChannelBytes(y, c0), StorageOf(y), x.size());
 }
 
 void CudaOps::CopyChannelsOut(const Tensor& y, int64_t c0, Tensor& x) {
   op_shapes::CopyChannels(x, c0, y, "CopyChannelsOut");
-  if (x.size() == 0) return;
-  COLONNADE_CUDA_CHECK(cudaMemcpyAsync(x.data(), y.data() + c0 * x.h() * x.w() * x.n(), x.bytes(),
-                                       cudaMemcpyDeviceToDevice, ctx_.stream));
+  CopyChannelBlock(ctx_, ChannelBytes(y, c0), StorageOf(y), x.raw(), StorageOf(x), x.size());
 }
 
 double CudaOps::Sum(const Tensor& x) {
@@ -296,14 +332,14 @@ void CudaOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, T
 
 void CudaOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
   op_shapes::GlobalAvgPool(x, y, "GlobalAvgPoolForward");
-  GlobalAvgPoolForwardGpu(ctx_, x.data(), y.data(), I32(x.c(), "c"), I32(x.h() * x.w(), "hw"),
-                          I32(x.n(), "n"));
+  GlobalAvgPoolForwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y), I32(x.c(), "c"),
+                          I32(x.h() * x.w(), "hw"), I32(x.n(), "n"));
 }
 
 void CudaOps::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
   op_shapes::GlobalAvgPool(dx, dy, "GlobalAvgPoolBackward");
-  GlobalAvgPoolBackwardGpu(ctx_, dy.data(), dx.data(), I32(dx.c(), "c"), I32(dx.h() * dx.w(), "hw"),
-                           I32(dx.n(), "n"));
+  GlobalAvgPoolBackwardGpu(ctx_, dy.raw(), StorageOf(dy), dx.raw(), StorageOf(dx), I32(dx.c(), "c"),
+                           I32(dx.h() * dx.w(), "hw"), I32(dx.n(), "n"));
 }
 
 void CudaOps::LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) {
@@ -383,23 +419,24 @@ void CudaOps::BatchNormTrain(const Tensor& x, const Tensor& gamma, const Tensor&
   op_shapes::BatchNorm(
       x, {&y}, {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &save_scale},
       relu ? "BatchNormReluForwardTrain" : "BatchNormForwardTrain");
-  BatchNormForwardTrainGpu(ctx_, x.data(), gamma.data(), beta.data(), y.data(), running_mean.data(),
-                           running_var.data(), save_mean.data(), save_invstd.data(),
-                           save_scale.data(), I32(x.shape()[0], "c"), Inner(x), p, relu);
+  BatchNormForwardTrainGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), beta.data(), y.raw(),
+                           StorageOf(y), running_mean.data(), running_var.data(), save_mean.data(),
+                           save_invstd.data(), save_scale.data(), I32(x.shape()[0], "c"), Inner(x),
+                           p, relu);
 }
 
 void CudaOps::BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
                              const Tensor& shift, Tensor& y) {
   op_shapes::BatchNorm(x, {&y}, {&mean, &scale, &shift}, "BatchNormApply");
-  BatchNormApplyGpu(ctx_, x.data(), mean.data(), scale.data(), shift.data(), y.data(),
-                    I32(x.shape()[0], "c"), Inner(x), false);
+  BatchNormApplyGpu(ctx_, x.raw(), StorageOf(x), mean.data(), scale.data(), shift.data(), y.raw(),
+                    StorageOf(y), I32(x.shape()[0], "c"), Inner(x), false);
 }
 
 void CudaOps::BatchNormReluApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
                                  const Tensor& shift, Tensor& y) {
   op_shapes::BatchNorm(x, {&y}, {&mean, &scale, &shift}, "BatchNormReluApply");
-  BatchNormApplyGpu(ctx_, x.data(), mean.data(), scale.data(), shift.data(), y.data(),
-                    I32(x.shape()[0], "c"), Inner(x), true);
+  BatchNormApplyGpu(ctx_, x.raw(), StorageOf(x), mean.data(), scale.data(), shift.data(), y.raw(),
+                    StorageOf(y), I32(x.shape()[0], "c"), Inner(x), true);
 }
 
 void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -407,8 +444,9 @@ void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const 
                                     Tensor& y, const BatchNormParams& p) {
   op_shapes::BatchNorm(x, {&y}, {&gamma, &beta, &running_mean, &running_var},
                        "BatchNormForwardInfer");
-  BatchNormForwardInferGpu(ctx_, x.data(), gamma.data(), beta.data(), running_mean.data(),
-                           running_var.data(), y.data(), I32(x.shape()[0], "c"), Inner(x), p);
+  BatchNormForwardInferGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), beta.data(),
+                           running_mean.data(), running_var.data(), y.raw(), StorageOf(y),
+                           I32(x.shape()[0], "c"), Inner(x), p);
 }
 
 void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
@@ -416,9 +454,10 @@ void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tens
                                 Tensor& dgamma, Tensor& dbeta) {
   op_shapes::BatchNorm(x, {&dy, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},
                        "BatchNormBackward");
-  BatchNormBackwardGpu(ctx_, x.data(), gamma.data(), save_mean.data(), save_invstd.data(), nullptr,
-                       dy.data(), dx.data(), dgamma.data(), dbeta.data(), I32(x.shape()[0], "c"),
-                       Inner(x));
+  SameStorage(x, "x", dx, "dx", "BatchNormBackward");
+  BatchNormBackwardGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), save_mean.data(),
+                       save_invstd.data(), nullptr, dy.raw(), StorageOf(dy), dx.raw(),
+                       dgamma.data(), dbeta.data(), I32(x.shape()[0], "c"), Inner(x));
 }
 
 void CudaOps::BatchNormReluBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
@@ -426,20 +465,25 @@ void CudaOps::BatchNormReluBackward(const Tensor& x, const Tensor& gamma, const 
                                     const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
   op_shapes::BatchNorm(x, {&relu_y, &dy, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},
                        "BatchNormReluBackward");
-  BatchNormBackwardGpu(ctx_, x.data(), gamma.data(), save_mean.data(), save_invstd.data(),
-                       relu_y.data(), dy.data(), dx.data(), dgamma.data(), dbeta.data(),
-                       I32(x.shape()[0], "c"), Inner(x));
+  SameStorage(x, "x", dx, "dx", "BatchNormReluBackward");
+  SameStorage(relu_y, "relu_y", dy, "dy", "BatchNormReluBackward");
+  BatchNormBackwardGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), save_mean.data(),
+                       save_invstd.data(), relu_y.raw(), dy.raw(), StorageOf(dy), dx.raw(),
+                       dgamma.data(), dbeta.data(), I32(x.shape()[0], "c"), Inner(x));
 }
 
 void CudaOps::ReluForward(const Tensor& x, Tensor& y) {
   SameSize(x, y, "ReluForward");
-  ReluForwardGpu(ctx_, x.data(), y.data(), x.size());
+  AliasSameStorage(x, "x", y, "ReluForward");
+  ReluForwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y), x.size());
 }
 
 void CudaOps::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   SameSize(y, dy, "ReluBackward dy");
   SameSize(y, dx, "ReluBackward dx");
-  ReluBackwardGpu(ctx_, y.data(), dy.data(), dx.data(), dx.size());
+  SameStorage(y, "y", dy, "dy", "ReluBackward");
+  AliasSameStorage(dy, "dy", dx, "ReluBackward");
+  ReluBackwardGpu(ctx_, y.raw(), dy.raw(), StorageOf(dy), dx.raw(), StorageOf(dx), dx.size());
 }
 
 void CudaOps::DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) {

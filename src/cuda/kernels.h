@@ -116,11 +116,21 @@ void GradToBf16Gpu(const DeviceContext& ctx, const void* dy, const void* mask, S
 
 // ---- element-wise and reductions (ops_kernels.cu) -------------------------------------------
 void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v);
+// Storage-typed launchers (bf16 activation storage): each tensor stored as float or bf16 as its
+// StorageType says; loads widen bf16 to float, the arithmetic is the float kernel's own, stores
+// round to nearest even. With float storage they are the float launchers (which call them) bit
+// for bit. Fill: every element = v (bf16: v rounded once).
+void FillGpu(const DeviceContext& ctx, void* y, StorageType t, int64_t n, float v);
 void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta, float* y,
               int64_t n);
 void AddGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
 // y = max(a + b, 0) in one pass (Ops::AddRelu).
 void AddReluGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
+// The same with a, b, y each float or bf16 (y may alias a or b of its own type).
+void AddGpu(const DeviceContext& ctx, const void* a, StorageType at, const void* b, StorageType bt,
+            void* y, StorageType yt, int64_t n);
+void AddReluGpu(const DeviceContext& ctx, const void* a, StorageType at, const void* b,
+                StorageType bt, void* y, StorageType yt, int64_t n);
 double SumGpu(const DeviceContext& ctx, const float* x, int64_t n);  // synchronises
 // One step's loss sum and top-1/top-5 counts added to the ResultTotals at `totals`
 // (core/results.h, Ops::AccumulateResults): probs K x N, labels and loss N.
@@ -156,6 +166,11 @@ void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y,
                              int n);
 void GlobalAvgPoolBackwardGpu(const DeviceContext& ctx, const float* dy, float* dx, int c, int hw,
                               int n);
+// The same with x and dx stored as xt, y and dy as yt (the double sum from the widened x).
+void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                             StorageType yt, int c, int hw, int n);
+void GlobalAvgPoolBackwardGpu(const DeviceContext& ctx, const void* dy, StorageType yt, void* dx,
+                              StorageType xt, int c, int hw, int n);
 
 void LrnCrossForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
                         int hwn, const LrnCrossParams& p);
@@ -207,10 +222,34 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float*
                           const float* save_mean, const float* save_invstd, const float* relu_y,
                           const float* dy, float* dx, float* dgamma, float* dbeta, int c,
                           int64_t inner);
+// The same with x and dx stored as xt, y, dy and relu_y as yt; gamma, beta, the statistics and
+// dgamma, dbeta are float, and the sums (double) are taken over the widened values.
+void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                              const float* gamma, const float* beta, void* y, StorageType yt,
+                              float* running_mean, float* running_var, float* save_mean,
+                              float* save_invstd, float* save_scale, int c, int64_t inner,
+                              const BatchNormParams& p, bool relu);
+void BatchNormApplyGpu(const DeviceContext& ctx, const void* x, StorageType xt, const float* mean,
+                       const float* scale, const float* shift, void* y, StorageType yt, int c,
+                       int64_t inner, bool relu);
+void BatchNormForwardInferGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                              const float* gamma, const float* beta, const float* running_mean,
+                              const float* running_var, void* y, StorageType yt, int c,
+                              int64_t inner, const BatchNormParams& p);
+void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                          const float* gamma, const float* save_mean, const float* save_invstd,
+                          const void* relu_y, const void* dy, StorageType yt, void* dx,
+                          float* dgamma, float* dbeta, int c, int64_t inner);
 
 void ReluForwardGpu(const DeviceContext& ctx, const float* x, float* y, int64_t n);
 void ReluBackwardGpu(const DeviceContext& ctx, const float* y, const float* dy, float* dx,
                      int64_t n);
+// The same with storage types: forward x xt, y yt (in place: the same type); backward y and dy
+// yt, dx xt. Quads (float4, 8 bytes of bf16) when every pointer is aligned to 4 of its elements.
+void ReluForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                    StorageType yt, int64_t n);
+void ReluBackwardGpu(const DeviceContext& ctx, const void* y, const void* dy, StorageType yt,
+                     void* dx, StorageType xt, int64_t n);
 // Element (c, h, w, n) of a C x H x W x N tensor; see DropoutParams for the global index.
 void DropoutForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* mask, int c,
                        int h, int w, int n, const DropoutParams& p);

@@ -129,13 +129,17 @@ __device__ __forceinline__ float BlockMax(float v, float* sh) {
 }
 
 // ---- element-wise -----------------------------------------------------------------------------
-// Kernel FillKernel: y[i] = v for i < n. Grid-stride, one element per thread step.
+// Kernel FillKernel<T>: y[i] = v (stored as T: bf16 rounds v) for i < n. Grid-stride, one
+// element per thread step (any element count and alignment of T).
 struct FillParams {
-  float* y;
+  void* y;
   int64_t n;
   float v;
 };
-__global__ void FillKernel(const FillParams p) { GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.v; }
+template <typename T>
+__global__ void FillKernel(const FillParams p) {
+  GRID_STRIDE_LOOP(i, p.n) Store(static_cast<T*>(p.y) + i, p.v);
+}
 
 // Kernel AxpbyKernel: y[i] = alpha*x[i] + beta*y[i] (y not read when beta == 0, as in BLAS).
 // Multiplies and adds are rounded separately (no FMA contraction) to match the CPU.
@@ -153,71 +157,81 @@ __global__ void AxpbyKernel(const AxpbyParams p) {
   }
 }
 
-// Kernel BinaryKernel: y[i] = a[i] op b[i]; y may alias a or b.
+// Kernel BinaryKernel<AT, BT, YT>: y[i] = a[i] op b[i], each stored as its type (Mul: all
+// float); y may alias a or b (same type: each element is read before the same thread writes it).
 enum class BinaryOp { kAdd, kMultiply, kAddRelu };
 struct BinaryParams {
-  const float* a;
-  const float* b;
-  float* y;
+  const void* a;
+  const void* b;
+  void* y;
   int64_t n;
   BinaryOp op;
 };
+__device__ __forceinline__ float Relu(float v) { return v > 0.0f ? v : 0.0f; }
+template <typename AT, typename BT, typename YT>
 __global__ void BinaryKernel(const BinaryParams p) {
+  const AT* a = static_cast<const AT*>(p.a);
+  const BT* b = static_cast<const BT*>(p.b);
+  YT* y = static_cast<YT*>(p.y);
   if (p.op == BinaryOp::kAdd) {
-    GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.a[i] + p.b[i];
+    GRID_STRIDE_LOOP(i, p.n) Store(y + i, Load(a + i) + Load(b + i));
   } else if (p.op == BinaryOp::kAddRelu) {  // ReluForwardKernel's expression on the sum
-    GRID_STRIDE_LOOP(i, p.n) {
-      const float v = p.a[i] + p.b[i];
-      p.y[i] = v > 0.0f ? v : 0.0f;
-    }
+    GRID_STRIDE_LOOP(i, p.n) Store(y + i, Relu(Load(a + i) + Load(b + i)));
   } else {
-    GRID_STRIDE_LOOP(i, p.n) p.y[i] = p.a[i] * p.b[i];
+    GRID_STRIDE_LOOP(i, p.n) Store(y + i, Load(a + i) * Load(b + i));
   }
 }
 
 // Kernel ReluKernel: forward y = max(x, 0); backward (y_or_x = y) dx = y > 0 ? dy : 0.
 // In place is fine (each element is read before it is written, by the same thread).
+// Storage: forward x XT, y (out) YT; backward y and dy YT, dx (out) XT.
 struct ReluParams {
-  const float* a;   // x (forward) or y (backward)
-  const float* dy;  // backward only
-  float* out;
+  const void* a;   // x (forward) or y (backward)
+  const void* dy;  // backward only
+  void* out;
   int64_t n;
 };
-// With all pointers 16-byte aligned the kernels move float4s (quads = n / 4, then the tail).
+// With every pointer aligned to 4 of its elements the kernels move quads (a float4, or 8
+// bytes of bf16: quads = n / 4, then the tail); the arithmetic per element is the same.
 struct ReluVecParams {
   ReluParams r;
   int vec;
 };
-__device__ __forceinline__ float Relu(float v) { return v > 0.0f ? v : 0.0f; }
+template <typename XT, typename YT>
 __global__ void ReluForwardKernel(const ReluVecParams q) {
   const ReluParams& p = q.r;
+  const XT* x = static_cast<const XT*>(p.a);
+  YT* y = static_cast<YT*>(p.out);
   int64_t done = 0;
   if (q.vec) {
-    const float4* a4 = reinterpret_cast<const float4*>(p.a);
-    float4* o4 = reinterpret_cast<float4*>(p.out);
     GRID_STRIDE_LOOP(i, p.n / 4) {
-      const float4 v = a4[i];
-      o4[i] = make_float4(Relu(v.x), Relu(v.y), Relu(v.z), Relu(v.w));
+      Lanes<4> v = LoadLanes<4>(x + 4 * i);
+      for (int k = 0; k < 4; ++k) v.v[k] = Relu(v.v[k]);
+      StoreLanes<4>(y + 4 * i, v);
     }
     done = p.n / 4 * 4;
   }
-  GRID_STRIDE_LOOP(i, p.n - done) p.out[done + i] = Relu(p.a[done + i]);
+  GRID_STRIDE_LOOP(i, p.n - done) Store(y + done + i, Relu(Load(x + done + i)));
 }
+template <typename YT, typename XT>
 __global__ void ReluBackwardKernel(const ReluVecParams q) {
   const ReluParams& p = q.r;
+  const YT* y = static_cast<const YT*>(p.a);
+  const YT* dy = static_cast<const YT*>(p.dy);
+  XT* dx = static_cast<XT*>(p.out);
   int64_t done = 0;
   if (q.vec) {
-    const float4* y4 = reinterpret_cast<const float4*>(p.a);
-    const float4* g4 = reinterpret_cast<const float4*>(p.dy);
-    float4* o4 = reinterpret_cast<float4*>(p.out);
     GRID_STRIDE_LOOP(i, p.n / 4) {
-      const float4 y = y4[i], g = g4[i];
-      o4[i] = make_float4(y.x > 0.0f ? g.x : 0.0f, y.y > 0.0f ? g.y : 0.0f, y.z > 0.0f ? g.z : 0.0f,
-                          y.w > 0.0f ? g.w : 0.0f);
+      const Lanes<4> m = LoadLanes<4>(y + 4 * i);
+      Lanes<4> g = LoadLanes<4>(dy + 4 * i);
+      for (int k = 0; k < 4; ++k) g.v[k] = m.v[k] > 0.0f ? g.v[k] : 0.0f;
+      StoreLanes<4>(dx + 4 * i, g);
     }
     done = p.n / 4 * 4;
   }
-  GRID_STRIDE_LOOP(i, p.n - done) p.out[done + i] = p.a[done + i] > 0.0f ? p.dy[done + i] : 0.0f;
+  GRID_STRIDE_LOOP(i, p.n - done) {
+    Store(dx + done + i, Load(y + done + i) > 0.0f ? Load(dy + done + i) : 0.0f);
+  }
 }
 
 // Kernel AddBiasKernel: y[c][i] += b[c] for y: C x inner (CHWN with inner = H*W*N).
@@ -653,24 +667,28 @@ __global__ void PoolMaxGatherKernel(const PoolArgParams p) {
 // Kernel GlobalAvgPoolKernel
 //   forward : x C x HW x N -> y C x N, y[c][n] = mean over HW (double sum); thread per (c, n).
 //   backward: dy C x N -> dx C x HW x N, dx = dy / HW; thread per element of dx.
+// Storage: forward in (x) IT, out (y) OT; backward in (dy) IT, out (dx) OT.
 struct GapParams {
-  const float* in;
-  float* out;
+  const void* in;
+  void* out;
   int c, hw, n;
 };
+template <typename IT, typename OT>
 __global__ void GlobalAvgPoolForwardKernel(const GapParams p) {
   GRID_STRIDE_LOOP(i, int64_t(p.c) * p.n) {
     const int64_t c = i / p.n, img = i % p.n;
-    const float* xc = p.in + c * p.hw * p.n + img;
+    const IT* xc = static_cast<const IT*>(p.in) + c * p.hw * p.n + img;
     double s = 0.0;
-    for (int k = 0; k < p.hw; ++k) s += xc[int64_t(k) * p.n];
-    p.out[i] = static_cast<float>(s / p.hw);
+    for (int k = 0; k < p.hw; ++k) s += Load(xc + int64_t(k) * p.n);
+    Store(static_cast<OT*>(p.out) + i, static_cast<float>(s / p.hw));
   }
 }
+template <typename IT, typename OT>
 __global__ void GlobalAvgPoolBackwardKernel(const GapParams p) {
   GRID_STRIDE_LOOP(i, int64_t(p.c) * p.hw * p.n) {
     const int64_t img = i % p.n, c = i / (int64_t(p.hw) * p.n);
-    p.out[i] = p.in[c * p.n + img] * (1.0f / static_cast<float>(p.hw));
+    Store(static_cast<OT*>(p.out) + i,
+          Load(static_cast<const IT*>(p.in) + c * p.n + img) * (1.0f / static_cast<float>(p.hw)));
   }
 }
 
@@ -1152,14 +1170,16 @@ __global__ void LrnWithinBackwardKernel(const LrnWithinKernelParams p) {
 }
 
 // ---- batch norm ---------------------------------------------------------------------------------
+// Storage: x and dx XT; y, dy and relu_y YT (the kernels' template arguments). The
+// per-channel parameters and statistics are float, the sums double, from the widened values.
 struct BnParams {
-  const float* x;
+  const void* x;
   const float* gamma;
   const float* beta;
-  const float* dy;
+  const void* dy;
   const float* mean_in;    // save_mean (backward) or running_mean (inference)
   const float* invstd_in;  // save_invstd (backward) or running_var (inference)
-  float* y;
+  void* y;                 // y, or dx (backward)
   float* running_mean;
   float* running_var;
   float* save_mean;
@@ -1178,11 +1198,14 @@ struct BnParams {
   // Fused ReLU (Ops::BatchNormRelu*): forward and apply write max(y, 0); backward reads dy
   // through the mask of relu_y, the rectified output (null: no ReLU).
   int relu;
-  const float* relu_y;
+  const void* relu_y;
 };
 // dy as the ReLU's backward passes it (ReluBackwardKernel's expression), or dy unfused.
+template <typename YT>
 __device__ __forceinline__ float BnGrad(const BnParams& p, int64_t i) {
-  return p.relu_y ? (p.relu_y[i] > 0.0f ? p.dy[i] : 0.0f) : p.dy[i];
+  const YT* dy = static_cast<const YT*>(p.dy);
+  return p.relu_y ? (Load(static_cast<const YT*>(p.relu_y) + i) > 0.0f ? Load(dy + i) : 0.0f)
+                  : Load(dy + i);
 }
 
 // y = (x - mean) * scale + shift: the one expression of the training forward and of
@@ -1203,29 +1226,31 @@ __device__ __forceinline__ double OrderedPartSum(const double* part, int splits,
   return s;
 }
 
-// Kernel BatchNormSumKernel: part[c][split] = sum of the split's x (double).
+// Kernel BatchNormSumKernel<XT>: part[c][split] = sum of the split's x (double).
+template <typename XT>
 __global__ void BatchNormSumKernel(const BnParams p) {
   __shared__ double sh[kBlock];
   const int c = blockIdx.y;
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
-  const float* xc = p.x + c * p.inner;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
   double s = 0.0;
-  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) s += xc[i];
+  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) s += Load(xc + i);
   s = BlockSum(s, sh);
   if (threadIdx.x == 0) p.part[int64_t(c) * p.splits + blockIdx.x] = s;
 }
 // Kernel BatchNormVarKernel: the mean from the partial sums, then p.part2[c][split] = the
 // split's sum of (x - mean)^2 (double): the two-pass variance.
+template <typename XT>
 __global__ void BatchNormVarKernel(const BnParams p) {
   __shared__ double sh[kBlock];
   const int c = blockIdx.y;
   const double mean =
       OrderedPartSum(p.part + int64_t(c) * p.splits, p.splits) / static_cast<double>(p.inner);
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
-  const float* xc = p.x + c * p.inner;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
   double v = 0.0;
   for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-    const double d = xc[i] - mean;
+    const double d = Load(xc + i) - mean;
     v += d * d;
   }
   v = BlockSum(v, sh);
@@ -1234,6 +1259,7 @@ __global__ void BatchNormVarKernel(const BnParams p) {
 // Kernel BatchNormNormalizeKernel: mean and biased variance from the partials, y written;
 // the first split of each channel saves the statistics and updates the running ones
 // (unbiased variance).
+template <typename XT, typename YT>
 __global__ void BatchNormNormalizeKernel(const BnParams p) {
   const int c = blockIdx.y;
   const double mean =
@@ -1244,11 +1270,11 @@ __global__ void BatchNormNormalizeKernel(const BnParams p) {
   const float fmean = static_cast<float>(mean);
   const float scale = static_cast<float>(p.gamma[c] * invstd), shift = p.beta[c];
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
-  const float* xc = p.x + c * p.inner;
-  float* yc = p.y + c * p.inner;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
+  YT* yc = static_cast<YT*>(p.y) + c * p.inner;
   for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-    const float v = BnApply(xc[i], fmean, scale, shift);
-    yc[i] = p.relu ? Relu(v) : v;
+    const float v = BnApply(Load(xc + i), fmean, scale, shift);
+    Store(yc + i, p.relu ? Relu(v) : v);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     p.save_mean[c] = fmean;
@@ -1268,45 +1294,49 @@ struct BnInferParams {
   BnParams b;
   int c;
 };
+template <typename XT, typename YT>
 __global__ void BatchNormInferKernel(const BnInferParams q) {
   const BnParams& p = q.b;
   GRID_STRIDE_LOOP(i, q.c * p.inner) {
     const int64_t c = i / p.inner;
     const double invstd = 1.0 / sqrt(static_cast<double>(p.invstd_in[c]) + p.eps);
     const float scale = static_cast<float>(p.gamma[c] * invstd);
-    p.y[i] = (p.x[i] - p.mean_in[c]) * scale + p.beta[c];
+    Store(static_cast<YT*>(p.y) + i,
+          (Load(static_cast<const XT*>(p.x) + i) - p.mean_in[c]) * scale + p.beta[c]);
   }
 }
 
 // Kernel BatchNormApplyKernel: y = BnApply(x, mean, scale, shift) per channel (the saved
 // values of a training forward). Grid: x = column chunks of the channel, y = channel (as
 // AddBiasKernel: no division per element).
+template <typename XT, typename YT>
 __global__ void BatchNormApplyKernel(const BnParams p) {
   const int c = blockIdx.y;
   const float mean = p.mean_in[c], scale = p.gamma[c], shift = p.beta[c];
-  const float* xc = p.x + c * p.inner;
-  float* yc = p.y + c * p.inner;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
+  YT* yc = static_cast<YT*>(p.y) + c * p.inner;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.inner;
        i += step) {
-    const float v = BnApply(xc[i], mean, scale, shift);
-    yc[i] = p.relu ? Relu(v) : v;
+    const float v = BnApply(Load(xc + i), mean, scale, shift);
+    Store(yc + i, p.relu ? Relu(v) : v);
   }
 }
 
 // Kernel BatchNormBackwardSumsKernel: per split, sum dy and sum dy * xhat (double), xhat =
 // (x - mean) * invstd, into part[c][split][0..1].
+template <typename XT, typename YT>
 __global__ void BatchNormBackwardSumsKernel(const BnParams p) {
   __shared__ double sh[kBlock];
   const int c = blockIdx.y;
-  const float* xc = p.x + c * p.inner;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
   const double mean = p.mean_in[c], invstd = p.invstd_in[c];
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   double sdy = 0.0, sdyx = 0.0;
   for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-    const float g = BnGrad(p, c * p.inner + i);
+    const float g = BnGrad<YT>(p, c * p.inner + i);
     sdy += g;
-    sdyx += g * ((xc[i] - mean) * invstd);
+    sdyx += g * ((Load(xc + i) - mean) * invstd);
   }
   sdy = BlockSum(sdy, sh);
   sdyx = BlockSum(sdyx, sh);
@@ -1318,21 +1348,22 @@ __global__ void BatchNormBackwardSumsKernel(const BnParams p) {
 }
 // Kernel BatchNormBackwardKernel: dbeta = sum dy, dgamma = sum dy*xhat (the partials in split
 // order), dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma); the first split of each
-// channel writes dgamma and dbeta.
+// channel writes dgamma and dbeta. dx is rounded to float, then (bf16) to bf16 at the store.
+template <typename XT, typename YT>
 __global__ void BatchNormBackwardKernel(const BnParams p) {
   const int c = blockIdx.y;
   const double* pc = p.part + int64_t(c) * p.splits * 2;
   const double db = OrderedPartSum(pc, p.splits, 2), dg = OrderedPartSum(pc + 1, p.splits, 2);
-  const float* xc = p.x + c * p.inner;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
   const double mean = p.mean_in[c], invstd = p.invstd_in[c];
   const double m = static_cast<double>(p.inner);
   const double k = p.gamma[c] * invstd / m;
-  float* dxc = p.y + c * p.inner;
+  XT* dxc = static_cast<XT*>(p.y) + c * p.inner;
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-    const double xhat = (xc[i] - mean) * invstd;
-    const float g = BnGrad(p, c * p.inner + i);
-    dxc[i] = static_cast<float>(k * (m * static_cast<double>(g) - db - xhat * dg));
+    const double xhat = (Load(xc + i) - mean) * invstd;
+    const float g = BnGrad<YT>(p, c * p.inner + i);
+    Store(dxc + i, static_cast<float>(k * (m * static_cast<double>(g) - db - xhat * dg)));
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     p.dgamma[c] = static_cast<float>(dg);
@@ -1467,7 +1498,14 @@ KernelAutotuner& PoolBackwardTuner() {
 void SetPoolBackwardVersion(int version) { PoolBackwardTuner().Force(version); }
 
 void FillGpu(const DeviceContext& ctx, float* y, int64_t n, float v) {
-  Launch(FillKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, FillParams{y, n, v});
+  FillGpu(ctx, y, StorageType::kFloat, n, v);
+}
+
+void FillGpu(const DeviceContext& ctx, void* y, StorageType t, int64_t n, float v) {
+  WithStorage(t, [&](auto ts) {
+    Launch(FillKernel<decltype(ts)>, GridFor(ctx, n), dim3(kBlock), ctx.stream,
+           FillParams{y, n, v});
+  });
 }
 
 void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta, float* y,
@@ -1475,18 +1513,43 @@ void AxpbyGpu(const DeviceContext& ctx, float alpha, const float* x, float beta,
   Launch(AxpbyKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream, AxpbyParams{alpha, x, beta, y, n});
 }
 
+namespace {
+// BinaryKernel with each operand's storage (Mul: float only, not instantiated otherwise).
+void LaunchBinary(const DeviceContext& ctx, const void* a, StorageType at, const void* b,
+                  StorageType bt, void* y, StorageType yt, int64_t n, BinaryOp op) {
+  WithStorage(at, [&](auto as) {
+    WithStorage(bt, [&](auto bs) {
+      WithStorage(yt, [&](auto ys) {
+        Launch(BinaryKernel<decltype(as), decltype(bs), decltype(ys)>, GridFor(ctx, n),
+               dim3(kBlock), ctx.stream, BinaryParams{a, b, y, n, op});
+      });
+    });
+  });
+}
+}  // namespace
+
 void AddGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
-  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream,
-         BinaryParams{a, b, y, n, BinaryOp::kAdd});
+  const StorageType f = StorageType::kFloat;
+  LaunchBinary(ctx, a, f, b, f, y, f, n, BinaryOp::kAdd);
+}
+
+void AddGpu(const DeviceContext& ctx, const void* a, StorageType at, const void* b, StorageType bt,
+            void* y, StorageType yt, int64_t n) {
+  LaunchBinary(ctx, a, at, b, bt, y, yt, n, BinaryOp::kAdd);
 }
 
 void AddReluGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
-  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream,
-         BinaryParams{a, b, y, n, BinaryOp::kAddRelu});
+  const StorageType f = StorageType::kFloat;
+  LaunchBinary(ctx, a, f, b, f, y, f, n, BinaryOp::kAddRelu);
+}
+
+void AddReluGpu(const DeviceContext& ctx, const void* a, StorageType at, const void* b,
+                StorageType bt, void* y, StorageType yt, int64_t n) {
+  LaunchBinary(ctx, a, at, b, bt, y, yt, n, BinaryOp::kAddRelu);
 }
 
 void MulGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
-  Launch(BinaryKernel, GridFor(ctx, n), dim3(kBlock), ctx.stream,
+  Launch(BinaryKernel<float, float, float>, GridFor(ctx, n), dim3(kBlock), ctx.stream,
          BinaryParams{a, b, y, n, BinaryOp::kMultiply});
 }
 
@@ -1660,14 +1723,33 @@ void PoolBackwardGpu(const DeviceContext& ctx, const void* x, const void* y, con
 
 void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,
                              int n) {
-  Launch(GlobalAvgPoolForwardKernel, GridFor(ctx, int64_t(c) * n), dim3(kBlock), ctx.stream,
-         GapParams{x, y, c, hw, n});
+  GlobalAvgPoolForwardGpu(ctx, x, StorageType::kFloat, y, StorageType::kFloat, c, hw, n);
+}
+
+void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                             StorageType yt, int c, int hw, int n) {
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      Launch(GlobalAvgPoolForwardKernel<decltype(xs), decltype(ys)>, GridFor(ctx, int64_t(c) * n),
+             dim3(kBlock), ctx.stream, GapParams{x, y, c, hw, n});
+    });
+  });
 }
 
 void GlobalAvgPoolBackwardGpu(const DeviceContext& ctx, const float* dy, float* dx, int c, int hw,
                               int n) {
-  Launch(GlobalAvgPoolBackwardKernel, GridFor(ctx, int64_t(c) * hw * n), dim3(kBlock), ctx.stream,
-         GapParams{dy, dx, c, hw, n});
+  GlobalAvgPoolBackwardGpu(ctx, dy, StorageType::kFloat, dx, StorageType::kFloat, c, hw, n);
+}
+
+void GlobalAvgPoolBackwardGpu(const DeviceContext& ctx, const void* dy, StorageType yt, void* dx,
+                              StorageType xt, int c, int hw, int n) {
+  WithStorage(yt, [&](auto ys) {
+    WithStorage(xt, [&](auto xs) {
+      Launch(GlobalAvgPoolBackwardKernel<decltype(ys), decltype(xs)>,
+             GridFor(ctx, int64_t(c) * hw * n), dim3(kBlock), ctx.stream,
+             GapParams{dy, dx, c, hw, n});
+    });
+  });
 }
 
 namespace {
@@ -1944,6 +2026,16 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const fl
                               const float* beta, float* y, float* running_mean, float* running_var,
                               float* save_mean, float* save_invstd, float* save_scale, int c,
                               int64_t inner, const BatchNormParams& bp, bool relu) {
+  const StorageType f = StorageType::kFloat;
+  BatchNormForwardTrainGpu(ctx, x, f, gamma, beta, y, f, running_mean, running_var, save_mean,
+                           save_invstd, save_scale, c, inner, bp, relu);
+}
+
+void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                              const float* gamma, const float* beta, void* y, StorageType yt,
+                              float* running_mean, float* running_var, float* save_mean,
+                              float* save_invstd, float* save_scale, int c, int64_t inner,
+                              const BatchNormParams& bp, bool relu) {
   BnParams p{};
   p.relu = relu ? 1 : 0;
   p.x = x;
@@ -1962,15 +2054,29 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const fl
   Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
   p.part = part.d();
   p.part2 = part.d() + int64_t(c) * p.splits;
-  Launch(BatchNormSumKernel, grid, dim3(kBlock), ctx.stream, p);
-  Launch(BatchNormVarKernel, grid, dim3(kBlock), ctx.stream, p);
-  Launch(BatchNormNormalizeKernel, grid, dim3(kBlock), ctx.stream, p);
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      using XT = decltype(xs);
+      using YT = decltype(ys);
+      Launch(BatchNormSumKernel<XT>, grid, dim3(kBlock), ctx.stream, p);
+      Launch(BatchNormVarKernel<XT>, grid, dim3(kBlock), ctx.stream, p);
+      Launch(BatchNormNormalizeKernel<XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+    });
+  });
 }
 
 void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, const float* running_mean,
                               const float* running_var, float* y, int c, int64_t inner,
                               const BatchNormParams& bp) {
+  const StorageType f = StorageType::kFloat;
+  BatchNormForwardInferGpu(ctx, x, f, gamma, beta, running_mean, running_var, y, f, c, inner, bp);
+}
+
+void BatchNormForwardInferGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                              const float* gamma, const float* beta, const float* running_mean,
+                              const float* running_var, void* y, StorageType yt, int c,
+                              int64_t inner, const BatchNormParams& bp) {
   BnInferParams q{};
   q.b.x = x;
   q.b.gamma = gamma;
@@ -1981,12 +2087,24 @@ void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const fl
   q.b.inner = inner;
   q.b.eps = bp.eps;
   q.c = c;
-  Launch(BatchNormInferKernel, GridFor(ctx, c * inner), dim3(kBlock), ctx.stream, q);
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      Launch(BatchNormInferKernel<decltype(xs), decltype(ys)>, GridFor(ctx, c * inner),
+             dim3(kBlock), ctx.stream, q);
+    });
+  });
 }
 
 void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* mean,
                        const float* scale, const float* shift, float* y, int c, int64_t inner,
                        bool relu) {
+  const StorageType f = StorageType::kFloat;
+  BatchNormApplyGpu(ctx, x, f, mean, scale, shift, y, f, c, inner, relu);
+}
+
+void BatchNormApplyGpu(const DeviceContext& ctx, const void* x, StorageType xt, const float* mean,
+                       const float* scale, const float* shift, void* y, StorageType yt, int c,
+                       int64_t inner, bool relu) {
   CHECK_LT(c, 65536) << "BatchNormApply supports up to 65535 channels";
   BnParams p{};
   p.relu = relu ? 1 : 0;
@@ -1998,14 +2116,28 @@ void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* me
   p.inner = inner;
   const int64_t want_blocks = std::max<int64_t>(1, int64_t(ctx.sm_count) * 8 / c);
   const int64_t bx = std::max<int64_t>(1, std::min(CeilDiv(inner, kBlock), want_blocks));
-  Launch(BatchNormApplyKernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)),
-         dim3(kBlock), ctx.stream, p);
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      Launch(BatchNormApplyKernel<decltype(xs), decltype(ys)>,
+             dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)), dim3(kBlock), ctx.stream,
+             p);
+    });
+  });
 }
 
 void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                           const float* save_mean, const float* save_invstd, const float* relu_y,
                           const float* dy, float* dx, float* dgamma, float* dbeta, int c,
                           int64_t inner) {
+  const StorageType f = StorageType::kFloat;
+  BatchNormBackwardGpu(ctx, x, f, gamma, save_mean, save_invstd, relu_y, dy, f, dx, dgamma, dbeta,
+                       c, inner);
+}
+
+void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                          const float* gamma, const float* save_mean, const float* save_invstd,
+                          const void* relu_y, const void* dy, StorageType yt, void* dx,
+                          float* dgamma, float* dbeta, int c, int64_t inner) {
   BnParams p{};
   p.relu_y = relu_y;
   p.x = x;
@@ -2020,25 +2152,52 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float*
   const dim3 grid = BnSplits(ctx, c, inner, p);
   Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
   p.part = part.d();
-  Launch(BatchNormBackwardSumsKernel, grid, dim3(kBlock), ctx.stream, p);
-  Launch(BatchNormBackwardKernel, grid, dim3(kBlock), ctx.stream, p);
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      using XT = decltype(xs);
+      using YT = decltype(ys);
+      Launch(BatchNormBackwardSumsKernel<XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+      Launch(BatchNormBackwardKernel<XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+    });
+  });
 }
 
 namespace {
-bool Aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+// Aligned to 4 of its elements (the quad moves: 16 bytes of float, 8 of bf16).
+bool QuadAligned(const void* p, StorageType t) {
+  return reinterpret_cast<uintptr_t>(p) % (4 * StorageBytes(t)) == 0;
+}
 }  // namespace
 
 void ReluForwardGpu(const DeviceContext& ctx, const float* x, float* y, int64_t n) {
-  const int vec = Aligned(x) && Aligned(y) ? 1 : 0;
-  Launch(ReluForwardKernel, GridFor(ctx, n, vec ? 4 : 1), dim3(kBlock), ctx.stream,
-         ReluVecParams{ReluParams{x, nullptr, y, n}, vec});
+  ReluForwardGpu(ctx, x, StorageType::kFloat, y, StorageType::kFloat, n);
+}
+
+void ReluForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                    StorageType yt, int64_t n) {
+  const int vec = QuadAligned(x, xt) && QuadAligned(y, yt) ? 1 : 0;
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      Launch(ReluForwardKernel<decltype(xs), decltype(ys)>, GridFor(ctx, n, vec ? 4 : 1),
+             dim3(kBlock), ctx.stream, ReluVecParams{ReluParams{x, nullptr, y, n}, vec});
+    });
+  });
 }
 
 void ReluBackwardGpu(const DeviceContext& ctx, const float* y, const float* dy, float* dx,
                      int64_t n) {
-  const int vec = Aligned(y) && Aligned(dy) && Aligned(dx) ? 1 : 0;
-  Launch(ReluBackwardKernel, GridFor(ctx, n, vec ? 4 : 1), dim3(kBlock), ctx.stream,
-         ReluVecParams{ReluParams{y, dy, dx, n}, vec});
+  ReluBackwardGpu(ctx, y, dy, StorageType::kFloat, dx, StorageType::kFloat, n);
+}
+
+void ReluBackwardGpu(const DeviceContext& ctx, const void* y, const void* dy, StorageType yt,
+                     void* dx, StorageType xt, int64_t n) {
+  const int vec = QuadAligned(y, yt) && QuadAligned(dy, yt) && QuadAligned(dx, xt) ? 1 : 0;
+  WithStorage(yt, [&](auto ys) {
+    WithStorage(xt, [&](auto xs) {
+      Launch(ReluBackwardKernel<decltype(ys), decltype(xs)>, GridFor(ctx, n, vec ? 4 : 1),
+             dim3(kBlock), ctx.stream, ReluVecParams{ReluParams{y, dy, dx, n}, vec});
+    });
+  });
 }
 
 void DropoutForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* mask, int c,

@@ -11,6 +11,8 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../op_shapes_cases.h"
@@ -1315,6 +1317,283 @@ TEST_F(CudaTest, GradToBf16FloatStorageTyped) {
     EXPECT_TRUE(BitwiseEqual(out_new.ToHost(), out_old.ToHost())) << "offset " << offset;
     EXPECT_TRUE(BitwiseEqual(sums_new.ToHost(), sums_old.ToHost())) << "offset " << offset;
   }
+}
+
+// ---- bf16 storage of the element-wise ops, concat, global pooling and batch norm ------------
+// Each CudaOps method with bf16 (or mixed) storage against the same method on float tensors
+// holding the widened values: the float result rounded once to bf16 where the output is bf16,
+// bit for bit (statistics and parameter gradients: the float run's bits).
+
+// cpu's values stored as t on the GPU, `offset` elements into a larger allocation (poisoned
+// around): offset 1 puts a bf16 tensor 2 bytes off the 8-byte quads, a float one 4 bytes.
+Tensor OnGpuAsAt(const Tensor& cpu, DType t, int64_t offset) {
+  Tensor base = PoisonedAs(Shape{cpu.size() + offset + 1}, t);
+  Tensor v = base.View(cpu.shape(), offset);
+  v.CopyFromHost(cpu.ToHost());
+  return v;
+}
+Tensor PoisonedAsAt(const Shape& s, DType t, int64_t offset) {
+  return PoisonedAs(Shape{s.elements() + offset + 1}, t).View(s, offset);
+}
+
+const DType kTypes[] = {DType::kFloat32, DType::kBF16};
+
+// Fill: every element bf16(v), for odd counts and 2-byte aligned starts; the elements around
+// the filled range stay unwritten.
+TEST_F(CudaTest, FillBf16Storage) {
+  const float values[] = {0.1f, 1.0f + 1.0f / 256.0f /* a tie: to even */, -3.3e38f, 1e-41f, -2.5f};
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{1001}, int64_t{12921}}) {
+    for (const int64_t offset : {0, 1, 3}) {
+      for (const float v : values) {
+        Tensor base = PoisonedAs(Shape{n + offset + 1}, DType::kBF16);
+        Tensor y = base.View(Shape{n}, offset);
+        Gpu().Fill(y, v);
+        const std::vector<float> got = base.ToHost();
+        const std::string what = absl::StrFormat("n %d, offset %d, v %g", n, offset, v);
+        for (int64_t i = 0; i < n + offset + 1; ++i) {
+          if (i < offset || i >= offset + n) {
+            ASSERT_TRUE(std::isnan(got[size_t(i)])) << what << ": element " << i << " written";
+          } else {
+            ASSERT_TRUE(BitwiseEqual({got[size_t(i)]}, {RoundBf16(v)}))
+                << what << ", element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Add and AddRelu in all eight storage combinations of a, b, y (odd sizes, batch 33 and 8),
+// then in place (the gradient sum g += s: Add(g, s, g)) with bf16 g.
+TEST_F(CudaTest, AddBf16Storage) {
+  for (const Shape& s : {Shape{5, 3, 7, 33}, Shape{3, 2, 3, 8}, Shape{48, 1, 1, 1}}) {
+    const Tensor a = RandomCpu(s, 141), b = RandomCpu(s, 142, -0.01f, 0.01f);
+    for (const bool relu : {false, true}) {
+      auto op = [&](const Tensor& x, const Tensor& z, Tensor& y) {
+        relu ? Gpu().AddRelu(x, z, y) : Gpu().Add(x, z, y);
+      };
+      for (DType at : kTypes) {
+        for (DType bt : kTypes) {
+          for (DType yt : kTypes) {
+            const std::string what =
+                absl::StrFormat("%s%s: a %s, b %s, y %s", relu ? "AddRelu " : "Add ", s.ToString(),
+                                DTypeName(at), DTypeName(bt), DTypeName(yt));
+            Tensor ga = OnGpuAs(a, at), gb = OnGpuAs(b, bt);
+            Tensor ref = Poisoned(s, Device::kCUDA), gy = PoisonedAs(s, yt);
+            op(Widened(ga), Widened(gb), ref);
+            op(ga, gb, gy);
+            EXPECT_TRUE(BitwiseEqual(gy.ToHost(), StoredAs(ref.ToHost(), yt))) << what;
+          }
+        }
+      }
+      for (DType bt : kTypes) {  // in place, bf16 y = a
+        Tensor ga = OnGpuAs(a, DType::kBF16), gb = OnGpuAs(b, bt);
+        Tensor ref = Poisoned(s, Device::kCUDA);
+        op(Widened(ga), Widened(gb), ref);
+        op(ga, gb, ga);
+        EXPECT_TRUE(BitwiseEqual(ga.ToHost(), StoredAs(ref.ToHost(), DType::kBF16)))
+            << (relu ? "AddRelu" : "Add") << " in place, b " << DTypeName(bt) << ", "
+            << s.ToString();
+      }
+    }
+  }
+}
+
+// ReluForward (x, y; in place) and ReluBackward (y and dy, dx) in the storage pairs, with the
+// quads (aligned) and without (one element off), sizes odd and a multiple of 8.
+TEST_F(CudaTest, ReluBf16Storage) {
+  for (const Shape& s : {Shape{7, 5, 5, 33}, Shape{3, 2, 2, 8}, Shape{5, 1, 1, 1}}) {
+    Tensor x = RandomCpu(s, 151), dy = RandomCpu(s, 152);
+    x.data()[0] = 1e-41f;  // positive in float, 0 in bf16: the mask is read as stored
+    for (const StoragePair& st : kStoragePairs) {
+      for (const int64_t offset : {0, 1}) {
+        const std::string what =
+            absl::StrFormat("%s, offset %d, %s", s.ToString(), offset, PairName(st));
+        Tensor gx = OnGpuAsAt(x, st.x, offset), ref = Poisoned(s, Device::kCUDA);
+        Tensor gy = PoisonedAsAt(s, st.y, offset);
+        Gpu().ReluForward(Widened(gx), ref);
+        Gpu().ReluForward(gx, gy);
+        EXPECT_TRUE(BitwiseEqual(gy.ToHost(), StoredAs(ref.ToHost(), st.y))) << what;
+        // Backward: y and dy st.y (gy: rectified, with its zeros), dx st.x.
+        Tensor gdy = OnGpuAsAt(dy, st.y, offset), ref_dx = Poisoned(s, Device::kCUDA);
+        Tensor gdx = PoisonedAsAt(s, st.x, offset);
+        Gpu().ReluBackward(Widened(gy), Widened(gdy), ref_dx);
+        Gpu().ReluBackward(gy, gdy, gdx);
+        EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), StoredAs(ref_dx.ToHost(), st.x)))
+            << what << ": backward";
+        // A mask read as float y: x as the mask, st.x for both y and dy.
+        Tensor gdy2 = OnGpuAsAt(dy, st.x, offset), gdx2 = PoisonedAsAt(s, st.y, offset);
+        Tensor ref_dx2 = Poisoned(s, Device::kCUDA);
+        Gpu().ReluBackward(Widened(gx), Widened(gdy2), ref_dx2);
+        Gpu().ReluBackward(gx, gdy2, gdx2);
+        EXPECT_TRUE(BitwiseEqual(gdx2.ToHost(), StoredAs(ref_dx2.ToHost(), st.y)))
+            << what << ": backward, x as the mask";
+      }
+    }
+    for (const int64_t offset : {0, 1}) {  // in place, bf16
+      Tensor gx = OnGpuAsAt(x, DType::kBF16, offset), ref = Poisoned(s, Device::kCUDA);
+      Gpu().ReluForward(Widened(gx), ref);
+      Gpu().ReluForward(gx, gx);
+      EXPECT_TRUE(BitwiseEqual(gx.ToHost(), StoredAs(ref.ToHost(), DType::kBF16)))
+          << s.ToString() << " in place, offset " << offset;
+      Tensor gdy = OnGpuAsAt(dy, DType::kBF16, offset), ref_dx = Poisoned(s, Device::kCUDA);
+      Gpu().ReluBackward(Widened(gx), Widened(gdy), ref_dx);
+      Gpu().ReluBackward(gx, gdy, gdy);
+      EXPECT_TRUE(BitwiseEqual(gdy.ToHost(), StoredAs(ref_dx.ToHost(), DType::kBF16)))
+          << s.ToString() << " backward in place, offset " << offset;
+    }
+  }
+}
+
+// Concat forward and backward: parts and whole in each storage pair (x: the parts, y: the
+// whole) and both bf16; channel offsets put bf16 blocks at odd 2-byte offsets.
+TEST_F(CudaTest, CopyChannelsBf16Storage) {
+  for (const auto& [h, w, n] : {std::tuple{5, 5, 7}, std::tuple{3, 3, 8}, std::tuple{3, 1, 1}}) {
+    const Shape as{3, h, w, n}, bs{5, h, w, n}, ws{8, h, w, n};
+    const Tensor a = RandomCpu(as, 161), b = RandomCpu(bs, 162);
+    StoragePair pairs[4] = {
+        kStoragePairs[0], kStoragePairs[1], kStoragePairs[2], {DType::kFloat32, DType::kFloat32}};
+    for (const StoragePair& st : pairs) {
+      const std::string what = absl::StrFormat("whole %s, parts %s, whole %s", ws.ToString(),
+                                               DTypeName(st.x), DTypeName(st.y));
+      Tensor ga = OnGpuAs(a, st.x), gb = OnGpuAs(b, st.x);
+      Tensor ref = Poisoned(ws, Device::kCUDA), gw = PoisonedAs(ws, st.y);
+      Gpu().CopyChannelsIn(Widened(ga), 0, ref);
+      Gpu().CopyChannelsIn(Widened(gb), 3, ref);
+      Gpu().CopyChannelsIn(ga, 0, gw);
+      Gpu().CopyChannelsIn(gb, 3, gw);
+      EXPECT_TRUE(BitwiseEqual(gw.ToHost(), StoredAs(ref.ToHost(), st.y))) << what << ": in";
+      // Out: from a whole of st.y (random values: rounding when st.x is bf16) into parts.
+      Tensor gwhole = OnGpuAs(RandomCpu(ws, 163), st.y);
+      for (const auto& [c0, ps] : {std::pair{int64_t{0}, as}, std::pair{int64_t{3}, bs}}) {
+        Tensor ref_out = Poisoned(ps, Device::kCUDA), out = PoisonedAs(ps, st.x);
+        Gpu().CopyChannelsOut(Widened(gwhole), c0, ref_out);
+        Gpu().CopyChannelsOut(gwhole, c0, out);
+        EXPECT_TRUE(BitwiseEqual(out.ToHost(), StoredAs(ref_out.ToHost(), st.x)))
+            << what << ": out at " << c0;
+      }
+    }
+  }
+}
+
+// Global average pooling: x / dx in st.x, y / dy in st.y.
+TEST_F(CudaTest, GlobalAvgPoolBf16Storage) {
+  for (const Shape& xs : {Shape{7, 6, 5, 33}, Shape{3, 2, 2, 1}, Shape{48, 3, 3, 8}}) {
+    const Shape ys{xs[0], 1, 1, xs[3]};
+    const Tensor x = RandomCpu(xs, 171), dy = RandomCpu(ys, 172);
+    for (const StoragePair& st : kStoragePairs) {
+      const std::string what = absl::StrFormat("%s, %s", xs.ToString(), PairName(st));
+      Tensor gx = OnGpuAs(x, st.x), ref = Poisoned(ys, Device::kCUDA), gy = PoisonedAs(ys, st.y);
+      Gpu().GlobalAvgPoolForward(Widened(gx), ref);
+      Gpu().GlobalAvgPoolForward(gx, gy);
+      EXPECT_TRUE(BitwiseEqual(gy.ToHost(), StoredAs(ref.ToHost(), st.y))) << what;
+      Tensor gdy = OnGpuAs(dy, st.y), ref_dx = Poisoned(xs, Device::kCUDA);
+      Tensor gdx = PoisonedAs(xs, st.x);
+      Gpu().GlobalAvgPoolBackward(Widened(gdy), ref_dx);
+      Gpu().GlobalAvgPoolBackward(gdy, gdx);
+      EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), StoredAs(ref_dx.ToHost(), st.x)))
+          << what << ": backward";
+    }
+  }
+}
+
+// Batch norm, every entry, plain and with the fused ReLU: x / dx in st.x, y / dy / relu_y in
+// st.y; y and dx as the float run's rounded once, the statistics (saved and running) and
+// dgamma, dbeta as the float run's. Channels split over blocks (inner 12,920) and not.
+TEST_F(CudaTest, BatchNormBf16Storage) {
+  const Shape shapes[] = {Shape{5, 4, 3, 33}, Shape{3, 17, 19, 40}, Shape{48, 3, 3, 8},
+                          Shape{3, 5, 5, 1}, Shape{5, 3, 3, 7}};
+  BatchNormParams p;
+  for (const Shape& s : shapes) {
+    const Shape c{s[0]};
+    const Tensor x = RandomCpu(s, 181, -2.0f, 3.0f), dy = RandomCpu(s, 182);
+    const Tensor gamma = OnGpu(RandomCpu(c, 183)), beta = OnGpu(RandomCpu(c, 184));
+    const Tensor rm0 = RandomCpu(c, 185), rv0 = RandomCpu(c, 186, 0.5f, 2.0f);
+    for (const StoragePair& st : kStoragePairs) {
+      for (const bool relu : {false, true}) {
+        const std::string what =
+            absl::StrFormat("%s%s, %s", relu ? "relu, " : "", s.ToString(), PairName(st));
+        Tensor gx = OnGpuAs(x, st.x), xw = Widened(gx);
+        struct Run {
+          Tensor y, rm, rv, sm, si, sc, apply, infer, dx, dg, db;
+        };
+        auto fresh = [&](DType yt, DType xt) {
+          return Run{PoisonedAs(s, yt),
+                     OnGpu(rm0),
+                     OnGpu(rv0),
+                     Poisoned(c, Device::kCUDA),
+                     Poisoned(c, Device::kCUDA),
+                     Poisoned(c, Device::kCUDA),
+                     PoisonedAs(s, yt),
+                     PoisonedAs(s, yt),
+                     PoisonedAs(s, xt),
+                     Poisoned(c, Device::kCUDA),
+                     Poisoned(c, Device::kCUDA)};
+        };
+        Run ref = fresh(DType::kFloat32, DType::kFloat32), got = fresh(st.y, st.x);
+        Ops& o = Gpu();
+        auto forward = [&](const Tensor& in, Run& r) {
+          if (relu) {
+            o.BatchNormReluForwardTrain(in, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, p);
+            o.BatchNormReluApply(in, r.sm, r.sc, beta, r.apply);
+          } else {
+            o.BatchNormForwardTrain(in, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, p);
+            o.BatchNormApply(in, r.sm, r.sc, beta, r.apply);
+          }
+          o.BatchNormForwardInfer(in, gamma, beta, OnGpu(rm0), OnGpu(rv0), r.infer, p);
+        };
+        forward(xw, ref);
+        forward(gx, got);
+        // Backward: dy (and relu_y = the y of its run) stored as st.y.
+        Tensor gdy = OnGpuAs(dy, st.y), dyw = Widened(gdy);
+        auto backward = [&](const Tensor& in, const Tensor& relu_y, const Tensor& g, Run& r) {
+          if (relu) {
+            o.BatchNormReluBackward(in, gamma, ref.sm, ref.si, relu_y, g, r.dx, r.dg, r.db);
+          } else {
+            o.BatchNormBackward(in, gamma, ref.sm, ref.si, g, r.dx, r.dg, r.db);
+          }
+        };
+        backward(xw, Widened(got.y), dyw, ref);
+        backward(gx, got.y, gdy, got);
+        const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> same[] = {
+            {"running_mean", {&ref.rm, &got.rm}}, {"running_var", {&ref.rv, &got.rv}},
+            {"save_mean", {&ref.sm, &got.sm}},    {"save_invstd", {&ref.si, &got.si}},
+            {"save_scale", {&ref.sc, &got.sc}},   {"dgamma", {&ref.dg, &got.dg}},
+            {"dbeta", {&ref.db, &got.db}}};
+        for (const auto& [name, t] : same)
+          EXPECT_TRUE(BitwiseEqual(t.second->ToHost(), t.first->ToHost())) << what << ": " << name;
+        const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> rounded[] = {
+            {"y", {&ref.y, &got.y}},
+            {"apply", {&ref.apply, &got.apply}},
+            {"infer", {&ref.infer, &got.infer}},
+            {"dx", {&ref.dx, &got.dx}}};
+        for (const auto& [name, t] : rounded) {
+          EXPECT_TRUE(
+              BitwiseEqual(t.second->ToHost(), StoredAs(t.first->ToHost(), t.second->dtype())))
+              << what << ": " << name;
+        }
+      }
+    }
+  }
+}
+
+// Tensors that must share a storage type: CudaOps refuses the mixtures its kernels cannot take.
+TEST_F(CudaTest, Bf16StorageRefusals) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the backend (and emulator) run threads
+  const Shape s{3, 2, 2, 4}, c{3};
+  Tensor xb = PoisonedAs(s, DType::kBF16), xf = Poisoned(s, Device::kCUDA);
+  Tensor yb = PoisonedAs(s, DType::kBF16), yf = Poisoned(s, Device::kCUDA);
+  Tensor g = OnGpu(RandomCpu(c, 191)), m = OnGpu(RandomCpu(c, 192)),
+         dg = Poisoned(c, Device::kCUDA);
+  EXPECT_DEATH(Gpu().BatchNormBackward(xb, g, m, m, yb, xf, dg, dg),
+               "BatchNormBackward: x and dx must share a storage type");
+  EXPECT_DEATH(Gpu().BatchNormReluBackward(xb, g, m, m, yf, yb, xb, dg, dg),
+               "BatchNormReluBackward: relu_y and dy must share a storage type");
+  EXPECT_DEATH(Gpu().ReluBackward(yb, yf, xb), "ReluBackward: y and dy must share a storage type");
+  Tensor alias = xf.View(s, 0, DType::kBF16);  // xf's bytes read as bf16
+  EXPECT_DEATH(Gpu().Add(xf, yf, alias), "Add: a and y \\(in place\\) must share a storage type");
+  EXPECT_DEATH(Gpu().ReluForward(xf, alias),
+               "ReluForward: x and y \\(in place\\) must share a storage type");
 }
 
 }  // namespace
