@@ -196,8 +196,8 @@ void LrnMaxPoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType x
                           StorageType yt, float* arg, int c, int h, int w, int n, int oh, int ow,
                           const LrnCrossParams& lp, const PoolParams& pp);
 void LrnMaxPoolBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
-                           const float* arg, const void* dy, StorageType yt, void* dx, int c,
-                           int h, int w, int n, int oh, int ow, const LrnCrossParams& lp,
+                           const float* arg, const void* dy, StorageType yt, void* dx, int c, int h,
+                           int w, int n, int oh, int ow, const LrnCrossParams& lp,
                            const PoolParams& pp);
 void LrnWithinForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
                          int h, int w, int n, const LrnWithinParams& p);
