@@ -11,6 +11,7 @@
 # bench_train.log pytorch.log results.jsonl summary.md). Environment knobs:
 #   BUILD_DIR        build directory (default build-gpu)
 #   SANITIZE=1       also run a few small tests under compute-sanitizer memcheck
+#   APP_TESTS=REGEX  also run the trainer-script GPU tests (ctest -L cuda) matching REGEX
 #   SKIP_TESTS=1     skip ctest;  SKIP_LAYERS=1, SKIP_TRAIN=1, SKIP_TRAINER=1, SKIP_PEER=1 skip
 #                    the benchmarks (TRAINER: the whole trainer's img/s on AlexNet, batch 128)
 #   PEER_MODES       PyTorch modes (default fp32,fp32_cl,tf32,bf16_compile)
@@ -65,11 +66,20 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   pass=${pass:-0}; fail=${fail:-0}; skip=${skip:-0}
   status "tests rc=$rc: $pass passed, $fail failed, $skip skipped in $(( $(date +%s) - t0 )) s"
   grep -E "\[  FAILED  \] [A-Za-z]|losses cpu/gpu" "$OUT/tests.log" | sort -u | head -20 >&2
+  if [ -n "${APP_TESTS:-}" ]; then
+    # The GPU tests that are scripts around the trainer (ctest label cuda, not the gtest
+    # suite above), those matching the regex APP_TESTS (e.g. 'bf16|precision', or '.').
+    t0=$(date +%s)
+    (cd "$BUILD" && timeout 300 ctest -L cuda -E '^cuda\.' -R "$APP_TESTS" --output-on-failure) \
+      > "$OUT/app_tests.log" 2>&1
+    status "app GPU tests rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E "tests passed" "$OUT/app_tests.log")"
+    cat "$OUT/app_tests.log" >> "$OUT/tests.log"; rm -f "$OUT/app_tests.log"
+  fi
   if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer > /dev/null; then
     # Out-of-bounds accesses on a few small shapes of every kernel family (slow, so few).
     t0=$(date +%s)
     timeout 120 compute-sanitizer --tool memcheck --print-limit 10 "$BUILD/tests/cuda/cuda_tests" \
-      --gtest_filter="${SANITIZE_FILTER:-*n7_c5*:*n4_c6*:*n33_c3*:*n5_c3*:*n32_c3*:*Misaligned*:*Pooling*:*Lrn*:*Bias*:*Softmax*:*BatchNorm*}" \
+      --gtest_filter="${SANITIZE_FILTER:-*n7_c5*:*n4_c6*:*n33_c3*:*n5_c3*:*n32_c3*:*Misaligned*:*Pooling*:*Lrn*:*Bias*:*Softmax*:*BatchNorm*:*Bf16*}" \
       > "$OUT/sanitizer.log" 2>&1
     status "compute-sanitizer memcheck rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tail -1)"
     # Shared-memory races (the cp.async pipelines) on a small convolution, every version.
