@@ -190,23 +190,32 @@ std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch,
   return net;
 }
 
-int Main() {
-  Precision precision;
-  if (!ParsePrecision(absl::GetFlag(FLAGS_precision), &precision)) {
+// --precision, --fusions and --bf16_activations, before anything looks for a GPU: false
+// (with one line on stderr) when they do not parse or do not go together.
+bool ParseModeFlags(Precision* precision, Fusions* fusions) {
+  if (!ParsePrecision(absl::GetFlag(FLAGS_precision), precision)) {
     std::fprintf(stderr, "bench_train: --precision must be fp32, tf32 or bf16, not %s\n",
                  absl::GetFlag(FLAGS_precision).c_str());
-    return 2;
+    return false;
   }
-  const absl::StatusOr<Fusions> fusions = ParseFusions(absl::GetFlag(FLAGS_fusions));
-  if (!fusions.ok()) {
+  const absl::StatusOr<Fusions> parsed = ParseFusions(absl::GetFlag(FLAGS_fusions));
+  if (!parsed.ok()) {
     std::fprintf(stderr, "bench_train: --fusions: %s\n",
-                 std::string(fusions.status().message()).c_str());
-    return 2;
+                 std::string(parsed.status().message()).c_str());
+    return false;
   }
-  if (absl::GetFlag(FLAGS_bf16_activations) && precision != Precision::kBF16) {
+  *fusions = *parsed;
+  if (absl::GetFlag(FLAGS_bf16_activations) && *precision != Precision::kBF16) {
     std::fprintf(stderr, "bench_train: --bf16_activations needs --precision=bf16\n");
-    return 2;
+    return false;
   }
+  return true;
+}
+
+int Main() {
+  Precision precision;
+  Fusions fusions;
+  if (!ParseModeFlags(&precision, &fusions)) return 2;
   if (!cuda::Available()) {
     std::fprintf(stderr, "bench_train: no CUDA device\n");
     return 1;
@@ -224,7 +233,7 @@ int Main() {
   std::vector<std::string> lines;
   for (absl::string_view bs : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
     const int64_t batch = std::stoll(std::string(bs));
-    const std::unique_ptr<Net> built = BuildSyntheticNet(model, batch, *fusions);
+    const std::unique_ptr<Net> built = BuildSyntheticNet(model, batch, fusions);
     if (built == nullptr) continue;
     Net& net = *built;
     SgdOptions so;

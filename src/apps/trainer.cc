@@ -195,11 +195,11 @@ ABSL_FLAG(std::string, precision, "auto",
           "another precision.");
 ABSL_FLAG(bool, bf16_activations, false,
           "With --precision=bf16 (or auto on a GPU): store the activations and activation "
-          "gradients of every layer but the classifier's (fully connected, dropout) and an "
-          "unfused LRN in bf16, halving their memory and traffic; the inputs, logits, loss, "
-          "weights, momentum and checkpoints stay FP32 (docs/PRECISION.md, 'bf16 activation "
-          "storage'). Off by default until its speed and training quality are measured on "
-          "a GPU.");
+          "gradients of every layer but the classifier's (fully connected, and the dropout "
+          "between them) and the within-map LRN in bf16, halving their memory and traffic; "
+          "the inputs, logits, loss, weights, momentum and checkpoints stay FP32 "
+          "(docs/PRECISION.md, 'bf16 activation storage'). Off by default until its speed "
+          "and training quality are measured on a GPU.");
 ABSL_FLAG(uint64_t, seed, 1,
           "Seed of every random draw (init, data order, augmentation, dropout). The same seed "
           "and global batch give the same run for any (dp, mp) layout.");

@@ -349,7 +349,7 @@ absl::StatusOr<std::vector<Shape>> DropoutLayer::Setup(const std::vector<Shape>&
 void DropoutLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                            const std::vector<Tensor*>& y) {
   if (ctx.phase != Phase::kTrain || p_ == 0.0f) {
-    if (y[0]->data() != x[0]->data()) ops.Copy(*x[0], *y[0]);
+    if (y[0]->raw() != x[0]->raw()) ops.Copy(*x[0], *y[0]);
     return;
   }
   if (mask_.shape() != x[0]->shape() || mask_.device() != ops.device())
@@ -371,7 +371,7 @@ void DropoutLayer::Backward(Ops& ops, const RunContext& ctx, const std::vector<c
                             const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
   if (ctx.phase != Phase::kTrain || p_ == 0.0f) {
-    if (dx[0]->data() != dy[0]->data()) ops.Copy(*dy[0], *dx[0]);
+    if (dx[0]->raw() != dy[0]->raw()) ops.Copy(*dy[0], *dx[0]);
     return;
   }
   ops.DropoutBackward(*dy[0], mask_, *dx[0]);

@@ -144,7 +144,7 @@ class LrnCrossLayer : public Layer {
   void set_fused_into_pool(bool on) { fused_into_pool_ = on; }
   bool fused_into_pool() const { return fused_into_pool_; }
   bool in_place_ok() const override { return fused_into_pool_; }
-  bool bf16_io() const override { return fused_into_pool_; }  // fused: does nothing
+  bool bf16_io() const override { return true; }  // the denominator stays float32
 
  private:
   LrnCrossParams p_;
@@ -198,6 +198,7 @@ class DropoutLayer : public Layer {
   // dx = dy * its own mask.
   BackwardReads backward_reads() const override { return {false, false, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
+  bool bf16_io() const override { return true; }  // the mask stays float32
   void SetChannelBlock(int64_t first, int64_t, int64_t) override { set_channel_slice(first); }
   float rate() const { return p_; }
   void set_channel_slice(int64_t offset) { channel_offset_ = offset; }

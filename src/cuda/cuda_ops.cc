@@ -344,15 +344,17 @@ void CudaOps::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
 
 void CudaOps::LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) {
   op_shapes::LrnCross(x, p, {&y, &denom}, "LrnCrossForward");
-  LrnCrossForwardGpu(ctx_, x.data(), y.data(), denom.data(), I32(x.c(), "c"),
-                     I32(x.h() * x.w() * x.n(), "hwn"), p);
+  LrnCrossForwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y), denom.data(),
+                     I32(x.c(), "c"), I32(x.h() * x.w() * x.n(), "hwn"), p);
 }
 
 void CudaOps::LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
                                const Tensor& dy, Tensor& dx, const LrnCrossParams& p) {
   op_shapes::LrnCross(x, p, {&y, &denom, &dy, &dx}, "LrnCrossBackward");
-  LrnCrossBackwardGpu(ctx_, x.data(), y.data(), denom.data(), dy.data(), dx.data(), I32(x.c(), "c"),
-                      I32(x.h() * x.w() * x.n(), "hwn"), p);
+  SameStorage(x, "x", dx, "dx", "LrnCrossBackward");
+  SameStorage(y, "y", dy, "dy", "LrnCrossBackward");
+  LrnCrossBackwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), denom.data(), dy.raw(), StorageOf(dy),
+                      dx.raw(), I32(x.c(), "c"), I32(x.h() * x.w() * x.n(), "hwn"), p);
 }
 
 void CudaOps::LrnMaxPoolForward(const Tensor& x, Tensor& y, Tensor& arg, const LrnCrossParams& lp,
@@ -488,14 +490,17 @@ void CudaOps::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 
 void CudaOps::DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) {
   op_shapes::Dropout(x, y, mask, p);
-  DropoutForwardGpu(ctx_, x.data(), y.data(), mask.data(), I32(x.c(), "c"), I32(x.h(), "h"),
-                    I32(x.w(), "w"), I32(x.n(), "n"), p);
+  AliasSameStorage(x, "x", y, "DropoutForward");
+  DropoutForwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y), mask.data(),
+                    I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"), p);
 }
 
 void CudaOps::DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) {
   SameSize(dy, mask, "DropoutBackward mask");
   SameSize(dy, dx, "DropoutBackward dx");
-  MulGpu(ctx_, dy.data(), mask.data(), dx.data(), dx.size());
+  AliasSameStorage(dy, "dy", dx, "DropoutBackward");
+  MulGpu(ctx_, dy.raw(), StorageOf(dy), mask.data(), StorageType::kFloat, dx.raw(), StorageOf(dx),
+         dx.size());
 }
 
 void CudaOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,

@@ -177,6 +177,13 @@ void LrnCrossForwardGpu(const DeviceContext& ctx, const float* x, float* y, floa
 void LrnCrossBackwardGpu(const DeviceContext& ctx, const float* x, const float* y,
                          const float* denom, const float* dy, float* dx, int c, int hwn,
                          const LrnCrossParams& p);
+// The same with x and dx stored as xt, y and dy as yt (float or bf16); denom is float. Loads
+// widen, the arithmetic is the float kernels' own, stores round to nearest even.
+void LrnCrossForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                        StorageType yt, float* denom, int c, int hwn, const LrnCrossParams& p);
+void LrnCrossBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, const void* y,
+                         const float* denom, const void* dy, StorageType yt, void* dx, int c,
+                         int hwn, const LrnCrossParams& p);
 // Cross-channel LRN then max pooling in one pass each way (Ops::LrnMaxPoolForward): for
 // pooling windows of up to 3 x 3 pixels and LRN windows of up to 9 channels (Fusable says
 // whether the launchers take these parameters). arg: C x OH x OW x N, each window's argmax.
@@ -253,7 +260,15 @@ void ReluBackwardGpu(const DeviceContext& ctx, const void* y, const void* dy, St
 // Element (c, h, w, n) of a C x H x W x N tensor; see DropoutParams for the global index.
 void DropoutForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* mask, int c,
                        int h, int w, int n, const DropoutParams& p);
+// The same with x stored as xt, y as yt; the mask is float and the same whatever the storage.
+void DropoutForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                       StorageType yt, float* mask, int c, int h, int w, int n,
+                       const DropoutParams& p);
 void MulGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
+// The same with a, b, y each float or bf16 (y may alias a or b of its own type): dropout's
+// backward, dx = dy * mask with a float mask.
+void MulGpu(const DeviceContext& ctx, const void* a, StorageType at, const void* b, StorageType bt,
+            void* y, StorageType yt, int64_t n);
 
 void SoftmaxCrossEntropyForwardGpu(const DeviceContext& ctx, const float* logits,
                                    const float* labels, float* probs, float* loss, int k, int n);

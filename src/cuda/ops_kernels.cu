@@ -157,8 +157,9 @@ __global__ void AxpbyKernel(const AxpbyParams p) {
   }
 }
 
-// Kernel BinaryKernel<AT, BT, YT>: y[i] = a[i] op b[i], each stored as its type (Mul: all
-// float); y may alias a or b (same type: each element is read before the same thread writes it).
+// Kernel BinaryKernel<AT, BT, YT>: y[i] = a[i] op b[i], each stored as its type (dropout's
+// backward multiplies by the float mask); y may alias a or b (same type: each element is read
+// before the same thread writes it).
 enum class BinaryOp { kAdd, kMultiply, kAddRelu };
 struct BinaryParams {
   const void* a;
@@ -693,12 +694,14 @@ __global__ void GlobalAvgPoolBackwardKernel(const GapParams p) {
 }
 
 // ---- response normalisation --------------------------------------------------------------------
+// Storage: x (and the backward's out, dx) XT; y and dy (and the forward's out, y) YT; the
+// denominators float.
 struct LrnCrossKernelParams {
-  const float* x;
-  const float* y;
+  const void* x;
+  const void* y;
   const float* denom;
-  const float* dy;
-  float* out;
+  const void* dy;
+  void* out;
   float* denom_out;
   int c, cg;  // channels and channels per group
   int64_t hwn;
@@ -711,20 +714,22 @@ struct LrnCrossKernelParams {
 //   x, y, denom: C x H x W x N. One thread per (pixel, image) column q < H*W*N walks the C
 //   channels; window [c - half, c + half] clipped to c's group; denom = k + alpha*sum x^2,
 //   y = x * denom^-beta. Channel stride hwn keeps the warp's loads coalesced.
+template <typename XT, typename YT>
 __global__ void LrnCrossForwardKernel(const LrnCrossKernelParams p) {
+  YT* y = static_cast<YT*>(p.out);
   GRID_STRIDE_LOOP(q, p.hwn) {
-    const float* xq = p.x + q;
+    const XT* xq = static_cast<const XT*>(p.x) + q;
     for (int c = 0; c < p.c; ++c) {
       const int g0 = (c / p.cg) * p.cg;
       const int lo = IMax(c - p.half, g0), hi = IMin(c + p.half, g0 + p.cg - 1);
       float s = 0.0f;
       for (int cc = lo; cc <= hi; ++cc) {
-        const float v = xq[cc * p.hwn];
+        const float v = Load(xq + cc * p.hwn);
         s += v * v;
       }
       const float d = p.k + p.alpha * s;
       p.denom_out[c * p.hwn + q] = d;
-      p.out[c * p.hwn + q] = xq[c * p.hwn] * PowNegBeta(d, p.beta);
+      Store(y + c * p.hwn + q, Load(xq + c * p.hwn) * PowNegBeta(d, p.beta));
     }
   }
 }
@@ -732,7 +737,12 @@ __global__ void LrnCrossForwardKernel(const LrnCrossKernelParams p) {
 // Kernel LrnCrossBackwardKernel
 //   dx_c = dy_c * denom_c^-beta - 2*alpha*beta * x_c * sum_{c' in window(c)} dy_c' y_c' / denom_c'
 //   (windows are symmetric, so c' ranges over c's own window). Thread per column as forward.
+template <typename XT, typename YT>
 __global__ void LrnCrossBackwardKernel(const LrnCrossKernelParams p) {
+  const XT* x = static_cast<const XT*>(p.x);
+  const YT* y = static_cast<const YT*>(p.y);
+  const YT* dy = static_cast<const YT*>(p.dy);
+  XT* dx = static_cast<XT*>(p.out);
   GRID_STRIDE_LOOP(q, p.hwn) {
     for (int c = 0; c < p.c; ++c) {
       const int g0 = (c / p.cg) * p.cg;
@@ -740,10 +750,10 @@ __global__ void LrnCrossBackwardKernel(const LrnCrossKernelParams p) {
       float s = 0.0f;
       for (int cc = lo; cc <= hi; ++cc) {
         const int64_t o = cc * p.hwn + q;
-        s += p.dy[o] * p.y[o] / p.denom[o];
+        s += Load(dy + o) * Load(y + o) / p.denom[o];
       }
       const int64_t o = c * p.hwn + q;
-      p.out[o] = p.dy[o] * PowNegBeta(p.denom[o], p.beta) - p.grad_scale * p.x[o] * s;
+      Store(dx + o, Load(dy + o) * PowNegBeta(p.denom[o], p.beta) - p.grad_scale * Load(x + o) * s);
     }
   }
 }
@@ -767,9 +777,11 @@ __device__ __forceinline__ float LrnRingDenom(const float* r, float k, float alp
   return k + alpha * s;
 }
 
-template <int HALF>
+template <int HALF, typename XT, typename YT>
 __global__ void LrnCrossForwardRing(const LrnCrossKernelParams p) {
   constexpr int L = 2 * HALF + 1;
+  const XT* x = static_cast<const XT*>(p.x);
+  YT* y = static_cast<YT*>(p.out);
   GRID_STRIDE_LOOP(q, p.hwn) {
     for (int g0 = 0; g0 < p.c; g0 += p.cg) {
       const int g1 = g0 + p.cg;  // group's channels [g0, g1)
@@ -777,25 +789,29 @@ __global__ void LrnCrossForwardRing(const LrnCrossKernelParams p) {
 #pragma unroll
       for (int i = 0; i < L; ++i) {
         const int cc = g0 - HALF + i;
-        xr[i] = (cc >= g0 && cc < g1) ? p.x[cc * p.hwn + q] : 0.0f;
+        xr[i] = (cc >= g0 && cc < g1) ? Load(x + cc * p.hwn + q) : 0.0f;
       }
       for (int c = g0; c < g1; ++c) {
         const float d = LrnRingDenom<L>(xr, p.k, p.alpha);
         const int64_t o = c * p.hwn + q;
         p.denom_out[o] = d;
-        p.out[o] = xr[HALF] * PowNegBeta(d, p.beta);
+        Store(y + o, xr[HALF] * PowNegBeta(d, p.beta));
 #pragma unroll
         for (int i = 0; i + 1 < L; ++i) xr[i] = xr[i + 1];
         const int cn = c + HALF + 1;
-        xr[L - 1] = cn < g1 ? p.x[cn * p.hwn + q] : 0.0f;
+        xr[L - 1] = cn < g1 ? Load(x + cn * p.hwn + q) : 0.0f;
       }
     }
   }
 }
 
-template <int HALF>
+template <int HALF, typename XT, typename YT>
 __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
   constexpr int L = 2 * HALF + 1;
+  const XT* x = static_cast<const XT*>(p.x);
+  const YT* y = static_cast<const YT*>(p.y);
+  const YT* dy = static_cast<const YT*>(p.dy);
+  XT* dx = static_cast<XT*>(p.out);
   GRID_STRIDE_LOOP(q, p.hwn) {
     for (int g0 = 0; g0 < p.c; g0 += p.cg) {
       const int g1 = g0 + p.cg;
@@ -806,10 +822,10 @@ __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
         const int cc = g0 - HALF + i;
         if (cc >= g0 && cc < g1) {
           const int64_t o = cc * p.hwn + q;
-          xr[i] = p.x[o];
-          gr[i] = p.dy[o];
+          xr[i] = Load(x + o);
+          gr[i] = Load(dy + o);
           dr[i] = p.denom[o];
-          rr[i] = gr[i] * p.y[o] / dr[i];
+          rr[i] = gr[i] * Load(y + o) / dr[i];
         } else {
           xr[i] = gr[i] = rr[i] = 0.0f;
           dr[i] = 1.0f;
@@ -819,8 +835,8 @@ __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < L; ++i) s += rr[i];
-        p.out[c * p.hwn + q] =
-            gr[HALF] * PowNegBeta(dr[HALF], p.beta) - p.grad_scale * xr[HALF] * s;
+        Store(dx + c * p.hwn + q,
+              gr[HALF] * PowNegBeta(dr[HALF], p.beta) - p.grad_scale * xr[HALF] * s);
 #pragma unroll
         for (int i = 0; i + 1 < L; ++i) {
           rr[i] = rr[i + 1];
@@ -831,10 +847,10 @@ __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
         const int cn = c + HALF + 1;
         if (cn < g1) {
           const int64_t o = cn * p.hwn + q;
-          xr[L - 1] = p.x[o];
-          gr[L - 1] = p.dy[o];
+          xr[L - 1] = Load(x + o);
+          gr[L - 1] = Load(dy + o);
           dr[L - 1] = p.denom[o];
-          rr[L - 1] = gr[L - 1] * p.y[o] / dr[L - 1];
+          rr[L - 1] = gr[L - 1] * Load(y + o) / dr[L - 1];
         } else {
           xr[L - 1] = gr[L - 1] = rr[L - 1] = 0.0f;
           dr[L - 1] = 1.0f;
@@ -1375,9 +1391,10 @@ __global__ void BatchNormBackwardKernel(const BnParams p) {
 // Kernel DropoutForwardKernel: x, y, mask C x H x W x N, thread per element. The mask of
 // local element (c, h, w, n) is a pure function of (seed, step, global element index)
 // exactly as in CpuOps (see DropoutKeep below), so both backends draw the same mask.
+// Storage: x XT, y YT; the mask float (it does not depend on the storage).
 struct DropoutKernelParams {
-  const float* x;
-  float* y;
+  const void* x;
+  void* y;
   float* mask;
   int c, h, w, n;
   float p, scale;
@@ -1385,6 +1402,7 @@ struct DropoutKernelParams {
   int64_t step, channel_offset, image_offset, global_batch;
   const int64_t* step_on_device;  // a CUDA-graph step: the step is read here (StepScalars)
 };
+template <typename XT, typename YT>
 __global__ void DropoutForwardKernel(const DropoutKernelParams p) {
   const int64_t total = int64_t(p.c) * p.h * p.w * p.n;
   const uint64_t step = static_cast<uint64_t>(p.step_on_device ? *p.step_on_device : p.step);
@@ -1398,7 +1416,7 @@ __global__ void DropoutForwardKernel(const DropoutKernelParams p) {
     const float u = PhiloxUniform(p.seed, step, static_cast<uint64_t>(gidx));
     const float m = u >= p.p ? p.scale : 0.0f;
     p.mask[i] = m;
-    p.y[i] = p.x[i] * m;
+    Store(static_cast<YT*>(p.y) + i, Load(static_cast<const XT*>(p.x) + i) * m);
   }
 }
 
@@ -1549,8 +1567,13 @@ void AddReluGpu(const DeviceContext& ctx, const void* a, StorageType at, const v
 }
 
 void MulGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n) {
-  Launch(BinaryKernel<float, float, float>, GridFor(ctx, n), dim3(kBlock), ctx.stream,
-         BinaryParams{a, b, y, n, BinaryOp::kMultiply});
+  const StorageType f = StorageType::kFloat;
+  LaunchBinary(ctx, a, f, b, f, y, f, n, BinaryOp::kMultiply);
+}
+
+void MulGpu(const DeviceContext& ctx, const void* a, StorageType at, const void* b, StorageType bt,
+            void* y, StorageType yt, int64_t n) {
+  LaunchBinary(ctx, a, at, b, bt, y, yt, n, BinaryOp::kMultiply);
 }
 
 double SumGpu(const DeviceContext& ctx, const float* x, int64_t n) {
@@ -1780,59 +1803,82 @@ LrnWithinKernelParams WithinParams(int c, int h, int w, int n, const LrnWithinPa
 }
 }  // namespace
 
+namespace {
+using LrnCrossKernel = void (*)(LrnCrossKernelParams);
+// The kernel for window half-width `half`: the register ring for 1..4, else the generic one.
+template <typename XT, typename YT>
+LrnCrossKernel LrnCrossForwardFor(int half) {
+  switch (half) {
+    case 1:
+      return LrnCrossForwardRing<1, XT, YT>;
+    case 2:
+      return LrnCrossForwardRing<2, XT, YT>;
+    case 3:
+      return LrnCrossForwardRing<3, XT, YT>;
+    case 4:
+      return LrnCrossForwardRing<4, XT, YT>;
+    default:
+      return LrnCrossForwardKernel<XT, YT>;
+  }
+}
+template <typename XT, typename YT>
+LrnCrossKernel LrnCrossBackwardFor(int half) {
+  switch (half) {
+    case 1:
+      return LrnCrossBackwardRing<1, XT, YT>;
+    case 2:
+      return LrnCrossBackwardRing<2, XT, YT>;
+    case 3:
+      return LrnCrossBackwardRing<3, XT, YT>;
+    case 4:
+      return LrnCrossBackwardRing<4, XT, YT>;
+    default:
+      return LrnCrossBackwardKernel<XT, YT>;
+  }
+}
+}  // namespace
+
 void LrnCrossForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
                         int hwn, const LrnCrossParams& lp) {
+  LrnCrossForwardGpu(ctx, x, StorageType::kFloat, y, StorageType::kFloat, denom, c, hwn, lp);
+}
+
+void LrnCrossForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                        StorageType yt, float* denom, int c, int hwn, const LrnCrossParams& lp) {
   LrnCrossKernelParams p = CrossParams(c, hwn, lp);
   p.x = x;
   p.out = y;
   p.denom_out = denom;
-  void (*kernel)(LrnCrossKernelParams) = LrnCrossForwardKernel;
-  switch (p.half) {
-    case 1:
-      kernel = LrnCrossForwardRing<1>;
-      break;
-    case 2:
-      kernel = LrnCrossForwardRing<2>;
-      break;
-    case 3:
-      kernel = LrnCrossForwardRing<3>;
-      break;
-    case 4:
-      kernel = LrnCrossForwardRing<4>;
-      break;
-    default:
-      break;
-  }
-  Launch(kernel, GridFor(ctx, hwn), dim3(kBlock), ctx.stream, p);
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      Launch(LrnCrossForwardFor<decltype(xs), decltype(ys)>(p.half), GridFor(ctx, hwn),
+             dim3(kBlock), ctx.stream, p);
+    });
+  });
 }
 
 void LrnCrossBackwardGpu(const DeviceContext& ctx, const float* x, const float* y,
                          const float* denom, const float* dy, float* dx, int c, int hwn,
                          const LrnCrossParams& lp) {
+  LrnCrossBackwardGpu(ctx, x, StorageType::kFloat, y, denom, dy, StorageType::kFloat, dx, c, hwn,
+                      lp);
+}
+
+void LrnCrossBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, const void* y,
+                         const float* denom, const void* dy, StorageType yt, void* dx, int c,
+                         int hwn, const LrnCrossParams& lp) {
   LrnCrossKernelParams p = CrossParams(c, hwn, lp);
   p.x = x;
   p.y = y;
   p.denom = denom;
   p.dy = dy;
   p.out = dx;
-  void (*kernel)(LrnCrossKernelParams) = LrnCrossBackwardKernel;
-  switch (p.half) {
-    case 1:
-      kernel = LrnCrossBackwardRing<1>;
-      break;
-    case 2:
-      kernel = LrnCrossBackwardRing<2>;
-      break;
-    case 3:
-      kernel = LrnCrossBackwardRing<3>;
-      break;
-    case 4:
-      kernel = LrnCrossBackwardRing<4>;
-      break;
-    default:
-      break;
-  }
-  Launch(kernel, GridFor(ctx, hwn), dim3(kBlock), ctx.stream, p);
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      Launch(LrnCrossBackwardFor<decltype(xs), decltype(ys)>(p.half), GridFor(ctx, hwn),
+             dim3(kBlock), ctx.stream, p);
+    });
+  });
 }
 
 bool LrnMaxPoolFusable(const LrnCrossParams& lp, const PoolParams& pp) {
@@ -2202,6 +2248,12 @@ void ReluBackwardGpu(const DeviceContext& ctx, const void* y, const void* dy, St
 
 void DropoutForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* mask, int c,
                        int h, int w, int n, const DropoutParams& dp) {
+  DropoutForwardGpu(ctx, x, StorageType::kFloat, y, StorageType::kFloat, mask, c, h, w, n, dp);
+}
+
+void DropoutForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                       StorageType yt, float* mask, int c, int h, int w, int n,
+                       const DropoutParams& dp) {
   DropoutKernelParams p{};
   p.x = x;
   p.y = y;
@@ -2218,7 +2270,12 @@ void DropoutForwardGpu(const DeviceContext& ctx, const float* x, float* y, float
   p.channel_offset = dp.channel_offset;
   p.image_offset = dp.image_offset;
   p.global_batch = dp.global_batch > 0 ? dp.global_batch : n;
-  Launch(DropoutForwardKernel, GridFor(ctx, int64_t(c) * h * w * n), dim3(kBlock), ctx.stream, p);
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      Launch(DropoutForwardKernel<decltype(xs), decltype(ys)>, GridFor(ctx, int64_t(c) * h * w * n),
+             dim3(kBlock), ctx.stream, p);
+    });
+  });
 }
 
 void SoftmaxCrossEntropyForwardGpu(const DeviceContext& ctx, const float* logits,

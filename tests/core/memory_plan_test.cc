@@ -257,8 +257,8 @@ TEST(Bf16Storage, ImageNetModelsHalveThePlan) {
   }
 }
 
-// The rules on a small net: a blob any float32-only layer touches (dropout, fully
-// connected) stays float32; a max pool's output is bf16 only when its input is (backward
+// The rules on a small net: a blob any float32-only layer touches (the within-map LRN,
+// fully connected) stays float32; a max pool's output is bf16 only when its input is (backward
 // finds the maximum's pixel by comparing with y); a blob read by two layers is bf16 with its
 // gradient sum (added in bf16); pinned blobs stay float32.
 TEST(Bf16Storage, Rules) {
@@ -272,8 +272,9 @@ TEST(Bf16Storage, Rules) {
   max.size = 2;
   max.stride = 2;
   net->Emplace<ConvLayer>({"data"}, {"c1"}, "c1", 4, p);
-  net->Emplace<DropoutLayer>({"c1"}, {"d1"}, "d1", 0.5f);  // float32 only
-  net->Emplace<PoolLayer>({"d1"}, {"p1"}, "p1", max);      // float32 input: p1 float32
+  LrnWithinParams rnorm;
+  net->Emplace<LrnWithinLayer>({"c1"}, {"d1"}, "d1", rnorm);  // float32 only
+  net->Emplace<PoolLayer>({"d1"}, {"p1"}, "p1", max);         // float32 input: p1 float32
   net->Emplace<ConvLayer>({"p1"}, {"c2"}, "c2", 4, p);
   net->Emplace<BatchNormLayer>({"c2"}, {"bn2"}, "bn2");
   net->Emplace<ReluLayer>({"bn2"}, {"bn2"}, "bn2_relu");  // fused into bn2

@@ -70,6 +70,34 @@ std::unique_ptr<Net> TinyAlexNet() {
   return net;
 }
 
+// GoogLeNet's order and the rest: conv + ReLU, max pool, an unfused cross-channel LRN,
+// conv + ReLU, dropout on a feature map, conv, global average pooling into the classifier.
+std::unique_ptr<Net> TinyLrnDropoutNet() {
+  auto net = std::make_unique<Net>("tiny-lrn-dropout");
+  net->AddInput("data", Shape{3, 12, 12});
+  net->AddInput("label", Shape{1, 1, 1});
+  ConvParams c;
+  c.kernel_h = c.kernel_w = 3;
+  c.pad = 1;
+  PoolParams max;
+  max.size = 3;
+  max.stride = 2;
+  LrnCrossParams lrn;
+  lrn.size = 5;
+  net->Emplace<ConvLayer>({"data"}, {"conv1"}, "conv1", 12, c);
+  net->Emplace<ReluLayer>({"conv1"}, {"conv1"}, "relu1");
+  net->Emplace<PoolLayer>({"conv1"}, {"pool1"}, "pool1", max);      // 5x5
+  net->Emplace<LrnCrossLayer>({"pool1"}, {"norm1"}, "norm1", lrn);  // not before a pool: unfused
+  net->Emplace<ConvLayer>({"norm1"}, {"conv2"}, "conv2", 12, c);
+  net->Emplace<ReluLayer>({"conv2"}, {"conv2"}, "relu2");
+  net->Emplace<DropoutLayer>({"conv2"}, {"drop2"}, "drop2", 0.5f);
+  net->Emplace<ConvLayer>({"drop2"}, {"conv3"}, "conv3", 8, c);
+  net->Emplace<GlobalAvgPoolLayer>({"conv3"}, {"avgpool"}, "avgpool");
+  net->Emplace<FullyConnectedLayer>({"avgpool"}, {kLogitsBlob}, "fc", 5);
+  net->Emplace<SoftmaxLossLayer>({kLogitsBlob, "label"}, {"loss", "probs"}, "loss");
+  return net;
+}
+
 std::unique_ptr<Net> Zoo(const std::string& name, int input = 32) {
   ModelOptions o;
   o.input_size = input;
@@ -178,6 +206,11 @@ void ExpectTrainsAsFloatStorage(const std::string& what, std::unique_ptr<Net> (*
 
 TEST_F(Bf16StorageGpu, TinyAlexNetTrainsAsFloatStorage) {
   ExpectTrainsAsFloatStorage("tiny alexnet", TinyAlexNet, kEmulated ? 8 : 32, {"pool3", "fc1"});
+}
+
+TEST_F(Bf16StorageGpu, LrnAndDropoutTrainAsFloatStorage) {
+  ExpectTrainsAsFloatStorage("tiny lrn + dropout", TinyLrnDropoutNet, kEmulated ? 8 : 32,
+                             {"avgpool"});
 }
 
 // cuda-convnet's fast CIFAR-10 net: a max pool with an unfused ReLU after it, average pools

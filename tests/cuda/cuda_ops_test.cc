@@ -1577,6 +1577,149 @@ TEST_F(CudaTest, BatchNormBf16Storage) {
   }
 }
 
+// Cross-channel LRN, unfused: x / dx in st.x, y / dy in st.y, denom float. Window sizes 3 and
+// 5 (and 4, even) take the register ring, 11 the generic kernel; groups 1 and 2; batches 1, 7,
+// 33 and 8. y and dx as the float run's on the widened inputs, rounded once; denom its bits.
+TEST_F(CudaTest, LrnCrossBf16Storage) {
+  struct Case {
+    int c, h, w, n, size, groups;
+    bool over_size;
+  };
+  const Case cases[] = {
+      {12, 3, 3, 1, 3, 1, false},  {16, 2, 3, 7, 5, 2, true},   {24, 2, 2, 33, 11, 2, false},
+      {10, 3, 2, 8, 5, 1, false},  {8, 2, 2, 32, 3, 2, true},   {22, 2, 2, 7, 11, 1, true},
+      {14, 2, 2, 33, 4, 2, false}, {13, 1, 2, 1, 11, 1, false},
+  };
+  for (const Case& k : cases) {
+    LrnCrossParams p;
+    p.size = k.size;
+    p.groups = k.groups;
+    p.alpha_over_size = k.over_size;
+    p.alpha = k.over_size ? 0.5f : 1e-2f;
+    p.beta = 0.75f;
+    p.k = 1.5f;
+    const Shape s{k.c, k.h, k.w, k.n};
+    const Tensor x = RandomCpu(s, 201, -3.0f, 3.0f), dy = RandomCpu(s, 202);
+    for (const StoragePair& st : kStoragePairs) {
+      const std::string what =
+          absl::StrFormat("%s size %d groups %d, %s", s.ToString(), k.size, k.groups, PairName(st));
+      Tensor gx = OnGpuAs(x, st.x), xw = Widened(gx);
+      Tensor ref_y = Poisoned(s, Device::kCUDA), ref_d = Poisoned(s, Device::kCUDA);
+      Tensor gy = PoisonedAs(s, st.y), gd = Poisoned(s, Device::kCUDA);
+      Gpu().LrnCrossForward(xw, ref_y, ref_d, p);
+      Gpu().LrnCrossForward(gx, gy, gd, p);
+      EXPECT_TRUE(BitwiseEqual(gy.ToHost(), StoredAs(ref_y.ToHost(), st.y))) << what << ": y";
+      EXPECT_TRUE(BitwiseEqual(gd.ToHost(), ref_d.ToHost())) << what << ": denom";
+      // Backward: y (this run's), dy st.y; dx st.x.
+      Tensor gdy = OnGpuAs(dy, st.y), ref_dx = Poisoned(s, Device::kCUDA);
+      Tensor gdx = PoisonedAs(s, st.x);
+      Gpu().LrnCrossBackward(xw, Widened(gy), ref_d, Widened(gdy), ref_dx, p);
+      Gpu().LrnCrossBackward(gx, gy, gd, gdy, gdx, p);
+      EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), StoredAs(ref_dx.ToHost(), st.x))) << what << ": dx";
+    }
+  }
+}
+
+// Dropout forward and backward in the storage pairs (and in place, bf16), several steps, p 0.5
+// (and 0.3: a scale that rounds in bf16): the mask is the CPU's bits whatever the storage, y and
+// dx the float run's on the widened inputs rounded once.
+TEST_F(CudaTest, DropoutBf16Storage) {
+  for (const Shape& s :
+       {Shape{9, 3, 2, 33}, Shape{4, 2, 2, 8}, Shape{5, 1, 1, 1}, Shape{3, 2, 3, 7}}) {
+    const Tensor x = RandomCpu(s, 211), dy = RandomCpu(s, 212);
+    for (const float rate : {0.5f, 0.3f}) {
+      for (const int64_t step : {int64_t{0}, int64_t{17}, int64_t{18}}) {
+        DropoutParams p;
+        p.p = rate;
+        p.seed = MixKey(4321, 7);
+        p.step = step;
+        Tensor cy(s, Device::kCPU), cm(s, Device::kCPU);
+        Cpu().DropoutForward(x, cy, cm, p);
+        const std::vector<float> mask = cm.ToHost();
+        for (const StoragePair& st : kStoragePairs) {
+          const std::string what =
+              absl::StrFormat("%s, p %g, step %d, %s", s.ToString(), rate, step, PairName(st));
+          Tensor gx = OnGpuAs(x, st.x), ref_y = Poisoned(s, Device::kCUDA);
+          Tensor ref_m = Poisoned(s, Device::kCUDA), gy = PoisonedAs(s, st.y);
+          Tensor gm = Poisoned(s, Device::kCUDA);
+          Gpu().DropoutForward(Widened(gx), ref_y, ref_m, p);
+          Gpu().DropoutForward(gx, gy, gm, p);
+          EXPECT_TRUE(BitwiseEqual(gm.ToHost(), mask)) << what << ": mask";
+          EXPECT_TRUE(BitwiseEqual(ref_m.ToHost(), mask)) << what << ": float run's mask";
+          EXPECT_TRUE(BitwiseEqual(gy.ToHost(), StoredAs(ref_y.ToHost(), st.y))) << what << ": y";
+          // And on the host (independently of the GPU's float path): y = x * mask, dx = dy * mask.
+          const std::vector<float> xw = gx.ToHost();
+          std::vector<float> want_y(xw.size());
+          for (size_t i = 0; i < xw.size(); ++i) want_y[i] = xw[i] * mask[i];
+          EXPECT_TRUE(BitwiseEqual(gy.ToHost(), StoredAs(want_y, st.y))) << what << ": y (host)";
+          Tensor gdy = OnGpuAs(dy, st.y), ref_dx = Poisoned(s, Device::kCUDA);
+          Tensor gdx = PoisonedAs(s, st.x);
+          Gpu().DropoutBackward(Widened(gdy), ref_m, ref_dx);
+          Gpu().DropoutBackward(gdy, gm, gdx);
+          EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), StoredAs(ref_dx.ToHost(), st.x)))
+              << what << ": dx";
+          const std::vector<float> dyw = gdy.ToHost();
+          std::vector<float> want_dx(dyw.size());
+          for (size_t i = 0; i < dyw.size(); ++i) want_dx[i] = dyw[i] * mask[i];
+          EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), StoredAs(want_dx, st.x))) << what << ": dx (host)";
+        }
+        // In place, bf16: y over x, dx over dy.
+        Tensor gx = OnGpuAs(x, DType::kBF16), ref_y = Poisoned(s, Device::kCUDA);
+        Tensor ref_m = Poisoned(s, Device::kCUDA), gm = Poisoned(s, Device::kCUDA);
+        Gpu().DropoutForward(Widened(gx), ref_y, ref_m, p);
+        Gpu().DropoutForward(gx, gx, gm, p);
+        EXPECT_TRUE(BitwiseEqual(gm.ToHost(), mask)) << s.ToString() << " in place: mask";
+        EXPECT_TRUE(BitwiseEqual(gx.ToHost(), StoredAs(ref_y.ToHost(), DType::kBF16)))
+            << s.ToString() << ", p " << rate << " in place";
+        Tensor gdy = OnGpuAs(dy, DType::kBF16), ref_dx = Poisoned(s, Device::kCUDA);
+        Gpu().DropoutBackward(Widened(gdy), ref_m, ref_dx);
+        Gpu().DropoutBackward(gdy, gm, gdy);
+        EXPECT_TRUE(BitwiseEqual(gdy.ToHost(), StoredAs(ref_dx.ToHost(), DType::kBF16)))
+            << s.ToString() << ", p " << rate << " backward in place";
+      }
+    }
+  }
+}
+
+// The float launchers are wrappers of the typed ones: float storage through either, the same bits.
+TEST_F(CudaTest, LrnCrossDropoutFloatStorageTyped) {
+  const StorageType f = StorageType::kFloat;
+  const int c = 12, h = 2, w = 3, n = 7, hwn = h * w * n;
+  const Shape s{c, h, w, n};
+  Tensor gx = OnGpu(RandomCpu(s, 221, -3.0f, 3.0f)), gdy = OnGpu(RandomCpu(s, 222));
+  for (const int size : {3, 5, 11}) {
+    LrnCrossParams lp;
+    lp.size = size;
+    lp.groups = 2;
+    Tensor y_old = Poisoned(s, Device::kCUDA), d_old = Poisoned(s, Device::kCUDA);
+    Tensor y_new = Poisoned(s, Device::kCUDA), d_new = Poisoned(s, Device::kCUDA);
+    cuda::LrnCrossForwardGpu(Ctx(), gx.data(), y_old.data(), d_old.data(), c, hwn, lp);
+    cuda::LrnCrossForwardGpu(Ctx(), gx.raw(), f, y_new.raw(), f, d_new.data(), c, hwn, lp);
+    EXPECT_TRUE(BitwiseEqual(y_new.ToHost(), y_old.ToHost())) << "LRN y, size " << size;
+    EXPECT_TRUE(BitwiseEqual(d_new.ToHost(), d_old.ToHost())) << "LRN denom, size " << size;
+    Tensor dx_old = Poisoned(s, Device::kCUDA), dx_new = Poisoned(s, Device::kCUDA);
+    cuda::LrnCrossBackwardGpu(Ctx(), gx.data(), y_old.data(), d_old.data(), gdy.data(),
+                              dx_old.data(), c, hwn, lp);
+    cuda::LrnCrossBackwardGpu(Ctx(), gx.raw(), f, y_old.raw(), d_old.data(), gdy.raw(), f,
+                              dx_new.raw(), c, hwn, lp);
+    EXPECT_TRUE(BitwiseEqual(dx_new.ToHost(), dx_old.ToHost())) << "LRN dx, size " << size;
+  }
+  DropoutParams dp;
+  dp.p = 0.5f;
+  dp.seed = MixKey(99, 1);
+  dp.step = 3;
+  Tensor y_old = Poisoned(s, Device::kCUDA), m_old = Poisoned(s, Device::kCUDA);
+  Tensor y_new = Poisoned(s, Device::kCUDA), m_new = Poisoned(s, Device::kCUDA);
+  cuda::DropoutForwardGpu(Ctx(), gx.data(), y_old.data(), m_old.data(), c, h, w, n, dp);
+  cuda::DropoutForwardGpu(Ctx(), gx.raw(), f, y_new.raw(), f, m_new.data(), c, h, w, n, dp);
+  EXPECT_TRUE(BitwiseEqual(y_new.ToHost(), y_old.ToHost())) << "dropout y";
+  EXPECT_TRUE(BitwiseEqual(m_new.ToHost(), m_old.ToHost())) << "dropout mask";
+  Tensor dx_old = Poisoned(s, Device::kCUDA), dx_new = Poisoned(s, Device::kCUDA);
+  cuda::MulGpu(Ctx(), gdy.data(), m_old.data(), dx_old.data(), gdy.size());
+  cuda::MulGpu(Ctx(), gdy.raw(), f, m_old.raw(), f, dx_new.raw(), f, gdy.size());
+  EXPECT_TRUE(BitwiseEqual(dx_new.ToHost(), dx_old.ToHost())) << "dropout dx";
+}
+
 // Tensors that must share a storage type: CudaOps refuses the mixtures its kernels cannot take.
 TEST_F(CudaTest, Bf16StorageRefusals) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the backend (and emulator) run threads
@@ -1594,6 +1737,18 @@ TEST_F(CudaTest, Bf16StorageRefusals) {
   EXPECT_DEATH(Gpu().Add(xf, yf, alias), "Add: a and y \\(in place\\) must share a storage type");
   EXPECT_DEATH(Gpu().ReluForward(xf, alias),
                "ReluForward: x and y \\(in place\\) must share a storage type");
+  LrnCrossParams lp;
+  Tensor df = Poisoned(s, Device::kCUDA);
+  EXPECT_DEATH(Gpu().LrnCrossBackward(xb, yb, df, yb, xf, lp),
+               "LrnCrossBackward: x and dx must share a storage type");
+  EXPECT_DEATH(Gpu().LrnCrossBackward(xb, yf, df, yb, xb, lp),
+               "LrnCrossBackward: y and dy must share a storage type");
+  DropoutParams dp;
+  Tensor mf = Poisoned(s, Device::kCUDA);
+  EXPECT_DEATH(Gpu().DropoutForward(xf, alias, mf, dp),
+               "DropoutForward: x and y \\(in place\\) must share a storage type");
+  EXPECT_DEATH(Gpu().DropoutBackward(xf, mf, alias),
+               "DropoutBackward: dy and y \\(in place\\) must share a storage type");
 }
 
 }  // namespace
