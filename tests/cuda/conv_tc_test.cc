@@ -529,6 +529,25 @@ void PrimitivesBackward(Ops& ops, const Tensor& x, const Tensor& w, const Tensor
   ops.ConvBackwardData(g, w, dx, p);
 }
 
+// The layer-pass tests' convolution for batch n: 6 -> 10 channels, 3x3, stride 2, pad 1,
+// groups 2, 9x9 -> 5x5, with a bias.
+struct LayerPassCase {
+  ConvParams p;
+  Shape xs, ws, ys, bs;
+};
+LayerPassCase LayerPass(int n) {
+  LayerPassCase k;
+  k.p.kernel_h = k.p.kernel_w = 3;
+  k.p.pad = 1;
+  k.p.stride = 2;
+  k.p.groups = 2;
+  k.xs = Shape{6, 9, 9, n};
+  k.ws = Shape{10, 3, 3, 3};
+  k.ys = Shape{10, 5, 5, n};
+  k.bs = Shape{10};
+  return k;
+}
+
 // The fused layer pass (CudaOps::ConvLayerForward / ConvLayerBackward): in bf16 the
 // operands are rounded to bf16 copies once (dy through the ReLU's mask when fused), bias and
 // ReLU run in the epilogue; against the CPU's primitives on a vector batch (8: the cp.async
@@ -538,12 +557,9 @@ TEST_F(TcTest, CudaOpsConvLayerPass) {
   for (const int n : {8, 7}) {
     for (const int variant : {0, 1, 2, 3}) {
       const bool with_bias_and_dx = variant % 2 == 0, relu = variant >= 2;
-      ConvParams p;
-      p.kernel_h = p.kernel_w = 3;
-      p.pad = 1;
-      p.stride = 2;
-      p.groups = 2;
-      const Shape xs{6, 9, 9, n}, ws{10, 3, 3, 3}, ys{10, 5, 5, n}, bs{10};
+      const LayerPassCase k = LayerPass(n);
+      const ConvParams& p = k.p;
+      const Shape &xs = k.xs, &ws = k.ws, &ys = k.ys, &bs = k.bs;
       std::mt19937_64 rng(7 + n);
       Tensor x = HostTensor(xs, Random(xs.elements(), rng, StorageType::kFloat));
       Tensor w = HostTensor(ws, Random(ws.elements(), rng, StorageType::kFloat));
@@ -620,12 +636,9 @@ TEST_F(TcTest, CudaOpsConvLayerPass) {
 TEST_F(TcTest, CudaOpsConvLayerPassBf16Storage) {
   for (const int n : {8, 7}) {
     for (const bool relu : {false, true}) {
-      ConvParams p;
-      p.kernel_h = p.kernel_w = 3;
-      p.pad = 1;
-      p.stride = 2;
-      p.groups = 2;
-      const Shape xs{6, 9, 9, n}, ws{10, 3, 3, 3}, ys{10, 5, 5, n}, bs{10};
+      const LayerPassCase k = LayerPass(n);
+      const ConvParams& p = k.p;
+      const Shape &xs = k.xs, &ws = k.ws, &ys = k.ys, &bs = k.bs;
       std::mt19937_64 rng(11 + n);
       const std::vector<float> xv = Random(xs.elements(), rng, StorageType::kBF16);
       const std::vector<float> wv = Random(ws.elements(), rng, StorageType::kFloat);

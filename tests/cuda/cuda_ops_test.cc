@@ -470,6 +470,38 @@ TEST_F(CudaTest, LrnAcrossChannels) {
   }
 }
 
+// The LRN + max-pool shapes of the fused kernels' tests: AlexNet's norm1 + pool1 with two
+// columns (small), batches 7, 33, 8 and 1, LRN windows of 5, 3 and 9 channels, pooling 3/2,
+// 2/2 and 3/1 with padding.
+struct LrnPoolCase {
+  int c, h, w, n, lrn_size, groups, pool, stride, pad;
+  LrnCrossParams lrn_params() const {
+    LrnCrossParams lp;
+    lp.size = lrn_size;
+    lp.groups = groups;
+    return lp;
+  }
+  PoolParams pool_params() const {
+    PoolParams pp;
+    pp.size = pool;
+    pp.stride = stride;
+    pp.pad = pad;
+    return pp;
+  }
+  Shape x_shape() const { return Shape{c, h, w, n}; }
+  Shape y_shape() const {
+    return Shape{c, PoolOutSize(h, pool, stride, pad), PoolOutSize(w, pool, stride, pad), n};
+  }
+};
+std::vector<LrnPoolCase> LrnPoolCases() {
+  return {
+      {96, 13, 13, 7, 5, 2, 3, 2, 0},
+      {5, 6, 7, 33, 3, 1, 2, 2, 0},
+      {20, 5, 5, 8, 9, 2, 3, 1, 1},
+      {48, 9, 9, 1, 5, 1, 3, 2, 1},
+  };
+}
+
 // LRN + max pooling fused (Ops::LrnMaxPoolForward / Backward): the fused kernels against
 // the same GPU's unfused kernels (the Ops defaults, which CudaOps overrides), bit for bit:
 // the fusion must change no result (each LRN value recomputed with the same arithmetic,
@@ -480,27 +512,12 @@ TEST_F(CudaTest, LrnAcrossChannels) {
 // grids split a group's channels among threads, with halos); both forward versions (the
 // tiled one with partial tiles of windows and of images).
 TEST_F(CudaTest, LrnMaxPoolFusedAsUnfused) {
-  struct Case {
-    int c, h, w, n, lrn_size, groups, pool, stride, pad;
-  };
-  std::vector<Case> cases = {
-      {96, 13, 13, 7, 5, 2, 3, 2, 0},  // AlexNet's norm1 + pool1 (two columns), small
-      {5, 6, 7, 33, 3, 1, 2, 2, 0},
-      {20, 5, 5, 8, 9, 2, 3, 1, 1},
-      {48, 9, 9, 1, 5, 1, 3, 2, 1},
-  };
+  std::vector<LrnPoolCase> cases = LrnPoolCases();
   if (!kEmulated) cases.push_back({96, 55, 55, 32, 5, 2, 3, 2, 0});  // whole groups per thread
-  for (const Case& k : cases) {
-    LrnCrossParams lp;
-    lp.size = k.lrn_size;
-    lp.groups = k.groups;
-    PoolParams pp;
-    pp.size = k.pool;
-    pp.stride = k.stride;
-    pp.pad = k.pad;
-    const Shape xs{k.c, k.h, k.w, k.n};
-    const Shape ys{k.c, PoolOutSize(k.h, k.pool, k.stride, k.pad),
-                   PoolOutSize(k.w, k.pool, k.stride, k.pad), k.n};
+  for (const LrnPoolCase& k : cases) {
+    const LrnCrossParams lp = k.lrn_params();
+    const PoolParams pp = k.pool_params();
+    const Shape xs = k.x_shape(), ys = k.y_shape();
     for (bool ties : {false, true}) {
       const std::string name =
           absl::StrFormat("%s lrn %d, pool %d/%d pad %d%s", xs.ToString(), k.lrn_size, k.pool,
@@ -1154,26 +1171,10 @@ TEST_F(CudaTest, PoolBackwardBf16Refusals) {
 // LRN + max pooling in every storage pair, both forward versions (the argmax on the FP32
 // normalised values: arg as the float kernels'), shapes of LrnMaxPoolFusedAsUnfused.
 TEST_F(CudaTest, LrnMaxPoolBf16Storage) {
-  struct Case {
-    int c, h, w, n, lrn_size, groups, pool, stride, pad;
-  };
-  const Case cases[] = {
-      {96, 13, 13, 7, 5, 2, 3, 2, 0},
-      {5, 6, 7, 33, 3, 1, 2, 2, 0},
-      {20, 5, 5, 8, 9, 2, 3, 1, 1},
-      {48, 9, 9, 1, 5, 1, 3, 2, 1},
-  };
-  for (const Case& k : cases) {
-    LrnCrossParams lp;
-    lp.size = k.lrn_size;
-    lp.groups = k.groups;
-    PoolParams pp;
-    pp.size = k.pool;
-    pp.stride = k.stride;
-    pp.pad = k.pad;
-    const Shape xs{k.c, k.h, k.w, k.n};
-    const Shape ys{k.c, PoolOutSize(k.h, k.pool, k.stride, k.pad),
-                   PoolOutSize(k.w, k.pool, k.stride, k.pad), k.n};
+  for (const LrnPoolCase& k : LrnPoolCases()) {
+    const LrnCrossParams lp = k.lrn_params();
+    const PoolParams pp = k.pool_params();
+    const Shape xs = k.x_shape(), ys = k.y_shape();
     for (bool ties : {false, true}) {
       Tensor x = RandomCpu(xs, 95, -3.0f, 3.0f);
       if (ties)
