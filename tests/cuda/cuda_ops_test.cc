@@ -360,6 +360,18 @@ struct PoolCase {
   PoolParams::Kind kind;
   int size, stride, pad;
   int c, h, w, n;
+  PoolParams params() const {
+    PoolParams p;
+    p.kind = kind;
+    p.size = size;
+    p.stride = stride;
+    p.pad = pad;
+    return p;
+  }
+  Shape x_shape() const { return Shape{c, h, w, n}; }
+  Shape y_shape() const {
+    return Shape{c, PoolOutSize(h, size, stride, pad), PoolOutSize(w, size, stride, pad), n};
+  }
 };
 
 TEST_F(CudaTest, Pooling) {
@@ -378,14 +390,8 @@ TEST_F(CudaTest, Pooling) {
   };
   for (const PoolCase& k : cases) {
     if (kEmulated && k.c * k.h * k.w * k.n > 500000) continue;
-    PoolParams p;
-    p.kind = k.kind;
-    p.size = k.size;
-    p.stride = k.stride;
-    p.pad = k.pad;
-    const Shape xs{k.c, k.h, k.w, k.n};
-    const Shape ys{k.c, PoolOutSize(k.h, k.size, k.stride, k.pad),
-                   PoolOutSize(k.w, k.size, k.stride, k.pad), k.n};
+    const PoolParams p = k.params();
+    const Shape xs = k.x_shape(), ys = k.y_shape();
     const std::string name = absl::StrFormat("%s size %d stride %d pad %d on %s",
                                              k.kind == PoolParams::kMax ? "max" : "avg", k.size,
                                              k.stride, k.pad, xs.ToString());
@@ -1073,14 +1079,8 @@ TEST_F(CudaTest, PoolingBf16Storage) {
   };
   for (const PoolCase& k : cases) {
     if (kEmulated && k.c * k.h * k.w * k.n > 500000) continue;
-    PoolParams p;
-    p.kind = k.kind;
-    p.size = k.size;
-    p.stride = k.stride;
-    p.pad = k.pad;
-    const Shape xs{k.c, k.h, k.w, k.n};
-    const Shape ys{k.c, PoolOutSize(k.h, k.size, k.stride, k.pad),
-                   PoolOutSize(k.w, k.size, k.stride, k.pad), k.n};
+    const PoolParams p = k.params();
+    const Shape xs = k.x_shape(), ys = k.y_shape();
     for (bool ties : {false, true}) {
       Tensor x = RandomCpu(xs, 63);
       if (ties)
@@ -1122,14 +1122,9 @@ TEST_F(CudaTest, PoolingFloatStorageTyped) {
       {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 1},
   };
   for (const PoolCase& k : cases) {
-    PoolParams p;
-    p.kind = k.kind;
-    p.size = k.size;
-    p.stride = k.stride;
-    p.pad = k.pad;
-    const int oh = static_cast<int>(PoolOutSize(k.h, k.size, k.stride, k.pad));
-    const int ow = static_cast<int>(PoolOutSize(k.w, k.size, k.stride, k.pad));
-    const Shape xs{k.c, k.h, k.w, k.n}, ys{k.c, oh, ow, k.n};
+    const PoolParams p = k.params();
+    const Shape xs = k.x_shape(), ys = k.y_shape();
+    const int oh = static_cast<int>(ys.h()), ow = static_cast<int>(ys.w());
     const std::string name =
         absl::StrFormat("size %d stride %d pad %d on %s", k.size, k.stride, k.pad, xs.ToString());
     Tensor x = RandomCpu(xs, 65);
