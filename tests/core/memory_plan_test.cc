@@ -16,6 +16,7 @@
 #include "core/models.h"
 #include "core/net.h"
 #include "core/optimizer.h"
+#include "core/zoo_builders.h"
 #include "gtest/gtest.h"
 
 namespace colonnade {
@@ -265,12 +266,8 @@ TEST(Bf16Storage, Rules) {
   auto net = std::make_unique<Net>("rules");
   net->AddInput("data", Shape{3, 8, 8});
   net->AddInput("label", Shape{1, 1, 1});
-  ConvParams p;
-  p.kernel_h = p.kernel_w = 3;
-  p.pad = 1;
-  PoolParams max;
-  max.size = 2;
-  max.stride = 2;
+  const ConvParams p = zoo::Conv(3, 1, 1);
+  const PoolParams max = zoo::Pool(PoolParams::kMax, 2, 2);
   net->Emplace<ConvLayer>({"data"}, {"c1"}, "c1", 4, p);
   LrnWithinParams rnorm;
   net->Emplace<LrnWithinLayer>({"c1"}, {"d1"}, "d1", rnorm);  // float32 only

@@ -16,6 +16,7 @@
 #include "core/net.h"
 #include "core/optimizer.h"
 #include "core/precision.h"
+#include "core/zoo_builders.h"
 #include "gpu_test.h"
 #include "gtest/gtest.h"
 
@@ -41,16 +42,9 @@ std::unique_ptr<Net> TinyAlexNet() {
   auto net = std::make_unique<Net>("tiny-alexnet");
   net->AddInput("data", Shape{3, 15, 15});
   net->AddInput("label", Shape{1, 1, 1});
-  ConvParams c1;
-  c1.kernel_h = c1.kernel_w = 3;
-  c1.pad = 1;
-  ConvParams c2 = c1;
-  c2.groups = 2;
-  PoolParams max3;
-  max3.size = 3;
-  max3.stride = 2;
-  PoolParams avg = max3;
-  avg.kind = PoolParams::kAvg;
+  const ConvParams c1 = zoo::Conv(3, 1, 1), c2 = zoo::Conv(3, 1, 1, 2);
+  const PoolParams max3 = zoo::Pool(PoolParams::kMax, 3, 2),
+                   avg = zoo::Pool(PoolParams::kAvg, 3, 2);
   LrnCrossParams lrn;
   lrn.size = 5;
   lrn.groups = 2;
@@ -76,12 +70,8 @@ std::unique_ptr<Net> TinyLrnDropoutNet() {
   auto net = std::make_unique<Net>("tiny-lrn-dropout");
   net->AddInput("data", Shape{3, 12, 12});
   net->AddInput("label", Shape{1, 1, 1});
-  ConvParams c;
-  c.kernel_h = c.kernel_w = 3;
-  c.pad = 1;
-  PoolParams max;
-  max.size = 3;
-  max.stride = 2;
+  const ConvParams c = zoo::Conv(3, 1, 1);
+  const PoolParams max = zoo::Pool(PoolParams::kMax, 3, 2);
   LrnCrossParams lrn;
   lrn.size = 5;
   net->Emplace<ConvLayer>({"data"}, {"conv1"}, "conv1", 12, c);

@@ -22,6 +22,7 @@
 #include "core/models.h"
 #include "core/optimizer.h"
 #include "core/philox.h"
+#include "core/zoo_builders.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels.h"
@@ -360,14 +361,7 @@ struct PoolCase {
   PoolParams::Kind kind;
   int size, stride, pad;
   int c, h, w, n;
-  PoolParams params() const {
-    PoolParams p;
-    p.kind = kind;
-    p.size = size;
-    p.stride = stride;
-    p.pad = pad;
-    return p;
-  }
+  PoolParams params() const { return zoo::Pool(kind, size, stride, pad); }
   Shape x_shape() const { return Shape{c, h, w, n}; }
   Shape y_shape() const {
     return Shape{c, PoolOutSize(h, size, stride, pad), PoolOutSize(w, size, stride, pad), n};
@@ -487,13 +481,7 @@ struct LrnPoolCase {
     lp.groups = groups;
     return lp;
   }
-  PoolParams pool_params() const {
-    PoolParams pp;
-    pp.size = pool;
-    pp.stride = stride;
-    pp.pad = pad;
-    return pp;
-  }
+  PoolParams pool_params() const { return zoo::Pool(PoolParams::kMax, pool, stride, pad); }
   Shape x_shape() const { return Shape{c, h, w, n}; }
   Shape y_shape() const {
     return Shape{c, PoolOutSize(h, pool, stride, pad), PoolOutSize(w, pool, stride, pad), n};
