@@ -17,7 +17,7 @@
 # Everything lands in OUTDIR/results/ and is packed into OUTDIR/results.tgz (the device
 # tool brings back few files). Knobs: CIFAR_EPOCHS, CIFAR_SCHEDULE, CIFAR_TIMEOUT,
 # RESNET_EPOCHS, RESNET_TIMEOUT, RESNET_AUG, ALEXNET_INITS ("default paper"), PRECISION (fp32 | tf32 | bf16 | bf16_act, bf16
-# with --bf16_activations, for the cifar, resnet and alexnet runs, default fp32; other than fp32 it suffixes their files), ALEXNET_EPOCHS, ALEXNET_TIMEOUT, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
+# with --bf16_activations given (the default since 2026-12-05) | bf16_f32act, with --nobf16_activations, for the cifar, resnet and alexnet runs, default fp32; other than fp32 it suffixes their files), ALEXNET_EPOCHS, ALEXNET_TIMEOUT, ZOO_MODELS, ZOO_PEER_MODELS, ZOO_BATCH,
 # ZOO_TIMEOUT, ZOO_PEER_TIMEOUT. COMMIT: the tree's full hash (the device machine's copy has
 # no git history); every results file names it (scripts/record_commit.py).
 set -uo pipefail
@@ -46,6 +46,7 @@ PRECISION=${PRECISION:-fp32}
 SFX=""; [ "$PRECISION" != fp32 ] && SFX="_$PRECISION"
 PFLAGS=(--precision="$PRECISION")
 [ "$PRECISION" = bf16_act ] && PFLAGS=(--precision=bf16 --bf16_activations)
+[ "$PRECISION" = bf16_f32act ] && PFLAGS=(--precision=bf16 --nobf16_activations)
 { date -u; nvidia-smi; echo "commit: $COMMIT"; } > "$R/environment.txt" 2>&1
 
 for part in $PARTS; do

@@ -7,7 +7,7 @@
 # Writes OUTDIR/step.jsonl (one record per measurement: impl, what, model, mode, batch,
 # img_per_s, peak_mem_bytes, commit, device), the logs, and OUTDIR/step.tgz with all of it.
 # Knobs: BATCH (256; a comma list for bench_train and the peer, e.g. 128,256), MODES
-# (fp32,tf32,bf16; bf16_act: bf16 with --bf16_activations, docs/PRECISION.md), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
+# (fp32,tf32,bf16; bf16 stores activations in bf16, the default since 2026-12-05; bf16_f32act: bf16 with --nobf16_activations; bf16_act: bf16 with the flag given, docs/PRECISION.md), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
 # batch, for the batches in COMPILE_BATCHES: 256), TRAINER_MODES (MODES), TRAINER_BATCH
 # (the last of BATCH), TRAINER_STEPS (60), SKIP_PEER=1.
 set -uo pipefail
@@ -41,8 +41,15 @@ t0=$(date +%s)
 say "build ok in $(( $(date +%s) - t0 )) s"
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 
-# A mode's flags: bf16_act is bf16 precision with bf16 activation storage.
-mode_flags() { [ "$1" = bf16_act ] && echo "--precision=bf16 --bf16_activations" || echo "--precision=$1"; }
+# A mode's flags: bf16_act gives --bf16_activations (the default of bf16 since 2026-12-05),
+# bf16_f32act keeps the activations FP32.
+mode_flags() {
+  case $1 in
+  bf16_act) echo "--precision=bf16 --bf16_activations" ;;
+  bf16_f32act) echo "--precision=bf16 --nobf16_activations" ;;
+  *) echo "--precision=$1" ;;
+  esac
+}
 
 for m in ${MODES//,/ }; do
   # shellcheck disable=SC2046

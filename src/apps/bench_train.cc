@@ -51,18 +51,19 @@ ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBa
           "bn_relu_add, bn_relu or off: which activations are written again in the backward "
           "pass instead of kept (docs/MEMORY.md; the trainer's --recompute). Bitwise the same "
           "results");
-ABSL_FLAG(std::string, fusions, "all",
-          "which layer pairs run as one pass (core/net.h Fusions; the trainer fuses all): a comma "
-          "list of conv_relu, bn_relu, add_relu, lrn_pool, or all, or none. For measuring what "
-          "each saves; "
-          "bitwise the same results");
+ABSL_FLAG(std::string, fusions, "default",
+          "which layer pairs run as one pass (core/net.h Fusions): a comma list of conv_relu, "
+          "bn_relu, add_relu, lrn_pool, or default (the trainer's: all but lrn_pool, which "
+          "measured slower), all, or none. For measuring what each saves; bitwise the same "
+          "results");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
           "products (docs/PRECISION.md); tensors and weights stay FP32 unless "
           "--bf16_activations");
-ABSL_FLAG(bool, bf16_activations, false,
+ABSL_FLAG(bool, bf16_activations, true,
           "with --precision=bf16: store every blob outside the classifier in bf16 (the "
-          "trainer's --bf16_activations; docs/PRECISION.md)");
+          "trainer's --bf16_activations, on by default as there; --nobf16_activations keeps "
+          "them FP32; docs/PRECISION.md). Giving it with another precision is an error");
 
 namespace colonnade {
 namespace {
@@ -157,6 +158,13 @@ void WriteSyntheticInputs(Net& net) {
   label.CopyFromHost(lab);
 }
 
+// --bf16_activations as it applies: on in bf16 precision unless --nobf16_activations.
+bool Bf16Storage() {
+  Precision p = Precision::kFP32;
+  return absl::GetFlag(FLAGS_bf16_activations) &&
+         ParsePrecision(absl::GetFlag(FLAGS_precision), &p) && p == Precision::kBF16;
+}
+
 // The model on the GPU at this batch with --memory_plan and --recompute, its parameters
 // initialised and its inputs written (WriteSyntheticInputs); prints the plan's sizes.
 // Null, with a message, when the step does not fit the device.
@@ -169,7 +177,7 @@ std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch,
   net->set_memory_plan(absl::GetFlag(FLAGS_memory_plan) == MemoryPlanMode::kOn);
   net->set_recompute(absl::GetFlag(FLAGS_recompute));
   net->set_fusions(fusions);
-  net->set_bf16_storage(absl::GetFlag(FLAGS_bf16_activations));
+  net->set_bf16_storage(Bf16Storage());
   const absl::Status st = net->Build(batch, Device::kCUDA);
   if (absl::IsResourceExhausted(st)) {
     std::printf("%s batch %lld: does not fit: %s\n", model.c_str(), static_cast<long long>(batch),
@@ -192,7 +200,7 @@ std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch,
 
 // --precision, --fusions and --bf16_activations, before anything looks for a GPU: false
 // (with one line on stderr) when they do not parse or do not go together.
-bool ParseModeFlags(Precision* precision, Fusions* fusions) {
+bool ParseModeFlags(bool bf16_activations_given, Precision* precision, Fusions* fusions) {
   if (!ParsePrecision(absl::GetFlag(FLAGS_precision), precision)) {
     std::fprintf(stderr, "bench_train: --precision must be fp32, tf32 or bf16, not %s\n",
                  absl::GetFlag(FLAGS_precision).c_str());
@@ -205,17 +213,18 @@ bool ParseModeFlags(Precision* precision, Fusions* fusions) {
     return false;
   }
   *fusions = *parsed;
-  if (absl::GetFlag(FLAGS_bf16_activations) && *precision != Precision::kBF16) {
+  if (absl::GetFlag(FLAGS_bf16_activations) && *precision != Precision::kBF16 &&
+      bf16_activations_given) {
     std::fprintf(stderr, "bench_train: --bf16_activations needs --precision=bf16\n");
     return false;
   }
   return true;
 }
 
-int Main() {
+int Main(bool bf16_activations_given) {
   Precision precision;
   Fusions fusions;
-  if (!ParseModeFlags(&precision, &fusions)) return 2;
+  if (!ParseModeFlags(bf16_activations_given, &precision, &fusions)) return 2;
   if (!cuda::Available()) {
     std::fprintf(stderr, "bench_train: no CUDA device\n");
     return 1;
@@ -225,7 +234,7 @@ int Main() {
   st = OpsFor(Device::kCUDA).SetPrecision(precision);
   CHECK(st.ok()) << st;
   std::printf("precision: %s%s\n", PrecisionName(precision),
-              absl::GetFlag(FLAGS_bf16_activations) ? ", bf16 activations" : "");
+              Bf16Storage() ? ", bf16 activations" : "");
   std::printf("device: %s\n", cuda::DeviceDescription().c_str());
   const std::string model = absl::GetFlag(FLAGS_model);
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
@@ -332,5 +341,5 @@ int main(int argc, char** argv) {
       "per second and peak device memory, on synthetic inputs.\n\n"
       "  bench_train --model=alexnet --batch_sizes=128,256 --steps=30 --json=train.json"};
   if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
-  return colonnade::Main();
+  return colonnade::Main(colonnade::FlagGiven(argc, argv, "bf16_activations"));
 }

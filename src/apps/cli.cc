@@ -246,4 +246,14 @@ std::optional<int> ParseCommandLine(int argc, char** argv, const Cli& cli, bool 
   return kExitUsage;
 }
 
+bool FlagGiven(int argc, char** argv, absl::string_view name) {
+  std::vector<std::string> positional;
+  const absl::StatusOr<std::vector<FlagArg>> flags =
+      ResolveFlags(std::vector<std::string>(argv + std::min(argc, 1), argv + argc), &positional);
+  if (!flags.ok()) return false;
+  for (const FlagArg& f : *flags)
+    if (f.name == name) return true;
+  return false;
+}
+
 }  // namespace colonnade

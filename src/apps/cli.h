@@ -82,6 +82,11 @@ struct FlagArg {
 absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>& args,
                                                   std::vector<std::string>* positional = nullptr);
 
+// True when argv (as given to ParseCommandLine, already checked by it) sets the flag `name`
+// in any spelling (--name, --name=v, --name v, --noname). For a flag whose default depends
+// on another flag: a value the user gave is checked against it, the default is not.
+bool FlagGiven(int argc, char** argv, absl::string_view name);
+
 // "Valid: from 0 to 1024." style text for --help, from the entry of `ranges` named `name`.
 std::string RangeText(absl::Span<const FlagRange> ranges, const char* name);
 // `help` followed by RangeText: for the help argument of ABSL_FLAG (which may be an

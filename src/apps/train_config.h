@@ -125,9 +125,10 @@ struct TrainConfig {
   std::string lr_schedule;  // empty: the recipe's
   float momentum = -1;
   float weight_decay = -1;
-  std::string weight_decay_on;     // weights | all; empty: the recipe's
-  std::string precision = "auto";  // auto | fp32 | tf32 | bf16 (core/precision.h)
-  bool bf16_activations = false;   // --bf16_activations: Net::set_bf16_storage
+  std::string weight_decay_on;          // weights | all; empty: the recipe's
+  std::string precision = "auto";       // auto | fp32 | tf32 | bf16 (core/precision.h)
+  bool bf16_activations = true;         // --bf16_activations: Net::set_bf16_storage in bf16
+  bool bf16_activations_given = false;  // on the command line (an error outside bf16)
   uint64_t seed = 1;
   // Output.
   int log_every = 10;

@@ -184,7 +184,8 @@ struct Job {
   float base_lr = 0;
   SgdOptions sgd;
   Precision precision = Precision::kFP32;
-  int cores = 1;  // this process may use (a Slurm allocation or taskset may give fewer)
+  bool bf16_storage = false;  // --bf16_activations resolved against the precision
+  int cores = 1;              // this process may use (a Slurm allocation or taskset may give fewer)
   Device device = Device::kCPU;
   // OpenData: the training data, or in eval and predict modes the validation set.
   std::unique_ptr<data::Dataset> data;
@@ -297,7 +298,10 @@ EndCode SetUpDevice(Job& job) {
   if (job.cfg.precision == "auto") {
     job.precision = job.device == Device::kCUDA ? Precision::kBF16 : Precision::kFP32;
   }
-  if (job.cfg.bf16_activations && job.precision != Precision::kBF16) {
+  // bf16 activation storage is part of the bf16 mode (on unless --nobf16_activations);
+  // asking for it in another precision is a mistake worth stopping for.
+  job.bf16_storage = job.cfg.bf16_activations && job.precision == Precision::kBF16;
+  if (job.cfg.bf16_activations_given && job.cfg.bf16_activations && !job.bf16_storage) {
     return AgreedError(job.l,
                        absl::InvalidArgumentError(absl::StrFormat(
                            "--bf16_activations needs bf16 precision on a CUDA device (this run: "
@@ -405,7 +409,7 @@ EndCode BuildShard(Job& job) {
   Net& net = job.net();
   net.set_memory_plan(cfg.memory_plan == MemoryPlanMode::kOn);
   net.set_recompute(cfg.recompute);
-  net.set_bf16_storage(cfg.bf16_activations);
+  net.set_bf16_storage(job.bf16_storage);
   if (absl::Status s = net.Build(job.local_batch, job.device); !s.ok()) {
     return AgreedError(l, s, kExitUsage);
   }
@@ -1129,7 +1133,7 @@ void Trainer::PrintBanner() {
   std::printf("  layout     %s, device %s (%s%s%s), comm %s\n", job_.mesh->ToString().c_str(),
               DeviceName(job_.device), PrecisionName(job_.precision),
               cfg_.precision == "auto" ? ", auto" : "",
-              cfg_.bf16_activations ? ", bf16 activations" : "", comm ? comm->backend() : "none");
+              job_.bf16_storage ? ", bf16 activations" : "", comm ? comm->backend() : "none");
   std::printf("  model      %s, %d columns, input %dx%dx%d, %d classes, %s parameters\n",
               cfg_.model.c_str(), job_.columns, mo.input_channels, mo.input_size, mo.input_size,
               mo.num_classes, WithCommas(full_params_).c_str());

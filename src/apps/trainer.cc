@@ -190,16 +190,18 @@ ABSL_FLAG(std::string, precision, "auto",
           "'fp32' (strict FP32, bitwise reproducible), 'tf32' or 'bf16' (tensor cores, FP32 "
           "accumulation; --device=cuda only), or 'auto' (the default): bf16 on a CUDA "
           "device, where it trains to FP32's accuracy 1.7-2.9x faster, fp32 on the CPU. "
-          "Use --precision=fp32 to reproduce FP32 results bit for bit. Weights, momentum, "
-          "activations and checkpoints stay FP32 in every mode, so a run may resume in "
-          "another precision.");
-ABSL_FLAG(bool, bf16_activations, false,
-          "With --precision=bf16 (or auto on a GPU): store the activations and activation "
-          "gradients of every layer but the classifier's (fully connected, and the dropout "
-          "between them) and the within-map LRN in bf16, halving their memory and traffic; "
-          "the inputs, logits, loss, weights, momentum and checkpoints stay FP32 "
-          "(docs/PRECISION.md, 'bf16 activation storage'). Off by default until its speed "
-          "and training quality are measured on a GPU.");
+          "Use --precision=fp32 to reproduce FP32 results bit for bit. Weights, momentum "
+          "and checkpoints stay FP32 in every mode (activations: --bf16_activations), so a "
+          "run may resume in another precision.");
+ABSL_FLAG(bool, bf16_activations, true,
+          "In bf16 precision (--precision=bf16, or auto on a GPU): store the activations and "
+          "activation gradients of every layer but the classifier's (fully connected, and the "
+          "dropout between them) and the within-map LRN in bf16, halving their memory and "
+          "traffic; the inputs, logits, loss, weights, momentum and checkpoints stay FP32 "
+          "(docs/PRECISION.md, 'bf16 activation storage'). On by default: it met every "
+          "training-quality bar and trains ResNet-50 1.35x faster on an H200. "
+          "--nobf16_activations keeps them FP32; no effect in fp32 or tf32, where giving "
+          "--bf16_activations is an error.");
 ABSL_FLAG(uint64_t, seed, 1,
           "Seed of every random draw (init, data order, augmentation, dropout). The same seed "
           "and global batch give the same run for any (dp, mp) layout.");
@@ -324,6 +326,7 @@ int main(int argc, char** argv) {
   c.weight_decay_on = absl::GetFlag(FLAGS_weight_decay_on);
   c.precision = absl::GetFlag(FLAGS_precision);
   c.bf16_activations = absl::GetFlag(FLAGS_bf16_activations);
+  c.bf16_activations_given = colonnade::FlagGiven(argc, argv, "bf16_activations");
   c.seed = absl::GetFlag(FLAGS_seed);
   c.log_every = absl::GetFlag(FLAGS_log_every);
   c.profile_steps = absl::GetFlag(FLAGS_profile_steps);

@@ -123,7 +123,8 @@ void Net::MarkFusions() {
 
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
   Fusions f{false, false, false, false};
-  if (text == "all") return Fusions{};
+  if (text == "default") return Fusions{};
+  if (text == "all") return Fusions{true, true, true, true};
   if (text == "none") return f;
   for (absl::string_view name : absl::StrSplit(text, ',')) {
     if (name == "conv_relu") {
@@ -137,7 +138,7 @@ absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
           "unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, lrn_pool, or "
-          "all, or none",
+          "default, all, or none",
           name));
     }
   }

@@ -108,6 +108,7 @@ Run Train(std::unique_ptr<Net> net, bool bf16_storage, bool plan, int batch, int
   net->set_bf16_storage(bf16_storage);
   net->set_memory_plan(plan);
   net->set_poison_for_testing(plan);
+  net->set_fusions({true, true, true, true});  // the fused kernels too (LRN + pool is opt-in)
   const absl::Status s = net->Build(batch, Device::kCUDA);
   EXPECT_TRUE(s.ok()) << s;
   if (!s.ok()) return r;
@@ -195,7 +196,12 @@ void ExpectTrainsAsFloatStorage(const std::string& what, std::unique_ptr<Net> (*
 }
 
 TEST_F(Bf16StorageGpu, TinyAlexNetTrainsAsFloatStorage) {
-  ExpectTrainsAsFloatStorage("tiny alexnet", TinyAlexNet, kEmulated ? 8 : 32, {"pool3", "fc1"});
+  // Batch 128 on the GPU: conv3's update flows through pool3's argmax, and a rounding that
+  // flips a near-tie sends one image's whole gradient elsewhere, in the FP32-storage run
+  // (bf16 operands) as in this one (bf16 operands and stored maps). At batch 32 a handful of
+  // such flips decide the distance (H200: 2.19x bf16 math's, one seed); more images average
+  // them. A kernel fault is still off by order 1.
+  ExpectTrainsAsFloatStorage("tiny alexnet", TinyAlexNet, kEmulated ? 8 : 128, {"pool3", "fc1"});
 }
 
 TEST_F(Bf16StorageGpu, LrnAndDropoutTrainAsFloatStorage) {
