@@ -300,7 +300,8 @@ EndCode SetUpDevice(Job& job) {
   }
   // bf16 activation storage is part of the bf16 mode (on unless --nobf16_activations);
   // asking for it in another precision is a mistake worth stopping for.
-  job.bf16_storage = job.cfg.bf16_activations && job.precision == Precision::kBF16;
+  job.bf16_storage =
+      job.cfg.bf16_activations && job.precision == Precision::kBF16 && job.device == Device::kCUDA;
   if (job.cfg.bf16_activations_given && job.cfg.bf16_activations && !job.bf16_storage) {
     return AgreedError(job.l,
                        absl::InvalidArgumentError(absl::StrFormat(
