@@ -38,9 +38,15 @@ class Bf16StorageGpu : public GpuTest {
 
 // AlexNet's pattern, small: conv + ReLU (fused), cross-channel LRN + max pool (fused),
 // conv + ReLU, average pool, conv, max pool of a bf16 input, then fully connected layers.
+// 23x23 images, so that pool3 still leaves 2x2 pixels: at 15x15 it pooled each map to one
+// pixel, so one argmax carried a channel's whole gradient, and the argmax flips that
+// rounding a stored map to bf16 causes among near-ties (harmless in training, and present
+// in plain bf16 too, fewer) decided conv1-conv3's updates: 1.4x-6.3x plain bf16's distance
+// from FP32 over batches 8-64, erratically, on the emulator and on an H200 (2.19x at 32).
+// At 23x23 the same net stays within 0.96x-1.53x at every batch from 8 to 128 (emulator).
 std::unique_ptr<Net> TinyAlexNet() {
   auto net = std::make_unique<Net>("tiny-alexnet");
-  net->AddInput("data", Shape{3, 15, 15});
+  net->AddInput("data", Shape{3, 23, 23});
   net->AddInput("label", Shape{1, 1, 1});
   const ConvParams c1 = zoo::Conv(3, 1, 1), c2 = zoo::Conv(3, 1, 1, 2);
   const PoolParams max3 = zoo::Pool(PoolParams::kMax, 3, 2),
@@ -51,12 +57,12 @@ std::unique_ptr<Net> TinyAlexNet() {
   net->Emplace<ConvLayer>({"data"}, {"conv1"}, "conv1", 16, c1);
   net->Emplace<ReluLayer>({"conv1"}, {"conv1"}, "relu1");
   net->Emplace<LrnCrossLayer>({"conv1"}, {"norm1"}, "norm1", lrn);
-  net->Emplace<PoolLayer>({"norm1"}, {"pool1"}, "pool1", max3);  // 7x7
+  net->Emplace<PoolLayer>({"norm1"}, {"pool1"}, "pool1", max3);  // 11x11
   net->Emplace<ConvLayer>({"pool1"}, {"conv2"}, "conv2", 16, c2);
   net->Emplace<ReluLayer>({"conv2"}, {"conv2"}, "relu2");
-  net->Emplace<PoolLayer>({"conv2"}, {"pool2"}, "pool2", avg);  // 3x3
+  net->Emplace<PoolLayer>({"conv2"}, {"pool2"}, "pool2", avg);  // 5x5
   net->Emplace<ConvLayer>({"pool2"}, {"conv3"}, "conv3", 8, c1);
-  net->Emplace<PoolLayer>({"conv3"}, {"pool3"}, "pool3", max3);  // 1x1, read by fc: float32
+  net->Emplace<PoolLayer>({"conv3"}, {"pool3"}, "pool3", max3);  // 2x2, read by fc: float32
   net->Emplace<FullyConnectedLayer>({"pool3"}, {"fc1"}, "fc1", 12);
   net->Emplace<ReluLayer>({"fc1"}, {"fc1"}, "fc1_relu");
   net->Emplace<FullyConnectedLayer>({"fc1"}, {kLogitsBlob}, "fc2", 5);
@@ -196,12 +202,7 @@ void ExpectTrainsAsFloatStorage(const std::string& what, std::unique_ptr<Net> (*
 }
 
 TEST_F(Bf16StorageGpu, TinyAlexNetTrainsAsFloatStorage) {
-  // Batch 128 on the GPU: conv3's update flows through pool3's argmax, and a rounding that
-  // flips a near-tie sends one image's whole gradient elsewhere, in the FP32-storage run
-  // (bf16 operands) as in this one (bf16 operands and stored maps). At batch 32 a handful of
-  // such flips decide the distance (H200: 2.19x bf16 math's, one seed); more images average
-  // them. A kernel fault is still off by order 1.
-  ExpectTrainsAsFloatStorage("tiny alexnet", TinyAlexNet, kEmulated ? 8 : 128, {"pool3", "fc1"});
+  ExpectTrainsAsFloatStorage("tiny alexnet", TinyAlexNet, kEmulated ? 8 : 32, {"pool3", "fc1"});
 }
 
 TEST_F(Bf16StorageGpu, LrnAndDropoutTrainAsFloatStorage) {
