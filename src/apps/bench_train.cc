@@ -58,8 +58,8 @@ ABSL_FLAG(std::string, fusions, "default",
           "results");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
-          "products (docs/PRECISION.md); tensors and weights stay FP32 unless "
-          "--bf16_activations");
+          "products (docs/PRECISION.md); weights stay FP32, and activations too except in "
+          "bf16 (--bf16_activations)");
 ABSL_FLAG(bool, bf16_activations, true,
           "with --precision=bf16: store every blob outside the classifier in bf16 (the "
           "trainer's --bf16_activations, on by default as there; --nobf16_activations keeps "
