@@ -43,7 +43,7 @@ COMMIT=$(python3 "$ROOT/scripts/record_commit.py" --which)
   echo "## configure"
 } > "$OUT/build.log" 2>&1
 t0=$(date +%s)
-if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
      -DCOLONNADE_CUDA=ON -DCOLONNADE_CUDA_EMULATION=OFF "${PREFIX[@]}" >> "$OUT/build.log" 2>&1; then
   status "configure FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
 fi

@@ -53,7 +53,7 @@ for part in $PARTS; do
   t0=$(date +%s)
   case $part in
   build)
-    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
       -DCOLONNADE_CUDA=ON "${PREFIX[@]}" > "$R/build.log" 2>&1 &&
     cmake --build "$BUILD" -j"$(nproc)" >> "$R/build.log" 2>&1
     rc=$?

@@ -30,7 +30,7 @@ status() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.md" >&2; }
 { date -u; nvidia-smi || true; nvcc --version | tail -2; echo "commit $(git -C "$ROOT" rev-parse HEAD 2>/dev/null)"; } \
   > "$OUT/build.log" 2>&1
 t0=$(date +%s)
-if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
      -DCOLONNADE_CUDA=ON -DCOLONNADE_CUDA_EMULATION=OFF "${PREFIX[@]}" >> "$OUT/build.log" 2>&1 ||
    ! cmake --build "$BUILD" -j16 --target colonnade_cuda cuda_tests bench_layers >> "$OUT/build.log" 2>&1; then
   status "build FAILED (see build.log)"; grep -E "error" "$OUT/build.log" | head -30; exit 1
@@ -38,7 +38,7 @@ fi
 status "build ok in $(( $(date +%s) - t0 )) s"
 
 # Resource report (registers, spills, shared memory) and SASS mix of every tensor-core kernel.
-nvcc -O3 -DNDEBUG -gencode=arch=compute_90,code=sm_90 -std=c++17 -DCOLONNADE_WITH_CUDA=1 \
+nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -std=c++17 -DCOLONNADE_WITH_CUDA=1 \
   -I"$ROOT/src" -c "$ROOT/src/cuda/conv_tc_kernels.cu" -o "$OUT/conv_tc_kernels.o" -Xptxas -v \
   > "$OUT/ptxas.log" 2>&1
 status "ptxas: $(grep -c 'Used' "$OUT/ptxas.log") kernels, $(grep -cE '[1-9][0-9]* bytes spill stores' "$OUT/ptxas.log") with spills"

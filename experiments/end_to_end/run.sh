@@ -39,7 +39,7 @@ J=$OUT/e2e.jsonl
 touch "$J"
 
 t0=$(date +%s)
-{ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+{ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DCOLONNADE_CUDA=ON -DCOLONNADE_CUDA_EMULATION=OFF "${PREFIX[@]}" &&
   cmake --build "$BUILD" -j"$(nproc)" --target trainer bench_train bench_data make_shards; } \
   >> "$OUT/build.log" 2>&1 || { say "build FAILED"; tail -20 "$OUT/build.log"; exit 1; }

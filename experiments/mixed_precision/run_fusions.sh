@@ -31,7 +31,7 @@ J=$OUT/fusions.jsonl
 : > "$J"
 
 t0=$(date +%s)
-{ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+{ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DCOLONNADE_CUDA=ON -DCOLONNADE_CUDA_EMULATION=OFF "${PREFIX[@]}" &&
   cmake --build "$BUILD" -j"$(nproc)" --target cuda_tests bench_train; } > "$OUT/build.log" 2>&1 ||
   { say "build FAILED"; tail -20 "$OUT/build.log"; exit 1; }

@@ -7,7 +7,7 @@
 # Writes OUTDIR/step.jsonl (one record per measurement: impl, what, model, mode, batch,
 # img_per_s, peak_mem_bytes, commit, device), the logs, and OUTDIR/step.tgz with all of it.
 # Knobs: BATCH (256; a comma list for bench_train and the peer, e.g. 128,256), MODES
-# (fp32,tf32,bf16; bf16 stores activations in bf16, the default since 2026-12-05; bf16_f32act: bf16 with --nobf16_activations; bf16_act: bf16 with the flag given, docs/PRECISION.md), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
+# (fp32,tf32,bf16; bf16 stores activations in bf16, the default since 2026-12-05; bf16_f32act: bf16 with --nobf16_activations; bf16_act: bf16 with the flag given, docs/PRECISION.md; bf16_wgmma: bf16 with the sm_90a wgmma convolutions, bench_train --wgmma, COLONNADE_TC_WGMMA=1 for the trainer), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
 # batch, for the batches in COMPILE_BATCHES: 256), TRAINER_MODES (MODES), TRAINER_BATCH
 # (the last of BATCH), TRAINER_STEPS (60), SKIP_PEER=1.
 set -uo pipefail
@@ -34,7 +34,7 @@ J=$OUT/step.jsonl
 : > "$J"
 
 t0=$(date +%s)
-{ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+{ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DCOLONNADE_CUDA=ON -DCOLONNADE_CUDA_EMULATION=OFF "${PREFIX[@]}" &&
   cmake --build "$BUILD" -j"$(nproc)" --target trainer bench_train; } > "$OUT/build.log" 2>&1 ||
   { say "build FAILED"; tail -20 "$OUT/build.log"; exit 1; }
@@ -47,6 +47,7 @@ mode_flags() {
   case $1 in
   bf16_act) echo "--precision=bf16 --bf16_activations" ;;
   bf16_f32act) echo "--precision=bf16 --nobf16_activations" ;;
+  bf16_wgmma) echo "--precision=bf16 --wgmma" ;;
   *) echo "--precision=$1" ;;
   esac
 }
@@ -70,9 +71,13 @@ done
 
 TRAINER=$BUILD/trainer
 for m in ${TRAINER_MODES//,/ }; do
-  # shellcheck disable=SC2046
-  timeout 120 "$TRAINER" --model=alexnet --device=cuda --data=synthetic --batch_size="$TRAINER_BATCH" \
-    --steps="$TRAINER_STEPS" --log_every=20 --data_threads="$(nproc)" $(mode_flags "$m") \
+  # The trainer takes the wgmma kernels from the environment (bench_train's --wgmma).
+  wg=0 tflags=$(mode_flags "$m")
+  [ "$m" = bf16_wgmma ] && wg=1 tflags=--precision=bf16
+  # shellcheck disable=SC2086
+  COLONNADE_TC_WGMMA=$wg timeout 120 "$TRAINER" --model=alexnet --device=cuda --data=synthetic \
+    --batch_size="$TRAINER_BATCH" --steps="$TRAINER_STEPS" --log_every=20 \
+    --data_threads="$(nproc)" $tflags \
     --metrics_file="$OUT/trainer_$m.metrics.jsonl" > "$OUT/trainer_$m.log" 2>&1
   say "trainer $m rc=$?: $(grep -E 'step +'"$TRAINER_STEPS"' ' "$OUT/trainer_$m.log" | tail -1)"
   python3 - "$OUT/trainer_$m.metrics.jsonl" "$COMMIT" "$m" "$TRAINER_BATCH" "$DEV" >> "$J" <<'PY'

@@ -8,7 +8,8 @@
 #
 # Writes OUTDIR/zoo.jsonl (impl, what, model, mode, batch, img_per_s, peak_mem_bytes,
 # commit, device) and the logs. Knobs: CONFIGS ("model:batch ..."), MODES (ours; bf16 stores
-# activations in bf16 by default, bf16_f32act: --nobf16_activations, bf16_act: the flag given),
+# activations in bf16 by default, bf16_f32act: --nobf16_activations, bf16_act: the flag given,
+# bf16_wgmma: bf16 with --wgmma, the sm_90a convolution kernels),
 # PEER_MODES, COMPILE ("model:batch ..." that also get bf16_compile), SKIP_PEER=1.
 set -uo pipefail
 OUT=${1:?usage: run_zoo.sh OUTDIR [BUILD_DIR]}
@@ -31,6 +32,7 @@ for cfg in $CONFIGS; do
     flags=(--precision="$m")
     [ "$m" = bf16_act ] && flags=(--precision=bf16 --bf16_activations)
     [ "$m" = bf16_f32act ] && flags=(--precision=bf16 --nobf16_activations)
+    [ "$m" = bf16_wgmma ] && flags=(--precision=bf16 --wgmma)
     timeout 120 "$BUILD/bench_train" --model="$model" --batch_sizes="$batch" "${flags[@]}" \
       --warmup=3 --steps=10 --breakdown=false --json="$OUT/ours.json" > "$OUT/ours_${model}_${batch}_$m.log" 2>&1
     say "ours $model $batch $m rc=$?: $(grep -E 'img/s' "$OUT/ours_${model}_${batch}_$m.log" | head -1 | cut -c1-90)"
@@ -51,7 +53,8 @@ def lines(name):
     return [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
 for r in lines("ours.json"):
     print(json.dumps({"impl": "colonnade", "what": "bench_train", "model": r["model"],
-                      "mode": r["mode"] + ("_act" if r.get("activations") == "bf16" else ""),
+                      "mode": r["mode"] + ("_act" if r.get("activations") == "bf16" else "")
+                              + ("_wgmma" if r.get("wgmma") else ""),
                       "batch": r["batch"], "img_per_s": round(r["img_per_s"], 1),
                       "peak_mem_bytes": r["peak_in_use_bytes"], "commit": commit, "device": dev}))
 for r in lines("peer.json"):

@@ -74,7 +74,7 @@ if [ ! -x "$BUILD/trainer" ]; then
     export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
   fi
   t=$(now)
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DCOLONNADE_CUDA=ON "${PREFIX[@]}" > "$R/build.log" 2>&1 &&
     cmake --build "$BUILD" -j"$(nproc)" --target trainer >> "$R/build.log" 2>&1
   rc=$?

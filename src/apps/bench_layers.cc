@@ -356,9 +356,12 @@ struct Row {
   double ours_ms, nchw_ms, nhwc_ms;
   double v2_ms = NAN, v3_ms = NAN;  // fwd / bwd data: each kernel version forced
   std::string nchw_algo, nhwc_algo;
-  double rel_err = NAN;                 // tf32 / bf16: ours against our FP32 kernels
-  std::string tile;                     // tf32 / bf16: block tile, vector loads, split-K
-  double tile_ms[3] = {NAN, NAN, NAN};  // tf32 / bf16: tiles 128x128, 64x128, 128x256 forced
+  double rel_err = NAN;  // tf32 / bf16: ours against our FP32 kernels
+  std::string tile;      // tf32 / bf16: block tile, vector loads, split-K
+  // tf32 / bf16, each tile forced: mma.sync 128x128, 64x128, 128x256, then (bf16 forward and
+  // backward data, sm_90a builds) wgmma 128x128, 64x256, 128x256
+  double tile_ms[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
+  double wgmma_err = NAN;  // the largest error of the wgmma tiles against our FP32 kernels
 };
 
 // ||a - b|| / ||b|| over two device float buffers.
@@ -583,13 +586,20 @@ int Main() {
         r.bytes = op == 0 ? xb + wb + yb : op == 1 ? yb + wb + xb : xb + yb + wb;
         if (tc) {
           cuda::TcLaunchInfo li;
-          for (int t = 1; t <= 3; ++t) {  // each block tile forced, then the automatic choice
+          for (int t = 1; t <= 6; ++t) {  // each block tile forced, then the automatic choice
             cuda::SetTcTile(t);
+            if (t >= 4 && (op == 2 || !tcl->Run(op).wgmma)) continue;  // no wgmma kernel here
             r.tile_ms[t - 1] = TimeMs([&] { tcl->Run(op); }, warmup, iters);
+            if (t >= 4) {
+              const double e = tcl->Check(op);
+              r.wgmma_err = std::isnan(r.wgmma_err) ? e : std::fmax(r.wgmma_err, e);
+              if (!(e < tol)) ++failures;
+            }
           }
           cuda::SetTcTile(0);
           r.ours_ms = TimeMs([&] { li = tcl->Run(op); }, warmup, iters);
-          r.tile = absl::StrFormat("%dx%d%s%s", li.bm, li.bn, li.vec ? " vec" : " scalar",
+          r.tile = absl::StrFormat("%dx%d%s%s%s", li.bm, li.bn, li.wgmma ? " wgmma" : "",
+                                   li.vec ? " vec" : " scalar",
                                    op == 2 ? absl::StrFormat(" split %d", li.splits) : "");
           r.rel_err = tcl->Check(op);
           if (!(r.rel_err < tol)) ++failures;
@@ -619,11 +629,13 @@ int Main() {
           std::printf(
               "%-6s b%-4d %-10s %-36s ours %8.3f ms %6.1f TFLOP/s (%s) err %.1e %s | "
               "cuDNN NCHW %8.3f ms (%s) NHWC %8.3f ms (%s) | ours/best %.2f | "
-              "128x128 %.3f 64x128 %.3f 128x256 %.3f\n",
+              "128x128 %.3f 64x128 %.3f 128x256 %.3f | wgmma 128x128 %.3f 64x256 %.3f 128x256 "
+              "%.3f err %.1e\n",
               r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
               flops / (r.ours_ms * 1e9), r.tile.c_str(), r.rel_err, r.rel_err < tol ? "ok" : "FAIL",
               r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms, r.nhwc_algo.c_str(), r.ours_ms / best,
-              r.tile_ms[0], r.tile_ms[1], r.tile_ms[2]);
+              r.tile_ms[0], r.tile_ms[1], r.tile_ms[2], r.tile_ms[3], r.tile_ms[4], r.tile_ms[5],
+              r.wgmma_err);
         } else {
           std::printf(
               "%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s | cuDNN NCHW %8.3f ms "
@@ -661,7 +673,9 @@ int Main() {
         "layer,batch,op,shape,gflop,min_mbytes,ours_ms,ours_tflops,cudnn_nchw_ms,cudnn_nchw_algo,"
         "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v2_ms,ours_v3_ms";
     if (tc)
-      text += ",precision,tc_gemm_tflops,rel_err_vs_fp32,tile,ms_128x128,ms_64x128,ms_128x256";
+      text +=
+          ",precision,tc_gemm_tflops,rel_err_vs_fp32,tile,ms_128x128,ms_64x128,ms_128x256,"
+          "ms_wg128x128,ms_wg64x256,ms_wg128x256,wgmma_rel_err";
     text += "\n";
     for (const Row& r : rows) {
       text +=
@@ -670,8 +684,10 @@ int Main() {
                           r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo, r.nhwc_ms,
                           r.nhwc_algo, ceil.copy_tbs, ceil.sgemm_tflops, r.v2_ms, r.v3_ms);
       if (tc)
-        text += absl::StrFormat(",%s,%.1f,%.2e,%s,%.4f,%.4f,%.4f", pname, ceil.tc_tflops, r.rel_err,
-                                r.tile, r.tile_ms[0], r.tile_ms[1], r.tile_ms[2]);
+        text +=
+            absl::StrFormat(",%s,%.1f,%.2e,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2e", pname,
+                            ceil.tc_tflops, r.rel_err, r.tile, r.tile_ms[0], r.tile_ms[1],
+                            r.tile_ms[2], r.tile_ms[3], r.tile_ms[4], r.tile_ms[5], r.wgmma_err);
       text += "\n";
     }
     // Replaces an earlier table, never a checkpoint, dataset or device (output_file.h).

@@ -29,6 +29,7 @@
 #include "core/optimizer.h"
 #include "core/philox.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
 #include "cuda/port.h"
 #include "cuda/step_graph.h"
 
@@ -64,6 +65,13 @@ ABSL_FLAG(bool, bf16_activations, true,
           "with --precision=bf16: store every blob outside the classifier in bf16 (the "
           "trainer's --bf16_activations, on by default as there; --nobf16_activations keeps "
           "them FP32; docs/PRECISION.md). Giving it with another precision is an error");
+
+ABSL_FLAG(bool, wgmma, false,
+          "with --precision=bf16: run the forward and backward-data convolutions on the wgmma "
+          "kernels (sm_90a) where they apply, instead of mma.sync (src/cuda/TC_NOTES.md; off by "
+          "default until a GPU run has checked and timed them; the trainer reads "
+          "COLONNADE_TC_WGMMA=1). Needs a build with CMAKE_CUDA_ARCHITECTURES=90a and a compute "
+          "capability 9.0 GPU");
 
 namespace colonnade {
 namespace {
@@ -218,6 +226,10 @@ bool ParseModeFlags(bool bf16_activations_given, Precision* precision, Fusions* 
     std::fprintf(stderr, "bench_train: --bf16_activations needs --precision=bf16\n");
     return false;
   }
+  if (absl::GetFlag(FLAGS_wgmma) && *precision != Precision::kBF16) {
+    std::fprintf(stderr, "bench_train: --wgmma needs --precision=bf16\n");
+    return false;
+  }
   return true;
 }
 
@@ -233,8 +245,18 @@ int Main(bool bf16_activations_given) {
   CHECK(st.ok()) << st;
   st = OpsFor(Device::kCUDA).SetPrecision(precision);
   CHECK(st.ok()) << st;
-  std::printf("precision: %s%s\n", PrecisionName(precision),
-              Bf16Storage() ? ", bf16 activations" : "");
+  if (absl::GetFlag(FLAGS_wgmma)) {
+    if (!cuda::TcWgmmaAvailable()) {
+      std::fprintf(stderr,
+                   "bench_train: --wgmma: no wgmma here (build with "
+                   "-DCMAKE_CUDA_ARCHITECTURES=90a and run on a compute capability 9.0 GPU)\n");
+      return 2;
+    }
+    cuda::SetTcWgmma(true);
+  }
+  std::printf("precision: %s%s%s\n", PrecisionName(precision),
+              Bf16Storage() ? ", bf16 activations" : "",
+              absl::GetFlag(FLAGS_wgmma) ? ", wgmma convolutions" : "");
   std::printf("device: %s\n", cuda::DeviceDescription().c_str());
   const std::string model = absl::GetFlag(FLAGS_model);
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
@@ -306,14 +328,14 @@ int Main(bool bf16_activations_given) {
         "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
         "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
         "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"recompute\": \"%s\", "
-        "\"cuda_graphs\": %s, \"fusions\": \"%s\", \"activations\": \"%s\", \"device\": "
-        "\"%s\"}",
+        "\"cuda_graphs\": %s, \"fusions\": \"%s\", \"activations\": \"%s\", \"wgmma\": %s, "
+        "\"device\": \"%s\"}",
         model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2],
         mem.peak_bytes_in_use, mem.peak_bytes_reserved, mem.device_allocations - mallocs_before,
         first_loss, last_loss, AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
         AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)), graphs ? "true" : "false",
         FusionsName(net.fusions()), net.bf16_storage() ? "bf16" : "float32",
-        cuda::DeviceDescription()));
+        absl::GetFlag(FLAGS_wgmma) ? "true" : "false", cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
   const std::string json = absl::GetFlag(FLAGS_json);

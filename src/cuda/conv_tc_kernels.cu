@@ -364,6 +364,51 @@ __device__ __forceinline__ int64_t OutColumn(const TcGemmParams& p, int jj) {
          img;
 }
 
+// The epilogue of the forward / backward-data GEMMs: bias, ReLU, conversion to TOut and the
+// stores of a thread's accumulators acc[mt][nt][0..3], which hold (row0 + 16 mt, col0 + 8 nt
+// + {0, 1}) and (row0 + 16 mt + 8, same columns): the mma.sync m16n8 C layout, which wgmma's
+// accumulators repeat (so both kernels end here). row0 includes the block's first row;
+// rows are per group g.
+template <class TOut, int kMT, int kNT>
+__device__ __forceinline__ void StoreAccumulators(const TcGemmParams& p, int g,
+                                                  const float (&acc)[kMT][kNT][4], int row0,
+                                                  int col0) {
+  const int64_t row_stride = static_cast<int64_t>(p.out_h) * p.out_w * p.n;
+  TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(g) * p.m * row_stride;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const int jj = col0 + nt * 8;
+    if (jj >= p.j) continue;
+    const bool second = jj + 1 < p.j;
+    const int64_t d0 = OutColumn(p, jj);
+    const int64_t d1 = (p.pair_out || !second) ? d0 + 1 : OutColumn(p, jj + 1);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + mt * 16 + 8 * h;
+        if (row >= p.m) continue;
+        float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+        if (p.bias != nullptr) {
+          const float b = p.bias[g * p.m + row];
+          v0 += b;
+          v1 += b;
+        }
+        if (p.relu) {
+          v0 = fmaxf(v0, 0.0f);
+          v1 = fmaxf(v1, 0.0f);
+        }
+        TOut* orow = out + row * row_stride;
+        if (p.pair_out && second) {
+          StoreOut2(orow + d0, v0, v1);
+        } else {
+          StoreOut(orow + d0, v0);
+          if (second) StoreOut(orow + d1, v1);
+        }
+      }
+  }
+}
+
 // Kernel TcGemmKernel<Math, Tl, TIn, TOut, kVec>
 //   in : (G*cg) x h x w x n   CHWN, storage TIn (x for forward, dy for backward data)
 //   at : G x mp x kp          filters in Math::Smem (bf16, or tf32-rounded float), K contiguous
@@ -517,44 +562,152 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcGemmKernel(const Tc
     if (!(p.fault == 1 && t == 0)) compute(t % ST);
   }
 
-  // ---- epilogue: bias, ReLU, convert, store (fragment c0,c1: row group, columns 2*tig
-  // + {0, 1}; c2,c3: row group + 8) ----
-  const int64_t row_stride = static_cast<int64_t>(p.out_h) * p.out_w * p.n;
-  TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(g) * p.m * row_stride;
-  const int row0 = m0 + wm * Tl::MT * 16 + lane / 4;
-  const int col0 = j0 + wn * Tl::NT * 8 + 2 * (lane % 4);
+  StoreAccumulators<TOut>(p, g, acc, m0 + wm * Tl::MT * 16 + lane / 4,
+                          j0 + wn * Tl::NT * 8 + 2 * (lane % 4));
+}
+
+// ============================================================================================
+// Forward / backward-data implicit GEMM on wgmma (sm_90a, bf16 operands in bf16 storage,
+// batch a multiple of 8: the training path). The same GEMM, gather and epilogue as
+// TcGemmKernel; what changes is who multiplies: each of the block's two warpgroups issues
+// wgmma.mma_async m64nNk16 on operands that stay in shared memory (no ldmatrix, no fragment
+// registers), so the tensor cores are fed at the rate wgmma was built for rather than at
+// mma.sync's.
+// ============================================================================================
+
+// Block tile of TcWgmmaKernel: kWGM x kWGN warpgroups, each 64 rows x kNW columns (one
+// wgmma of N = kNW per K-step of 16); BK = 64 (one 128-byte line of bf16 per filter row);
+// kStages of shared memory, 1 block (8 warps) per multiprocessor.
+template <int kWGM, int kWGN, int kNW, int kStages>
+struct WgTile {
+  static constexpr int WGM = kWGM, WGN = kWGN, NW = kNW, S = kStages;
+  static constexpr int BM = 64 * kWGM, BN = kWGN * kNW, BK = 64, T = 256;
+  static constexpr int kStageA = BM * BK * 2, kStageB = BK * BN * 2;  // bytes
+  // + 1 KiB to align the stages to the swizzle's 1024-byte period
+  static constexpr size_t kSmem = size_t(kStages) * (kStageA + kStageB) + 1024;
+  static_assert(kWGM * kWGN == 2, "two warpgroups (256 threads)");
+  static_assert(kNW == 128 || kNW == 256, "wgmma N");
+};
+using WgTileL = WgTile<2, 1, 128, 6>;  // 128 x 128, 6 x 32 KiB
+using WgTileS = WgTile<1, 2, 128, 5>;  // 64 x 256, 5 x 40 KiB: M <= 64 (conv2's backward data)
+using WgTileW = WgTile<2, 1, 256, 4>;  // 128 x 256, 4 x 48 KiB, 128 accumulators per thread
+
+// Shared-memory layouts, both in the 128-byte swizzle of the wgmma canonical layouts (PTX
+// ISA, "Shared Memory Matrix Layout"; the emulator decodes the descriptors from the ISA's
+// formulas, independently of these): the 16-byte chunk c of a 128-byte line l sits at chunk
+// c ^ (l % 8) of its line.
+//   A (filters, K-major): row r of the stage is line r (64 bf16 of K); 8-row blocks 1024
+//     bytes apart (SBO); a K-step ks starts 32 ks bytes into the lines.
+//   B (gathered activations, MN-major): element (k, n) in the 64-column atom n / 64, line
+//     k % 8 of k-group k / 8: atom a at 8 KiB a (LBO = 64 k-rows x 128 bytes), k-group at
+//     1 KiB (SBO), chunk n % 64 / 8 of the line; a K-step ks starts at 2 KiB ks.
+__device__ __forceinline__ uint32_t WgOffsetA(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+__device__ __forceinline__ uint32_t WgOffsetB(int k, int chunk) {
+  return static_cast<uint32_t>((chunk >> 3) * 8192 + (k >> 3) * 1024 + (k & 7) * 128 +
+                               (((chunk & 7) ^ (k & 7)) << 4));
+}
+
+// Kernel TcWgmmaKernel<Tl, TOut>
+//   in : (G*cg) x h x w x n   CHWN bf16, n % 8 == 0, 16-byte aligned
+//   at : G x mp x kp          bf16 filters, K contiguous, kp a multiple of 64
+//   out: (G*m) x out_h x out_w x n   CHWN, storage TOut; + bias, ReLU (forward)
+// Grid as TcGemmKernel. Block: 256 threads = warpgroups wg = 0, 1 at (wg / WGN, wg % WGN)
+// of the block tile. Pipeline: slice t waits for its copies (cp.async.wait_group S - 3), a
+// proxy fence and a barrier publish them to the tensor cores; slice t + S - 2 is issued
+// into the stage of slice t - 2 (whose wgmma every warpgroup retired before the barrier:
+// wait_group 1 at the end of each iteration), then slice t's four wgmma are issued and
+// committed, and they run while the next iteration's copies are waited for.
+template <class Tl, class TOut>
+__global__ void __launch_bounds__(256, 1) TcWgmmaKernel(const TcGemmParams p) {
+#if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = Tl::BM, BN = Tl::BN, BK = Tl::BK, T = Tl::T, ST = Tl::S;
+  constexpr int kRowChunksB = BN / 8;
+  constexpr int kAChunks = BM * (BK / 8) / T, kBChunks = BK * kRowChunksB / T;
+  constexpr int kBRowStep = T / kRowChunksB;
+  static_assert(ST >= 3, "the refill distance is S - 2 slices");
+
+  COLONNADE_DYNAMIC_SMEM(smem_raw);
+  unsigned char* const base = smem_raw + ((1024u - (tc::SmemAddress(smem_raw) & 1023u)) & 1023u);
+  unsigned char* const As = base;
+  unsigned char* const Bs = base + ST * Tl::kStageA;
+  const uint32_t as_addr = tc::SmemAddress(As), bs_addr = tc::SmemAddress(Bs);
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  const int wgm = wg / Tl::WGN, wgn = wg % Tl::WGN;
+  const int g = blockIdx.z;
+  const int j0 = blockIdx.x * BN;
+  const int m0 = blockIdx.y * BM;
+  const int hwn = p.h * p.w * p.n;
+  const __nv_bfloat16* in =
+      static_cast<const __nv_bfloat16*>(p.in) + static_cast<int64_t>(g) * p.cg * hwn;
+  const uint16_t* at =
+      static_cast<const uint16_t*>(p.at) + (static_cast<int64_t>(g) * p.mp + m0) * p.kp;
+
+  // ---- loaders: A chunk q = tid + T i is (row q / 8, chunk q % 8); B: a fixed column
+  // chunk (8 images of one pixel) per thread, K-rows brow0 + kBRowStep i ----
+  const int bcc = tid % kRowChunksB, brow0 = tid / kRowChunksB;
+  const GatherColumn col = MakeColumn(p, j0 + bcc * 8);
+  auto issue = [&](int kt, int st) {
+    unsigned char* const as = As + st * Tl::kStageA;
 #pragma unroll
-  for (int nt = 0; nt < Tl::NT; ++nt) {
-    const int jj = col0 + nt * 8;
-    if (jj >= p.j) continue;
-    const bool second = jj + 1 < p.j;
-    const int64_t d0 = OutColumn(p, jj);
-    const int64_t d1 = (p.pair_out || !second) ? d0 + 1 : OutColumn(p, jj + 1);
+    for (int i = 0; i < kAChunks; ++i) {
+      const int q = tid + T * i, row = q / 8, c = q % 8;
+      CpAsync16(as + WgOffsetA(row, c), at + static_cast<int64_t>(row) * p.kp + kt * BK + c * 8,
+                true);
+    }
+    unsigned char* const bs = Bs + st * Tl::kStageB;
 #pragma unroll
-    for (int mt = 0; mt < Tl::MT; ++mt)
+    for (int i = 0; i < kBChunks; ++i) {
+      const int row = brow0 + kBRowStep * i;
+      bool ok;
+      const int off = GatherOffset(p, hwn, MakeTap(p, kt * BK + row), col, &ok);
+      CpAsync16(bs + WgOffsetB(row, bcc), ok ? in + off : in, ok);
+    }
+  };
+
+  float acc[1][Tl::NW / 8][4];
+  float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + mt * 16 + 8 * h;
-        if (row >= p.m) continue;
-        float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
-        if (p.bias != nullptr) {
-          const float b = p.bias[g * p.m + row];
-          v0 += b;
-          v1 += b;
-        }
-        if (p.relu) {
-          v0 = fmaxf(v0, 0.0f);
-          v1 = fmaxf(v1, 0.0f);
-        }
-        TOut* orow = out + row * row_stride;
-        if (p.pair_out && second) {
-          StoreOut2(orow + d0, v0, v1);
-        } else {
-          StoreOut(orow + d0, v0);
-          if (second) StoreOut(orow + d1, v1);
-        }
-      }
+  for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
+
+  const int ktiles = p.kp / BK;
+#pragma unroll
+  for (int s = 0; s < ST - 2; ++s) {
+    if (s < ktiles) issue(s, s);
+    CpAsyncCommit();
   }
+  for (int t = 0; t < ktiles; ++t) {
+    CpAsyncWait<ST - 3>();  // this thread's copies of slice t have landed
+    tc::FenceProxyAsync();  // ... and are visible to the tensor cores' (async) reads
+    __syncthreads();        // everyone's; every warpgroup has retired slice t - 2
+    const int tn = t + ST - 2;
+    if (tn < ktiles) issue(tn, tn % ST);
+    CpAsyncCommit();
+    const int st = t % ST;
+    tc::WgmmaFence();
+    if (!(p.fault == 1 && t == 0)) {
+#pragma unroll
+      for (int ks = 0; ks < BK / 16; ++ks) {
+        const uint64_t da =
+            tc::SmemDesc128B(as_addr + st * Tl::kStageA + wgm * 64 * 128 + ks * 32, 16, 1024);
+        const uint64_t db = tc::SmemDesc128B(
+            bs_addr + st * Tl::kStageB + wgn * (Tl::NW / 64) * 8192 + ks * 2048, 8192, 1024);
+        if constexpr (Tl::NW == 128)
+          tc::WgmmaBf16N128(d, da, db);
+        else
+          tc::WgmmaBf16N256(d, da, db);
+      }
+    }
+    tc::WgmmaCommit();
+    tc::WgmmaWait<1>();  // slice t - 1's products are done: its stage is free after the barrier
+  }
+  tc::WgmmaWait<0>();
+  tc::WgmmaFenceOperands(d);
+  StoreAccumulators<TOut>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
+                          j0 + wgn * Tl::NW + 2 * (lane % 4));
+#endif
 }
 
 // Kernel TcArrangeWeightsKernel: the filter operand of TcGemmKernel
@@ -960,25 +1113,71 @@ WgradFn WgradFor(StorageType x, StorageType dy, bool vec) {
 
 // ---- tile choice ----
 // 0: automatic (the row tile that pads the fewest rows, ties to the larger: 128 x 128 for
-// M = 96, 128, 256, 384; 64 x 128 for M = 48, 64, 192); 1: 128 x 128, 2: 64 x 128,
-// 3: 128 x 256 (also COLONNADE_TC_TILE=128x128|64x128|128x256).
+// M = 96, 128, 256, 384; 64 x 128 for M = 48, 64, 192); mma.sync tiles 1: 128 x 128,
+// 2: 64 x 128, 3: 128 x 256; wgmma tiles (forward and backward data only) 4: 128 x 128,
+// 5: 64 x 256, 6: 128 x 256. Also COLONNADE_TC_TILE=128x128|64x128|128x256|wg128x128|
+// wg64x256|wg128x256. Automatic picks wgmma tiles only when enabled (SetTcWgmma,
+// COLONNADE_TC_WGMMA=1) until a GPU run has checked and timed them (src/cuda/TC_NOTES.md).
 std::mutex g_tile_mu;
 int g_tile = -1;
+int g_wgmma = -1;
 
 int TileSetting() {
   std::lock_guard<std::mutex> lock(g_tile_mu);
   if (g_tile < 0) {
     const char* e = std::getenv("COLONNADE_TC_TILE");
     const std::string v = e == nullptr ? "" : e;
-    g_tile = v == "128x128" ? 1 : v == "64x128" ? 2 : v == "128x256" ? 3 : 0;
+    const char* names[] = {"",          "128x128",  "64x128",   "128x256",
+                           "wg128x128", "wg64x256", "wg128x256"};
+    g_tile = 0;
+    for (int i = 1; i < 7; ++i)
+      if (v == names[i]) g_tile = i;
   }
   return g_tile;
 }
 
+bool WgmmaAuto() {
+  std::lock_guard<std::mutex> lock(g_tile_mu);
+  if (g_wgmma < 0) {
+    const char* e = std::getenv("COLONNADE_TC_WGMMA");
+    g_wgmma = e != nullptr && std::string(e) == "1" ? 1 : 0;
+  }
+  return g_wgmma == 1;
+}
+
+// Whether this process can run the wgmma kernels: built for sm_90a (the build defines
+// COLONNADE_WGMMA_BUILT when CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is a
+// compute capability 9.0 part (sm_90a code runs on no other). Always on the emulator.
+bool WgmmaAvailable() {
+#if defined(COLONNADE_CUDA_EMULATE)
+  return true;
+#elif defined(COLONNADE_WGMMA_BUILT)
+  static const bool ok = [] {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// The mma.sync tile for M rows: the setting, or the one that pads fewer rows.
 int ChooseTile(int m) {
   const int t = TileSetting();
-  if (t != 0) return t;
+  if (t >= 1 && t <= 3) return t;
   return CeilDiv(m, TileS::BM) * TileS::BM < CeilDiv(m, TileL::BM) * TileL::BM ? 2 : 1;
+}
+// The wgmma tile (4-6) for a forward / backward-data GEMM, or 0 for mma.sync: only bf16
+// math on bf16 inputs with 16-byte chunk loads.
+int ChooseWgmmaTile(int m, bool eligible) {
+  if (!eligible || !WgmmaAvailable()) return 0;
+  const int t = TileSetting();
+  if (t >= 4) return t;
+  if (t != 0 || !WgmmaAuto()) return 0;
+  return CeilDiv(m, WgTileS::BM) * WgTileS::BM < CeilDiv(m, WgTileL::BM) * WgTileL::BM ? 5 : 4;
 }
 
 struct Picked {
@@ -1014,20 +1213,40 @@ Picked Pick(MathMode math, int m, bool wgrad, StorageType a, StorageType b, bool
   return math == MathMode::kBF16 ? PickMath<Bf16Math>(tile, wgrad, a, b, vec)
                                  : PickMath<Tf32Math>(tile, wgrad, a, b, vec);
 }
+template <class Tl>
+Picked PickWgmmaFor(StorageType out) {
+  Picked r;
+  r.gemm = out == StorageType::kBF16 ? TcWgmmaKernel<Tl, __nv_bfloat16> : TcWgmmaKernel<Tl, float>;
+  r.smem = Tl::kSmem;
+  r.bm = Tl::BM;
+  r.bn = Tl::BN;
+  r.stages = Tl::S;
+  r.threads = Tl::T;
+  return r;
+}
+Picked PickWgmma(int tile, StorageType out) {
+  if (tile == 5) return PickWgmmaFor<WgTileS>(out);
+  if (tile == 6) return PickWgmmaFor<WgTileW>(out);
+  return PickWgmmaFor<WgTileL>(out);
+}
 
 // Runs one implicit GEMM (forward, or one phase of backward data): arranges the filter
 // operand described by `ap` and launches. Row tile: PickBM.
 TcLaunchInfo RunTcGemm(const DeviceContext& ctx, MathMode math, TcGemmParams q, int groups,
                        TcArrangeParams ap, StorageType in_type, StorageType out_type) {
   const bool bf16 = math == MathMode::kBF16;
-  const int E = ChunkElems(math), BK = SliceK(math);
+  const int E = ChunkElems(math);
   const bool vec = q.n % E == 0 && Aligned(q.in, 16);
-  const Picked pk = Pick(math, q.m, false, in_type, out_type, vec);
+  const int wg_tile = ChooseWgmmaTile(q.m, bf16 && in_type == StorageType::kBF16 && vec);
+  const int BK = wg_tile != 0 ? WgTileL::BK : SliceK(math);
+  const Picked pk =
+      wg_tile != 0 ? PickWgmma(wg_tile, out_type) : Pick(math, q.m, false, in_type, out_type, vec);
   TcLaunchInfo info;
   info.bm = pk.bm;
   info.bn = pk.bn;
   info.stages = pk.stages;
   info.vec = vec;
+  info.wgmma = wg_tile != 0;
   q.kp = static_cast<int>(CeilDiv(q.k, BK) * BK);
   q.mp = static_cast<int>(CeilDiv(q.m, info.bm) * info.bm);
   q.plain = (q.out_s == 1 && q.out_oy == 0 && q.out_ox == 0 && q.out_h == q.oh && q.out_w == q.ow)
@@ -1062,6 +1281,13 @@ void SetTcTile(int tile) {
   std::lock_guard<std::mutex> lock(g_tile_mu);
   g_tile = tile;
 }
+
+void SetTcWgmma(bool on) {
+  std::lock_guard<std::mutex> lock(g_tile_mu);
+  g_wgmma = on ? 1 : 0;
+}
+
+bool TcWgmmaAvailable() { return WgmmaAvailable(); }
 
 const char* MathModeName(MathMode m) {
   switch (m) {

@@ -111,6 +111,151 @@ __device__ __forceinline__ void MmaTf32(float (&d)[4], const uint32_t (&a)[4],
 #endif
 }
 
+// ---- wgmma (sm_90a): warpgroup matrix multiply from shared-memory descriptors ------------
+// Used by TcWgmmaKernel (conv_tc_kernels.cu). A warpgroup is 4 consecutive warps starting at
+// a warp index divisible by 4; every wgmma instruction is executed by all its 128 threads.
+// On the GPU these are PTX instructions that exist only in sm_90a code (the host checks
+// with WgmmaAvailable() before launching such a kernel); on the emulator
+// (src/cuda/emu/emu_runtime.cc) a wgmma is computed per thread from shared memory at the
+// wgmma.wait_group that retires it, and its accumulators read NaN until then, so a missing
+// wait, or a stage refilled while a wgmma still reads it, gives wrong results there as on
+// the GPU.
+
+// The shared-memory address (the 18-bit offset in the block's shared window) of p.
+__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  return colonnade::emu::SharedAddress(p);
+#else
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+#endif
+}
+
+// A wgmma matrix descriptor for a 128-byte-swizzled operand (PTX ISA, "Matrix Descriptor
+// Format"): bits 0-13 start address >> 4, 16-29 leading-dimension byte offset >> 4, 32-45
+// stride-dimension byte offset >> 4, 49-51 base offset (0: the swizzle pattern starts at a
+// 1024-byte boundary), 62-63 layout (1 = 128-byte swizzle).
+__device__ __forceinline__ uint64_t SmemDesc128B(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) |
+         (static_cast<uint64_t>((lbo & 0x3ffffu) >> 4) << 16) |
+         (static_cast<uint64_t>((sbo & 0x3ffffu) >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+// fence.proxy.async.shared::cta: this thread's ordinary (generic-proxy) writes to shared
+// memory, cp.async's included, become visible to the async proxy that wgmma reads through.
+// Each writing thread issues it before the barrier that publishes the data.
+__device__ __forceinline__ void FenceProxyAsync() {
+#if !defined(COLONNADE_CUDA_EMULATE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// wgmma.fence: orders earlier accesses to the accumulator registers before the next wgmma.
+__device__ __forceinline__ void WgmmaFence() {
+#if !defined(COLONNADE_CUDA_EMULATE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+// wgmma.commit_group: closes a group of this warpgroup's wgmma operations.
+__device__ __forceinline__ void WgmmaCommit() {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::WgmmaCommit();
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+// wgmma.wait_group N: waits until at most N groups are still in flight.
+template <int N>
+__device__ __forceinline__ void WgmmaWait() {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::WgmmaWait(N);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// The compiler does not know that wgmma.wait_group completes the accumulators: this empty
+// statement "rewrites" each one after the wait, so no read is scheduled before it.
+template <int R>
+__device__ __forceinline__ void WgmmaFenceOperands(float (&d)[R]) {
+#if !defined(COLONNADE_CUDA_EMULATE)
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16, scale-d = 1 (d += A * B), A 64 x 16
+// K-major (trans-a 0), B 16 x N MN-major (trans-b 1: N contiguous), both through
+// descriptors. Accumulators of thread t of warp w (of the warpgroup): d[4i + 2h + e] is row
+// 16w + t / 4 + 8h, column 8i + 2 (t % 4) + e (the m16n8 layout of mma.sync, repeated
+// along N).
+__device__ __forceinline__ void WgmmaBf16N128(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::WgmmaBf16(d, 128, desc_a, desc_b);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+#else
+  __trap();  // not built for sm_90a: the host never launches a wgmma kernel then
+#endif
+}
+
+__device__ __forceinline__ void WgmmaBf16N256(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::WgmmaBf16(d, 256, desc_a, desc_b);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
+      "%127"
+      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+#else
+  __trap();  // not built for sm_90a: the host never launches a wgmma kernel then
+#endif
+}
+
 #endif  // COLONNADE_CUDA_EMULATE || __CUDACC__
 
 }  // namespace colonnade::cuda::tc

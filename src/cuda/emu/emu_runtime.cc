@@ -91,6 +91,22 @@ void Land(const PendingCopy& c) {
     std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, static_cast<size_t>(c.bytes - c.src_bytes));
 }
 
+// A wgmma issued and not yet retired (see WgmmaBf16 below).
+struct PendingWgmma {
+  float* d;
+  int n;
+  uint64_t desc_a, desc_b;
+  bool chained;     // an earlier pending op writes d: start from its result
+  float c_in[128];  // else: the accumulators as they were at the issue
+};
+// The accumulators of a register array with wgmma ops in flight: the array itself reads NaN
+// until its last pending op retires, so the chain of ops is computed here.
+struct WgmmaShadow {
+  float* d;
+  int n;
+  float v[128];
+};
+
 struct Fiber {
   enum State { kReady, kBlockBarrier, kWarpBarrier, kDone };
   Context ctx;
@@ -101,6 +117,9 @@ struct Fiber {
   uint64_t collectives = 0;  // warp-collective instructions executed (picks a deposit slot)
   std::vector<PendingCopy> open;                 // cp.async copies not yet committed
   std::vector<std::vector<PendingCopy>> groups;  // committed groups, oldest first
+  std::vector<PendingWgmma> wg_open;                 // wgmma ops not yet committed
+  std::vector<std::vector<PendingWgmma>> wg_groups;  // committed wgmma groups, oldest first
+  std::vector<WgmmaShadow> wg_shadow;                // per accumulator array in flight
 };
 
 Context g_sched;
@@ -109,7 +128,7 @@ const std::function<void()>* g_body = nullptr;
 int g_order = 2;
 std::mt19937 g_rng(12345);
 std::mt19937 g_copy_rng(777);
-alignas(128) unsigned char g_dynamic_smem[kDynamicSharedBytes];
+alignas(1024) unsigned char g_dynamic_smem[kDynamicSharedBytes];
 size_t g_dynamic_bytes = 0;
 
 // What one lane brings to a warp-collective instruction. Two slots per warp, used
@@ -133,6 +152,12 @@ void FlushCopies(Fiber& f) {
 [[noreturn]] void Trampoline() {
   (*g_body)();
   FlushCopies(*g_current);  // copies never waited for still land before the kernel ends
+  if (!g_current->wg_open.empty() || !g_current->wg_groups.empty() ||
+      !g_current->wg_shadow.empty()) {
+    std::fprintf(stderr, "emu: thread %u ends with wgmma operations not waited for\n",
+                 g_current->warp * 32 + g_current->lane);
+    std::abort();
+  }
   g_current->state = Fiber::kDone;
   SwitchContext(g_current->ctx, g_sched);
   std::abort();  // a finished fiber is never resumed
@@ -312,6 +337,125 @@ void LdMatrix(uint32_t* r, int count, bool trans, const void* row_address) {
       hi = static_cast<const uint16_t*>(w[8 * i + 2 * (lane % 4) + 1].addr)[lane / 4];
     }
     r[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+}
+
+// ---- wgmma ------------------------------------------------------------------------------------
+// Operand addresses (PTX ISA, "Shared Memory Matrix Layout", canonical layouts in CuTe
+// notation, T = 8 bf16 per 16 bytes): 128-byte swizzle, K-major ((8,m),(T,2k)):((8T,SBO),(1,T))
+// and MN-major ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)); then the swizzle XORs address bits 4-6
+// (the 16-byte chunk in a 128-byte line) with bits 7-9 (the line in a 1024-byte block).
+// Accumulators (".m64nNk16 register fragment" of the ISA): thread t of warp w of the warpgroup
+// holds in d[4i + 2h + e] row 16w + t / 4 + 8h, column 8i + 2 (t % 4) + e.
+namespace {
+uint32_t WgmmaAddress(uint64_t desc, bool mn_major, int mn, int k) {
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3fff) << 4;
+  const uint32_t lbo = static_cast<uint32_t>((desc >> 16) & 0x3fff) << 4;
+  const uint32_t sbo = static_cast<uint32_t>((desc >> 32) & 0x3fff) << 4;
+  const int base_offset = static_cast<int>((desc >> 49) & 7), layout = static_cast<int>(desc >> 62);
+  if (layout != 1 || base_offset != 0) {
+    std::fprintf(stderr, "emu: wgmma descriptor %#llx: only the 128-byte swizzle with base offset "
+                 "0 is emulated\n", static_cast<unsigned long long>(desc));
+    std::abort();
+  }
+  uint32_t a = mn_major ? start + (mn % 64) * 2 + (mn / 64) * lbo + (k % 8) * 128 + (k / 8) * sbo
+                        : start + (mn % 8) * 128 + (mn / 8) * sbo + k * 2;
+  a ^= ((a >> 7) & 7) << 4;
+  if (a + 2 > g_dynamic_bytes) {
+    std::fprintf(stderr, "emu: wgmma reads shared byte %u beyond the %zu requested\n", a,
+                 g_dynamic_bytes);
+    std::abort();
+  }
+  return a;
+}
+float SharedBf16(uint32_t addr) {
+  uint16_t v;
+  std::memcpy(&v, g_dynamic_smem + addr, 2);
+  return __uint_as_float(static_cast<uint32_t>(v) << 16);
+}
+// Computes op into `out` (its n / 2 accumulators) from shared memory as it is now, starting
+// from `in`.
+void RunWgmma(const Fiber& f, const PendingWgmma& op, const float* in, float* out) {
+  const int w = static_cast<int>(f.warp % 4), t = static_cast<int>(f.lane);
+  for (int i = 0; i < op.n / 2; ++i) {
+    const int row = 16 * w + t / 4 + 8 * ((i / 2) % 2);
+    const int col = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+    float acc = in[i];
+    for (int k = 0; k < 16; ++k)
+      acc += SharedBf16(WgmmaAddress(op.desc_a, false, row, k)) *
+             SharedBf16(WgmmaAddress(op.desc_b, true, col, k));
+    out[i] = acc;
+  }
+}
+}  // namespace
+
+uint32_t SharedAddress(const void* p) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (b < g_dynamic_smem || b >= g_dynamic_smem + kDynamicSharedBytes) {
+    std::fprintf(stderr, "emu: %p is not in the dynamic shared memory\n", p);
+    std::abort();
+  }
+  return static_cast<uint32_t>(b - g_dynamic_smem);
+}
+
+void WgmmaBf16(float* d, int n, uint64_t desc_a, uint64_t desc_b) {
+  Fiber& f = Current("wgmma");
+  if (n % 8 != 0 || n < 8 || n > 256 || blockDim.x * blockDim.y * blockDim.z < (f.warp / 4 + 1) * 128) {
+    std::fprintf(stderr, "emu: wgmma n = %d in a block of %u threads\n", n,
+                 blockDim.x * blockDim.y * blockDim.z);
+    std::abort();
+  }
+  PendingWgmma op{};
+  op.d = d;
+  op.n = n;
+  op.desc_a = desc_a;
+  op.desc_b = desc_b;
+  auto writes_d = [&](const std::vector<PendingWgmma>& v) {
+    for (const PendingWgmma& o : v)
+      if (o.d == d) return true;
+    return false;
+  };
+  op.chained = writes_d(f.wg_open);
+  for (const auto& g : f.wg_groups) op.chained = op.chained || writes_d(g);
+  if (!op.chained) std::memcpy(op.c_in, d, sizeof(float) * static_cast<size_t>(n / 2));
+  for (int i = 0; i < n / 2; ++i) d[i] = std::nanf("");  // undefined until retired
+  f.wg_open.push_back(op);
+}
+void WgmmaCommit() {
+  Fiber& f = Current("wgmma.commit_group");
+  f.wg_groups.push_back(std::move(f.wg_open));
+  f.wg_open.clear();
+}
+void WgmmaWait(int newest_pending) {
+  Fiber& f = Current("wgmma.wait_group");
+  const size_t keep = static_cast<size_t>(newest_pending < 0 ? 0 : newest_pending);
+  auto pending = [&](const float* d) {
+    for (const auto& g : f.wg_groups)
+      for (const PendingWgmma& o : g)
+        if (o.d == d) return true;
+    for (const PendingWgmma& o : f.wg_open)
+      if (o.d == d) return true;
+    return false;
+  };
+  while (f.wg_groups.size() > keep) {
+    const std::vector<PendingWgmma> group = std::move(f.wg_groups.front());
+    f.wg_groups.erase(f.wg_groups.begin());
+    for (const PendingWgmma& op : group) {
+      auto it = std::find_if(f.wg_shadow.begin(), f.wg_shadow.end(),
+                             [&](const WgmmaShadow& sh) { return sh.d == op.d; });
+      if (it == f.wg_shadow.end())
+        it = f.wg_shadow.insert(f.wg_shadow.end(), WgmmaShadow{op.d, op.n, {}});
+      RunWgmma(f, op, op.chained ? it->v : op.c_in, it->v);
+    }
+    // Arrays with nothing left in flight get their values.
+    for (auto it = f.wg_shadow.begin(); it != f.wg_shadow.end();) {
+      if (pending(it->d)) {
+        ++it;
+        continue;
+      }
+      std::memcpy(it->d, it->v, sizeof(float) * static_cast<size_t>(it->n / 2));
+      it = f.wg_shadow.erase(it);
+    }
   }
 }
 

@@ -15,8 +15,9 @@
 // dynamic shared memory (COLONNADE_DYNAMIC_SMEM) is one static buffer, poisoned with 0xFF
 // bytes (NaN) at the start of every block. Atomics are plain read-modify-writes, which are
 // atomic here (fibers switch only at barriers and warp-collective instructions, and blocks
-// run one after another); __threadfence is then a no-op. Not emulated: shuffles and votes,
-// timing.
+// run one after another); __threadfence is then a no-op. wgmma (sm_90a) is computed per
+// thread when the wgmma.wait_group that retires it runs (emu_runtime.cc). Not emulated:
+// shuffles and votes, timing.
 //
 // Streams run their work at once, except a stream that is capturing (cudaStreamBeginCapture):
 // its kernel launches, copies, memsets and SGEMMs are recorded as closures, not run, and a
@@ -160,6 +161,18 @@ void MmaTf32m16n8k8(float d[4], const uint32_t a[4], const uint32_t b[2], const 
 //   ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16: lane l supplies the address of
 //   row l % 8 of matrix l / 8 (lanes beyond 8 * count are ignored); r[i] receives matrix i.
 void LdMatrix(uint32_t* r, int count, bool trans, const void* row_address);
+
+// wgmma (sm_90a), per thread of a warpgroup (4 consecutive warps from a warp index divisible
+// by 4). Addresses in descriptors are offsets in the dynamic shared memory (SharedAddress).
+//   wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 d, desc_a, desc_b, 1, 1, 1, 0, 1:
+//   d (this thread's n / 2 accumulators) += A * B, A 64 x 16 K-major and B 16 x n MN-major,
+//   both 128-byte swizzled (the only layout supported; others abort). Asynchronous as on the
+//   GPU: d holds NaN until the wgmma.wait_group that retires the op, which computes it from
+//   shared memory as it is then.
+uint32_t SharedAddress(const void* p);
+void WgmmaBf16(float* d, int n, uint64_t desc_a, uint64_t desc_b);
+void WgmmaCommit();                // wgmma.commit_group
+void WgmmaWait(int newest_pending);  // wgmma.wait_group N
 }  // namespace colonnade::emu
 
 inline void __syncthreads() { colonnade::emu::SyncThreads(); }
