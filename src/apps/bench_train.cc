@@ -67,8 +67,9 @@ ABSL_FLAG(bool, bf16_activations, true,
           "them FP32; docs/PRECISION.md). Giving it with another precision is an error");
 
 ABSL_FLAG(bool, wgmma, false,
-          "with --precision=bf16: run the forward and backward-data convolutions on the wgmma "
-          "kernels (sm_90a) where they apply, instead of mma.sync (src/cuda/TC_NOTES.md; off by "
+          "with --precision=bf16: run the convolutions (forward, backward data, backward "
+          "filter) on the wgmma kernels (sm_90a) where they apply, bf16 activations with a "
+          "batch that is a multiple of 8, instead of mma.sync (src/cuda/TC_NOTES.md; off by "
           "default until a GPU run has checked and timed them; the trainer reads "
           "COLONNADE_TC_WGMMA=1). Needs a build with CMAKE_CUDA_ARCHITECTURES=90a and a compute "
           "capability 9.0 GPU");

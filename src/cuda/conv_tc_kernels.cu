@@ -567,20 +567,20 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcGemmKernel(const Tc
 }
 
 // ============================================================================================
-// Forward / backward-data implicit GEMM on wgmma (sm_90a, bf16 operands in bf16 storage,
-// batch a multiple of 8: the training path). The same GEMM, gather and epilogue as
-// TcGemmKernel; what changes is who multiplies: each of the block's two warpgroups issues
-// wgmma.mma_async m64nNk16 on operands that stay in shared memory (no ldmatrix, no fragment
-// registers), so the tensor cores are fed at the rate wgmma was built for rather than at
-// mma.sync's.
+// Implicit GEMMs on wgmma (sm_90a, bf16 operands in bf16 storage, batch a multiple of 8: the
+// training path): forward and backward data (TcWgmmaKernel: the GEMM, gather and epilogue of
+// TcGemmKernel) and backward filter (TcWgmmaWgradKernel, below TcWgradKernel). What changes
+// is who multiplies: each of the block's two warpgroups issues wgmma.mma_async m64nNk16 on
+// operands that stay in shared memory (no ldmatrix, no fragment registers), so the tensor
+// cores are fed at the rate wgmma was built for rather than at mma.sync's.
 // ============================================================================================
 
-// Block tile of TcWgmmaKernel: kWGM x kWGN warpgroups, each 64 rows x kNW columns (one
+// Block tile of the wgmma kernels: kWGM x kWGN warpgroups, each 64 rows x kNW columns (one
 // wgmma of N = kNW per K-step of 16); BK = 64 (one 128-byte line of bf16 per filter row);
 // kStages of shared memory, 1 block (8 warps) per multiprocessor.
 template <int kWGM, int kWGN, int kNW, int kStages>
 struct WgTile {
-  static constexpr int WGM = kWGM, WGN = kWGN, NW = kNW, S = kStages;
+  static constexpr int WGN = kWGN, NW = kNW, S = kStages;
   static constexpr int BM = 64 * kWGM, BN = kWGN * kNW, BK = 64, T = 256;
   static constexpr int kStageA = BM * BK * 2, kStageB = BK * BN * 2;  // bytes
   // + 1 KiB to align the stages to the swizzle's 1024-byte period
@@ -609,55 +609,111 @@ __device__ __forceinline__ uint32_t WgOffsetB(int k, int chunk) {
                                (((chunk & 7) ^ (k & 7)) << 4));
 }
 
+// The stages of a wgmma kernel in the block's dynamic shared memory, from its first 1024-byte
+// boundary (the 128-byte swizzle repeats every 1024 bytes of address): S A-stages, then S
+// B-stages.
+template <class Tl>
+struct WgStages {
+  unsigned char* a;
+  unsigned char* b;
+  uint32_t a_addr, b_addr;  // their shared-memory addresses (for descriptors)
+};
+template <class Tl>
+__device__ __forceinline__ WgStages<Tl> MakeWgStages(unsigned char* smem_raw) {
+  WgStages<Tl> s;
+  s.a = smem_raw + ((1024u - (tc::SmemAddress(smem_raw) & 1023u)) & 1023u);
+  s.b = s.a + Tl::S * Tl::kStageA;
+  s.a_addr = tc::SmemAddress(s.a);
+  s.b_addr = tc::SmemAddress(s.b);
+  return s;
+}
+
+// The main loop of both wgmma kernels over ktiles K-slices of 64. issue(kt, st) starts the
+// cp.async copies of slice kt into stage st; desc_b(st, ks) is the B descriptor of K-step ks
+// of stage st for this thread's warpgroup (A's is the same in both kernels: K-major, rows
+// wgm * 64 ..). Slice t waits for its copies (cp.async.wait_group S - 3), a proxy fence and a
+// barrier publish them to the tensor cores; slice t + S - 2 is issued into the stage of slice
+// t - 2, whose wgmma every warpgroup retired before that barrier (wait_group 1 at the end of
+// each iteration); then slice t's four wgmma are issued and committed, and they run while the
+// next iteration waits for its copies. On return the accumulators d are complete.
+template <class Tl, int kTransB, class Issue, class DescB>
+__device__ __forceinline__ void WgmmaMainLoop(int ktiles, int fault, uint32_t a_addr, int wgm,
+                                              const Issue& issue, const DescB& desc_b,
+                                              float (&d)[Tl::NW / 2]) {
+  constexpr int ST = Tl::S;
+  static_assert(ST >= 3, "the refill distance is S - 2 slices");
+#pragma unroll
+  for (int s = 0; s < ST - 2; ++s) {
+    if (s < ktiles) issue(s, s);
+    CpAsyncCommit();
+  }
+  for (int t = 0; t < ktiles; ++t) {
+    CpAsyncWait<ST - 3>();  // this thread's copies of slice t have landed
+    tc::FenceProxyAsync();  // ... and are visible to the tensor cores' (async proxy) reads
+    __syncthreads();        // everyone's; every warpgroup has retired slice t - 2
+    const int tn = t + ST - 2;
+    if (tn < ktiles) issue(tn, tn % ST);
+    CpAsyncCommit();
+    const int st = t % ST;
+    tc::WgmmaFence();
+    if (!(fault == 1 && t == 0)) {
+#pragma unroll
+      for (int ks = 0; ks < Tl::BK / 16; ++ks) {
+        const uint64_t da =
+            tc::SmemDesc128B(a_addr + st * Tl::kStageA + wgm * 64 * 128 + ks * 32, 16, 1024);
+        if constexpr (Tl::NW == 128)
+          tc::WgmmaBf16N128<kTransB>(d, da, desc_b(st, ks));
+        else
+          tc::WgmmaBf16N256<kTransB>(d, da, desc_b(st, ks));
+      }
+    }
+    tc::WgmmaCommit();
+    tc::WgmmaWait<1>();  // slice t - 1's products are done: its stage is free after the barrier
+  }
+  tc::WgmmaWait<0>();
+  tc::WgmmaFenceOperands(d);
+}
+
 // Kernel TcWgmmaKernel<Tl, TOut>
 //   in : (G*cg) x h x w x n   CHWN bf16, n % 8 == 0, 16-byte aligned
 //   at : G x mp x kp          bf16 filters, K contiguous, kp a multiple of 64
 //   out: (G*m) x out_h x out_w x n   CHWN, storage TOut; + bias, ReLU (forward)
 // Grid as TcGemmKernel. Block: 256 threads = warpgroups wg = 0, 1 at (wg / WGN, wg % WGN)
-// of the block tile. Pipeline: slice t waits for its copies (cp.async.wait_group S - 3), a
-// proxy fence and a barrier publish them to the tensor cores; slice t + S - 2 is issued
-// into the stage of slice t - 2 (whose wgmma every warpgroup retired before the barrier:
-// wait_group 1 at the end of each iteration), then slice t's four wgmma are issued and
-// committed, and they run while the next iteration's copies are waited for.
+// of the block tile; B (the gathered activations) MN-major. Pipeline: WgmmaMainLoop.
 template <class Tl, class TOut>
 __global__ void __launch_bounds__(256, 1) TcWgmmaKernel(const TcGemmParams p) {
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BM = Tl::BM, BN = Tl::BN, BK = Tl::BK, T = Tl::T, ST = Tl::S;
+  constexpr int BN = Tl::BN, BK = Tl::BK, T = Tl::T;
   constexpr int kRowChunksB = BN / 8;
-  constexpr int kAChunks = BM * (BK / 8) / T, kBChunks = BK * kRowChunksB / T;
+  constexpr int kAChunks = Tl::BM * (BK / 8) / T, kBChunks = BK * kRowChunksB / T;
   constexpr int kBRowStep = T / kRowChunksB;
-  static_assert(ST >= 3, "the refill distance is S - 2 slices");
 
   COLONNADE_DYNAMIC_SMEM(smem_raw);
-  unsigned char* const base = smem_raw + ((1024u - (tc::SmemAddress(smem_raw) & 1023u)) & 1023u);
-  unsigned char* const As = base;
-  unsigned char* const Bs = base + ST * Tl::kStageA;
-  const uint32_t as_addr = tc::SmemAddress(As), bs_addr = tc::SmemAddress(Bs);
-
+  const WgStages<Tl> sm = MakeWgStages<Tl>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
   const int wgm = wg / Tl::WGN, wgn = wg % Tl::WGN;
   const int g = blockIdx.z;
   const int j0 = blockIdx.x * BN;
-  const int m0 = blockIdx.y * BM;
+  const int m0 = blockIdx.y * Tl::BM;
   const int hwn = p.h * p.w * p.n;
   const __nv_bfloat16* in =
       static_cast<const __nv_bfloat16*>(p.in) + static_cast<int64_t>(g) * p.cg * hwn;
   const uint16_t* at =
       static_cast<const uint16_t*>(p.at) + (static_cast<int64_t>(g) * p.mp + m0) * p.kp;
 
-  // ---- loaders: A chunk q = tid + T i is (row q / 8, chunk q % 8); B: a fixed column
-  // chunk (8 images of one pixel) per thread, K-rows brow0 + kBRowStep i ----
+  // Loaders: A chunk q = tid + T i is (row q / 8, chunk q % 8); B: a fixed column chunk (8
+  // images of one pixel) per thread, K-rows brow0 + kBRowStep i.
   const int bcc = tid % kRowChunksB, brow0 = tid / kRowChunksB;
   const GatherColumn col = MakeColumn(p, j0 + bcc * 8);
   auto issue = [&](int kt, int st) {
-    unsigned char* const as = As + st * Tl::kStageA;
+    unsigned char* const as = sm.a + st * Tl::kStageA;
 #pragma unroll
     for (int i = 0; i < kAChunks; ++i) {
       const int q = tid + T * i, row = q / 8, c = q % 8;
       CpAsync16(as + WgOffsetA(row, c), at + static_cast<int64_t>(row) * p.kp + kt * BK + c * 8,
                 true);
     }
-    unsigned char* const bs = Bs + st * Tl::kStageB;
+    unsigned char* const bs = sm.b + st * Tl::kStageB;
 #pragma unroll
     for (int i = 0; i < kBChunks; ++i) {
       const int row = brow0 + kBRowStep * i;
@@ -666,45 +722,16 @@ __global__ void __launch_bounds__(256, 1) TcWgmmaKernel(const TcGemmParams p) {
       CpAsync16(bs + WgOffsetB(row, bcc), ok ? in + off : in, ok);
     }
   };
+  auto desc_b = [&](int st, int ks) {
+    return tc::SmemDesc128B(sm.b_addr + st * Tl::kStageB + wgn * (Tl::NW / 64) * 8192 + ks * 2048,
+                            8192, 1024);
+  };
 
   float acc[1][Tl::NW / 8][4];
   float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
 #pragma unroll
   for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
-
-  const int ktiles = p.kp / BK;
-#pragma unroll
-  for (int s = 0; s < ST - 2; ++s) {
-    if (s < ktiles) issue(s, s);
-    CpAsyncCommit();
-  }
-  for (int t = 0; t < ktiles; ++t) {
-    CpAsyncWait<ST - 3>();  // this thread's copies of slice t have landed
-    tc::FenceProxyAsync();  // ... and are visible to the tensor cores' (async) reads
-    __syncthreads();        // everyone's; every warpgroup has retired slice t - 2
-    const int tn = t + ST - 2;
-    if (tn < ktiles) issue(tn, tn % ST);
-    CpAsyncCommit();
-    const int st = t % ST;
-    tc::WgmmaFence();
-    if (!(p.fault == 1 && t == 0)) {
-#pragma unroll
-      for (int ks = 0; ks < BK / 16; ++ks) {
-        const uint64_t da =
-            tc::SmemDesc128B(as_addr + st * Tl::kStageA + wgm * 64 * 128 + ks * 32, 16, 1024);
-        const uint64_t db = tc::SmemDesc128B(
-            bs_addr + st * Tl::kStageB + wgn * (Tl::NW / 64) * 8192 + ks * 2048, 8192, 1024);
-        if constexpr (Tl::NW == 128)
-          tc::WgmmaBf16N128(d, da, db);
-        else
-          tc::WgmmaBf16N256(d, da, db);
-      }
-    }
-    tc::WgmmaCommit();
-    tc::WgmmaWait<1>();  // slice t - 1's products are done: its stage is free after the barrier
-  }
-  tc::WgmmaWait<0>();
-  tc::WgmmaFenceOperands(d);
+  WgmmaMainLoop<Tl, 1>(p.kp / BK, p.fault, sm.a_addr, wgm, issue, desc_b, d);
   StoreAccumulators<TOut>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
                           j0 + wgn * Tl::NW + 2 * (lane % 4));
 #endif
@@ -767,6 +794,78 @@ struct TcWgradParams {
   FastDiv div_n, div_ow, div_kw, div_khkw;
 };
 
+// A column (c, ky, kx) of the filter gradient: the plane of x and the tap it reads.
+struct WgradTap {
+  int coff, ky, kx;
+  bool ok;
+};
+__device__ __forceinline__ WgradTap MakeWgradTap(const TcWgradParams& p, int col, int hwn) {
+  WgradTap t;
+  t.ok = col < p.ncol;
+  const int cl = t.ok ? col : 0;
+  const int c = Div(cl, p.div_khkw);
+  const int r = cl - c * (p.kh * p.kw);
+  t.ky = Div(r, p.div_kw);
+  t.kx = r - t.ky * p.kw;
+  t.coff = c * hwn;
+  return t;
+}
+// Reduction index jj = (oy, ox, img) below kend: the offset of tap (0, 0) and the window's
+// origin.
+struct WgradColumn {
+  int base, sy, sx;
+  bool ok;
+};
+__device__ __forceinline__ WgradColumn MakeWgradColumn(const TcWgradParams& p, int jj, int kend) {
+  WgradColumn r;
+  r.ok = jj < kend;
+  const int jc = r.ok ? jj : 0;
+  const int pix = Div(jc, p.div_n);
+  const int img = jc - pix * p.n;
+  const int oy = Div(pix, p.div_ow);
+  const int ox = pix - oy * p.ow;
+  r.sy = oy * p.stride - p.pad_h;
+  r.sx = ox * p.stride - p.pad_w;
+  r.base = (r.sy * p.w + r.sx) * p.n + img;
+  return r;
+}
+// The offset in x of tap t at column col, and whether it is inside the image.
+__device__ __forceinline__ int WgradOffset(const TcWgradParams& p, const WgradTap& t,
+                                           const WgradColumn& col, bool* ok) {
+  const int sy = col.sy + t.ky, sx = col.sx + t.kx;
+  *ok = col.ok && t.ok && static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
+        static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
+  return t.coff + col.base + (t.ky * p.w + t.kx) * p.n;
+}
+
+// Backward filter's epilogue: a thread's accumulators (layout as StoreAccumulators) into the
+// FP32 partial sums of its split (rows row_base + row of p.out), or into dw.
+template <int kMT, int kNT>
+__device__ __forceinline__ void StoreWgradAccumulators(const TcWgradParams& p, int64_t row_base,
+                                                       const float (&acc)[kMT][kNT][4], int r0,
+                                                       int col0) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r0 + mt * 16 + 8 * h;
+      if (row >= p.m) continue;
+      float* orow = p.out + (row_base + row) * p.ncol;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int col = col0 + nt * 8;
+        if (col >= p.ncol) continue;
+        const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+        if (p.pair_out) {
+          *reinterpret_cast<float2*>(orow + col) = make_float2(v0, v1);  // ncol even
+        } else {
+          orow[col] = v0;
+          if (col + 1 < p.ncol) orow[col + 1] = v1;
+        }
+      }
+    }
+}
+
 // Kernel TcWgradKernel<Math, Tl, TX, TD, kVec>
 //   x  : (G*cg) x h x w x n (TX),  dy : (G*m) x oh x ow x n (TD)   (CHWN)
 //   out: dw[(g*m + f)][(c*kh + ky)*kw + kx] (FP32; or the split-K workspace, same rows)
@@ -810,19 +909,9 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
   const int cc = tid % kRC;    // this thread's chunk within a row (fixed)
   const int row0 = tid / kRC;  // rows row0 + kRowStep * i
   // B rows: filter taps (c, ky, kx) of columns c0 + row0 + kRowStep * i.
-  int bcoff[kBChunks], bky[kBChunks], bkx[kBChunks];
-  bool bok[kBChunks];
+  WgradTap bt[kBChunks];
 #pragma unroll
-  for (int i = 0; i < kBChunks; ++i) {
-    const int col = c0 + row0 + kRowStep * i;
-    bok[i] = col < p.ncol;
-    const int cl = bok[i] ? col : 0;
-    const int c = Div(cl, p.div_khkw);
-    const int r = cl - c * (p.kh * p.kw);
-    bky[i] = Div(r, p.div_kw);
-    bkx[i] = r - bky[i] * p.kw;
-    bcoff[i] = c * hwn;
-  }
+  for (int i = 0; i < kBChunks; ++i) bt[i] = MakeWgradTap(p, c0 + row0 + kRowStep * i, hwn);
   bool aok[kAChunks];
   const TD* arow[kAChunks];
 #pragma unroll
@@ -842,25 +931,6 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
     const int row = row0 + kRowStep * i;
     return Bs + st * kStageB + row * BK + SwizzleK<kRC>(row, cc) * E;
   };
-  // One pixel decomposition of reduction index jj: source offset of tap (0,0) and pixel.
-  struct JCol {
-    int base, sy, sx;
-    bool ok;
-  };
-  auto jcol = [&](int jj) {
-    JCol r;
-    r.ok = jj < kend;
-    const int jc = r.ok ? jj : 0;
-    const int pix = Div(jc, p.div_n);
-    const int img = jc - pix * p.n;
-    const int oy = Div(pix, p.div_ow);
-    const int ox = pix - oy * p.ow;
-    r.sy = oy * p.stride - p.pad_h;
-    r.sx = ox * p.stride - p.pad_w;
-    r.base = (r.sy * p.w + r.sx) * p.n + img;
-    return r;
-  };
-
   auto load = [&](int kt, int st) {
     const int jj = kbeg + kt * BK + cc * E;
     // A: dy rows, contiguous along j.
@@ -885,14 +955,11 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
     }
     // B: x gathered at this thread's taps.
     if constexpr (kVec) {
-      const JCol col = jcol(jj);
+      const WgradColumn col = MakeWgradColumn(p, jj, kend);
 #pragma unroll
       for (int i = 0; i < kBChunks; ++i) {
-        const int sy = col.sy + bky[i], sx = col.sx + bkx[i];
-        const bool ok = col.ok && bok[i] &&
-                        static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
-                        static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
-        const int off = bcoff[i] + col.base + (bky[i] * p.w + bkx[i]) * p.n;
+        bool ok;
+        const int off = WgradOffset(p, bt[i], col, &ok);
         if constexpr (kAsyncB) {
           CpAsync16(b_dst(st, i), ok ? x + off : x, ok);
         } else if (ok) {
@@ -904,14 +971,11 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
     } else {
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        const JCol col = jcol(jj + e);
+        const WgradColumn col = MakeWgradColumn(p, jj + e, kend);
 #pragma unroll
         for (int i = 0; i < kBChunks; ++i) {
-          const int sy = col.sy + bky[i], sx = col.sx + bkx[i];
-          const bool ok = col.ok && bok[i] &&
-                          static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
-                          static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
-          const int off = bcoff[i] + col.base + (bky[i] * p.w + bkx[i]) * p.n;
+          bool ok;
+          const int off = WgradOffset(p, bt[i], col, &ok);
           rb[i].LoadOne(e, x + (ok ? off : 0), ok);
         }
       }
@@ -978,29 +1042,80 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
   }
 
   // ---- epilogue: FP32 partial sums ----
-  const int64_t row_base = (static_cast<int64_t>(g) * p.splits + split) * p.m;
-  const int r0 = m0 + wm * Tl::MT * 16 + lane / 4;
-  const int col0 = c0 + wn * Tl::NT * 8 + 2 * (lane % 4);
+  StoreWgradAccumulators(p, (static_cast<int64_t>(g) * p.splits + split) * p.m, acc,
+                         m0 + wm * Tl::MT * 16 + lane / 4, c0 + wn * Tl::NT * 8 + 2 * (lane % 4));
+}
+
+// Kernel TcWgmmaWgradKernel<Tl>: backward filter on wgmma (sm_90a), bf16 x and dy, n % 8 == 0,
+// both 16-byte aligned. The GEMM, grid, split-K and epilogue of TcWgradKernel; both operands
+// K-major (the reduction index j = (oy, ox, img) is contiguous in dy's rows and, 8 images at
+// a time, in x at each tap), in the 128-byte-swizzled layout of WgOffsetA: A = dy rows, B =
+// x gathered for BN filter columns (c, ky, kx). Thread t copies chunk t % 8 (8 images of one
+// pixel) of rows t / 8 + 32 i of each. Pipeline: WgmmaMainLoop.
+template <class Tl>
+__global__ void __launch_bounds__(256, 1) TcWgmmaWgradKernel(const TcWgradParams p) {
+#if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BK = Tl::BK, kRowStep = Tl::T / 8;
+  constexpr int kAChunks = Tl::BM / kRowStep, kBChunks = Tl::BN / kRowStep;
+
+  COLONNADE_DYNAMIC_SMEM(smem_raw);
+  const WgStages<Tl> sm = MakeWgStages<Tl>(smem_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  const int wgm = wg / Tl::WGN, wgn = wg % Tl::WGN;
+  const int g = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
+  const int c0 = blockIdx.x * Tl::BN;
+  const int m0 = blockIdx.y * Tl::BM;
+  const int kbeg = split * p.ksplit;
+  const int kend = IMin(p.jtot, kbeg + p.ksplit);
+  const int hwn = p.h * p.w * p.n;
+  const __nv_bfloat16* x =
+      static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(g) * p.cg * hwn;
+  const __nv_bfloat16* dy =
+      static_cast<const __nv_bfloat16*>(p.dy) + static_cast<int64_t>(g) * p.m * p.jtot;
+
+  const int cc = tid % 8, row0 = tid / 8;
+  WgradTap bt[kBChunks];
 #pragma unroll
-  for (int mt = 0; mt < Tl::MT; ++mt)
+  for (int i = 0; i < kBChunks; ++i) bt[i] = MakeWgradTap(p, c0 + row0 + kRowStep * i, hwn);
+  bool aok[kAChunks];
+  const __nv_bfloat16* arow[kAChunks];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = r0 + mt * 16 + 8 * h;
-      if (row >= p.m) continue;
-      float* orow = p.out + (row_base + row) * p.ncol;
+  for (int i = 0; i < kAChunks; ++i) {
+    const int row = m0 + row0 + kRowStep * i;
+    aok[i] = row < p.m;
+    arow[i] = dy + static_cast<int64_t>(aok[i] ? row : 0) * p.jtot;
+  }
+  auto issue = [&](int kt, int st) {
+    const int jj = kbeg + kt * BK + cc * 8;
+    unsigned char* const as = sm.a + st * Tl::kStageA;
 #pragma unroll
-      for (int nt = 0; nt < Tl::NT; ++nt) {
-        const int col = col0 + nt * 8;
-        if (col >= p.ncol) continue;
-        const float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
-        if (p.pair_out) {
-          *reinterpret_cast<float2*>(orow + col) = make_float2(v0, v1);  // ncol even
-        } else {
-          orow[col] = v0;
-          if (col + 1 < p.ncol) orow[col + 1] = v1;
-        }
-      }
+    for (int i = 0; i < kAChunks; ++i) {
+      const bool ok = aok[i] && jj < kend;
+      CpAsync16(as + WgOffsetA(row0 + kRowStep * i, cc), ok ? arow[i] + jj : arow[i], ok);
     }
+    const WgradColumn col = MakeWgradColumn(p, jj, kend);
+    unsigned char* const bs = sm.b + st * Tl::kStageB;
+#pragma unroll
+    for (int i = 0; i < kBChunks; ++i) {
+      bool ok;
+      const int off = WgradOffset(p, bt[i], col, &ok);
+      CpAsync16(bs + WgOffsetA(row0 + kRowStep * i, cc), ok ? x + off : x, ok);
+    }
+  };
+  auto desc_b = [&](int st, int ks) {
+    return tc::SmemDesc128B(sm.b_addr + st * Tl::kStageB + wgn * Tl::NW * 128 + ks * 32, 16, 1024);
+  };
+
+  float acc[1][Tl::NW / 8][4];
+  float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
+#pragma unroll
+  for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
+  const int ktiles = kend > kbeg ? (kend - kbeg + BK - 1) / BK : 0;
+  WgmmaMainLoop<Tl, 0>(ktiles, p.fault, sm.a_addr, wgm, issue, desc_b, d);
+  StoreWgradAccumulators(p, (static_cast<int64_t>(g) * p.splits + split) * p.m, acc,
+                         m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
+                         c0 + wgn * Tl::NW + 2 * (lane % 4));
+#endif
 }
 
 // Kernel TcReduceSplitsKernel: dw[g][r] = sum_{s < splits} ws[g][s][r] in order s = 0, 1, ...
@@ -1114,7 +1229,8 @@ WgradFn WgradFor(StorageType x, StorageType dy, bool vec) {
 // ---- tile choice ----
 // 0: automatic (the row tile that pads the fewest rows, ties to the larger: 128 x 128 for
 // M = 96, 128, 256, 384; 64 x 128 for M = 48, 64, 192); mma.sync tiles 1: 128 x 128,
-// 2: 64 x 128, 3: 128 x 256; wgmma tiles (forward and backward data only) 4: 128 x 128,
+// 2: 64 x 128, 3: 128 x 256; wgmma tiles (bf16 math on bf16 operands, batch a multiple of 8;
+// otherwise the automatic mma.sync tile) 4: 128 x 128,
 // 5: 64 x 256, 6: 128 x 256. Also COLONNADE_TC_TILE=128x128|64x128|128x256|wg128x128|
 // wg64x256|wg128x256. Automatic picks wgmma tiles only when enabled (SetTcWgmma,
 // COLONNADE_TC_WGMMA=1) until a GPU run has checked and timed them (src/cuda/TC_NOTES.md).
@@ -1170,8 +1286,8 @@ int ChooseTile(int m) {
   if (t >= 1 && t <= 3) return t;
   return CeilDiv(m, TileS::BM) * TileS::BM < CeilDiv(m, TileL::BM) * TileL::BM ? 2 : 1;
 }
-// The wgmma tile (4-6) for a forward / backward-data GEMM, or 0 for mma.sync: only bf16
-// math on bf16 inputs with 16-byte chunk loads.
+// The wgmma tile (4-6) for a GEMM with M rows, or 0 for mma.sync; eligible: bf16 math on
+// bf16 operands with 16-byte chunk loads.
 int ChooseWgmmaTile(int m, bool eligible) {
   if (!eligible || !WgmmaAvailable()) return 0;
   const int t = TileSetting();
@@ -1214,9 +1330,14 @@ Picked Pick(MathMode math, int m, bool wgrad, StorageType a, StorageType b, bool
                                  : PickMath<Tf32Math>(tile, wgrad, a, b, vec);
 }
 template <class Tl>
-Picked PickWgmmaFor(StorageType out) {
+Picked PickWgmmaFor(bool wgrad, StorageType out) {
   Picked r;
-  r.gemm = out == StorageType::kBF16 ? TcWgmmaKernel<Tl, __nv_bfloat16> : TcWgmmaKernel<Tl, float>;
+  if (wgrad)
+    r.wgrad = TcWgmmaWgradKernel<Tl>;
+  else if (out == StorageType::kBF16)
+    r.gemm = TcWgmmaKernel<Tl, __nv_bfloat16>;
+  else
+    r.gemm = TcWgmmaKernel<Tl, float>;
   r.smem = Tl::kSmem;
   r.bm = Tl::BM;
   r.bn = Tl::BN;
@@ -1224,10 +1345,11 @@ Picked PickWgmmaFor(StorageType out) {
   r.threads = Tl::T;
   return r;
 }
-Picked PickWgmma(int tile, StorageType out) {
-  if (tile == 5) return PickWgmmaFor<WgTileS>(out);
-  if (tile == 6) return PickWgmmaFor<WgTileW>(out);
-  return PickWgmmaFor<WgTileL>(out);
+// out: the GEMM kernel's output storage (wgrad: dw is FP32).
+Picked PickWgmma(int tile, bool wgrad, StorageType out) {
+  if (tile == 5) return PickWgmmaFor<WgTileS>(wgrad, out);
+  if (tile == 6) return PickWgmmaFor<WgTileW>(wgrad, out);
+  return PickWgmmaFor<WgTileL>(wgrad, out);
 }
 
 // Runs one implicit GEMM (forward, or one phase of backward data): arranges the filter
@@ -1239,8 +1361,8 @@ TcLaunchInfo RunTcGemm(const DeviceContext& ctx, MathMode math, TcGemmParams q, 
   const bool vec = q.n % E == 0 && Aligned(q.in, 16);
   const int wg_tile = ChooseWgmmaTile(q.m, bf16 && in_type == StorageType::kBF16 && vec);
   const int BK = wg_tile != 0 ? WgTileL::BK : SliceK(math);
-  const Picked pk =
-      wg_tile != 0 ? PickWgmma(wg_tile, out_type) : Pick(math, q.m, false, in_type, out_type, vec);
+  const Picked pk = wg_tile != 0 ? PickWgmma(wg_tile, false, out_type)
+                                 : Pick(math, q.m, false, in_type, out_type, vec);
   TcLaunchInfo info;
   info.bm = pk.bm;
   info.bn = pk.bn;
@@ -1437,14 +1559,20 @@ TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a)
   q.div_kw = FastDiv(q.kw);
   q.div_khkw = FastDiv(q.kh * q.kw);
 
-  const int E = ChunkElems(a.math), BK = SliceK(a.math);
+  const int E = ChunkElems(a.math);
   const bool vec = d.n % E == 0 && Aligned(a.x.data, 16) && Aligned(a.dy.data, 16);
-  const Picked pk = Pick(a.math, q.m, true, a.x.type, a.dy.type, vec);
+  const int wg_tile =
+      ChooseWgmmaTile(q.m, a.math == MathMode::kBF16 && a.x.type == StorageType::kBF16 &&
+                               a.dy.type == StorageType::kBF16 && vec);
+  const int BK = wg_tile != 0 ? WgTileL::BK : SliceK(a.math);
+  const Picked pk = wg_tile != 0 ? PickWgmma(wg_tile, true, StorageType::kFloat)
+                                 : Pick(a.math, q.m, true, a.x.type, a.dy.type, vec);
   TcLaunchInfo info;
   info.bm = pk.bm;
   info.bn = pk.bn;
   info.stages = pk.stages;
   info.vec = vec;
+  info.wgmma = wg_tile != 0;
   // Split the reduction so that about four blocks per multiprocessor are in flight, each
   // split at least 16 slices long.
   const int64_t tiles = CeilDiv(q.ncol, info.bn) * CeilDiv(q.m, info.bm) * groups;

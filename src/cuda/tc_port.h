@@ -182,13 +182,14 @@ __device__ __forceinline__ void WgmmaFenceOperands(float (&d)[R]) {
 }
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16, scale-d = 1 (d += A * B), A 64 x 16
-// K-major (trans-a 0), B 16 x N MN-major (trans-b 1: N contiguous), both through
-// descriptors. Accumulators of thread t of warp w (of the warpgroup): d[4i + 2h + e] is row
+// K-major (trans-a 0), B 16 x N MN-major (kTransB = 1: N contiguous) or K-major (0), both
+// through descriptors. Accumulators of thread t of warp w (of the warpgroup): d[4i + 2h + e] is row
 // 16w + t / 4 + 8h, column 8i + 2 (t % 4) + e (the m16n8 layout of mma.sync, repeated
 // along N).
+template <int kTransB>
 __device__ __forceinline__ void WgmmaBf16N128(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
 #if defined(COLONNADE_CUDA_EMULATE)
-  colonnade::emu::WgmmaBf16(d, 128, desc_a, desc_b);
+  colonnade::emu::WgmmaBf16(d, 128, desc_a, desc_b, kTransB != 0);
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -197,7 +198,7 @@ __device__ __forceinline__ void WgmmaBf16N128(float (&d)[64], uint64_t desc_a, u
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+      "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
@@ -208,15 +209,16 @@ __device__ __forceinline__ void WgmmaBf16N128(float (&d)[64], uint64_t desc_a, u
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransB));
 #else
   __trap();  // not built for sm_90a: the host never launches a wgmma kernel then
 #endif
 }
 
+template <int kTransB>
 __device__ __forceinline__ void WgmmaBf16N256(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
 #if defined(COLONNADE_CUDA_EMULATE)
-  colonnade::emu::WgmmaBf16(d, 256, desc_a, desc_b);
+  colonnade::emu::WgmmaBf16(d, 256, desc_a, desc_b, kTransB != 0);
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -230,7 +232,7 @@ __device__ __forceinline__ void WgmmaBf16N256(float (&d)[128], uint64_t desc_a, 
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
       "%127"
-      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
@@ -250,7 +252,7 @@ __device__ __forceinline__ void WgmmaBf16N256(float (&d)[128], uint64_t desc_a, 
         "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
         "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
         "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(1), "n"(kTransB));
 #else
   __trap();  // not built for sm_90a: the host never launches a wgmma kernel then
 #endif

@@ -422,11 +422,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true, false}),
     [](const ::testing::TestParamInfo<ConvCase>& i) { return CaseName(i.param); });
 
-// The wgmma kernels (sm_90a; tiles 4-6, forward and backward data with bf16 math on bf16
-// inputs) against the CPU reference on every case, bf16 and float outputs, each tile forced
-// and the automatic choice with wgmma enabled: they run exactly where the batch is a
-// multiple of 8 (elsewhere mma.sync does, which the dispatch flag shows), meet the bf16
-// bound, and a kernel that drops its first K slice fails it. Their operand layouts (the
+// The wgmma kernels (sm_90a; tiles 4-6, bf16 math on bf16 operands) against the CPU
+// reference on every case, in all three ops, bf16 and float outputs (float dy for backward
+// filter, which then runs mma.sync), each tile forced and the automatic choice with wgmma
+// enabled: they run exactly where the batch is a multiple of 8 (elsewhere mma.sync does,
+// which the dispatch flag shows), meet the bf16 bound, and a kernel that drops its first K
+// slice fails it. Their operand layouts (the
 // 128-byte-swizzled canonical layouts of the PTX ISA) are decoded by the emulator from the
 // ISA's formulas, independently of the kernel's own addressing.
 class TcWgmmaTest : public TcConvTest {};
@@ -441,20 +442,27 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
     for (int tile : {4, 5, 6, 0}) {
       cuda::SetTcTile(tile);
       cuda::SetTcWgmma(tile == 0);
-      cuda::TcLaunchInfo fi, bi;
+      cuda::TcLaunchInfo fi, bi, wi;
       const double ef = RunForward(m, 800 + tile, tile % 2 == 0, 0, nullptr, &fi);
       const double eb = RunBackwardData(m, 810 + tile, 0, nullptr, &bi);
-      std::printf("  wgmma tile %d (%dx%d%s) %s: fwd %.2e bwd data %.2e\n", tile, fi.bm, fi.bn,
-                  fi.wgmma ? "" : ", mma.sync", ModeName(m).c_str(), ef, eb);
+      // Backward filter takes Mode::out as dy's storage: wgmma only when both are bf16.
+      const double ew = RunBackwardFilter(m, 815 + tile, 0, &wi);
+      std::printf("  wgmma tile %d (%dx%d%s) %s: fwd %.2e bwd data %.2e bwd filter %.2e%s\n", tile,
+                  fi.bm, fi.bn, fi.wgmma ? "" : ", mma.sync", ModeName(m).c_str(), ef, eb, ew,
+                  wi.wgmma ? "" : " (mma.sync)");
       EXPECT_EQ(fi.wgmma, eligible) << "tile " << tile;
       EXPECT_EQ(bi.wgmma, eligible) << "tile " << tile;
+      EXPECT_EQ(wi.wgmma, eligible && m.out == StorageType::kBF16) << "tile " << tile;
       EXPECT_LT(ef, tol) << "tile " << tile;
       EXPECT_LT(eb, tol) << "tile " << tile;
+      EXPECT_LT(ew, tol) << "tile " << tile;
       if (eligible && m.out == StorageType::kBF16) {
         const double ff = RunForward(m, 820 + tile, false, /*fault=*/1);
         const double fb = RunBackwardData(m, 830 + tile, /*fault=*/1);
+        const double fw = RunBackwardFilter(m, 840 + tile, /*fault=*/1);
         EXPECT_GT(ff, tol) << "forward, tile " << tile << ": a lost K slice passes";
         EXPECT_GT(fb, tol) << "backward data, tile " << tile << ": a lost K slice passes";
+        EXPECT_GT(fw, tol) << "backward filter, tile " << tile << ": a lost K slice passes";
       }
     }
     cuda::SetTcTile(0);

@@ -96,6 +96,7 @@ struct PendingWgmma {
   float* d;
   int n;
   uint64_t desc_a, desc_b;
+  bool trans_b;     // B MN-major (else K-major)
   bool chained;     // an earlier pending op writes d: start from its result
   float c_in[128];  // else: the accumulators as they were at the issue
 };
@@ -383,7 +384,7 @@ void RunWgmma(const Fiber& f, const PendingWgmma& op, const float* in, float* ou
     float acc = in[i];
     for (int k = 0; k < 16; ++k)
       acc += SharedBf16(WgmmaAddress(op.desc_a, false, row, k)) *
-             SharedBf16(WgmmaAddress(op.desc_b, true, col, k));
+             SharedBf16(WgmmaAddress(op.desc_b, op.trans_b, col, k));
     out[i] = acc;
   }
 }
@@ -398,7 +399,7 @@ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(b - g_dynamic_smem);
 }
 
-void WgmmaBf16(float* d, int n, uint64_t desc_a, uint64_t desc_b) {
+void WgmmaBf16(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_b) {
   Fiber& f = Current("wgmma");
   if (n % 8 != 0 || n < 8 || n > 256 || blockDim.x * blockDim.y * blockDim.z < (f.warp / 4 + 1) * 128) {
     std::fprintf(stderr, "emu: wgmma n = %d in a block of %u threads\n", n,
@@ -410,6 +411,7 @@ void WgmmaBf16(float* d, int n, uint64_t desc_a, uint64_t desc_b) {
   op.n = n;
   op.desc_a = desc_a;
   op.desc_b = desc_b;
+  op.trans_b = trans_b;
   auto writes_d = [&](const std::vector<PendingWgmma>& v) {
     for (const PendingWgmma& o : v)
       if (o.d == d) return true;

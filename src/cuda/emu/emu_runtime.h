@@ -164,13 +164,13 @@ void LdMatrix(uint32_t* r, int count, bool trans, const void* row_address);
 
 // wgmma (sm_90a), per thread of a warpgroup (4 consecutive warps from a warp index divisible
 // by 4). Addresses in descriptors are offsets in the dynamic shared memory (SharedAddress).
-//   wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 d, desc_a, desc_b, 1, 1, 1, 0, 1:
-//   d (this thread's n / 2 accumulators) += A * B, A 64 x 16 K-major and B 16 x n MN-major,
-//   both 128-byte swizzled (the only layout supported; others abort). Asynchronous as on the
-//   GPU: d holds NaN until the wgmma.wait_group that retires the op, which computes it from
-//   shared memory as it is then.
+//   wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 d, desc_a, desc_b, 1, 1, 1, 0,
+//   trans_b: d (this thread's n / 2 accumulators) += A * B, A 64 x 16 K-major, B 16 x n
+//   MN-major (trans_b) or K-major, both 128-byte swizzled (the only layout supported; others
+//   abort). Asynchronous as on the GPU: d holds NaN until the wgmma.wait_group that retires
+//   the op, which computes it from shared memory as it is then.
 uint32_t SharedAddress(const void* p);
-void WgmmaBf16(float* d, int n, uint64_t desc_a, uint64_t desc_b);
+void WgmmaBf16(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_b);
 void WgmmaCommit();                // wgmma.commit_group
 void WgmmaWait(int newest_pending);  // wgmma.wait_group N
 }  // namespace colonnade::emu
