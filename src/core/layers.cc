@@ -214,9 +214,14 @@ absl::StatusOr<std::vector<Shape>> PoolLayer::Setup(const std::vector<Shape>& in
 
 void PoolLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                         const std::vector<Tensor*>& y) {
-  if (!lrn_) return ops.PoolForward(*x[0], *y[0], p_);
-  if (arg_.shape() != y[0]->shape() || arg_.device() != ops.device())
-    arg_ = Tensor(y[0]->shape(), ops.device());
+  if (p_.kind != PoolParams::kMax) return ops.PoolForward(*x[0], *y[0], p_);
+  // The CPU keeps no record (its backward finds the maximum again): no buffer for it.
+  if (!lrn_ && ops.device() == Device::kCPU) return ops.PoolForward(*x[0], *y[0], p_);
+  // The record: float pixel indices for the fused LRN, bf16 window offsets otherwise.
+  const DType rec = lrn_ ? DType::kFloat32 : DType::kBF16;
+  if (arg_.shape() != y[0]->shape() || arg_.device() != ops.device() || arg_.dtype() != rec)
+    arg_ = Tensor(y[0]->shape(), ops.device(), rec);
+  if (!lrn_) return ops.MaxPoolForwardArg(*x[0], *y[0], arg_, p_);
   ops.LrnMaxPoolForward(*x[0], *y[0], arg_, *lrn_, p_);
 }
 
@@ -224,7 +229,9 @@ void PoolLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Te
                          const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
-  if (!lrn_) return ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_);
+  if (p_.kind != PoolParams::kMax || (!lrn_ && ops.device() == Device::kCPU))
+    return ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_);
+  if (!lrn_) return ops.MaxPoolBackwardArg(*x[0], *y[0], arg_, *dy[0], *dx[0], p_);
   ops.LrnMaxPoolBackward(*x[0], *y[0], arg_, *dy[0], *dx[0], *lrn_, p_);
 }
 

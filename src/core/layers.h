@@ -89,9 +89,10 @@ class PoolLayer : public Layer {
   COLONNADE_LAYER_OVERRIDES(lrn_                          ? "lrn+maxpool"
                             : p_.kind == PoolParams::kMax ? "maxpool"
                                                           : "avgpool");
-  // Max pooling finds each window's maximum again (x == y); average pooling spreads dy
-  // by window size only (the CUDA kernel loads x but does not use it for kAvg). Fused with
-  // an LRN, x is the LRN's input (normalised again).
+  // Max pooling: the CPU finds each window's maximum again (x == y), the CUDA backend reads
+  // its argmax record instead (arg_), but the plan keeps x and y for every backend; average
+  // pooling spreads dy by window size only (the CUDA kernel loads x but does not use it for
+  // kAvg). Fused with an LRN, x is the LRN's input (normalised again).
   BackwardReads backward_reads() const override {
     const bool max = p_.kind == PoolParams::kMax;
     return {max, max, true};
@@ -113,7 +114,10 @@ class PoolLayer : public Layer {
  private:
   PoolParams p_;
   std::optional<LrnCrossParams> lrn_;
-  Tensor arg_;  // fused: the backend's record of the forward (each window's argmax)
+  // Max pooling, fused or not: the backend's record of the forward (each window's argmax),
+  // y's shape (float32 pixel indices fused with the LRN, bf16 window offsets otherwise); the
+  // CUDA backward reads it instead of x and y.
+  Tensor arg_;
 };
 
 class GlobalAvgPoolLayer : public Layer {

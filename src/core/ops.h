@@ -199,6 +199,17 @@ class Ops {
   // dx from x, y, dy (max pooling routes to the first maximum of each window).
   virtual void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                             const PoolParams& p) = 0;
+  // Max pooling with a record for the backward: `arg` (y's shape, bf16) is the backend's.
+  // The CUDA kernels write each window's argmax there (the first maximum's offset in its
+  // window) and the backward routes dy by it without reading x or y; the defaults leave it
+  // untouched and run PoolForward / PoolBackward. Same bits either way.
+  virtual void MaxPoolForwardArg(const Tensor& x, Tensor& y, Tensor& /*arg*/, const PoolParams& p) {
+    PoolForward(x, y, p);
+  }
+  virtual void MaxPoolBackwardArg(const Tensor& x, const Tensor& y, const Tensor& /*arg*/,
+                                  const Tensor& dy, Tensor& dx, const PoolParams& p) {
+    PoolBackward(x, y, dy, dx, p);
+  }
   // x C x H x W x N -> y C x 1 x 1 x N (mean over pixels).
   virtual void GlobalAvgPoolForward(const Tensor& x, Tensor& y) = 0;
   virtual void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) = 0;

@@ -330,6 +330,31 @@ void CudaOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, T
                   I32(y.h(), "oh"), I32(y.w(), "ow"), p);
 }
 
+void CudaOps::MaxPoolForwardArg(const Tensor& x, Tensor& y, Tensor& arg, const PoolParams& p) {
+  if (!MaxPoolRecordFits(p)) return PoolForward(x, y, p);
+  op_shapes::Pool(x, y, p);
+  op_shapes::SameSize(y, arg, "MaxPoolForwardArg (arg)");
+  CHECK(arg.dtype() == DType::kBF16) << "MaxPoolForwardArg: the record is a bf16 tensor";
+  MaxPoolForwardArgGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y), arg.raw(),
+                       I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"),
+                       I32(y.h(), "oh"), I32(y.w(), "ow"), p);
+}
+
+void CudaOps::MaxPoolBackwardArg(const Tensor& x, const Tensor& y, const Tensor& arg,
+                                 const Tensor& dy, Tensor& dx, const PoolParams& p) {
+  if (!MaxPoolRecordFits(p)) return PoolBackward(x, y, dy, dx, p);
+  op_shapes::PoolBackward(x, y, dy, dx, p);
+  op_shapes::SameSize(y, arg, "MaxPoolBackwardArg (arg)");
+  CHECK(arg.dtype() == DType::kBF16) << "MaxPoolBackwardArg: the record is a bf16 tensor";
+  CHECK(x.dtype() == dx.dtype() && y.dtype() == dy.dtype())
+      << "MaxPoolBackwardArg: x and dx, y and dy must share a storage type (x "
+      << DTypeName(x.dtype()) << ", dx " << DTypeName(dx.dtype()) << ", y " << DTypeName(y.dtype())
+      << ", dy " << DTypeName(dy.dtype()) << ")";
+  MaxPoolBackwardArgGpu(ctx_, arg.raw(), dy.raw(), StorageOf(dy), dx.raw(), StorageOf(dx),
+                        I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"),
+                        I32(y.h(), "oh"), I32(y.w(), "ow"), p);
+}
+
 void CudaOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {
   op_shapes::GlobalAvgPool(x, y, "GlobalAvgPoolForward");
   GlobalAvgPoolForwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y), I32(x.c(), "c"),

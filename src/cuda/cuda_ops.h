@@ -49,6 +49,9 @@ class CudaOps : public Ops {
   void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) override;
   void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                     const PoolParams& p) override;
+  void MaxPoolForwardArg(const Tensor& x, Tensor& y, Tensor& arg, const PoolParams& p) override;
+  void MaxPoolBackwardArg(const Tensor& x, const Tensor& y, const Tensor& arg, const Tensor& dy,
+                          Tensor& dx, const PoolParams& p) override;
   void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
   void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
   void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) override;

@@ -172,6 +172,20 @@ void PoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, voi
 void PoolBackwardGpu(const DeviceContext& ctx, const void* x, const void* y, const void* dy,
                      void* dx, StorageType xt, StorageType yt, int c, int h, int w, int n, int oh,
                      int ow, const PoolParams& p);
+// Max pooling that keeps a record for its backward (windows of at most 256 pixels,
+// MaxPoolRecordFits): the forward also writes each window's argmax, the offset of its first
+// maximum in row-major order within the unclipped window, as a bf16 (exact: below 256; rec
+// has y's shape, 2 bytes an element), and the backward routes dy to those pixels (a gather
+// per input pixel over its windows in (oy, ox) order, as PoolBackwardGpu's version 3)
+// without reading x or y: y and dx are bit for bit those of PoolForwardGpu and
+// PoolBackwardGpu.
+bool MaxPoolRecordFits(const PoolParams& p);
+void MaxPoolForwardArgGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                          StorageType yt, void* rec, int c, int h, int w, int n, int oh, int ow,
+                          const PoolParams& p);
+void MaxPoolBackwardArgGpu(const DeviceContext& ctx, const void* rec, const void* dy,
+                           StorageType yt, void* dx, StorageType xt, int c, int h, int w, int n,
+                           int oh, int ow, const PoolParams& p);
 void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,
                              int n);
 void GlobalAvgPoolBackwardGpu(const DeviceContext& ctx, const float* dy, float* dx, int c, int hw,

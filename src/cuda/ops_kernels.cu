@@ -478,7 +478,8 @@ struct PoolKernelParams {
   void* out;
   int c, h, w, n, oh, ow;
   int size, stride, pad;
-  int kind;  // PoolParams::Kind
+  int kind;   // PoolParams::Kind
+  Bf16* rec;  // max forward: each window's argmax as its offset in the window, or null
 };
 
 // Pooling kernels use a 2-D grid: blockIdx.y walks (channel, row) pairs, x-threads the
@@ -490,13 +491,16 @@ dim3 RowGrid(int64_t row_len, int64_t rows) {
               static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
 }
 
-// Kernel PoolForwardKernel<V, XT, YT>
+// Kernel PoolForwardKernel<V, XT, YT, kArg>
 //   x: C x H x W x N  ->  y: C x OH x OW x N. Grid: y = C*OH rows (strided if more than
 //   65535), x = ceil(OW*N/V / 256); thread = (ox, V consecutive images) of its row, images
 //   fastest. Window [oy*stride - pad, +size) x [ox*stride - pad, +size) clipped to the image;
 //   max keeps the first maximum in row-major order, avg multiplies the sum by
-//   1 / (clipped pixel count). A maximum is one of its inputs: exact in any storage.
-template <int V, typename XT, typename YT>
+//   1 / (clipped pixel count). A maximum is one of its inputs: exact in any storage. kArg
+//   (max only): also the first maximum's offset in its (unclipped) window, (iy - oy*stride +
+//   pad) * size + ix - ox*stride + pad, into p.rec as a bf16 (exact below 256): the pixel
+//   PoolArgmaxKernel finds from x and y (the window's first pixel when none exceeds -inf).
+template <int V, typename XT, typename YT, bool kArg = false>
 __global__ void PoolForwardKernel(const PoolKernelParams p) {
   const int q = blockIdx.x * kBlock + threadIdx.x;
   const int nv = p.n / V;
@@ -509,13 +513,20 @@ __global__ void PoolForwardKernel(const PoolKernelParams p) {
     const XT* xc = static_cast<const XT*>(p.x) + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
     Lanes<V> r;
     if (p.kind == PoolParams::kMax) {
-      for (int i = 0; i < V; ++i) r.v[i] = -INFINITY;
+      const int wy = oy * p.stride - p.pad, wx = ox * p.stride - p.pad;  // window origin
+      Lanes<V> at;
+      for (int i = 0; i < V; ++i) r.v[i] = -INFINITY, at.v[i] = (y0 - wy) * p.size + x0 - wx;
       for (int yy = y0; yy < y1; ++yy)
         for (int xx = x0; xx < x1; ++xx) {
           const Lanes<V> v = LoadLanes<V>(xc + (yy * p.w + xx) * p.n);
           for (int i = 0; i < V; ++i)
-            if (v.v[i] > r.v[i]) r.v[i] = v.v[i];
+            if (v.v[i] > r.v[i]) {
+              r.v[i] = v.v[i];
+              if constexpr (kArg) at.v[i] = (yy - wy) * p.size + xx - wx;
+            }
         }
+      if constexpr (kArg)
+        StoreLanes<V>(p.rec + static_cast<int64_t>(row) * p.ow * p.n + ox * p.n + img, at);
     } else {
       Lanes<V> s;
       for (int i = 0; i < V; ++i) s.v[i] = 0.0f;
@@ -602,10 +613,11 @@ struct PoolArgParams {
   const void* x;
   const void* y;
   const void* dy;
-  int* arg;
+  int* arg;  // PoolArgmaxKernel's output, PoolMaxGatherKernel's input
   void* out;
   int c, h, w, n, oh, ow;
   int size, stride, pad;
+  const Bf16* rec;  // PoolMaxGatherKernel<.., true>: the forward's record (window offsets)
 };
 template <int V, typename XT, typename YT>
 __global__ void PoolArgmaxKernel(const PoolArgParams p) {
@@ -635,7 +647,7 @@ __global__ void PoolArgmaxKernel(const PoolArgParams p) {
     for (int i = 0; i < V; ++i) p.arg[o + i] = first[i];
   }
 }
-template <int V, typename XT, typename YT>
+template <int V, typename XT, typename YT, bool kRec = false>
 __global__ void PoolMaxGatherKernel(const PoolArgParams p) {
   const int q = blockIdx.x * kBlock + threadIdx.x;
   const int nv = p.n / V;
@@ -657,8 +669,16 @@ __global__ void PoolMaxGatherKernel(const PoolArgParams p) {
       for (int ox = ox0; ox <= ox1; ++ox) {
         const int64_t o = plane + (oy * p.ow + ox) * p.n;
         const Lanes<V> d = LoadLanes<V>(static_cast<const YT*>(p.dy) + o);
-        for (int i = 0; i < V; ++i)
-          if (p.arg[o + i] == me) g.v[i] += d.v[i];
+        if constexpr (kRec) {  // the forward's record: this pixel's offset in window (oy, ox)
+          const Lanes<V> r = LoadLanes<V>(p.rec + o);
+          const float mine = static_cast<float>((iy - oy * p.stride + p.pad) * p.size + ix -
+                                                ox * p.stride + p.pad);
+          for (int i = 0; i < V; ++i)
+            if (r.v[i] == mine) g.v[i] += d.v[i];
+        } else {
+          for (int i = 0; i < V; ++i)
+            if (p.arg[o + i] == me) g.v[i] += d.v[i];
+        }
       }
     StoreLanes<V>(static_cast<XT*>(p.out) + static_cast<int64_t>(row) * p.w * p.n + ix * p.n + img,
                   g);
@@ -1665,22 +1685,77 @@ void PoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, i
 void PoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
                     StorageType yt, int c, int h, int w, int n, int oh, int ow,
                     const PoolParams& pp) {
+  MaxPoolForwardArgGpu(ctx, x, xt, y, yt, nullptr, c, h, w, n, oh, ow, pp);
+}
+
+bool MaxPoolRecordFits(const PoolParams& p) {
+  return p.kind == PoolParams::kMax && p.size * p.size <= 256;
+}
+
+void MaxPoolForwardArgGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
+                          StorageType yt, void* rec, int c, int h, int w, int n, int oh, int ow,
+                          const PoolParams& pp) {
   PoolKernelParams p{x, nullptr, nullptr, y,       c,         h,      w,
                      n, oh,      ow,      pp.size, pp.stride, pp.pad, static_cast<int>(pp.kind)};
+  p.rec = static_cast<Bf16*>(rec);
+  CHECK(rec == nullptr || MaxPoolRecordFits(pp))
+      << "an argmax record needs max pooling with at most 256 pixels per window";
   CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31)
       << "pooling supports tensors below 2^31 elements";
   const dim3 block(kBlock);
-  const int v = PoolLanes(n, {{x, xt}, {y, yt}});
+  const int v = PoolLanes(n, {{x, xt}, {y, yt}, {rec, StorageType::kBF16}});
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      using XT = decltype(xs);
+      using YT = decltype(ys);
+      auto launch = [&](auto with_arg) {
+        constexpr bool kArg = decltype(with_arg)::value;
+        if (v == 4) {
+          Launch(PoolForwardKernel<4, XT, YT, kArg>, RowGrid(int64_t(ow) * n / 4, int64_t(c) * oh),
+                 block, ctx.stream, p);
+        } else {
+          Launch(PoolForwardKernel<1, XT, YT, kArg>, RowGrid(int64_t(ow) * n, int64_t(c) * oh),
+                 block, ctx.stream, p);
+        }
+      };
+      if (rec != nullptr)
+        launch(std::true_type{});
+      else
+        launch(std::false_type{});
+    });
+  });
+}
+
+void MaxPoolBackwardArgGpu(const DeviceContext& ctx, const void* rec, const void* dy,
+                           StorageType yt, void* dx, StorageType xt, int c, int h, int w, int n,
+                           int oh, int ow, const PoolParams& pp) {
+  CHECK(MaxPoolRecordFits(pp)) << "MaxPoolBackwardArgGpu: max pooling, at most 256 pixels a window";
+  CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31)
+      << "pooling supports tensors below 2^31 elements";
+  PoolArgParams a{};
+  a.dy = dy;
+  a.rec = static_cast<const Bf16*>(rec);
+  a.out = dx;
+  a.c = c;
+  a.h = h;
+  a.w = w;
+  a.n = n;
+  a.oh = oh;
+  a.ow = ow;
+  a.size = pp.size;
+  a.stride = pp.stride;
+  a.pad = pp.pad;
+  const int v = PoolLanes(n, {{dy, yt}, {dx, xt}, {rec, StorageType::kBF16}});
   WithStorage(xt, [&](auto xs) {
     WithStorage(yt, [&](auto ys) {
       using XT = decltype(xs);
       using YT = decltype(ys);
       if (v == 4) {
-        Launch(PoolForwardKernel<4, XT, YT>, RowGrid(int64_t(ow) * n / 4, int64_t(c) * oh), block,
-               ctx.stream, p);
+        Launch(PoolMaxGatherKernel<4, XT, YT, true>, RowGrid(int64_t(w) * n / 4, int64_t(c) * h),
+               dim3(kBlock), ctx.stream, a);
       } else {
-        Launch(PoolForwardKernel<1, XT, YT>, RowGrid(int64_t(ow) * n, int64_t(c) * oh), block,
-               ctx.stream, p);
+        Launch(PoolMaxGatherKernel<1, XT, YT, true>, RowGrid(int64_t(w) * n, int64_t(c) * h),
+               dim3(kBlock), ctx.stream, a);
       }
     });
   });

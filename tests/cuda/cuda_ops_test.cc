@@ -1140,6 +1140,50 @@ TEST_F(CudaTest, PoolingFloatStorageTyped) {
 
 // Max-pool backward cannot find a rounded maximum's pixel in float x; CudaOps refuses x / dx
 // (or y / dy) of different storage.
+// Max pooling with the forward's argmax record (MaxPoolForwardArg / MaxPoolBackwardArg, what
+// PoolLayer runs): y and dx bit for bit those of PoolForward and PoolBackward (version 3), in
+// float and bf16 storage, with and without ties (the first maximum takes the gradient),
+// clipped windows (padding) included; windows over 256 pixels fall back to the primitives.
+TEST_F(CudaTest, MaxPoolRecordMatchesThePrimitives) {
+  const PoolCase cases[] = {
+      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33}, {PoolParams::kMax, 2, 2, 0, 3, 9, 7, 1},
+      {PoolParams::kMax, 3, 1, 1, 48, 7, 7, 8},   {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 12},
+      {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},  {PoolParams::kMax, 3, 2, 0, 96, 13, 13, 32},
+      {PoolParams::kMax, 17, 1, 0, 2, 18, 18, 4},  // 289 pixels: no record, the primitives
+  };
+  for (const PoolCase& k : cases) {
+    if (kEmulated && k.c * k.h * k.w * k.n > 500000) continue;
+    const PoolParams p = k.params();
+    const Shape xs = k.x_shape(), ys = k.y_shape();
+    for (bool ties : {false, true}) {
+      Tensor x = RandomCpu(xs, 65);
+      if (ties)
+        for (int64_t i = 0; i < x.size(); ++i) x.data()[i] = std::floor(x.data()[i] * 2.0f);
+      Tensor dy = RandomCpu(ys, 66);
+      for (DType t : {DType::kFloat32, DType::kBF16}) {
+        const std::string name =
+            absl::StrFormat("size %d stride %d pad %d on %s%s, %s", k.size, k.stride, k.pad,
+                            xs.ToString(), ties ? " (ties)" : "", DTypeName(t));
+        Tensor gx = OnGpuAs(x, t), gdy = OnGpuAs(dy, t);
+        Tensor ref_y = PoisonedAs(ys, t), gy = PoisonedAs(ys, t);
+        Tensor rec = PoisonedAs(ys, DType::kBF16);
+        Gpu().PoolForward(gx, ref_y, p);
+        Gpu().MaxPoolForwardArg(gx, gy, rec, p);
+        EXPECT_TRUE(BitwiseEqual(gy.ToHost(), ref_y.ToHost())) << name;
+        cuda::SetPoolBackwardVersion(3);
+        Tensor ref_dx = PoisonedAs(xs, t), gdx = PoisonedAs(xs, t);
+        Gpu().PoolBackward(gx, ref_y, gdy, ref_dx, p);
+        cuda::SetPoolBackwardVersion(0);
+        // x and y poisoned: the recorded backward must not read them.
+        Gpu().MaxPoolBackwardArg(cuda::MaxPoolRecordFits(p) ? PoisonedAs(xs, t) : gx,
+                                 cuda::MaxPoolRecordFits(p) ? PoisonedAs(ys, t) : gy, rec, gdy, gdx,
+                                 p);
+        EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), ref_dx.ToHost())) << name;
+      }
+    }
+  }
+}
+
 TEST_F(CudaTest, PoolBackwardBf16Refusals) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the backend (and emulator) run threads
   const PoolParams p = testing::MaxPool(2, 2, 0, true);
