@@ -271,8 +271,11 @@ absl::StatusOr<std::vector<Shape>> LrnCrossLayer::Setup(const std::vector<Shape>
 void LrnCrossLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                             const std::vector<Tensor*>& y) {
   if (fused_into_pool_) return;  // in place on x: the pool after it normalises
-  if (denom_.shape() != x[0]->shape() || denom_.device() != ops.device())
+  if (ops.LrnCrossRecomputesDenominator(p_)) {
+    denom_ = Tensor();  // none kept: the backward computes the denominators again
+  } else if (denom_.shape() != x[0]->shape() || denom_.device() != ops.device()) {
     denom_ = Tensor(x[0]->shape(), ops.device());
+  }
   ops.LrnCrossForward(*x[0], *y[0], denom_, p_);
 }
 

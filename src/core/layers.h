@@ -152,7 +152,7 @@ class LrnCrossLayer : public Layer {
 
  private:
   LrnCrossParams p_;
-  Tensor denom_;
+  Tensor denom_;  // empty where the backend recomputes it (Ops::LrnCrossRecomputesDenominator)
   bool fused_into_pool_ = false;
 };
 

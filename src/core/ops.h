@@ -215,7 +215,11 @@ class Ops {
   virtual void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) = 0;
 
   // ---- normalisation ----------------------------------------------------------------
-  // `denom` (same shape as x) receives k + alpha' * sum a^2, reused by backward.
+  // `denom` (same shape as x) receives k + alpha' * sum a^2, reused by backward. Where
+  // LrnCrossRecomputesDenominator(p), `denom` may be an empty Tensor in both calls: the
+  // forward then stores nothing and the backward computes the denominators again from x,
+  // with the forward's bits (the CUDA backend: half-widths 1-4; the CPU always stores them).
+  virtual bool LrnCrossRecomputesDenominator(const LrnCrossParams& /*p*/) const { return false; }
   virtual void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom,
                                const LrnCrossParams& p) = 0;
   virtual void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,

@@ -367,19 +367,35 @@ void CudaOps::GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) {
                            I32(dx.h() * dx.w(), "hw"), I32(dx.n(), "n"));
 }
 
+bool CudaOps::LrnCrossRecomputesDenominator(const LrnCrossParams& p) const {
+  return cuda::LrnCrossRecomputesDenominator(p);
+}
+
 void CudaOps::LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) {
-  op_shapes::LrnCross(x, p, {&y, &denom}, "LrnCrossForward");
-  LrnCrossForwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y), denom.data(),
-                     I32(x.c(), "c"), I32(x.h() * x.w() * x.n(), "hwn"), p);
+  const bool stored = !denom.empty();  // empty: the backward recomputes (ops.h)
+  if (stored) {
+    op_shapes::LrnCross(x, p, {&y, &denom}, "LrnCrossForward");
+  } else {
+    op_shapes::LrnCross(x, p, {&y}, "LrnCrossForward");
+  }
+  LrnCrossForwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), StorageOf(y),
+                     stored ? denom.data() : nullptr, I32(x.c(), "c"),
+                     I32(x.h() * x.w() * x.n(), "hwn"), p);
 }
 
 void CudaOps::LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
                                const Tensor& dy, Tensor& dx, const LrnCrossParams& p) {
-  op_shapes::LrnCross(x, p, {&y, &denom, &dy, &dx}, "LrnCrossBackward");
+  const bool stored = !denom.empty();
+  if (stored) {
+    op_shapes::LrnCross(x, p, {&y, &denom, &dy, &dx}, "LrnCrossBackward");
+  } else {
+    op_shapes::LrnCross(x, p, {&y, &dy, &dx}, "LrnCrossBackward");
+  }
   SameStorage(x, "x", dx, "dx", "LrnCrossBackward");
   SameStorage(y, "y", dy, "dy", "LrnCrossBackward");
-  LrnCrossBackwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), denom.data(), dy.raw(), StorageOf(dy),
-                      dx.raw(), I32(x.c(), "c"), I32(x.h() * x.w() * x.n(), "hwn"), p);
+  LrnCrossBackwardGpu(ctx_, x.raw(), StorageOf(x), y.raw(), stored ? denom.data() : nullptr,
+                      dy.raw(), StorageOf(dy), dx.raw(), I32(x.c(), "c"),
+                      I32(x.h() * x.w() * x.n(), "hwn"), p);
 }
 
 void CudaOps::LrnMaxPoolForward(const Tensor& x, Tensor& y, Tensor& arg, const LrnCrossParams& lp,

@@ -59,6 +59,7 @@ class CudaOps : public Ops {
                         Tensor& dx, const LrnCrossParams& p) override;
   // One kernel each way (ops_kernels.cu), bit for bit the unfused kernels; parameters the
   // kernels do not take (pooling windows over 3 x 3, LRN over 9 channels) run the defaults.
+  bool LrnCrossRecomputesDenominator(const LrnCrossParams& p) const override;
   void LrnMaxPoolForward(const Tensor& x, Tensor& y, Tensor& arg, const LrnCrossParams& lp,
                          const PoolParams& pp) override;
   void LrnMaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& arg, const Tensor& dy,

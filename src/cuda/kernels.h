@@ -202,7 +202,11 @@ void LrnCrossBackwardGpu(const DeviceContext& ctx, const float* x, const float* 
                          const float* denom, const float* dy, float* dx, int c, int hwn,
                          const LrnCrossParams& p);
 // The same with x and dx stored as xt, y and dy as yt (float or bf16); denom is float. Loads
-// widen, the arithmetic is the float kernels' own, stores round to nearest even.
+// widen, the arithmetic is the float kernels' own, stores round to nearest even. denom may
+// be null in both where LrnCrossRecomputesDenominator (window half-widths 1-4): the forward
+// then stores none and the backward computes each again from x, with the forward's bits, so
+// dx is the same.
+bool LrnCrossRecomputesDenominator(const LrnCrossParams& p);
 void LrnCrossForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
                         StorageType yt, float* denom, int c, int hwn, const LrnCrossParams& p);
 void LrnCrossBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, const void* y,

@@ -814,7 +814,7 @@ __global__ void LrnCrossForwardRing(const LrnCrossKernelParams p) {
       for (int c = g0; c < g1; ++c) {
         const float d = LrnRingDenom<L>(xr, p.k, p.alpha);
         const int64_t o = c * p.hwn + q;
-        p.denom_out[o] = d;
+        if (p.denom_out != nullptr) p.denom_out[o] = d;  // null: the backward recomputes it
         Store(y + o, xr[HALF] * PowNegBeta(d, p.beta));
 #pragma unroll
         for (int i = 0; i + 1 < L; ++i) xr[i] = xr[i + 1];
@@ -825,7 +825,12 @@ __global__ void LrnCrossForwardRing(const LrnCrossKernelParams p) {
   }
 }
 
-template <int HALF, typename XT, typename YT>
+// kRecompute (p.denom null, the forward stored none): each denominator is computed again from
+// x with LrnRingDenom over the same window, so it has the forward's bits and dx is the same;
+// a lead ring xa holds x of the channels cn - HALF .. cn + HALF around the next channel cn
+// to enter the window, so x is still read once (2 + 2 bytes a bf16 element fewer to move
+// than the 4-byte denominator, which also never takes memory).
+template <int HALF, typename XT, typename YT, bool kRecompute = false>
 __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
   constexpr int L = 2 * HALF + 1;
   const XT* x = static_cast<const XT*>(p.x);
@@ -835,17 +840,38 @@ __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
   GRID_STRIDE_LOOP(q, p.hwn) {
     for (int g0 = 0; g0 < p.c; g0 += p.cg) {
       const int g1 = g0 + p.cg;
+      float xa[L];  // kRecompute: x of channels cn - HALF .. cn + HALF (0 outside the group)
+      if constexpr (kRecompute) {
+#pragma unroll
+        for (int i = 0; i < L; ++i) {
+          const int cc = g0 - HALF + i;
+          xa[i] = (cc >= g0 && cc < g1) ? Load(x + cc * p.hwn + q) : 0.0f;
+        }
+      }
+      // Channel cc (in the group) enters the window: its x, dy, denominator and ratio.
+      auto enter = [&](int cc, float& xv, float& gv, float& dv, float& rv) {
+        const int64_t o = cc * p.hwn + q;
+        if constexpr (kRecompute) {
+          dv = LrnRingDenom<L>(xa, p.k, p.alpha);  // xa is centred on cc
+          xv = xa[HALF];
+#pragma unroll
+          for (int i = 0; i + 1 < L; ++i) xa[i] = xa[i + 1];
+          const int cl = cc + HALF + 1;
+          xa[L - 1] = cl < g1 ? Load(x + cl * p.hwn + q) : 0.0f;
+        } else {
+          xv = Load(x + o);
+          dv = p.denom[o];
+        }
+        gv = Load(dy + o);
+        rv = gv * Load(y + o) / dv;
+      };
       // Per window slot: ratio dy*y/denom, and x, dy, denom for when the slot is the centre.
       float rr[L], xr[L], gr[L], dr[L];
 #pragma unroll
       for (int i = 0; i < L; ++i) {
         const int cc = g0 - HALF + i;
         if (cc >= g0 && cc < g1) {
-          const int64_t o = cc * p.hwn + q;
-          xr[i] = Load(x + o);
-          gr[i] = Load(dy + o);
-          dr[i] = p.denom[o];
-          rr[i] = gr[i] * Load(y + o) / dr[i];
+          enter(cc, xr[i], gr[i], dr[i], rr[i]);
         } else {
           xr[i] = gr[i] = rr[i] = 0.0f;
           dr[i] = 1.0f;
@@ -866,11 +892,7 @@ __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
         }
         const int cn = c + HALF + 1;
         if (cn < g1) {
-          const int64_t o = cn * p.hwn + q;
-          xr[L - 1] = Load(x + o);
-          gr[L - 1] = Load(dy + o);
-          dr[L - 1] = p.denom[o];
-          rr[L - 1] = gr[L - 1] * Load(y + o) / dr[L - 1];
+          enter(cn, xr[L - 1], gr[L - 1], dr[L - 1], rr[L - 1]);
         } else {
           xr[L - 1] = gr[L - 1] = rr[L - 1] = 0.0f;
           dr[L - 1] = 1.0f;
@@ -1896,18 +1918,19 @@ LrnCrossKernel LrnCrossForwardFor(int half) {
       return LrnCrossForwardKernel<XT, YT>;
   }
 }
-template <typename XT, typename YT>
+template <typename XT, typename YT, bool kRecompute>
 LrnCrossKernel LrnCrossBackwardFor(int half) {
   switch (half) {
     case 1:
-      return LrnCrossBackwardRing<1, XT, YT>;
+      return LrnCrossBackwardRing<1, XT, YT, kRecompute>;
     case 2:
-      return LrnCrossBackwardRing<2, XT, YT>;
+      return LrnCrossBackwardRing<2, XT, YT, kRecompute>;
     case 3:
-      return LrnCrossBackwardRing<3, XT, YT>;
+      return LrnCrossBackwardRing<3, XT, YT, kRecompute>;
     case 4:
-      return LrnCrossBackwardRing<4, XT, YT>;
+      return LrnCrossBackwardRing<4, XT, YT, kRecompute>;
     default:
+      CHECK(!kRecompute) << "LRN: only half-widths 1-4 recompute their denominators";
       return LrnCrossBackwardKernel<XT, YT>;
   }
 }
@@ -1921,6 +1944,8 @@ void LrnCrossForwardGpu(const DeviceContext& ctx, const float* x, float* y, floa
 void LrnCrossForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
                         StorageType yt, float* denom, int c, int hwn, const LrnCrossParams& lp) {
   LrnCrossKernelParams p = CrossParams(c, hwn, lp);
+  CHECK(denom != nullptr || LrnCrossRecomputesDenominator(lp))
+      << "LRN: only half-widths 1-4 run without stored denominators";
   p.x = x;
   p.out = y;
   p.denom_out = denom;
@@ -1950,10 +1975,17 @@ void LrnCrossBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt
   p.out = dx;
   WithStorage(xt, [&](auto xs) {
     WithStorage(yt, [&](auto ys) {
-      Launch(LrnCrossBackwardFor<decltype(xs), decltype(ys)>(p.half), GridFor(ctx, hwn),
-             dim3(kBlock), ctx.stream, p);
+      using XT = decltype(xs);
+      using YT = decltype(ys);
+      Launch(denom != nullptr ? LrnCrossBackwardFor<XT, YT, false>(p.half)
+                              : LrnCrossBackwardFor<XT, YT, true>(p.half),
+             GridFor(ctx, hwn), dim3(kBlock), ctx.stream, p);
     });
   });
+}
+
+bool LrnCrossRecomputesDenominator(const LrnCrossParams& lp) {
+  return lp.size / 2 >= 1 && lp.size / 2 <= 4;
 }
 
 bool LrnMaxPoolFusable(const LrnCrossParams& lp, const PoolParams& pp) {

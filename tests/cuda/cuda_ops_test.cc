@@ -1605,6 +1605,47 @@ TEST_F(CudaTest, BatchNormBf16Storage) {
   }
 }
 
+// Without stored denominators (an empty denom: Ops::LrnCrossRecomputesDenominator, window
+// half-widths 1-4 on the GPU) the forward writes the same y and the backward, computing
+// each denominator again from x, the same dx bit for bit, in float and bf16 storage; the
+// denominators of window 11 (half-width 5) are always stored.
+TEST_F(CudaTest, LrnCrossRecomputedDenominatorsAsStored) {
+  struct Case {
+    int c, h, w, n, size, groups;
+  };
+  const Case cases[] = {{96, 5, 5, 33, 5, 2},
+                        {48, 3, 3, 128, 3, 1},
+                        {20, 3, 4, 8, 9, 1},
+                        {7, 2, 3, 4, 7, 1},
+                        {12, 2, 2, 5, 11, 1}};
+  for (const Case& k : cases) {
+    LrnCrossParams p;
+    p.size = k.size;
+    p.groups = k.groups;
+    p.alpha = 1e-2f;
+    p.beta = 0.75f;
+    p.k = 2.0f;
+    const bool recompute = Gpu().LrnCrossRecomputesDenominator(p);
+    EXPECT_EQ(recompute, k.size / 2 >= 1 && k.size / 2 <= 4) << "size " << k.size;
+    if (!recompute) continue;
+    const Shape s{k.c, k.h, k.w, k.n};
+    for (DType t : {DType::kFloat32, DType::kBF16}) {
+      const std::string name =
+          absl::StrFormat("%s size %d, %s", s.ToString(), k.size, DTypeName(t));
+      Tensor gx = OnGpuAs(RandomCpu(s, 83, -3.0f, 3.0f), t), gdy = OnGpuAs(RandomCpu(s, 84), t);
+      Tensor y1 = PoisonedAs(s, t), y2 = PoisonedAs(s, t), d = Poisoned(s, Device::kCUDA);
+      Tensor none;
+      Gpu().LrnCrossForward(gx, y1, d, p);
+      Gpu().LrnCrossForward(gx, y2, none, p);
+      EXPECT_TRUE(BitwiseEqual(y2.ToHost(), y1.ToHost())) << name;
+      Tensor dx1 = PoisonedAs(s, t), dx2 = PoisonedAs(s, t);
+      Gpu().LrnCrossBackward(gx, y1, d, gdy, dx1, p);
+      Gpu().LrnCrossBackward(gx, y1, none, gdy, dx2, p);
+      EXPECT_TRUE(BitwiseEqual(dx2.ToHost(), dx1.ToHost())) << name;
+    }
+  }
+}
+
 // Cross-channel LRN, unfused: x / dx in st.x, y / dy in st.y, denom float. Window sizes 3 and
 // 5 (and 4, even) take the register ring, 11 the generic kernel; groups 1 and 2; batches 1, 7,
 // 33 and 8. y and dx as the float run's on the widened inputs, rounded once; denom its bits.
