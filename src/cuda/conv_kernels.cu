@@ -31,6 +31,7 @@
 
 #include "core/log.h"
 #include "cuda/autotune.h"
+#include "cuda/conv_gather.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 
@@ -110,58 +111,6 @@ struct ConvGemmParams {
   int out_h, out_w, out_s, out_oy, out_ox, plain;
   FastDiv div_n, div_ow, div_kw, div_khkw;
 };
-
-// The gathered operand's column j: the source pixel of tap (0, 0) and the offset of that
-// (possibly padded, so possibly negative) pixel.
-struct GatherColumn {
-  int base, sy, sx;
-  bool ok;
-};
-__device__ __forceinline__ GatherColumn MakeColumn(const ConvGemmParams& p, int jj) {
-  GatherColumn col;
-  col.ok = jj < p.j;
-  const int jc = col.ok ? jj : 0;
-  const int pix = Div(jc, p.div_n);
-  const int img = jc - pix * p.n;
-  const int oy = Div(pix, p.div_ow);
-  const int ox = pix - oy * p.ow;
-  col.sy = oy * p.stride - p.pad_h;
-  col.sx = ox * p.stride - p.pad_w;
-  col.base = (col.sy * p.w + col.sx) * p.n + img;
-  return col;
-}
-struct GatherTap {
-  int c, ky, kx;
-  bool ok;
-};
-__device__ __forceinline__ GatherTap MakeTap(const ConvGemmParams& p, int k) {
-  GatherTap t;
-  t.ok = k < p.k;
-  const int kc = t.ok ? k : 0;
-  t.c = Div(kc, p.div_khkw);
-  const int r = kc - t.c * (p.kh * p.kw);
-  t.ky = Div(r, p.div_kw);
-  t.kx = r - t.ky * p.kw;
-  return t;
-}
-// Offset into the group's gathered tensor of (tap, column); *ok false for padding.
-__device__ __forceinline__ int GatherOffset(const ConvGemmParams& p, int hwn, const GatherTap& t,
-                                            const GatherColumn& col, bool* ok) {
-  const int sy = col.sy + t.ky, sx = col.sx + t.kx;
-  *ok = t.ok && col.ok && static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
-        static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
-  return t.c * hwn + col.base + (t.ky * p.w + t.kx) * p.n;
-}
-// Where output column jj goes, relative to the start of its output row.
-__device__ __forceinline__ int64_t OutColumn(const ConvGemmParams& p, int jj) {
-  if (p.plain) return jj;
-  const int pix = Div(jj, p.div_n);
-  const int img = jj - pix * p.n;
-  const int oy = Div(pix, p.div_ow);
-  const int ox = pix - oy * p.ow;
-  return (static_cast<int64_t>(p.out_oy + p.out_s * oy) * p.out_w + p.out_ox + p.out_s * ox) * p.n +
-         img;
-}
 
 // Epilogue shared by both versions: rows are filters (or input channels), columns are
 // (pixel, image); thread (ty, tx) writes its BM/16 rows x two runs of 4 columns.

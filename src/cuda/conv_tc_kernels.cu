@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "cuda/conv_gather.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 #include "cuda/tc_port.h"
@@ -315,54 +316,6 @@ struct TcGemmParams {
   int out_h, out_w, out_s, out_oy, out_ox, plain;
   FastDiv div_n, div_ow, div_kw, div_khkw;
 };
-
-struct GatherColumn {
-  int base, sy, sx;
-  bool ok;
-};
-__device__ __forceinline__ GatherColumn MakeColumn(const TcGemmParams& p, int jj) {
-  GatherColumn col;
-  col.ok = jj < p.j;
-  const int jc = col.ok ? jj : 0;
-  const int pix = Div(jc, p.div_n);
-  const int img = jc - pix * p.n;
-  const int oy = Div(pix, p.div_ow);
-  const int ox = pix - oy * p.ow;
-  col.sy = oy * p.stride - p.pad_h;
-  col.sx = ox * p.stride - p.pad_w;
-  col.base = (col.sy * p.w + col.sx) * p.n + img;
-  return col;
-}
-struct GatherTap {
-  int c, ky, kx;
-  bool ok;
-};
-__device__ __forceinline__ GatherTap MakeTap(const TcGemmParams& p, int k) {
-  GatherTap t;
-  t.ok = k < p.k;
-  const int kc = t.ok ? k : 0;
-  t.c = Div(kc, p.div_khkw);
-  const int r = kc - t.c * (p.kh * p.kw);
-  t.ky = Div(r, p.div_kw);
-  t.kx = r - t.ky * p.kw;
-  return t;
-}
-__device__ __forceinline__ int GatherOffset(const TcGemmParams& p, int hwn, const GatherTap& t,
-                                            const GatherColumn& col, bool* ok) {
-  const int sy = col.sy + t.ky, sx = col.sx + t.kx;
-  *ok = t.ok && col.ok && static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
-        static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
-  return t.c * hwn + col.base + (t.ky * p.w + t.kx) * p.n;
-}
-__device__ __forceinline__ int64_t OutColumn(const TcGemmParams& p, int jj) {
-  if (p.plain) return jj;
-  const int pix = Div(jj, p.div_n);
-  const int img = jj - pix * p.n;
-  const int oy = Div(pix, p.div_ow);
-  const int ox = pix - oy * p.ow;
-  return (static_cast<int64_t>(p.out_oy + p.out_s * oy) * p.out_w + p.out_ox + p.out_s * ox) * p.n +
-         img;
-}
 
 // The epilogue of the forward / backward-data GEMMs: bias, ReLU, conversion to TOut and the
 // stores of a thread's accumulators acc[mt][nt][0..3], which hold (row0 + 16 mt, col0 + 8 nt
@@ -810,28 +763,9 @@ __device__ __forceinline__ WgradTap MakeWgradTap(const TcWgradParams& p, int col
   t.coff = c * hwn;
   return t;
 }
-// Reduction index jj = (oy, ox, img) below kend: the offset of tap (0, 0) and the window's
-// origin.
-struct WgradColumn {
-  int base, sy, sx;
-  bool ok;
-};
-__device__ __forceinline__ WgradColumn MakeWgradColumn(const TcWgradParams& p, int jj, int kend) {
-  WgradColumn r;
-  r.ok = jj < kend;
-  const int jc = r.ok ? jj : 0;
-  const int pix = Div(jc, p.div_n);
-  const int img = jc - pix * p.n;
-  const int oy = Div(pix, p.div_ow);
-  const int ox = pix - oy * p.ow;
-  r.sy = oy * p.stride - p.pad_h;
-  r.sx = ox * p.stride - p.pad_w;
-  r.base = (r.sy * p.w + r.sx) * p.n + img;
-  return r;
-}
 // The offset in x of tap t at column col, and whether it is inside the image.
 __device__ __forceinline__ int WgradOffset(const TcWgradParams& p, const WgradTap& t,
-                                           const WgradColumn& col, bool* ok) {
+                                           const GatherColumn& col, bool* ok) {
   const int sy = col.sy + t.ky, sx = col.sx + t.kx;
   *ok = col.ok && t.ok && static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
         static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
@@ -955,7 +889,7 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
     }
     // B: x gathered at this thread's taps.
     if constexpr (kVec) {
-      const WgradColumn col = MakeWgradColumn(p, jj, kend);
+      const GatherColumn col = MakeColumnBelow(p, jj, kend);
 #pragma unroll
       for (int i = 0; i < kBChunks; ++i) {
         bool ok;
@@ -971,7 +905,7 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
     } else {
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        const WgradColumn col = MakeWgradColumn(p, jj + e, kend);
+        const GatherColumn col = MakeColumnBelow(p, jj + e, kend);
 #pragma unroll
         for (int i = 0; i < kBChunks; ++i) {
           bool ok;
@@ -1093,7 +1027,7 @@ __global__ void __launch_bounds__(256, 1) TcWgmmaWgradKernel(const TcWgradParams
       const bool ok = aok[i] && jj < kend;
       CpAsync16(as + WgOffsetA(row0 + kRowStep * i, cc), ok ? arow[i] + jj : arow[i], ok);
     }
-    const WgradColumn col = MakeWgradColumn(p, jj, kend);
+    const GatherColumn col = MakeColumnBelow(p, jj, kend);
     unsigned char* const bs = sm.b + st * Tl::kStageB;
 #pragma unroll
     for (int i = 0; i < kBChunks; ++i) {

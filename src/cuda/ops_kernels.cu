@@ -1754,19 +1754,9 @@ void MaxPoolBackwardArgGpu(const DeviceContext& ctx, const void* rec, const void
   CHECK(MaxPoolRecordFits(pp)) << "MaxPoolBackwardArgGpu: max pooling, at most 256 pixels a window";
   CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31)
       << "pooling supports tensors below 2^31 elements";
-  PoolArgParams a{};
-  a.dy = dy;
-  a.rec = static_cast<const Bf16*>(rec);
-  a.out = dx;
-  a.c = c;
-  a.h = h;
-  a.w = w;
-  a.n = n;
-  a.oh = oh;
-  a.ow = ow;
-  a.size = pp.size;
-  a.stride = pp.stride;
-  a.pad = pp.pad;
+  const PoolArgParams a{nullptr, nullptr, dy,        nullptr, dx,
+                        c,       h,       w,         n,       oh,
+                        ow,      pp.size, pp.stride, pp.pad,  static_cast<const Bf16*>(rec)};
   const int v = PoolLanes(n, {{dy, yt}, {dx, xt}, {rec, StorageType::kBF16}});
   WithStorage(xt, [&](auto xs) {
     WithStorage(yt, [&](auto ys) {

@@ -108,6 +108,44 @@ struct WgmmaShadow {
   float v[128];
 };
 
+// The group bookkeeping cp.async and wgmma share: operations issued since the last commit,
+// then the committed groups, oldest first; a wait retires the oldest groups in order.
+template <class Op>
+struct AsyncGroups {
+  std::vector<Op> open;
+  std::vector<std::vector<Op>> groups;
+
+  void Commit() {
+    groups.push_back(std::move(open));
+    open.clear();
+  }
+  // Retires groups, oldest first, until at most `newest_pending` remain: retire(group).
+  template <class Retire>
+  void Wait(int newest_pending, const Retire& retire) {
+    const size_t keep = static_cast<size_t>(newest_pending < 0 ? 0 : newest_pending);
+    while (groups.size() > keep) {
+      std::vector<Op> g = std::move(groups.front());
+      groups.erase(groups.begin());
+      retire(g);
+    }
+  }
+  // Whether any operation in flight, committed or not, satisfies pred.
+  template <class Pred>
+  bool Any(const Pred& pred) const {
+    for (const Op& o : open)
+      if (pred(o)) return true;
+    for (const auto& g : groups)
+      for (const Op& o : g)
+        if (pred(o)) return true;
+    return false;
+  }
+  bool empty() const { return open.empty() && groups.empty(); }
+  void clear() {
+    open.clear();
+    groups.clear();
+  }
+};
+
 struct Fiber {
   enum State { kReady, kBlockBarrier, kWarpBarrier, kDone };
   Context ctx;
@@ -116,11 +154,9 @@ struct Fiber {
   unsigned warp = 0, lane = 0;
   State state = kReady;
   uint64_t collectives = 0;  // warp-collective instructions executed (picks a deposit slot)
-  std::vector<PendingCopy> open;                 // cp.async copies not yet committed
-  std::vector<std::vector<PendingCopy>> groups;  // committed groups, oldest first
-  std::vector<PendingWgmma> wg_open;                 // wgmma ops not yet committed
-  std::vector<std::vector<PendingWgmma>> wg_groups;  // committed wgmma groups, oldest first
-  std::vector<WgmmaShadow> wg_shadow;                // per accumulator array in flight
+  AsyncGroups<PendingCopy> copies;     // cp.async
+  AsyncGroups<PendingWgmma> wgmmas;    // wgmma.mma_async
+  std::vector<WgmmaShadow> wg_shadow;  // per accumulator array in flight
 };
 
 Context g_sched;
@@ -143,18 +179,16 @@ struct Deposit {
 Deposit g_deposit[kMaxWarps][2][kWarp];
 
 void FlushCopies(Fiber& f) {
-  for (auto& g : f.groups)
+  for (auto& g : f.copies.groups)
     for (const PendingCopy& c : g) Land(c);
-  for (const PendingCopy& c : f.open) Land(c);
-  f.groups.clear();
-  f.open.clear();
+  for (const PendingCopy& c : f.copies.open) Land(c);
+  f.copies.clear();
 }
 
 [[noreturn]] void Trampoline() {
   (*g_body)();
   FlushCopies(*g_current);  // copies never waited for still land before the kernel ends
-  if (!g_current->wg_open.empty() || !g_current->wg_groups.empty() ||
-      !g_current->wg_shadow.empty()) {
+  if (!g_current->wgmmas.empty() || !g_current->wg_shadow.empty()) {
     std::fprintf(stderr, "emu: thread %u ends with wgmma operations not waited for\n",
                  g_current->warp * 32 + g_current->lane);
     std::abort();
@@ -231,20 +265,13 @@ void SyncThreads() {
 void CpAsync(void* dst, const void* src, int bytes, int src_bytes) {
   Fiber& f = Current("cp.async");
   const PendingCopy c{dst, src, bytes, src_bytes};
-  if (g_copy_rng() & 1) Land(c); else f.open.push_back(c);  // lands now, or at its wait
+  if (g_copy_rng() & 1) Land(c); else f.copies.open.push_back(c);  // lands now, or at its wait
 }
-void CpAsyncCommit() {
-  Fiber& f = Current("cp.async.commit_group");
-  f.groups.push_back(std::move(f.open));
-  f.open.clear();
-}
+void CpAsyncCommit() { Current("cp.async.commit_group").copies.Commit(); }
 void CpAsyncWait(int newest_pending) {
-  Fiber& f = Current("cp.async.wait_group");
-  const size_t keep = static_cast<size_t>(newest_pending < 0 ? 0 : newest_pending);
-  while (f.groups.size() > keep) {
-    for (const PendingCopy& c : f.groups.front()) Land(c);
-    f.groups.erase(f.groups.begin());
-  }
+  Current("cp.async.wait_group").copies.Wait(newest_pending, [](const std::vector<PendingCopy>& g) {
+    for (const PendingCopy& c : g) Land(c);
+  });
 }
 
 // ---- warp-collective matrix instructions ------------------------------------------------------
@@ -412,36 +439,15 @@ void WgmmaBf16(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_b) 
   op.desc_a = desc_a;
   op.desc_b = desc_b;
   op.trans_b = trans_b;
-  auto writes_d = [&](const std::vector<PendingWgmma>& v) {
-    for (const PendingWgmma& o : v)
-      if (o.d == d) return true;
-    return false;
-  };
-  op.chained = writes_d(f.wg_open);
-  for (const auto& g : f.wg_groups) op.chained = op.chained || writes_d(g);
+  op.chained = f.wgmmas.Any([&](const PendingWgmma& o) { return o.d == d; });
   if (!op.chained) std::memcpy(op.c_in, d, sizeof(float) * static_cast<size_t>(n / 2));
   for (int i = 0; i < n / 2; ++i) d[i] = std::nanf("");  // undefined until retired
-  f.wg_open.push_back(op);
+  f.wgmmas.open.push_back(op);
 }
-void WgmmaCommit() {
-  Fiber& f = Current("wgmma.commit_group");
-  f.wg_groups.push_back(std::move(f.wg_open));
-  f.wg_open.clear();
-}
+void WgmmaCommit() { Current("wgmma.commit_group").wgmmas.Commit(); }
 void WgmmaWait(int newest_pending) {
   Fiber& f = Current("wgmma.wait_group");
-  const size_t keep = static_cast<size_t>(newest_pending < 0 ? 0 : newest_pending);
-  auto pending = [&](const float* d) {
-    for (const auto& g : f.wg_groups)
-      for (const PendingWgmma& o : g)
-        if (o.d == d) return true;
-    for (const PendingWgmma& o : f.wg_open)
-      if (o.d == d) return true;
-    return false;
-  };
-  while (f.wg_groups.size() > keep) {
-    const std::vector<PendingWgmma> group = std::move(f.wg_groups.front());
-    f.wg_groups.erase(f.wg_groups.begin());
+  f.wgmmas.Wait(newest_pending, [&](const std::vector<PendingWgmma>& group) {
     for (const PendingWgmma& op : group) {
       auto it = std::find_if(f.wg_shadow.begin(), f.wg_shadow.end(),
                              [&](const WgmmaShadow& sh) { return sh.d == op.d; });
@@ -451,14 +457,14 @@ void WgmmaWait(int newest_pending) {
     }
     // Arrays with nothing left in flight get their values.
     for (auto it = f.wg_shadow.begin(); it != f.wg_shadow.end();) {
-      if (pending(it->d)) {
+      if (f.wgmmas.Any([&](const PendingWgmma& o) { return o.d == it->d; })) {
         ++it;
         continue;
       }
       std::memcpy(it->d, it->v, sizeof(float) * static_cast<size_t>(it->n / 2));
       it = f.wg_shadow.erase(it);
     }
-  }
+  });
 }
 
 // ---- the scheduler ------------------------------------------------------------------------------
@@ -493,8 +499,9 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
           f.lane = t % kWarp;
           f.state = Fiber::kReady;
           f.collectives = 0;
-          f.open.clear();
-          f.groups.clear();
+          f.copies.clear();
+          f.wgmmas.clear();
+          f.wg_shadow.clear();
           MakeContext(f.ctx, f.stack.get(), kStackBytes, Trampoline);
         }
         for (unsigned w = 0; w < nwarps; ++w) warp_waiting[w] = 0;
