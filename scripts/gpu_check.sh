@@ -15,6 +15,8 @@
 #   SKIP_TESTS=1     skip ctest;  SKIP_LAYERS=1, SKIP_TRAIN=1, SKIP_TRAINER=1, SKIP_PEER=1 skip
 #                    the benchmarks (TRAINER: the whole trainer's img/s on AlexNet, batch 128)
 #   PEER_MODES       PyTorch modes (default fp32,fp32_cl,tf32,bf16_compile)
+#   TRAIN_MODES      bench_train's AlexNet step (with its per-layer breakdown) in these modes:
+#                    fp32, tf32, bf16, bf16_wgmma (bf16 with --wgmma); default fp32
 #   BATCHES          batch sizes (default 128,256)
 #   COMMIT           the tree's full hash (the device machine's copy has no git history);
 #                    results.jsonl and layers.csv name it (scripts/record_commit.py)
@@ -27,6 +29,7 @@ OUT=$(cd "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 BATCHES=${BATCHES:-128,256}
+TRAIN_MODES=${TRAIN_MODES:-fp32}
 PREFIX=()
 if [ -d /opt/absl/usr ]; then
   PREFIX=(-DCMAKE_PREFIX_PATH=/opt/absl/usr)
@@ -101,9 +104,16 @@ fi
 : > "$OUT/results.jsonl"
 if [ -z "${SKIP_TRAIN:-}" ]; then
   t0=$(date +%s)
-  timeout 120 "$BUILD/bench_train" --batch_sizes="$BATCHES" --json="$OUT/results.jsonl" \
-    > "$OUT/bench_train.log" 2>&1
-  status "bench_train rc=$? in $(( $(date +%s) - t0 )) s"
+  : > "$OUT/bench_train.log"
+  for m in ${TRAIN_MODES//,/ }; do
+    flags=(--precision="$m")
+    [ "$m" = bf16_wgmma ] && flags=(--precision=bf16 --wgmma)
+    echo "## bench_train ${flags[*]}" >> "$OUT/bench_train.log"
+    timeout 120 "$BUILD/bench_train" --batch_sizes="$BATCHES" "${flags[@]}" \
+      --json="$OUT/results.jsonl" >> "$OUT/bench_train.log" 2>&1
+    status "bench_train $m rc=$?: $(grep -E 'img/s' "$OUT/bench_train.log" | tail -1 | cut -c1-100)"
+  done
+  status "bench_train in $(( $(date +%s) - t0 )) s"
   # CUDA graphs on (the default) and off for the launch-bound small nets (docs/OPERATIONS.md).
   t0=$(date +%s)
   for m in cifar10-18pct resnet18-cifar; do
@@ -169,7 +179,8 @@ if os.path.exists(sys.argv[2]):
             print(f"| {r['impl']} | {r.get('mode', '')} | {r['batch']} | error | |")
             continue
         mem = r.get("peak_in_use_bytes", r.get("max_memory_allocated", 0)) / 2**30
-        print(f"| {r['impl']} | {r.get('mode', 'fp32')} | {r['batch']} | {r['img_per_s']:.0f} | {mem:.2f} |")
+        mode = r.get("mode", "fp32") + (" wgmma" if r.get("wgmma") else "")
+        print(f"| {r['impl']} | {mode} | {r['batch']} | {r['img_per_s']:.0f} | {mem:.2f} |")
 PY
 } >> "$OUT/summary.md" 2>&1
 python3 "$ROOT/scripts/record_commit.py" "$COMMIT" "$OUT" > /dev/null
