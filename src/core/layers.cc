@@ -212,11 +212,13 @@ absl::StatusOr<std::vector<Shape>> PoolLayer::Setup(const std::vector<Shape>& in
                   PoolOutSize(x.w(), p_.size, p_.stride, p_.pad, p_.ceil_mode), x.n())};
 }
 
-void PoolLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
+void PoolLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                         const std::vector<Tensor*>& y) {
   if (p_.kind != PoolParams::kMax) return ops.PoolForward(*x[0], *y[0], p_);
-  // The CPU keeps no record (its backward finds the maximum again): no buffer for it.
-  if (!lrn_ && ops.device() == Device::kCPU) return ops.PoolForward(*x[0], *y[0], p_);
+  // No record where no backward will read it: the CPU's finds the maximum again, and an
+  // evaluation pass has none (nor does it touch the training step's record).
+  record_valid_ = lrn_ || (ops.device() != Device::kCPU && ctx.phase == Phase::kTrain);
+  if (!record_valid_) return ops.PoolForward(*x[0], *y[0], p_);
   // The record: float pixel indices for the fused LRN, bf16 window offsets otherwise.
   const DType rec = lrn_ ? DType::kFloat32 : DType::kBF16;
   if (arg_.shape() != y[0]->shape() || arg_.device() != ops.device() || arg_.dtype() != rec)
@@ -229,7 +231,7 @@ void PoolLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Te
                          const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
-  if (p_.kind != PoolParams::kMax || (!lrn_ && ops.device() == Device::kCPU))
+  if (p_.kind != PoolParams::kMax || !record_valid_)  // no record of the last forward
     return ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_);
   if (!lrn_) return ops.MaxPoolBackwardArg(*x[0], *y[0], arg_, *dy[0], *dx[0], p_);
   ops.LrnMaxPoolBackward(*x[0], *y[0], arg_, *dy[0], *dx[0], *lrn_, p_);

@@ -118,6 +118,7 @@ class PoolLayer : public Layer {
   // y's shape (float32 pixel indices fused with the LRN, bf16 window offsets otherwise); the
   // CUDA backward reads it instead of x and y.
   Tensor arg_;
+  bool record_valid_ = false;  // the last Forward wrote arg_ (else Backward finds the maxima)
 };
 
 class GlobalAvgPoolLayer : public Layer {
