@@ -440,6 +440,10 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
   for (const Mode& m : modes) {
     const double tol = Tolerance(m);
     for (int tile : {4, 5, 6, 0}) {
+      // The emulator (a wgmma is 128 fibers' worth of scalar products) checks float outputs
+      // and the faulty kernel on the 128 x 128 tile only; the GPU every combination.
+      const bool full = !kEmulated || tile == 4;
+      if (!full && m.out == StorageType::kFloat) continue;
       cuda::SetTcTile(tile);
       cuda::SetTcWgmma(tile == 0);
       cuda::TcLaunchInfo fi, bi, wi;
@@ -456,7 +460,7 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
       EXPECT_LT(ef, tol) << "tile " << tile;
       EXPECT_LT(eb, tol) << "tile " << tile;
       EXPECT_LT(ew, tol) << "tile " << tile;
-      if (eligible && m.out == StorageType::kBF16) {
+      if (full && eligible && m.out == StorageType::kBF16) {
         const double ff = RunForward(m, 820 + tile, false, /*fault=*/1);
         const double fb = RunBackwardData(m, 830 + tile, /*fault=*/1);
         const double fw = RunBackwardFilter(m, 840 + tile, /*fault=*/1);
