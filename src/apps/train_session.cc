@@ -1132,10 +1132,13 @@ void Trainer::PrintBanner() {
   const ModelOptions& mo = job_.mo;
   const Communicator* comm = job_.dp_comm ? job_.dp_comm.get() : job_.mp_comm.get();
   std::printf("Colonnade trainer\n");
-  std::printf("  layout     %s, device %s (%s%s%s), comm %s\n", job_.mesh->ToString().c_str(),
+  const bool wgmma = job_.device == Device::kCUDA && job_.precision == Precision::kBF16 &&
+                     cuda::WgmmaConvolutions();  // COLONNADE_TC_WGMMA=1 (experimental)
+  std::printf("  layout     %s, device %s (%s%s%s%s), comm %s\n", job_.mesh->ToString().c_str(),
               DeviceName(job_.device), PrecisionName(job_.precision),
               cfg_.precision == "auto" ? ", auto" : "",
-              job_.bf16_storage ? ", bf16 activations" : "", comm ? comm->backend() : "none");
+              job_.bf16_storage ? ", bf16 activations" : "", wgmma ? ", wgmma convolutions" : "",
+              comm ? comm->backend() : "none");
   std::printf("  model      %s, %d columns, input %dx%dx%d, %d classes, %s parameters\n",
               cfg_.model.c_str(), job_.columns, mo.input_channels, mo.input_size, mo.input_size,
               mo.num_classes, WithCommas(full_params_).c_str());

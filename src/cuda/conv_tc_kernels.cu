@@ -1345,6 +1345,8 @@ void SetTcWgmma(bool on) {
 
 bool TcWgmmaAvailable() { return WgmmaAvailable(); }
 
+bool TcWgmmaEnabled() { return WgmmaAuto() && WgmmaAvailable(); }
+
 const char* MathModeName(MathMode m) {
   switch (m) {
     case MathMode::kFP32:

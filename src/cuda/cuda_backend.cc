@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/kernels.h"
 #include "cuda/port.h"
 
 namespace colonnade::cuda {
@@ -215,5 +216,7 @@ std::string DeviceDescription() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_backend ? g_backend->description() : std::string();
 }
+
+bool WgmmaConvolutions() { return TcWgmmaEnabled(); }
 
 }  // namespace colonnade::cuda

@@ -50,6 +50,9 @@ MemoryStats GetMemoryStats();
 void ResetPeakMemoryStats();
 // "NVIDIA H200, 132 SMs, driver 13.0, runtime 13.0" (empty without a registered backend).
 std::string DeviceDescription();
+// Whether bf16 convolutions run on the experimental wgmma kernels: COLONNADE_TC_WGMMA=1 (or
+// SetTcWgmma) on a build for sm_90a and a compute capability 9.0 GPU (src/cuda/TC_NOTES.md).
+bool WgmmaConvolutions();
 
 #else
 
@@ -60,6 +63,7 @@ inline absl::Status RegisterBackend(int) {
   return absl::UnavailableError("this build has no CUDA backend (configure with CUDA)");
 }
 inline void* ComputeStream() { return nullptr; }
+inline bool WgmmaConvolutions() { return false; }
 
 #endif
 

@@ -105,6 +105,8 @@ void SetTcWgmma(bool on);
 // Whether this build and device can run the wgmma kernels (built with CMAKE_CUDA_ARCHITECTURES
 // holding 90a, compute capability 9.0; always on the emulator).
 bool TcWgmmaAvailable();
+// Whether the automatic choice uses them: enabled (SetTcWgmma, COLONNADE_TC_WGMMA=1) and available.
+bool TcWgmmaEnabled();
 
 TcLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a);
 TcLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a);
