@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One command for the GPU machine that checks and times the tensor-core convolutions
 # (src/cuda/conv_tc_kernels.cu; notes in src/cuda/TC_NOTES.md): build, the compiler's
-# resource report and the SASS instruction mix per kernel, the tensor-core tests (every
-# kernel against the CPU reference, the negative controls), compute-sanitizer on two small
-# cases, and bench_layers in bf16 and tf32 (ours vs cuDNN in the same math mode, per AlexNet
+# resource report and the SASS instruction mix per kernel (HMMA for mma.sync, HGMMA for
+# wgmma), the tensor-core tests (every kernel, the wgmma ones included, against the CPU
+# reference; the negative controls), compute-sanitizer on small cases, and bench_layers in
+# bf16 and tf32 (each mma.sync and wgmma tile timed) (ours vs cuDNN in the same math mode, per AlexNet
 # layer, checked against our FP32 kernels). Logs go to OUTDIR; a short summary is printed last.
 #
 #   scripts/tc_check.sh OUTDIR
@@ -44,11 +45,16 @@ nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -std=c++17 -DCOLONNADE_W
 status "ptxas: $(grep -c 'Used' "$OUT/ptxas.log") kernels, $(grep -cE '[1-9][0-9]* bytes spill stores' "$OUT/ptxas.log") with spills"
 if command -v cuobjdump > /dev/null; then
   cuobjdump --dump-sass "$OUT/conv_tc_kernels.o" > "$OUT/sass.txt" 2>&1
-  awk '/Function :/ {f=$3} /HMMA/ {h[f]++} /LDSM/ {l[f]++} /LDGSTS/ {c[f]++} /LDL|STL/ {s[f]++}
-       END {for (k in h) printf "%5d HMMA %4d LDSM %4d LDGSTS %3d LDL/STL  %s\n", h[k], l[k], c[k], s[k], k}' \
-    "$OUT/sass.txt" | sort -k8 > "$OUT/sass_summary.txt"
+  # HGMMA: the wgmma kernels (sm_90a); HMMA: mma.sync. A wgmma kernel without HGMMA, or
+  # with LDL/STL, is on a slow path.
+  awk '/Function :/ {f=$3} /HMMA/ {h[f]++} /HGMMA/ {g[f]++} /LDSM/ {l[f]++} /LDGSTS/ {c[f]++}
+       /LDL|STL/ {s[f]++}
+       END {for (k in h) m[k]=1; for (k in g) m[k]=1;
+            for (k in m) printf "%5d HMMA %5d HGMMA %4d LDSM %4d LDGSTS %3d LDL/STL  %s\n",
+                                h[k], g[k], l[k], c[k], s[k], k}' \
+    "$OUT/sass.txt" | sort -k10 > "$OUT/sass_summary.txt"
   rm -f "$OUT/sass.txt" "$OUT/conv_tc_kernels.o"
-  status "SASS: $(wc -l < "$OUT/sass_summary.txt") kernels with HMMA; HMMA forms: $(cuobjdump --dump-sass "$BUILD/src/cuda/CMakeFiles/colonnade_cuda.dir/conv_tc_kernels.cu.o" 2>/dev/null | grep -oE 'HMMA\.[0-9A-Z.]+' | sort | uniq -c | tr '\n' ' ')"
+  status "SASS: $(wc -l < "$OUT/sass_summary.txt") tensor-core kernels, $(grep -c ' [1-9][0-9]* HGMMA' "$OUT/sass_summary.txt") with HGMMA; forms: $(cuobjdump --dump-sass "$BUILD/src/cuda/CMakeFiles/colonnade_cuda.dir/conv_tc_kernels.cu.o" 2>/dev/null | grep -oE 'H[G]?MMA\.[0-9A-Z.]+' | sort | uniq -c | tr '\n' ' ')"
 fi
 
 if [ -z "${SKIP_TESTS:-}" ]; then
@@ -62,7 +68,8 @@ fi
 if [ "${SANITIZE:-1}" != 0 ] && command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck synccheck; do
     timeout 300 compute-sanitizer --tool $tool --print-limit 10 "$BUILD/tests/cuda/cuda_tests" \
-      --gtest_filter='*TcConvTest.*n1_c3_13x13*:*TcConvTest.*n8_c16_9x9*' > "$OUT/sanitizer_$tool.log" 2>&1
+      --gtest_filter='*TcConvTest.*n1_c3_13x13*:*TcConvTest.*n8_c16_9x9*:*TcWgmmaTest.*n8_c16_9x9*' \
+      > "$OUT/sanitizer_$tool.log" 2>&1
     status "compute-sanitizer $tool rc=$?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)"
   done
 fi
