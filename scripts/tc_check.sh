@@ -38,12 +38,14 @@ if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHIT
 fi
 status "build ok in $(( $(date +%s) - t0 )) s"
 
-# Resource report (registers, spills, shared memory) and SASS mix of every tensor-core kernel.
-nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -std=c++17 -DCOLONNADE_WITH_CUDA=1 \
-  -I"$ROOT/src" -c "$ROOT/src/cuda/conv_tc_kernels.cu" -o "$OUT/conv_tc_kernels.o" -Xptxas -v \
-  > "$OUT/ptxas.log" 2>&1
-status "ptxas: $(grep -c 'Used' "$OUT/ptxas.log") kernels, $(grep -cE '[1-9][0-9]* bytes spill stores' "$OUT/ptxas.log") with spills"
-if command -v cuobjdump > /dev/null; then
+# Resource report (registers, spills, shared memory) and SASS mix of every tensor-core kernel:
+# a separate compile (about a minute of one core), so it runs beside the tests and is read
+# at the end.
+report() {
+  nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -std=c++17 -DCOLONNADE_WITH_CUDA=1 \
+    -I"$ROOT/src" -c "$ROOT/src/cuda/conv_tc_kernels.cu" -o "$OUT/conv_tc_kernels.o" -Xptxas -v \
+    > "$OUT/ptxas.log" 2>&1
+  command -v cuobjdump > /dev/null || return 0
   cuobjdump --dump-sass "$OUT/conv_tc_kernels.o" > "$OUT/sass.txt" 2>&1
   # HGMMA: the wgmma kernels (sm_90a); HMMA: mma.sync. A wgmma kernel without HGMMA, or
   # with LDL/STL, is on a slow path.
@@ -53,10 +55,11 @@ if command -v cuobjdump > /dev/null; then
             for (k in m) printf "%5d HMMA %5d HGMMA %4d LDSM %4d LDGSTS %3d LDL/STL  %s\n",
                                 h[k], g[k], l[k], c[k], s[k], k}' \
     "$OUT/sass.txt" | sort -k10 > "$OUT/sass_summary.txt"
+  grep -oE 'H[G]?MMA\.[0-9A-Z.]+' "$OUT/sass.txt" | sort | uniq -c | tr '\n' ' ' > "$OUT/sass_forms.txt"
   rm -f "$OUT/sass.txt" "$OUT/conv_tc_kernels.o"
-  status "SASS: $(wc -l < "$OUT/sass_summary.txt") tensor-core kernels, $(grep -c ' [1-9][0-9]* HGMMA' "$OUT/sass_summary.txt") with HGMMA; forms: $(cuobjdump --dump-sass "$BUILD/src/cuda/CMakeFiles/colonnade_cuda.dir/conv_tc_kernels.cu.o" 2>/dev/null | grep -oE 'H[G]?MMA\.[0-9A-Z.]+' | sort | uniq -c | tr '\n' ' ')"
-fi
-
+}
+report &
+REPORT_PID=$!
 if [ -z "${SKIP_TESTS:-}" ]; then
 t0=$(date +%s)
 timeout 600 "$BUILD/tests/cuda/cuda_tests" --gtest_filter='*Tc*' > "$OUT/tc_tests.log" 2>&1
@@ -83,6 +86,10 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   done
 fi
 
+wait $REPORT_PID
+status "ptxas: $(grep -c 'Used' "$OUT/ptxas.log") kernels, $(grep -cE '[1-9][0-9]* bytes spill stores' "$OUT/ptxas.log") with spills"
+[ -f "$OUT/sass_summary.txt" ] &&
+  status "SASS: $(wc -l < "$OUT/sass_summary.txt") tensor-core kernels, $(grep -c ' [1-9][0-9]* HGMMA' "$OUT/sass_summary.txt") with HGMMA; forms: $(cat "$OUT/sass_forms.txt")"
 echo
 cat "$OUT/summary.md"
 [ -f "$OUT/sass_summary.txt" ] && head -70 "$OUT/sass_summary.txt"
