@@ -42,8 +42,10 @@ status "build ok in $(( $(date +%s) - t0 )) s"
 # a separate compile (about a minute of one core), so it runs beside the tests and is read
 # at the end.
 report() {
+  local inc=()
+  [ -d /opt/absl/usr/include ] && inc=(-I/opt/absl/usr/include)
   nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -std=c++17 -DCOLONNADE_WITH_CUDA=1 \
-    -I"$ROOT/src" -c "$ROOT/src/cuda/conv_tc_kernels.cu" -o "$OUT/conv_tc_kernels.o" -Xptxas -v \
+    -I"$ROOT/src" "${inc[@]}" -c "$ROOT/src/cuda/conv_tc_kernels.cu" -o "$OUT/conv_tc_kernels.o" -Xptxas -v \
     > "$OUT/ptxas.log" 2>&1
   command -v cuobjdump > /dev/null || return 0
   cuobjdump --dump-sass "$OUT/conv_tc_kernels.o" > "$OUT/sass.txt" 2>&1
