@@ -66,13 +66,13 @@ ABSL_FLAG(bool, bf16_activations, true,
           "trainer's --bf16_activations, on by default as there; --nobf16_activations keeps "
           "them FP32; docs/PRECISION.md). Giving it with another precision is an error");
 
-ABSL_FLAG(bool, wgmma, false,
+ABSL_FLAG(bool, wgmma, true,
           "with --precision=bf16: run the convolutions (forward, backward data, backward "
-          "filter) on the wgmma kernels (sm_90a) where they apply, bf16 activations with a "
-          "batch that is a multiple of 8, instead of mma.sync (src/cuda/TC_NOTES.md; off by "
-          "default until a GPU run has checked and timed them; the trainer reads "
-          "COLONNADE_TC_WGMMA=1). Needs a build with CMAKE_CUDA_ARCHITECTURES=90a and a compute "
-          "capability 9.0 GPU");
+          "filter) on the wgmma kernels (sm_90a) where they apply (bf16 activations, a batch "
+          "that is a multiple of 8), as the trainer does by default; --nowgmma keeps them on "
+          "mma.sync (the trainer: COLONNADE_TC_WGMMA=0). Where wgmma cannot run (a build "
+          "without CMAKE_CUDA_ARCHITECTURES=90a, not a compute capability 9.0 GPU) mma.sync "
+          "runs, and giving --wgmma is an error. src/cuda/TC_NOTES.md");
 
 namespace colonnade {
 namespace {
@@ -209,7 +209,8 @@ std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch,
 
 // --precision, --fusions and --bf16_activations, before anything looks for a GPU: false
 // (with one line on stderr) when they do not parse or do not go together.
-bool ParseModeFlags(bool bf16_activations_given, Precision* precision, Fusions* fusions) {
+bool ParseModeFlags(bool bf16_activations_given, bool wgmma_given, Precision* precision,
+                    Fusions* fusions) {
   if (!ParsePrecision(absl::GetFlag(FLAGS_precision), precision)) {
     std::fprintf(stderr, "bench_train: --precision must be fp32, tf32 or bf16, not %s\n",
                  absl::GetFlag(FLAGS_precision).c_str());
@@ -227,17 +228,17 @@ bool ParseModeFlags(bool bf16_activations_given, Precision* precision, Fusions* 
     std::fprintf(stderr, "bench_train: --bf16_activations needs --precision=bf16\n");
     return false;
   }
-  if (absl::GetFlag(FLAGS_wgmma) && *precision != Precision::kBF16) {
+  if (absl::GetFlag(FLAGS_wgmma) && *precision != Precision::kBF16 && wgmma_given) {
     std::fprintf(stderr, "bench_train: --wgmma needs --precision=bf16\n");
     return false;
   }
   return true;
 }
 
-int Main(bool bf16_activations_given) {
+int Main(bool bf16_activations_given, bool wgmma_given) {
   Precision precision;
   Fusions fusions;
-  if (!ParseModeFlags(bf16_activations_given, &precision, &fusions)) return 2;
+  if (!ParseModeFlags(bf16_activations_given, wgmma_given, &precision, &fusions)) return 2;
   if (!cuda::Available()) {
     std::fprintf(stderr, "bench_train: no CUDA device\n");
     return 1;
@@ -246,18 +247,16 @@ int Main(bool bf16_activations_given) {
   CHECK(st.ok()) << st;
   st = OpsFor(Device::kCUDA).SetPrecision(precision);
   CHECK(st.ok()) << st;
-  if (absl::GetFlag(FLAGS_wgmma)) {
-    if (!cuda::TcWgmmaAvailable()) {
-      std::fprintf(stderr,
-                   "bench_train: --wgmma: no wgmma here (build with "
-                   "-DCMAKE_CUDA_ARCHITECTURES=90a and run on a compute capability 9.0 GPU)\n");
-      return 2;
-    }
-    cuda::SetTcWgmma(true);
+  if (absl::GetFlag(FLAGS_wgmma) && wgmma_given && !cuda::TcWgmmaAvailable()) {
+    std::fprintf(stderr,
+                 "bench_train: --wgmma: no wgmma here (build with "
+                 "-DCMAKE_CUDA_ARCHITECTURES=90a and run on a compute capability 9.0 GPU)\n");
+    return 2;
   }
+  cuda::SetTcWgmma(absl::GetFlag(FLAGS_wgmma));
+  const bool wgmma = precision == Precision::kBF16 && cuda::WgmmaConvolutions();
   std::printf("precision: %s%s%s\n", PrecisionName(precision),
-              Bf16Storage() ? ", bf16 activations" : "",
-              absl::GetFlag(FLAGS_wgmma) ? ", wgmma convolutions" : "");
+              Bf16Storage() ? ", bf16 activations" : "", wgmma ? ", wgmma convolutions" : "");
   std::printf("device: %s\n", cuda::DeviceDescription().c_str());
   const std::string model = absl::GetFlag(FLAGS_model);
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
@@ -336,7 +335,7 @@ int Main(bool bf16_activations_given) {
         first_loss, last_loss, AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
         AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)), graphs ? "true" : "false",
         FusionsName(net.fusions()), net.bf16_storage() ? "bf16" : "float32",
-        absl::GetFlag(FLAGS_wgmma) ? "true" : "false", cuda::DeviceDescription()));
+        wgmma ? "true" : "false", cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
   const std::string json = absl::GetFlag(FLAGS_json);
@@ -364,5 +363,6 @@ int main(int argc, char** argv) {
       "per second and peak device memory, on synthetic inputs.\n\n"
       "  bench_train --model=alexnet --batch_sizes=128,256 --steps=30 --json=train.json"};
   if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
-  return colonnade::Main(colonnade::FlagGiven(argc, argv, "bf16_activations"));
+  return colonnade::Main(colonnade::FlagGiven(argc, argv, "bf16_activations"),
+                         colonnade::FlagGiven(argc, argv, "wgmma"));
 }

@@ -1161,16 +1161,23 @@ WgradFn WgradFor(StorageType x, StorageType dy, bool vec) {
 }
 
 // ---- tile choice ----
-// 0: automatic (the row tile that pads the fewest rows, ties to the larger: 128 x 128 for
-// M = 96, 128, 256, 384; 64 x 128 for M = 48, 64, 192); mma.sync tiles 1: 128 x 128,
-// 2: 64 x 128, 3: 128 x 256; wgmma tiles (bf16 math on bf16 operands, batch a multiple of 8;
-// otherwise the automatic mma.sync tile) 4: 128 x 128,
-// 5: 64 x 256, 6: 128 x 256. Also COLONNADE_TC_TILE=128x128|64x128|128x256|wg128x128|
-// wg64x256|wg128x256. Automatic picks wgmma tiles only when enabled (SetTcWgmma,
-// COLONNADE_TC_WGMMA=1) until a GPU run has checked and timed them (src/cuda/TC_NOTES.md).
+// 0: automatic; mma.sync tiles 1: 128 x 128, 2: 64 x 128, 3: 128 x 256 (automatic: the row
+// tile that pads the fewest rows, ties to the larger: 128 x 128 for M = 96, 128, 256, 384;
+// 64 x 128 for M = 48, 64, 192); wgmma tiles (bf16 math on bf16 operands, batch a multiple
+// of 8; otherwise the automatic mma.sync tile) 4: 128 x 128, 5: 64 x 256, 6: 128 x 256
+// (automatic: ChooseWgmmaTile). Also COLONNADE_TC_TILE=128x128|64x128|128x256|wg128x128|
+// wg64x256|wg128x256. The automatic choice takes wgmma where it applies unless turned off
+// (SetTcWgmma(false), COLONNADE_TC_WGMMA=0); on the CPU emulator it is off unless asked for,
+// as an emulated wgmma costs 128 fibers' scalar products and the emulator's whole-net tests
+// would take several times longer (TcWgmmaTest asks for it; src/cuda/TC_NOTES.md).
 std::mutex g_tile_mu;
 int g_tile = -1;
 int g_wgmma = -1;
+#if defined(COLONNADE_CUDA_EMULATE)
+constexpr int kWgmmaByDefault = 0;
+#else
+constexpr int kWgmmaByDefault = 1;
+#endif
 
 int TileSetting() {
   std::lock_guard<std::mutex> lock(g_tile_mu);
@@ -1190,7 +1197,8 @@ bool WgmmaAuto() {
   std::lock_guard<std::mutex> lock(g_tile_mu);
   if (g_wgmma < 0) {
     const char* e = std::getenv("COLONNADE_TC_WGMMA");
-    g_wgmma = e != nullptr && std::string(e) == "1" ? 1 : 0;
+    const std::string v = e == nullptr ? "" : e;
+    g_wgmma = v == "1" ? 1 : v == "0" ? 0 : kWgmmaByDefault;
   }
   return g_wgmma == 1;
 }
@@ -1220,14 +1228,37 @@ int ChooseTile(int m) {
   if (t >= 1 && t <= 3) return t;
   return CeilDiv(m, TileS::BM) * TileS::BM < CeilDiv(m, TileL::BM) * TileL::BM ? 2 : 1;
 }
-// The wgmma tile (4-6) for a GEMM with M rows, or 0 for mma.sync; eligible: bf16 math on
-// bf16 operands with 16-byte chunk loads.
-int ChooseWgmmaTile(int m, bool eligible) {
+// The wgmma tile (4-6) for an M x N GEMM (`groups` of them side by side), or 0 for mma.sync;
+// eligible: bf16 math on bf16 operands with 16-byte chunk loads. Automatic: the tile whose
+// padded M x N area is smallest, ties to 128 x 256, then 128 x 128. bench_layers on an H100
+// (2026-12-05, experiments/mixed_precision/results_layers/bench_layers_bf16_9a8f4df.log):
+// 128 x 256 was the fastest wgmma tile on every AlexNet GEMM where it pads no more than the
+// others, by 5-25%; 64 x 256 where M <= 64 (conv2's backward data: 0.65 ms, 128 x 128 0.90);
+// 128 x 128 where N pads less (conv1's backward filter, N = 363: 0.25 ms, 128 x 256 0.29).
+// Not 128 x 256 for a forward or backward-data GEMM whose blocks would leave multiprocessors
+// idle (one block per multiprocessor; backward filter fills them by splitting K).
+int ChooseWgmmaTile(int64_t m, int64_t n, int64_t groups, int sms, bool split_k, bool eligible) {
   if (!eligible || !WgmmaAvailable()) return 0;
   const int t = TileSetting();
   if (t >= 4) return t;
   if (t != 0 || !WgmmaAuto()) return 0;
-  return CeilDiv(m, WgTileS::BM) * WgTileS::BM < CeilDiv(m, WgTileL::BM) * WgTileL::BM ? 5 : 4;
+  struct Candidate {
+    int tile, bm, bn;
+  };
+  const Candidate order[] = {
+      {6, WgTileW::BM, WgTileW::BN}, {4, WgTileL::BM, WgTileL::BN}, {5, WgTileS::BM, WgTileS::BN}};
+  int best = 0;
+  int64_t best_area = 0;
+  for (const Candidate& c : order) {
+    const int64_t rows = CeilDiv(m, c.bm), cols = CeilDiv(n, c.bn);
+    if (c.tile == 6 && !split_k && rows * cols * groups < sms) continue;
+    const int64_t area = rows * c.bm * cols * c.bn;
+    if (best == 0 || area < best_area) {
+      best = c.tile;
+      best_area = area;
+    }
+  }
+  return best;
 }
 
 struct Picked {
@@ -1293,7 +1324,8 @@ TcLaunchInfo RunTcGemm(const DeviceContext& ctx, MathMode math, TcGemmParams q, 
   const bool bf16 = math == MathMode::kBF16;
   const int E = ChunkElems(math);
   const bool vec = q.n % E == 0 && Aligned(q.in, 16);
-  const int wg_tile = ChooseWgmmaTile(q.m, bf16 && in_type == StorageType::kBF16 && vec);
+  const int wg_tile = ChooseWgmmaTile(q.m, q.j, groups, ctx.sm_count, /*split_k=*/false,
+                                      bf16 && in_type == StorageType::kBF16 && vec);
   const int BK = wg_tile != 0 ? WgTileL::BK : SliceK(math);
   const Picked pk = wg_tile != 0 ? PickWgmma(wg_tile, false, out_type)
                                  : Pick(math, q.m, false, in_type, out_type, vec);
@@ -1497,9 +1529,9 @@ TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a)
 
   const int E = ChunkElems(a.math);
   const bool vec = d.n % E == 0 && Aligned(a.x.data, 16) && Aligned(a.dy.data, 16);
-  const int wg_tile =
-      ChooseWgmmaTile(q.m, a.math == MathMode::kBF16 && a.x.type == StorageType::kBF16 &&
-                               a.dy.type == StorageType::kBF16 && vec);
+  const int wg_tile = ChooseWgmmaTile(q.m, q.ncol, groups, ctx.sm_count, /*split_k=*/true,
+                                      a.math == MathMode::kBF16 && a.x.type == StorageType::kBF16 &&
+                                          a.dy.type == StorageType::kBF16 && vec);
   const int BK = wg_tile != 0 ? WgTileL::BK : SliceK(a.math);
   const Picked pk = wg_tile != 0 ? PickWgmma(wg_tile, true, StorageType::kFloat)
                                  : Pick(a.math, q.m, true, a.x.type, a.dy.type, vec);

@@ -50,8 +50,8 @@ MemoryStats GetMemoryStats();
 void ResetPeakMemoryStats();
 // "NVIDIA H200, 132 SMs, driver 13.0, runtime 13.0" (empty without a registered backend).
 std::string DeviceDescription();
-// Whether bf16 convolutions run on the experimental wgmma kernels: COLONNADE_TC_WGMMA=1 (or
-// SetTcWgmma) on a build for sm_90a and a compute capability 9.0 GPU (src/cuda/TC_NOTES.md).
+// Whether bf16 convolutions run on the wgmma kernels: a build for sm_90a on a compute
+// capability 9.0 GPU, unless COLONNADE_TC_WGMMA=0 or SetTcWgmma(false) (src/cuda/TC_NOTES.md).
 bool WgmmaConvolutions();
 
 #else

@@ -99,13 +99,14 @@ struct TcLaunchInfo {
 // wg64x256|wg128x256). Among the mma.sync tiles results differ only through the split-K
 // factor of backward filter (FP32 summation order).
 void SetTcTile(int tile);
-// Whether the automatic choice uses the wgmma kernels (all three ops) where they apply (default off
-// until they have been checked and timed on a GPU; also COLONNADE_TC_WGMMA=1).
+// Whether the automatic choice uses the wgmma kernels (all three ops) where they apply: the
+// default on a GPU (COLONNADE_TC_WGMMA=0 turns it off), off on the CPU emulator unless asked
+// for (COLONNADE_TC_WGMMA=1).
 void SetTcWgmma(bool on);
 // Whether this build and device can run the wgmma kernels (built with CMAKE_CUDA_ARCHITECTURES
 // holding 90a, compute capability 9.0; always on the emulator).
 bool TcWgmmaAvailable();
-// Whether the automatic choice uses them: enabled (SetTcWgmma, COLONNADE_TC_WGMMA=1) and available.
+// Whether the automatic choice uses them: enabled (SetTcWgmma, COLONNADE_TC_WGMMA) and available.
 bool TcWgmmaEnabled();
 
 TcLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a);

@@ -75,6 +75,12 @@ __device__ __forceinline__ Lanes<V> LoadLanes(const T* p) {
     const uint2 t = *reinterpret_cast<const uint2*>(p);
     r.v[0] = tc::Bf16ToFloat(t.x & 0xffffu), r.v[1] = tc::Bf16ToFloat(t.x >> 16);
     r.v[2] = tc::Bf16ToFloat(t.y & 0xffffu), r.v[3] = tc::Bf16ToFloat(t.y >> 16);
+  } else if constexpr (V == 2 && std::is_same_v<T, float>) {
+    const float2 t = *reinterpret_cast<const float2*>(p);
+    r.v[0] = t.x, r.v[1] = t.y;
+  } else if constexpr (V == 2) {
+    const uint32_t t = *reinterpret_cast<const uint32_t*>(p);
+    r.v[0] = tc::Bf16ToFloat(t & 0xffffu), r.v[1] = tc::Bf16ToFloat(t >> 16);
   } else {
     for (int i = 0; i < V; ++i) r.v[i] = Load(p + i);
   }
@@ -88,6 +94,11 @@ __device__ __forceinline__ void StoreLanes(T* p, const Lanes<V>& r) {
     *reinterpret_cast<uint2*>(p) =
         make_uint2(uint32_t(tc::FloatToBf16(r.v[0])) | (uint32_t(tc::FloatToBf16(r.v[1])) << 16),
                    uint32_t(tc::FloatToBf16(r.v[2])) | (uint32_t(tc::FloatToBf16(r.v[3])) << 16));
+  } else if constexpr (V == 2 && std::is_same_v<T, float>) {
+    *reinterpret_cast<float2*>(p) = make_float2(r.v[0], r.v[1]);
+  } else if constexpr (V == 2) {
+    *reinterpret_cast<uint32_t*>(p) =
+        uint32_t(tc::FloatToBf16(r.v[0])) | (uint32_t(tc::FloatToBf16(r.v[1])) << 16);
   } else {
     for (int i = 0; i < V; ++i) Store(p + i, r.v[i]);
   }
@@ -797,29 +808,59 @@ __device__ __forceinline__ float LrnRingDenom(const float* r, float k, float alp
   return k + alpha * s;
 }
 
-template <int HALF, typename XT, typename YT>
+//   V images per thread (a thread walks V adjacent columns q .. q + V - 1 with one vector
+// load per channel; kernels with V > 1 need H*W*N and the tensors aligned to V elements),
+// and the loads of the channel after next issued one step ahead: the scalar ring kept one
+// 64-byte load per warp in flight per channel step, each consumed at once, and ran at about a
+// third of the memory bound on AlexNet's norm1 (H100, 2026-12-05: 0.26 ms forward against
+// 0.10). Lanes change no lane's arithmetic, so every V gives the same bits.
+template <int V, typename T>
+__device__ __forceinline__ Lanes<V> LoadLanesIf(const T* base, int64_t offset, bool inside) {
+  if (inside) return LoadLanes<V>(base + offset);
+  Lanes<V> zero;
+#pragma unroll
+  for (int v = 0; v < V; ++v) zero.v[v] = 0.0f;
+  return zero;
+}
+// r[v][slot] = t.v[v]: a channel's V lanes into one slot of per-lane rings.
+template <int V, int W>
+__device__ __forceinline__ void PutSlot(float (&r)[V][W], int slot, const Lanes<V>& t) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) r[v][slot] = t.v[v];
+}
+
+template <int HALF, int V, typename XT, typename YT>
 __global__ void LrnCrossForwardRing(const LrnCrossKernelParams p) {
   constexpr int L = 2 * HALF + 1;
   const XT* x = static_cast<const XT*>(p.x);
   YT* y = static_cast<YT*>(p.out);
-  GRID_STRIDE_LOOP(q, p.hwn) {
+  GRID_STRIDE_LOOP(qv, p.hwn / V) {
+    const int64_t q = qv * V;
     for (int g0 = 0; g0 < p.c; g0 += p.cg) {
       const int g1 = g0 + p.cg;  // group's channels [g0, g1)
-      float xr[L];               // x of channels c - HALF .. c + HALF (0 outside the group)
+      auto in_group = [&](int cc) { return cc >= g0 && cc < g1; };
+      float xr[V][L];  // x of channels c - HALF .. c + HALF per lane (0 outside the group)
 #pragma unroll
       for (int i = 0; i < L; ++i) {
         const int cc = g0 - HALF + i;
-        xr[i] = (cc >= g0 && cc < g1) ? Load(x + cc * p.hwn + q) : 0.0f;
+        PutSlot(xr, i, LoadLanesIf<V>(x, cc * p.hwn + q, in_group(cc)));
       }
+      Lanes<V> next = LoadLanesIf<V>(x, (g0 + HALF + 1) * p.hwn + q, in_group(g0 + HALF + 1));
       for (int c = g0; c < g1; ++c) {
-        const float d = LrnRingDenom<L>(xr, p.k, p.alpha);
         const int64_t o = c * p.hwn + q;
-        if (p.denom_out != nullptr) p.denom_out[o] = d;  // null: the backward recomputes it
-        Store(y + o, xr[HALF] * PowNegBeta(d, p.beta));
+        Lanes<V> out;
 #pragma unroll
-        for (int i = 0; i + 1 < L; ++i) xr[i] = xr[i + 1];
-        const int cn = c + HALF + 1;
-        xr[L - 1] = cn < g1 ? Load(x + cn * p.hwn + q) : 0.0f;
+        for (int v = 0; v < V; ++v) {
+          const float d = LrnRingDenom<L>(xr[v], p.k, p.alpha);
+          if (p.denom_out != nullptr) p.denom_out[o + v] = d;  // null: the backward recomputes it
+          out.v[v] = xr[v][HALF] * PowNegBeta(d, p.beta);
+#pragma unroll
+          for (int i = 0; i + 1 < L; ++i) xr[v][i] = xr[v][i + 1];
+        }
+        StoreLanes<V>(y + o, out);
+        PutSlot(xr, L - 1, next);  // channel c + HALF + 1
+        const int ca = c + HALF + 2;
+        next = LoadLanesIf<V>(x, ca * p.hwn + q, in_group(ca));
       }
     }
   }
@@ -830,73 +871,87 @@ __global__ void LrnCrossForwardRing(const LrnCrossKernelParams p) {
 // a lead ring xa holds x of the channels cn - HALF .. cn + HALF around the next channel cn
 // to enter the window, so x is still read once (2 + 2 bytes a bf16 element fewer to move
 // than the 4-byte denominator, which also never takes memory).
-template <int HALF, typename XT, typename YT, bool kRecompute = false>
+template <int HALF, int V, typename XT, typename YT, bool kRecompute = false>
 __global__ void LrnCrossBackwardRing(const LrnCrossKernelParams p) {
   constexpr int L = 2 * HALF + 1;
   const XT* x = static_cast<const XT*>(p.x);
   const YT* y = static_cast<const YT*>(p.y);
   const YT* dy = static_cast<const YT*>(p.dy);
   XT* dx = static_cast<XT*>(p.out);
-  GRID_STRIDE_LOOP(q, p.hwn) {
+  // What a channel cc brings when it enters the window: dy and y, and x (kRecompute: x of
+  // channel cc + HALF + 1 for the lead ring); zeros outside the group.
+  struct Entry {
+    Lanes<V> g, y, x;
+  };
+  GRID_STRIDE_LOOP(qv, p.hwn / V) {
+    const int64_t q = qv * V;
     for (int g0 = 0; g0 < p.c; g0 += p.cg) {
       const int g1 = g0 + p.cg;
-      float xa[L];  // kRecompute: x of channels cn - HALF .. cn + HALF (0 outside the group)
+      auto in_group = [&](int cc) { return cc >= g0 && cc < g1; };
+      auto fetch = [&](int cc) {
+        Entry e;
+        const bool inside = in_group(cc);
+        e.g = LoadLanesIf<V>(dy, cc * p.hwn + q, inside);
+        e.y = LoadLanesIf<V>(y, cc * p.hwn + q, inside);
+        const int cx = kRecompute ? cc + HALF + 1 : cc;
+        e.x = LoadLanesIf<V>(x, cx * p.hwn + q, inside && cx < g1);
+        return e;
+      };
+      float xa[V][L];  // kRecompute: x of channels cn - HALF .. cn + HALF per lane
       if constexpr (kRecompute) {
 #pragma unroll
         for (int i = 0; i < L; ++i) {
           const int cc = g0 - HALF + i;
-          xa[i] = (cc >= g0 && cc < g1) ? Load(x + cc * p.hwn + q) : 0.0f;
+          PutSlot(xa, i, LoadLanesIf<V>(x, cc * p.hwn + q, in_group(cc)));
         }
       }
-      // Channel cc (in the group) enters the window: its x, dy, denominator and ratio.
-      auto enter = [&](int cc, float& xv, float& gv, float& dv, float& rv) {
-        const int64_t o = cc * p.hwn + q;
-        if constexpr (kRecompute) {
-          dv = LrnRingDenom<L>(xa, p.k, p.alpha);  // xa is centred on cc
-          xv = xa[HALF];
+      // Per lane and window slot: ratio dy*y/denom, and x, dy, denom for when the slot is
+      // the centre (zeros and a unit denominator outside the group).
+      float rr[V][L], xr[V][L], gr[V][L], dr[V][L];
+      auto enter = [&](int cc, int slot, const Entry& e) {
+        const bool inside = in_group(cc);
 #pragma unroll
-          for (int i = 0; i + 1 < L; ++i) xa[i] = xa[i + 1];
-          const int cl = cc + HALF + 1;
-          xa[L - 1] = cl < g1 ? Load(x + cl * p.hwn + q) : 0.0f;
-        } else {
-          xv = Load(x + o);
-          dv = p.denom[o];
+        for (int v = 0; v < V; ++v) {
+          float xv = e.x.v[v], dv = 1.0f;
+          if (inside) {
+            if constexpr (kRecompute) {
+              dv = LrnRingDenom<L>(xa[v], p.k, p.alpha);  // xa is centred on cc
+              xv = xa[v][HALF];
+#pragma unroll
+              for (int i = 0; i + 1 < L; ++i) xa[v][i] = xa[v][i + 1];
+              xa[v][L - 1] = e.x.v[v];
+            } else {
+              dv = p.denom[cc * p.hwn + q + v];
+            }
+          }
+          xr[v][slot] = xv;
+          gr[v][slot] = e.g.v[v];
+          dr[v][slot] = dv;
+          rr[v][slot] = inside ? e.g.v[v] * e.y.v[v] / dv : 0.0f;
         }
-        gv = Load(dy + o);
-        rv = gv * Load(y + o) / dv;
       };
-      // Per window slot: ratio dy*y/denom, and x, dy, denom for when the slot is the centre.
-      float rr[L], xr[L], gr[L], dr[L];
 #pragma unroll
-      for (int i = 0; i < L; ++i) {
-        const int cc = g0 - HALF + i;
-        if (cc >= g0 && cc < g1) {
-          enter(cc, xr[i], gr[i], dr[i], rr[i]);
-        } else {
-          xr[i] = gr[i] = rr[i] = 0.0f;
-          dr[i] = 1.0f;
-        }
-      }
+      for (int i = 0; i < L; ++i) enter(g0 - HALF + i, i, fetch(g0 - HALF + i));
+      Entry next = fetch(g0 + HALF + 1);
       for (int c = g0; c < g1; ++c) {
-        float s = 0.0f;
+        Lanes<V> out;
 #pragma unroll
-        for (int i = 0; i < L; ++i) s += rr[i];
-        Store(dx + c * p.hwn + q,
-              gr[HALF] * PowNegBeta(dr[HALF], p.beta) - p.grad_scale * xr[HALF] * s);
+        for (int v = 0; v < V; ++v) {
+          float s = 0.0f;
 #pragma unroll
-        for (int i = 0; i + 1 < L; ++i) {
-          rr[i] = rr[i + 1];
-          xr[i] = xr[i + 1];
-          gr[i] = gr[i + 1];
-          dr[i] = dr[i + 1];
+          for (int i = 0; i < L; ++i) s += rr[v][i];
+          out.v[v] = gr[v][HALF] * PowNegBeta(dr[v][HALF], p.beta) - p.grad_scale * xr[v][HALF] * s;
+#pragma unroll
+          for (int i = 0; i + 1 < L; ++i) {
+            rr[v][i] = rr[v][i + 1];
+            xr[v][i] = xr[v][i + 1];
+            gr[v][i] = gr[v][i + 1];
+            dr[v][i] = dr[v][i + 1];
+          }
         }
-        const int cn = c + HALF + 1;
-        if (cn < g1) {
-          enter(cn, xr[L - 1], gr[L - 1], dr[L - 1], rr[L - 1]);
-        } else {
-          xr[L - 1] = gr[L - 1] = rr[L - 1] = 0.0f;
-          dr[L - 1] = 1.0f;
-        }
+        StoreLanes<V>(dx + c * p.hwn + q, out);
+        enter(c + HALF + 1, L - 1, next);
+        next = fetch(c + HALF + 2);
       }
     }
   }
@@ -1690,12 +1745,16 @@ struct PoolOperand {
 };
 // Images per thread of the pooling kernels: 4 (float4 / 8-byte bf16 moves) when N is a
 // multiple of 4 and every tensor is aligned to 4 of its elements, else 1.
-int PoolLanes(int n, std::initializer_list<PoolOperand> tensors) {
-  if (n % 4 != 0) return 1;
+// v when n is a multiple of v and every tensor is aligned to v elements, else 1.
+int VectorLanes(int64_t n, int v, std::initializer_list<PoolOperand> tensors) {
+  if (n % v != 0) return 1;
   for (const PoolOperand& t : tensors)
-    if (t.data != nullptr && reinterpret_cast<uintptr_t>(t.data) % (4 * StorageBytes(t.type)) != 0)
+    if (t.data != nullptr && reinterpret_cast<uintptr_t>(t.data) % (v * StorageBytes(t.type)) != 0)
       return 1;
-  return 4;
+  return v;
+}
+int PoolLanes(int n, std::initializer_list<PoolOperand> tensors) {
+  return VectorLanes(n, 4, tensors);
 }
 }  // namespace
 
@@ -1892,38 +1951,45 @@ LrnWithinKernelParams WithinParams(int c, int h, int w, int n, const LrnWithinPa
 
 namespace {
 using LrnCrossKernel = void (*)(LrnCrossKernelParams);
-// The kernel for window half-width `half`: the register ring for 1..4, else the generic one.
-template <typename XT, typename YT>
+// The kernel for window half-width `half`: the register ring for 1..4 with V images per
+// thread, else the generic one (one image; V must be 1).
+template <int V, typename XT, typename YT>
 LrnCrossKernel LrnCrossForwardFor(int half) {
   switch (half) {
     case 1:
-      return LrnCrossForwardRing<1, XT, YT>;
+      return LrnCrossForwardRing<1, V, XT, YT>;
     case 2:
-      return LrnCrossForwardRing<2, XT, YT>;
+      return LrnCrossForwardRing<2, V, XT, YT>;
     case 3:
-      return LrnCrossForwardRing<3, XT, YT>;
+      return LrnCrossForwardRing<3, V, XT, YT>;
     case 4:
-      return LrnCrossForwardRing<4, XT, YT>;
+      return LrnCrossForwardRing<4, V, XT, YT>;
     default:
+      CHECK_EQ(V, 1);
       return LrnCrossForwardKernel<XT, YT>;
   }
 }
-template <typename XT, typename YT, bool kRecompute>
+template <int V, typename XT, typename YT, bool kRecompute>
 LrnCrossKernel LrnCrossBackwardFor(int half) {
   switch (half) {
     case 1:
-      return LrnCrossBackwardRing<1, XT, YT, kRecompute>;
+      return LrnCrossBackwardRing<1, V, XT, YT, kRecompute>;
     case 2:
-      return LrnCrossBackwardRing<2, XT, YT, kRecompute>;
+      return LrnCrossBackwardRing<2, V, XT, YT, kRecompute>;
     case 3:
-      return LrnCrossBackwardRing<3, XT, YT, kRecompute>;
+      return LrnCrossBackwardRing<3, V, XT, YT, kRecompute>;
     case 4:
-      return LrnCrossBackwardRing<4, XT, YT, kRecompute>;
+      return LrnCrossBackwardRing<4, V, XT, YT, kRecompute>;
     default:
       CHECK(!kRecompute) << "LRN: only half-widths 1-4 recompute their denominators";
+      CHECK_EQ(V, 1);
       return LrnCrossBackwardKernel<XT, YT>;
   }
 }
+// Images per thread of the ring kernels: 4 forward (one ring), 2 backward (five rings per
+// lane: more would cost occupancy), where the columns and tensors allow; the generic kernels
+// (half-widths above 4) take one.
+constexpr int kLrnForwardLanes = 4, kLrnBackwardLanes = 2;
 }  // namespace
 
 void LrnCrossForwardGpu(const DeviceContext& ctx, const float* x, float* y, float* denom, int c,
@@ -1939,10 +2005,17 @@ void LrnCrossForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
   p.x = x;
   p.out = y;
   p.denom_out = denom;
+  const int v =
+      p.half >= 1 && p.half <= 4
+          ? VectorLanes(hwn, kLrnForwardLanes, {{x, xt}, {y, yt}, {denom, StorageType::kFloat}})
+          : 1;
   WithStorage(xt, [&](auto xs) {
     WithStorage(yt, [&](auto ys) {
-      Launch(LrnCrossForwardFor<decltype(xs), decltype(ys)>(p.half), GridFor(ctx, hwn),
-             dim3(kBlock), ctx.stream, p);
+      using XT = decltype(xs);
+      using YT = decltype(ys);
+      Launch(v == kLrnForwardLanes ? LrnCrossForwardFor<kLrnForwardLanes, XT, YT>(p.half)
+                                   : LrnCrossForwardFor<1, XT, YT>(p.half),
+             GridFor(ctx, hwn / v), dim3(kBlock), ctx.stream, p);
     });
   });
 }
@@ -1963,13 +2036,22 @@ void LrnCrossBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt
   p.denom = denom;
   p.dy = dy;
   p.out = dx;
+  const int v =
+      p.half >= 1 && p.half <= 4
+          ? VectorLanes(hwn, kLrnBackwardLanes,
+                        {{x, xt}, {y, yt}, {dy, yt}, {dx, xt}, {denom, StorageType::kFloat}})
+          : 1;
   WithStorage(xt, [&](auto xs) {
     WithStorage(yt, [&](auto ys) {
       using XT = decltype(xs);
       using YT = decltype(ys);
-      Launch(denom != nullptr ? LrnCrossBackwardFor<XT, YT, false>(p.half)
-                              : LrnCrossBackwardFor<XT, YT, true>(p.half),
-             GridFor(ctx, hwn), dim3(kBlock), ctx.stream, p);
+      constexpr int V = kLrnBackwardLanes;
+      LrnCrossKernel k = denom != nullptr ? LrnCrossBackwardFor<1, XT, YT, false>(p.half)
+                                          : LrnCrossBackwardFor<1, XT, YT, true>(p.half);
+      if (v == V)
+        k = denom != nullptr ? LrnCrossBackwardFor<V, XT, YT, false>(p.half)
+                             : LrnCrossBackwardFor<V, XT, YT, true>(p.half);
+      Launch(k, GridFor(ctx, hwn / v), dim3(kBlock), ctx.stream, p);
     });
   });
 }

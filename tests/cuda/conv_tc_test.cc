@@ -204,13 +204,21 @@ const ConvCase kCases[] = {
     {7, 96, 13, 13, 256, 3, 3, 1, 1, 2, true, true},      // batch 7 at full width
 };
 
+// The automatic choice on mma.sync (the process default may be wgmma on a Hopper GPU; the
+// wgmma kernels have their own suite, TcWgmmaTest, on the same cases), restored afterwards.
 class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase> {
  protected:
   void SetUp() override {
     TcTest::SetUp();
     if (IsSkipped()) return;
     if (kEmulated && GetParam().large) GTEST_SKIP() << "large case skipped on the emulator";
+    wgmma_default_ = cuda::TcWgmmaEnabled() ? 1 : 0;
+    cuda::SetTcWgmma(false);
   }
+  void TearDown() override {
+    if (wgmma_default_ >= 0) cuda::SetTcWgmma(wgmma_default_ == 1);
+  }
+  int wgmma_default_ = -1;  // -1: skipped before SetUp changed it
   ConvParams Params() const {
     const ConvCase& k = GetParam();
     ConvParams p;
@@ -470,7 +478,7 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
       }
     }
     cuda::SetTcTile(0);
-    cuda::SetTcWgmma(false);
+    cuda::SetTcWgmma(false);  // TearDown restores the process default
   }
 }
 
