@@ -12,6 +12,7 @@
 #   BUILD_DIR        build directory (default build-gpu)
 #   SANITIZE=1       also run a few small tests under compute-sanitizer memcheck
 #   APP_TESTS=REGEX  also run the trainer-script GPU tests (ctest -L cuda) matching REGEX
+#   SHARDS=N         run the GPU suite as N gtest shards at once (default 1)
 #   SKIP_TESTS=1     skip ctest;  SKIP_LAYERS=1, SKIP_TRAIN=1, SKIP_TRAINER=1, SKIP_PEER=1 skip
 #                    the benchmarks (TRAINER: the whole trainer's img/s on AlexNet, batch 128)
 #   PEER_MODES       PyTorch modes (default fp32,fp32_cl,tf32,bf16_compile)
@@ -60,14 +61,30 @@ status "build ok in $(( $(date +%s) - t0 )) s"
 
 if [ -z "${SKIP_TESTS:-}" ]; then
   t0=$(date +%s)
-  # The GPU suite's binary in one process (one CUDA context; ctest would start one per case).
-  timeout 420 "$BUILD/tests/cuda/cuda_tests" --gtest_brief=1 > "$OUT/tests.log" 2>&1
-  rc=$?
-  # gtest's own totals (ctest -V and --output-on-failure may print the output twice).
-  pass=$(grep -oE "\[  PASSED  \] [0-9]+" "$OUT/tests.log" | head -1 | grep -oE "[0-9]+$")
-  fail=$(grep -oE "\[  FAILED  \] [0-9]+ test" "$OUT/tests.log" | head -1 | grep -oE "[0-9]+")
-  skip=$(grep -oE "\[  SKIPPED \] [0-9]+ test" "$OUT/tests.log" | head -1 | grep -oE "[0-9]+")
-  pass=${pass:-0}; fail=${fail:-0}; skip=${skip:-0}
+  # The GPU suite's binary in SHARDS processes at once (default 1; gtest's sharding: each
+  # process one CUDA context, ctest would start one per case). Most of the suite's time is
+  # the CPU reference of the large cases, so shards on a many-core host finish sooner.
+  shards=${SHARDS:-1}
+  : > "$OUT/tests.log"
+  pids=()
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout 420 "$BUILD/tests/cuda/cuda_tests" \
+      --gtest_brief=1 > "$OUT/tests.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  # gtest's own totals per shard, summed (ctest -V and --output-on-failure may print the
+  # output twice, so the first total of each log).
+  pass=0 fail=0 skip=0
+  for ((i = 0; i < shards; ++i)); do
+    f=$OUT/tests.$i.log
+    n=$(grep -oE "\[  PASSED  \] [0-9]+" "$f" | head -1 | grep -oE "[0-9]+$"); pass=$((pass + ${n:-0}))
+    n=$(grep -oE "\[  FAILED  \] [0-9]+ test" "$f" | head -1 | grep -oE "[0-9]+"); fail=$((fail + ${n:-0}))
+    n=$(grep -oE "\[  SKIPPED \] [0-9]+ test" "$f" | head -1 | grep -oE "[0-9]+"); skip=$((skip + ${n:-0}))
+    { [ "$shards" -gt 1 ] && echo "## shard $i of $shards"; cat "$f"; } >> "$OUT/tests.log"
+    rm -f "$f"
+  done
   status "tests rc=$rc: $pass passed, $fail failed, $skip skipped in $(( $(date +%s) - t0 )) s"
   grep -E "\[  FAILED  \] [A-Za-z]|losses cpu/gpu" "$OUT/tests.log" | sort -u | head -20 >&2
   if [ -n "${APP_TESTS:-}" ]; then
