@@ -13,6 +13,7 @@
 #   SANITIZE=1       also run a few small tests under compute-sanitizer memcheck
 #   APP_TESTS=REGEX  also run the trainer-script GPU tests (ctest -L cuda) matching REGEX
 #   SHARDS=N         run the GPU suite as N gtest shards at once (default 1)
+#   TARGETS          what to build (default: every target the steps below use)
 #   SKIP_TESTS=1     skip ctest;  SKIP_LAYERS=1, SKIP_TRAIN=1, SKIP_TRAINER=1, SKIP_PEER=1 skip
 #                    the benchmarks (TRAINER: the whole trainer's img/s on AlexNet, batch 128)
 #   PEER_MODES       PyTorch modes (default fp32,fp32_cl,tf32,bf16_compile)
@@ -53,7 +54,8 @@ if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHIT
   status "configure FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1
 fi
 echo "## build" >> "$OUT/build.log"
-TARGETS=(colonnade_cuda cuda_tests bench_train bench_layers trainer make_shards checkpoint_diff)
+# shellcheck disable=SC2206
+TARGETS=(${TARGETS:-colonnade_cuda cuda_tests bench_train bench_layers trainer make_shards checkpoint_diff})
 if ! cmake --build "$BUILD" -j16 --target "${TARGETS[@]}" >> "$OUT/build.log" 2>&1; then
   status "build FAILED (see build.log)"; grep -E "error" "$OUT/build.log" | head -30; exit 1
 fi
