@@ -139,6 +139,30 @@ __device__ __forceinline__ float BlockMax(float v, float* sh) {
   return r;
 }
 
+// A tensor of a vectorised launch: its storage and type (null: none).
+struct LaneOperand {
+  const void* data;
+  StorageType type;
+};
+// v when n is a multiple of v and every tensor is aligned to v of its elements, else 1.
+int VectorLanes(int64_t n, int v, std::initializer_list<LaneOperand> tensors) {
+  if (n % v != 0) return 1;
+  for (const LaneOperand& t : tensors)
+    if (t.data != nullptr && reinterpret_cast<uintptr_t>(t.data) % (v * StorageBytes(t.type)) != 0)
+      return 1;
+  return v;
+}
+// Calls f(std::integral_constant<int, V>{}) for lanes = V, 4 or 1 (a runtime width to a
+// template one).
+template <typename F>
+void WithLanes(int lanes, F&& f) {
+  if (lanes == 4) {
+    f(std::integral_constant<int, 4>{});
+  } else {
+    f(std::integral_constant<int, 1>{});
+  }
+}
+
 // ---- element-wise -----------------------------------------------------------------------------
 // Kernel FillKernel<T>: y[i] = v (stored as T: bf16 rounds v) for i < n. Grid-stride, one
 // element per thread step (any element count and alignment of T).
@@ -168,9 +192,11 @@ __global__ void AxpbyKernel(const AxpbyParams p) {
   }
 }
 
-// Kernel BinaryKernel<AT, BT, YT>: y[i] = a[i] op b[i], each stored as its type (dropout's
-// backward multiplies by the float mask); y may alias a or b (same type: each element is read
-// before the same thread writes it).
+// Kernel BinaryKernel<V, AT, BT, YT>: y[i] = a[i] op b[i], each stored as its type (dropout's
+// backward multiplies by the float mask), V consecutive elements per thread step (V = 4 where
+// n is a multiple of 4 and every operand aligned to 4 elements: the bf16 residual sums of
+// ResNet were issue-bound one element at a time); the same bits for every V. y may alias a
+// or b (same type: each element is read before the same thread writes it).
 enum class BinaryOp { kAdd, kMultiply, kAddRelu };
 struct BinaryParams {
   const void* a;
@@ -180,17 +206,25 @@ struct BinaryParams {
   BinaryOp op;
 };
 __device__ __forceinline__ float Relu(float v) { return v > 0.0f ? v : 0.0f; }
-template <typename AT, typename BT, typename YT>
+template <int V, typename AT, typename BT, typename YT>
 __global__ void BinaryKernel(const BinaryParams p) {
   const AT* a = static_cast<const AT*>(p.a);
   const BT* b = static_cast<const BT*>(p.b);
   YT* y = static_cast<YT*>(p.y);
-  if (p.op == BinaryOp::kAdd) {
-    GRID_STRIDE_LOOP(i, p.n) Store(y + i, Load(a + i) + Load(b + i));
-  } else if (p.op == BinaryOp::kAddRelu) {  // ReluForwardKernel's expression on the sum
-    GRID_STRIDE_LOOP(i, p.n) Store(y + i, Relu(Load(a + i) + Load(b + i)));
-  } else {
-    GRID_STRIDE_LOOP(i, p.n) Store(y + i, Load(a + i) * Load(b + i));
+  GRID_STRIDE_LOOP(q, p.n / V) {
+    const int64_t i = q * V;
+    Lanes<V> r = LoadLanes<V>(a + i);
+    const Lanes<V> u = LoadLanes<V>(b + i);
+    for (int k = 0; k < V; ++k) {
+      if (p.op == BinaryOp::kAdd) {
+        r.v[k] = r.v[k] + u.v[k];
+      } else if (p.op == BinaryOp::kAddRelu) {  // ReluForwardKernel's expression on the sum
+        r.v[k] = Relu(r.v[k] + u.v[k]);
+      } else {
+        r.v[k] = r.v[k] * u.v[k];
+      }
+    }
+    StoreLanes<V>(y + i, r);
   }
 }
 
@@ -1313,12 +1347,16 @@ struct BnParams {
   int relu;
   const void* relu_y;
 };
-// dy as the ReLU's backward passes it (ReluBackwardKernel's expression), or dy unfused.
-template <typename YT>
-__device__ __forceinline__ float BnGrad(const BnParams& p, int64_t i) {
-  const YT* dy = static_cast<const YT*>(p.dy);
-  return p.relu_y ? (Load(static_cast<const YT*>(p.relu_y) + i) > 0.0f ? Load(dy + i) : 0.0f)
-                  : Load(dy + i);
+// dy of elements i .. i + V - 1 as the ReLU's backward passes it (ReluBackwardKernel's
+// expression), or dy unfused.
+template <int V, typename YT>
+__device__ __forceinline__ Lanes<V> BnGrad(const BnParams& p, int64_t i) {
+  Lanes<V> g = LoadLanes<V>(static_cast<const YT*>(p.dy) + i);
+  if (p.relu_y) {
+    const Lanes<V> m = LoadLanes<V>(static_cast<const YT*>(p.relu_y) + i);
+    for (int k = 0; k < V; ++k) g.v[k] = m.v[k] > 0.0f ? g.v[k] : 0.0f;
+  }
+  return g;
 }
 
 // y = (x - mean) * scale + shift: the one expression of the training forward and of
@@ -1333,6 +1371,13 @@ __device__ __forceinline__ float BnApply(float x, float mean, float scale, float
 // `part` and the next kernel adds a channel's partials in split order (deterministic: the
 // same bits every run for a given split count, which depends only on C, inner and the
 // device's SM count).
+// Lanes: V = 4 consecutive elements per thread and step (a float4, or 8 bytes of bf16) where
+// inner is a multiple of 4 and every tensor is aligned to 4 elements (VectorLanes), else V = 1;
+// the split chunks are then multiples of 4. A thread adds its V elements in order, so V = 4
+// sums a channel in another order than V = 1 (the double partial sums, then rounded to
+// float, differ in rare last bits); float and bf16 storage pick the same V for the same
+// shape, so they keep giving the same statistics. Why: the one-element loops were
+// issue-bound far below the memory bandwidth, as the pooling kernels' were (see Lanes).
 __device__ __forceinline__ double OrderedPartSum(const double* part, int splits, int stride = 1) {
   double s = 0.0;
   for (int k = 0; k < splits; ++k) s += part[k * stride];
@@ -1340,20 +1385,23 @@ __device__ __forceinline__ double OrderedPartSum(const double* part, int splits,
 }
 
 // Kernel BatchNormSumKernel<XT>: part[c][split] = sum of the split's x (double).
-template <typename XT>
+template <int V, typename XT>
 __global__ void BatchNormSumKernel(const BnParams p) {
   __shared__ double sh[kBlock];
   const int c = blockIdx.y;
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
   double s = 0.0;
-  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) s += Load(xc + i);
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    const Lanes<V> v = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) s += v.v[k];
+  }
   s = BlockSum(s, sh);
   if (threadIdx.x == 0) p.part[int64_t(c) * p.splits + blockIdx.x] = s;
 }
 // Kernel BatchNormVarKernel: the mean from the partial sums, then p.part2[c][split] = the
 // split's sum of (x - mean)^2 (double): the two-pass variance.
-template <typename XT>
+template <int V, typename XT>
 __global__ void BatchNormVarKernel(const BnParams p) {
   __shared__ double sh[kBlock];
   const int c = blockIdx.y;
@@ -1362,9 +1410,12 @@ __global__ void BatchNormVarKernel(const BnParams p) {
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
   double v = 0.0;
-  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-    const double d = Load(xc + i) - mean;
-    v += d * d;
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    const Lanes<V> x = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) {
+      const double d = x.v[k] - mean;
+      v += d * d;
+    }
   }
   v = BlockSum(v, sh);
   if (threadIdx.x == 0) p.part2[int64_t(c) * p.splits + blockIdx.x] = v;
@@ -1372,7 +1423,7 @@ __global__ void BatchNormVarKernel(const BnParams p) {
 // Kernel BatchNormNormalizeKernel: mean and biased variance from the partials, y written;
 // the first split of each channel saves the statistics and updates the running ones
 // (unbiased variance).
-template <typename XT, typename YT>
+template <int V, typename XT, typename YT>
 __global__ void BatchNormNormalizeKernel(const BnParams p) {
   const int c = blockIdx.y;
   const double mean =
@@ -1385,9 +1436,13 @@ __global__ void BatchNormNormalizeKernel(const BnParams p) {
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
   YT* yc = static_cast<YT*>(p.y) + c * p.inner;
-  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-    const float v = BnApply(Load(xc + i), fmean, scale, shift);
-    Store(yc + i, p.relu ? Relu(v) : v);
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    Lanes<V> v = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) {
+      v.v[k] = BnApply(v.v[k], fmean, scale, shift);
+      if (p.relu) v.v[k] = Relu(v.v[k]);
+    }
+    StoreLanes<V>(yc + i, v);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     p.save_mean[c] = fmean;
@@ -1422,23 +1477,27 @@ __global__ void BatchNormInferKernel(const BnInferParams q) {
 // Kernel BatchNormApplyKernel: y = BnApply(x, mean, scale, shift) per channel (the saved
 // values of a training forward). Grid: x = column chunks of the channel, y = channel (as
 // AddBiasKernel: no division per element).
-template <typename XT, typename YT>
+template <int V, typename XT, typename YT>
 __global__ void BatchNormApplyKernel(const BnParams p) {
   const int c = blockIdx.y;
   const float mean = p.mean_in[c], scale = p.gamma[c], shift = p.beta[c];
   const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
   YT* yc = static_cast<YT*>(p.y) + c * p.inner;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.inner;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x * V;
+  for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * V; i < p.inner;
        i += step) {
-    const float v = BnApply(Load(xc + i), mean, scale, shift);
-    Store(yc + i, p.relu ? Relu(v) : v);
+    Lanes<V> v = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) {
+      v.v[k] = BnApply(v.v[k], mean, scale, shift);
+      if (p.relu) v.v[k] = Relu(v.v[k]);
+    }
+    StoreLanes<V>(yc + i, v);
   }
 }
 
 // Kernel BatchNormBackwardSumsKernel: per split, sum dy and sum dy * xhat (double), xhat =
 // (x - mean) * invstd, into part[c][split][0..1].
-template <typename XT, typename YT>
+template <int V, typename XT, typename YT>
 __global__ void BatchNormBackwardSumsKernel(const BnParams p) {
   __shared__ double sh[kBlock];
   const int c = blockIdx.y;
@@ -1446,10 +1505,13 @@ __global__ void BatchNormBackwardSumsKernel(const BnParams p) {
   const double mean = p.mean_in[c], invstd = p.invstd_in[c];
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   double sdy = 0.0, sdyx = 0.0;
-  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-    const float g = BnGrad<YT>(p, c * p.inner + i);
-    sdy += g;
-    sdyx += g * ((Load(xc + i) - mean) * invstd);
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    const Lanes<V> g = BnGrad<V, YT>(p, c * p.inner + i);
+    const Lanes<V> x = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) {
+      sdy += g.v[k];
+      sdyx += g.v[k] * ((x.v[k] - mean) * invstd);
+    }
   }
   sdy = BlockSum(sdy, sh);
   sdyx = BlockSum(sdyx, sh);
@@ -1462,7 +1524,7 @@ __global__ void BatchNormBackwardSumsKernel(const BnParams p) {
 // Kernel BatchNormBackwardKernel: dbeta = sum dy, dgamma = sum dy*xhat (the partials in split
 // order), dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma); the first split of each
 // channel writes dgamma and dbeta. dx is rounded to float, then (bf16) to bf16 at the store.
-template <typename XT, typename YT>
+template <int V, typename XT, typename YT>
 __global__ void BatchNormBackwardKernel(const BnParams p) {
   const int c = blockIdx.y;
   const double* pc = p.part + int64_t(c) * p.splits * 2;
@@ -1473,10 +1535,14 @@ __global__ void BatchNormBackwardKernel(const BnParams p) {
   const double k = p.gamma[c] * invstd / m;
   XT* dxc = static_cast<XT*>(p.y) + c * p.inner;
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
-  for (int64_t i = beg + threadIdx.x; i < end; i += kBlock) {
-    const double xhat = (Load(xc + i) - mean) * invstd;
-    const float g = BnGrad<YT>(p, c * p.inner + i);
-    Store(dxc + i, static_cast<float>(k * (m * static_cast<double>(g) - db - xhat * dg)));
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    Lanes<V> x = LoadLanes<V>(xc + i);
+    const Lanes<V> g = BnGrad<V, YT>(p, c * p.inner + i);
+    for (int e = 0; e < V; ++e) {
+      const double xhat = (x.v[e] - mean) * invstd;
+      x.v[e] = static_cast<float>(k * (m * static_cast<double>(g.v[e]) - db - xhat * dg));
+    }
+    StoreLanes<V>(dxc + i, x);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     p.dgamma[c] = static_cast<float>(dg);
@@ -1632,11 +1698,14 @@ namespace {
 // BinaryKernel with each operand's storage (Mul: float only, not instantiated otherwise).
 void LaunchBinary(const DeviceContext& ctx, const void* a, StorageType at, const void* b,
                   StorageType bt, void* y, StorageType yt, int64_t n, BinaryOp op) {
-  WithStorage(at, [&](auto as) {
-    WithStorage(bt, [&](auto bs) {
-      WithStorage(yt, [&](auto ys) {
-        Launch(BinaryKernel<decltype(as), decltype(bs), decltype(ys)>, GridFor(ctx, n),
-               dim3(kBlock), ctx.stream, BinaryParams{a, b, y, n, op});
+  const int lanes = VectorLanes(n, 4, {{a, at}, {b, bt}, {y, yt}});
+  WithLanes(lanes, [&](auto v) {
+    WithStorage(at, [&](auto as) {
+      WithStorage(bt, [&](auto bs) {
+        WithStorage(yt, [&](auto ys) {
+          Launch(BinaryKernel<decltype(v)::value, decltype(as), decltype(bs), decltype(ys)>,
+                 GridFor(ctx, n, lanes), dim3(kBlock), ctx.stream, BinaryParams{a, b, y, n, op});
+        });
       });
     });
   });
@@ -1738,22 +1807,9 @@ void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t row
 }
 
 namespace {
-// A tensor of a pooling launch: its storage and type (null: none).
-struct PoolOperand {
-  const void* data;
-  StorageType type;
-};
 // Images per thread of the pooling kernels: 4 (float4 / 8-byte bf16 moves) when N is a
 // multiple of 4 and every tensor is aligned to 4 of its elements, else 1.
-// v when n is a multiple of v and every tensor is aligned to v elements, else 1.
-int VectorLanes(int64_t n, int v, std::initializer_list<PoolOperand> tensors) {
-  if (n % v != 0) return 1;
-  for (const PoolOperand& t : tensors)
-    if (t.data != nullptr && reinterpret_cast<uintptr_t>(t.data) % (v * StorageBytes(t.type)) != 0)
-      return 1;
-  return v;
-}
-int PoolLanes(int n, std::initializer_list<PoolOperand> tensors) {
+int PoolLanes(int n, std::initializer_list<LaneOperand> tensors) {
   return VectorLanes(n, 4, tensors);
 }
 }  // namespace
@@ -2237,15 +2293,23 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
          p);
 }
 
+namespace {
+// Aligned to 4 of its elements (the quad moves: 16 bytes of float, 8 of bf16).
+bool QuadAligned(const void* p, StorageType t) {
+  return reinterpret_cast<uintptr_t>(p) % (4 * StorageBytes(t)) == 0;
+}
+
 // Splits per channel for the batch-norm reductions (RowSplits; sets p.splits, p.chunk and
 // returns the grid).
-dim3 BnSplits(const DeviceContext& ctx, int c, int64_t inner, BnParams& p) {
+dim3 BnSplits(const DeviceContext& ctx, int c, int64_t inner, int lanes, BnParams& p) {
   CHECK_LT(c, 65536) << "batch norm supports up to 65535 channels";
   const int64_t splits = RowSplits(ctx, c, inner);
   p.chunk = std::max<int64_t>(1, CeilDiv(inner, splits));
+  p.chunk = CeilDiv(p.chunk, lanes) * lanes;  // whole quads per split
   p.splits = static_cast<int>(std::max<int64_t>(1, CeilDiv(inner, p.chunk)));  // none empty
   return dim3(static_cast<unsigned>(p.splits), static_cast<unsigned>(c));
 }
+}  // namespace
 
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                               const float* beta, float* y, float* running_mean, float* running_var,
@@ -2275,17 +2339,21 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageTy
   p.inner = inner;
   p.eps = bp.eps;
   p.momentum = bp.momentum;
-  const dim3 grid = BnSplits(ctx, c, inner, p);
+  const int lanes = VectorLanes(inner, 4, {{x, xt}, {y, yt}});
+  const dim3 grid = BnSplits(ctx, c, inner, lanes, p);
   Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
   p.part = part.d();
   p.part2 = part.d() + int64_t(c) * p.splits;
-  WithStorage(xt, [&](auto xs) {
-    WithStorage(yt, [&](auto ys) {
-      using XT = decltype(xs);
-      using YT = decltype(ys);
-      Launch(BatchNormSumKernel<XT>, grid, dim3(kBlock), ctx.stream, p);
-      Launch(BatchNormVarKernel<XT>, grid, dim3(kBlock), ctx.stream, p);
-      Launch(BatchNormNormalizeKernel<XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+  WithLanes(lanes, [&](auto v) {
+    WithStorage(xt, [&](auto xs) {
+      WithStorage(yt, [&](auto ys) {
+        constexpr int V = decltype(v)::value;
+        using XT = decltype(xs);
+        using YT = decltype(ys);
+        Launch(BatchNormSumKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
+        Launch(BatchNormVarKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
+        Launch(BatchNormNormalizeKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+      });
     });
   });
 }
@@ -2339,13 +2407,17 @@ void BatchNormApplyGpu(const DeviceContext& ctx, const void* x, StorageType xt, 
   p.beta = shift;
   p.y = y;
   p.inner = inner;
+  const int lanes = VectorLanes(inner, 4, {{x, xt}, {y, yt}});
   const int64_t want_blocks = std::max<int64_t>(1, int64_t(ctx.sm_count) * 8 / c);
-  const int64_t bx = std::max<int64_t>(1, std::min(CeilDiv(inner, kBlock), want_blocks));
-  WithStorage(xt, [&](auto xs) {
-    WithStorage(yt, [&](auto ys) {
-      Launch(BatchNormApplyKernel<decltype(xs), decltype(ys)>,
-             dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)), dim3(kBlock), ctx.stream,
-             p);
+  const int64_t bx =
+      std::max<int64_t>(1, std::min(CeilDiv(inner, int64_t(kBlock) * lanes), want_blocks));
+  WithLanes(lanes, [&](auto v) {
+    WithStorage(xt, [&](auto xs) {
+      WithStorage(yt, [&](auto ys) {
+        Launch(BatchNormApplyKernel<decltype(v)::value, decltype(xs), decltype(ys)>,
+               dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)), dim3(kBlock), ctx.stream,
+               p);
+      });
     });
   });
 }
@@ -2374,25 +2446,22 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType x
   p.dgamma = dgamma;
   p.dbeta = dbeta;
   p.inner = inner;
-  const dim3 grid = BnSplits(ctx, c, inner, p);
+  const int lanes = VectorLanes(inner, 4, {{x, xt}, {relu_y, yt}, {dy, yt}, {dx, xt}});
+  const dim3 grid = BnSplits(ctx, c, inner, lanes, p);
   Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
   p.part = part.d();
-  WithStorage(xt, [&](auto xs) {
-    WithStorage(yt, [&](auto ys) {
-      using XT = decltype(xs);
-      using YT = decltype(ys);
-      Launch(BatchNormBackwardSumsKernel<XT, YT>, grid, dim3(kBlock), ctx.stream, p);
-      Launch(BatchNormBackwardKernel<XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+  WithLanes(lanes, [&](auto v) {
+    WithStorage(xt, [&](auto xs) {
+      WithStorage(yt, [&](auto ys) {
+        constexpr int V = decltype(v)::value;
+        using XT = decltype(xs);
+        using YT = decltype(ys);
+        Launch(BatchNormBackwardSumsKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+        Launch(BatchNormBackwardKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+      });
     });
   });
 }
-
-namespace {
-// Aligned to 4 of its elements (the quad moves: 16 bytes of float, 8 of bf16).
-bool QuadAligned(const void* p, StorageType t) {
-  return reinterpret_cast<uintptr_t>(p) % (4 * StorageBytes(t)) == 0;
-}
-}  // namespace
 
 void ReluForwardGpu(const DeviceContext& ctx, const float* x, float* y, int64_t n) {
   ReluForwardGpu(ctx, x, StorageType::kFloat, y, StorageType::kFloat, n);

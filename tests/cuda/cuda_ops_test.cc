@@ -666,18 +666,24 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaBatchNormTest,
                                   std::to_string(info.param.elements() / info.param[0]);
                          });
 
-// The residual sum + ReLU pass against the GPU primitives (Add, then ReluForward in place):
-// bitwise; odd size (no float4 path anywhere).
+// The residual sum + ReLU pass against the GPU primitives (Add, then ReluForward in place)
+// and both against the CPU: bitwise; an odd size (one element per thread step) and a multiple
+// of 4 (quads: BinaryKernel's V = 4).
 TEST_F(CudaTest, AddReluFusedAsUnfused) {
-  const Shape s{7, 5, 5, 33};
-  Tensor a = OnGpu(RandomCpu(s, 131)), b = OnGpu(RandomCpu(s, 132));
-  Tensor fused = Poisoned(s, Device::kCUDA), apart = Poisoned(s, Device::kCUDA);
-  Gpu().AddRelu(a, b, fused);
-  Gpu().Ops::AddRelu(a, b, apart);
-  EXPECT_TRUE(BitwiseEqual(fused.ToHost(), apart.ToHost()));
-  Tensor y(s, Device::kCPU);
-  Cpu().AddRelu(a.To(Device::kCPU), b.To(Device::kCPU), y);
-  EXPECT_BITWISE(fused, y);
+  for (const Shape& s : {Shape{7, 5, 5, 33}, Shape{4, 5, 5, 32}}) {
+    Tensor a = OnGpu(RandomCpu(s, 131)), b = OnGpu(RandomCpu(s, 132));
+    Tensor fused = Poisoned(s, Device::kCUDA), apart = Poisoned(s, Device::kCUDA);
+    Gpu().AddRelu(a, b, fused);
+    Gpu().Ops::AddRelu(a, b, apart);
+    EXPECT_TRUE(BitwiseEqual(fused.ToHost(), apart.ToHost())) << s.ToString();
+    Tensor y(s, Device::kCPU);
+    Cpu().AddRelu(a.To(Device::kCPU), b.To(Device::kCPU), y);
+    EXPECT_BITWISE(fused, y);
+    Tensor sum = Poisoned(s, Device::kCUDA), sum_ref(s, Device::kCPU);
+    Gpu().Add(a, b, sum);
+    Cpu().Add(a.To(Device::kCPU), b.To(Device::kCPU), sum_ref);
+    EXPECT_BITWISE(sum, sum_ref);
+  }
 }
 
 // ---- activations, dropout, loss, optimiser
