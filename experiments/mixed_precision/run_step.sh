@@ -9,7 +9,8 @@
 # Knobs: BATCH (256; a comma list for bench_train and the peer, e.g. 128,256), MODES
 # (fp32,tf32,bf16; bf16 stores activations in bf16, the default since 2026-12-05; bf16_f32act: bf16 with --nobf16_activations; bf16_act: bf16 with the flag given, docs/PRECISION.md; bf16 runs the convolutions on the sm_90a wgmma kernels where they run, the default since 2026-12-05; bf16_wgmma: bf16 with --wgmma given (an error without them); bf16_mma: bf16 on mma.sync, bench_train --nowgmma, COLONNADE_TC_WGMMA=0 for the trainer), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
 # batch, for the batches in COMPILE_BATCHES: 256), TRAINER_MODES (MODES), TRAINER_BATCH
-# (the last of BATCH), TRAINER_STEPS (60), SKIP_PEER=1.
+# (the last of BATCH), TRAINER_STEPS (60), SKIP_PEER=1, SKIP_BUILD=1 (run the bench_train and
+# trainer already in BUILD_DIR, e.g. built on another machine).
 set -uo pipefail
 OUT=${1:?usage: run_step.sh OUTDIR [BUILD_DIR]}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,7 +19,7 @@ BATCH=${BATCH:-256}
 MODES=${MODES:-fp32,tf32,bf16}
 PEER_MODES=${PEER_MODES:-fp32,tf32,bf16_cl}
 TRAINER_STEPS=${TRAINER_STEPS:-60}
-TRAINER_MODES=${TRAINER_MODES:-$MODES}
+TRAINER_MODES=${TRAINER_MODES-$MODES}  # empty: no trainer runs
 TRAINER_BATCH=${TRAINER_BATCH:-${BATCH##*,}}
 COMMIT=${COMMIT:-unknown}
 mkdir -p "$OUT"
@@ -34,11 +35,15 @@ J=$OUT/step.jsonl
 : > "$J"
 
 t0=$(date +%s)
-{ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-    -DCOLONNADE_CUDA=ON -DCOLONNADE_CUDA_EMULATION=OFF "${PREFIX[@]}" &&
-  cmake --build "$BUILD" -j"$(nproc)" --target trainer bench_train; } > "$OUT/build.log" 2>&1 ||
-  { say "build FAILED"; tail -20 "$OUT/build.log"; exit 1; }
-say "build ok in $(( $(date +%s) - t0 )) s"
+if [ -n "${SKIP_BUILD:-}" ]; then
+  say "build skipped: the binaries in $BUILD"
+else
+  { cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+      -DCOLONNADE_CUDA=ON -DCOLONNADE_CUDA_EMULATION=OFF "${PREFIX[@]}" &&
+    cmake --build "$BUILD" -j"$(nproc)" --target trainer bench_train; } > "$OUT/build.log" 2>&1 ||
+    { say "build FAILED"; tail -20 "$OUT/build.log"; exit 1; }
+  say "build ok in $(( $(date +%s) - t0 )) s"
+fi
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 
 # A mode's flags: bf16_act gives --bf16_activations (the default of bf16 since 2026-12-05),
