@@ -530,10 +530,10 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcGemmKernel(const Tc
 
 // Block tile of the wgmma kernels: kWGM x kWGN warpgroups, each 64 rows x kNW columns (one
 // wgmma of N = kNW per K-step of 16); BK = 64 (one 128-byte line of bf16 per filter row);
-// kStages of shared memory, 1 block (8 warps) per multiprocessor.
-template <int kWGM, int kWGN, int kNW, int kStages>
+// kStages of shared memory, kMinBlocks blocks (8 warps each) per multiprocessor.
+template <int kWGM, int kWGN, int kNW, int kStages, int kMinBlocks = 1>
 struct WgTile {
-  static constexpr int WGN = kWGN, NW = kNW, S = kStages;
+  static constexpr int WGN = kWGN, NW = kNW, S = kStages, kBlocksPerSM = kMinBlocks;
   static constexpr int BM = 64 * kWGM, BN = kWGN * kNW, BK = 64, T = 256;
   static constexpr int kStageA = BM * BK * 2, kStageB = BK * BN * 2;  // bytes
   // + 1 KiB to align the stages to the swizzle's 1024-byte period
@@ -544,6 +544,10 @@ struct WgTile {
 using WgTileL = WgTile<2, 1, 128, 6>;  // 128 x 128, 6 x 32 KiB
 using WgTileS = WgTile<1, 2, 128, 5>;  // 64 x 256, 5 x 40 KiB: M <= 64 (conv2's backward data)
 using WgTileW = WgTile<2, 1, 256, 4>;  // 128 x 256, 4 x 48 KiB, 128 accumulators per thread
+// 128 x 128 in 3 x 32 KiB, two blocks per multiprocessor (128 registers a thread, as the
+// 6-stage tile uses): for GEMMs of few K slices (ChooseWgmmaTile), where one block's loads
+// and epilogue leave the tensor cores idle unless another block is resident to fill them.
+using WgTileL3 = WgTile<2, 1, 128, 3, 2>;
 
 // Shared-memory layouts, both in the 128-byte swizzle of the wgmma canonical layouts (PTX
 // ISA, "Shared Memory Matrix Layout"; the emulator decodes the descriptors from the ISA's
@@ -634,7 +638,7 @@ __device__ __forceinline__ void WgmmaMainLoop(int ktiles, int fault, uint32_t a_
 // Grid as TcGemmKernel. Block: 256 threads = warpgroups wg = 0, 1 at (wg / WGN, wg % WGN)
 // of the block tile; B (the gathered activations) MN-major. Pipeline: WgmmaMainLoop.
 template <class Tl, class TOut>
-__global__ void __launch_bounds__(256, 1) TcWgmmaKernel(const TcGemmParams p) {
+__global__ void __launch_bounds__(256, Tl::kBlocksPerSM) TcWgmmaKernel(const TcGemmParams p) {
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = Tl::BN, BK = Tl::BK, T = Tl::T;
   constexpr int kRowChunksB = BN / 8;
@@ -987,7 +991,7 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) TcWgradKernel(const T
 // x gathered for BN filter columns (c, ky, kx). Thread t copies chunk t % 8 (8 images of one
 // pixel) of rows t / 8 + 32 i of each. Pipeline: WgmmaMainLoop.
 template <class Tl>
-__global__ void __launch_bounds__(256, 1) TcWgmmaWgradKernel(const TcWgradParams p) {
+__global__ void __launch_bounds__(256, Tl::kBlocksPerSM) TcWgmmaWgradKernel(const TcWgradParams p) {
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BK = Tl::BK, kRowStep = Tl::T / 8;
   constexpr int kAChunks = Tl::BM / kRowStep, kBChunks = Tl::BN / kRowStep;
@@ -1164,9 +1168,11 @@ WgradFn WgradFor(StorageType x, StorageType dy, bool vec) {
 // 0: automatic; mma.sync tiles 1: 128 x 128, 2: 64 x 128, 3: 128 x 256 (automatic: the row
 // tile that pads the fewest rows, ties to the larger: 128 x 128 for M = 96, 128, 256, 384;
 // 64 x 128 for M = 48, 64, 192); wgmma tiles (bf16 math on bf16 operands, batch a multiple
-// of 8; otherwise the automatic mma.sync tile) 4: 128 x 128, 5: 64 x 256, 6: 128 x 256
-// (automatic: ChooseWgmmaTile). Also COLONNADE_TC_TILE=128x128|64x128|128x256|wg128x128|
-// wg64x256|wg128x256. The automatic choice takes wgmma where it applies unless turned off
+// of 8; otherwise the automatic mma.sync tile) 4: 128 x 128, 5: 64 x 256, 6: 128 x 256,
+// 7: 128 x 128 in 3 stages, two blocks per multiprocessor (automatic: ChooseWgmmaTile).
+// Also COLONNADE_TC_TILE=128x128|64x128|128x256|wg128x128|wg64x256|wg128x256|wg128x128s3, and
+// COLONNADE_TC_SHORTK=S: the most K slices of 64 for which the automatic choice takes tile 7
+// (kShortKSlices; 0: never). The automatic choice takes wgmma where it applies unless turned off
 // (SetTcWgmma(false), COLONNADE_TC_WGMMA=0); on the CPU emulator it is off unless asked for,
 // as an emulated wgmma costs 128 fibers' scalar products and the emulator's whole-net tests
 // would take several times longer (TcWgmmaTest asks for it; src/cuda/TC_NOTES.md).
@@ -1178,16 +1184,17 @@ constexpr int kWgmmaByDefault = 0;
 #else
 constexpr int kWgmmaByDefault = 1;
 #endif
+constexpr int kShortKSlices = 4;  // ChooseWgmmaTile
 
 int TileSetting() {
   std::lock_guard<std::mutex> lock(g_tile_mu);
   if (g_tile < 0) {
     const char* e = std::getenv("COLONNADE_TC_TILE");
     const std::string v = e == nullptr ? "" : e;
-    const char* names[] = {"",          "128x128",  "64x128",   "128x256",
-                           "wg128x128", "wg64x256", "wg128x256"};
+    const char* names[] = {"",          "128x128",  "64x128",    "128x256",
+                           "wg128x128", "wg64x256", "wg128x256", "wg128x128s3"};
     g_tile = 0;
-    for (int i = 1; i < 7; ++i)
+    for (int i = 1; i < 8; ++i)
       if (v == names[i]) g_tile = i;
   }
   return g_tile;
@@ -1237,7 +1244,21 @@ int ChooseTile(int m) {
 // 128 x 128 where N pads less (conv1's backward filter, N = 363: 0.25 ms, 128 x 256 0.29).
 // Not 128 x 256 for a forward or backward-data GEMM whose blocks would leave multiprocessors
 // idle (one block per multiprocessor; backward filter fills them by splitting K).
-int ChooseWgmmaTile(int64_t m, int64_t n, int64_t groups, int sms, bool split_k, bool eligible) {
+// A forward or backward-data GEMM of at most ShortKSlices() slices of 64 (ResNet's 1 x 1
+// convolutions of 64-256 channels: 1-4 slices) takes tile 7 instead of 128 x 128 or
+// 128 x 256: with one block per multiprocessor such a block spends most of its time in its
+// pipeline's fill and its epilogue, which a second resident block overlaps (the breakdown
+// of ResNet-50 on an H200, results_layers/resnet50_bf16_breakdown_ab30f38.log: 46 TFLOP/s
+// for the 1 x 1 convolutions of K = 64).
+int ShortKSlices() {
+  static const int v = [] {
+    const char* e = std::getenv("COLONNADE_TC_SHORTK");
+    return e == nullptr ? kShortKSlices : std::atoi(e);
+  }();
+  return v;
+}
+int ChooseWgmmaTile(int64_t m, int64_t n, int64_t k, int64_t groups, int sms, bool split_k,
+                    bool eligible) {
   if (!eligible || !WgmmaAvailable()) return 0;
   const int t = TileSetting();
   if (t >= 4) return t;
@@ -1258,6 +1279,7 @@ int ChooseWgmmaTile(int64_t m, int64_t n, int64_t groups, int sms, bool split_k,
       best_area = area;
     }
   }
+  if (!split_k && best != 5 && CeilDiv(k, int64_t(WgTileL::BK)) <= ShortKSlices()) return 7;
   return best;
 }
 
@@ -1314,6 +1336,7 @@ Picked PickWgmmaFor(bool wgrad, StorageType out) {
 Picked PickWgmma(int tile, bool wgrad, StorageType out) {
   if (tile == 5) return PickWgmmaFor<WgTileS>(wgrad, out);
   if (tile == 6) return PickWgmmaFor<WgTileW>(wgrad, out);
+  if (tile == 7) return PickWgmmaFor<WgTileL3>(wgrad, out);
   return PickWgmmaFor<WgTileL>(wgrad, out);
 }
 
@@ -1324,7 +1347,7 @@ TcLaunchInfo RunTcGemm(const DeviceContext& ctx, MathMode math, TcGemmParams q, 
   const bool bf16 = math == MathMode::kBF16;
   const int E = ChunkElems(math);
   const bool vec = q.n % E == 0 && Aligned(q.in, 16);
-  const int wg_tile = ChooseWgmmaTile(q.m, q.j, groups, ctx.sm_count, /*split_k=*/false,
+  const int wg_tile = ChooseWgmmaTile(q.m, q.j, q.k, groups, ctx.sm_count, /*split_k=*/false,
                                       bf16 && in_type == StorageType::kBF16 && vec);
   const int BK = wg_tile != 0 ? WgTileL::BK : SliceK(math);
   const Picked pk = wg_tile != 0 ? PickWgmma(wg_tile, false, out_type)
@@ -1529,7 +1552,7 @@ TcLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a)
 
   const int E = ChunkElems(a.math);
   const bool vec = d.n % E == 0 && Aligned(a.x.data, 16) && Aligned(a.dy.data, 16);
-  const int wg_tile = ChooseWgmmaTile(q.m, q.ncol, groups, ctx.sm_count, /*split_k=*/true,
+  const int wg_tile = ChooseWgmmaTile(q.m, q.ncol, q.jtot, groups, ctx.sm_count, /*split_k=*/true,
                                       a.math == MathMode::kBF16 && a.x.type == StorageType::kBF16 &&
                                           a.dy.type == StorageType::kBF16 && vec);
   const int BK = wg_tile != 0 ? WgTileL::BK : SliceK(a.math);

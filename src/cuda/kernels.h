@@ -95,9 +95,10 @@ struct TcLaunchInfo {
 // Block tile of the tensor-core kernels: 0 automatic (default), mma.sync 1: 128 x 128,
 // 2: 64 x 128, 3: 128 x 256; wgmma (sm_90a; bf16 math on bf16 operands whose batch is a
 // multiple of 8, the rest run the automatic mma.sync tile) 4: 128 x 128, 5: 64 x 256,
-// 6: 128 x 256 (also COLONNADE_TC_TILE=128x128|64x128|128x256|wg128x128|
-// wg64x256|wg128x256). Among the mma.sync tiles results differ only through the split-K
-// factor of backward filter (FP32 summation order).
+// 6: 128 x 256, 7: 128 x 128 in 3 stages with two blocks per multiprocessor (the automatic
+// choice for GEMMs of few K slices; COLONNADE_TC_SHORTK) (also COLONNADE_TC_TILE=128x128|
+// 64x128|128x256|wg128x128|wg64x256|wg128x256|wg128x128s3). Among the mma.sync tiles results
+// differ only through the split-K factor of backward filter (FP32 summation order).
 void SetTcTile(int tile);
 // Whether the automatic choice uses the wgmma kernels (all three ops) where they apply: the
 // default on a GPU (COLONNADE_TC_WGMMA=0 turns it off), off on the CPU emulator unless asked

@@ -430,7 +430,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true, false}),
     [](const ::testing::TestParamInfo<ConvCase>& i) { return CaseName(i.param); });
 
-// The wgmma kernels (sm_90a; tiles 4-6, bf16 math on bf16 operands) against the CPU
+// The wgmma kernels (sm_90a; tiles 4-7, bf16 math on bf16 operands) against the CPU
 // reference on every case, in all three ops, bf16 and float outputs (float dy for backward
 // filter, which then runs mma.sync), each tile forced and the automatic choice with wgmma
 // enabled: they run exactly where the batch is a multiple of 8 (elsewhere mma.sync does,
@@ -447,7 +447,7 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
                         {MathMode::kBF16, StorageType::kBF16, StorageType::kFloat}};
   for (const Mode& m : modes) {
     const double tol = Tolerance(m);
-    for (int tile : {4, 5, 6, 0}) {
+    for (int tile : {4, 5, 6, 7, 0}) {
       // The emulator (a wgmma is 128 fibers' worth of scalar products) checks float outputs
       // and the faulty kernel on the 128 x 128 tile only; the GPU every combination.
       const bool full = !kEmulated || tile == 4;
