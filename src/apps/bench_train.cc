@@ -326,13 +326,14 @@ int Main(bool bf16_activations_given, bool wgmma_given) {
         "{\"impl\": \"colonnade\", \"model\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
         "\"img_per_s\": %.1f, "
         "\"ms_per_step_mean\": %.3f, \"ms_per_step_median\": %.3f, \"peak_in_use_bytes\": %d, "
-        "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %.5f, "
-        "\"loss_last\": %.5f, \"memory_plan\": \"%s\", \"recompute\": \"%s\", "
+        "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %s, "
+        "\"loss_last\": %s, \"memory_plan\": \"%s\", \"recompute\": \"%s\", "
         "\"cuda_graphs\": %s, \"fusions\": \"%s\", \"activations\": \"%s\", \"wgmma\": %s, "
         "\"device\": \"%s\"}",
         model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2],
         mem.peak_bytes_in_use, mem.peak_bytes_reserved, mem.device_allocations - mallocs_before,
-        first_loss, last_loss, AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
+        JsonNumber(first_loss, 5), JsonNumber(last_loss, 5),
+        AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
         AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)), graphs ? "true" : "false",
         FusionsName(net.fusions()), net.bf16_storage() ? "bf16" : "float32",
         wgmma ? "true" : "false", cuda::DeviceDescription()));

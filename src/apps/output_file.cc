@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "hdf5/hdf5.h"
 
 namespace colonnade {
@@ -207,6 +209,10 @@ absl::Status AppendFile::Close() {
         absl::StrCat("closing ", flag_, "=", path_, " failed: ", Errno(errno)));
   }
   return absl::OkStatus();
+}
+
+std::string JsonNumber(double v, int decimals) {
+  return std::isfinite(v) ? absl::StrFormat("%.*f", decimals, v) : std::string("null");
 }
 
 }  // namespace colonnade

@@ -42,6 +42,10 @@ absl::Status WriteOutputFile(const std::string& path, const std::string& flag, E
 absl::Status WriteTextOutputFile(const std::string& path, const std::string& flag,
                                  ExistingOutput rule, const std::string& contents);
 
+// A number for a JSON line: `decimals` after the point, or null when it is not finite (a
+// diverged loss: printf's "nan" or "inf" would make the whole line invalid JSON).
+std::string JsonNumber(double v, int decimals);
+
 // A log that lines are appended to (trainer --metrics_file, rank logs, bench_train --json).
 // Every line is flushed at once, so a crash loses nothing written before it.
 class AppendFile {

@@ -1490,11 +1490,11 @@ void Trainer::Log(int64_t done, float lr) {
         FormatDuration(eta).c_str());
     std::fflush(stdout);
     WriteMetrics(absl::StrFormat(
-        "{\"kind\":\"train\",\"step\":%d,\"epoch\":%.4f,\"loss\":%.6f,\"top1_error\":%.5f,"
+        "{\"kind\":\"train\",\"step\":%d,\"epoch\":%.4f,\"loss\":%s,\"top1_error\":%.5f,"
         "\"top5_error\":%.5f,\"lr\":%g,\"images_per_sec\":%.1f,\"data_wait_sec\":%.4f,"
         "\"comm_wait_sec\":%.4f,\"elapsed_sec\":%.3f}",
-        done, EpochOf(done), avg_loss, top1, top5, lr, img_s, in.data_wait_s, in.comm_wait_s,
-        elapsed));
+        done, EpochOf(done), JsonNumber(avg_loss, 6), top1, top5, lr, img_s, in.data_wait_s,
+        in.comm_wait_s, elapsed));
   }
   interval_ = IntervalTotals();
   interval_.start = Clock::now();
@@ -1513,9 +1513,9 @@ void Trainer::EvaluateNow(int64_t done) {
                 r->top1_error, r->top5_error);
     std::fflush(stdout);
     WriteMetrics(absl::StrFormat(
-        "{\"kind\":\"eval\",\"step\":%d,\"epoch\":%.4f,\"loss\":%.6f,\"top1_error\":%.5f,"
+        "{\"kind\":\"eval\",\"step\":%d,\"epoch\":%.4f,\"loss\":%s,\"top1_error\":%.5f,"
         "\"top5_error\":%.5f,\"images\":%d,\"views\":%d}",
-        done, EpochOf(done), r->loss, r->top1_error, r->top5_error, r->images,
+        done, EpochOf(done), JsonNumber(r->loss, 6), r->top1_error, r->top5_error, r->images,
         static_cast<int>(cfg_.eval_views)));
   }
   interval_.start += Clock::now() - eval_start;
