@@ -162,6 +162,14 @@ void WithLanes(int lanes, F&& f) {
     f(std::integral_constant<int, 1>{});
   }
 }
+// Calls f(lanes as WithLanes, XT{}, YT{}) with XT, YT the storage types named by xt, yt: the
+// dispatch of a two-tensor kernel templated on <V, XT, YT>.
+template <typename F>
+void WithLanesAndStorage(int lanes, StorageType xt, StorageType yt, F&& f) {
+  WithLanes(lanes, [&](auto v) {
+    WithStorage(xt, [&](auto xs) { WithStorage(yt, [&](auto ys) { f(v, xs, ys); }); });
+  });
+}
 
 // ---- element-wise -----------------------------------------------------------------------------
 // Kernel FillKernel<T>: y[i] = v (stored as T: bf16 rounds v) for i < n. Grid-stride, one
@@ -2344,17 +2352,13 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageTy
   Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
   p.part = part.d();
   p.part2 = part.d() + int64_t(c) * p.splits;
-  WithLanes(lanes, [&](auto v) {
-    WithStorage(xt, [&](auto xs) {
-      WithStorage(yt, [&](auto ys) {
-        constexpr int V = decltype(v)::value;
-        using XT = decltype(xs);
-        using YT = decltype(ys);
-        Launch(BatchNormSumKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
-        Launch(BatchNormVarKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
-        Launch(BatchNormNormalizeKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
-      });
-    });
+  WithLanesAndStorage(lanes, xt, yt, [&](auto v, auto xs, auto ys) {
+    constexpr int V = decltype(v)::value;
+    using XT = decltype(xs);
+    using YT = decltype(ys);
+    Launch(BatchNormSumKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
+    Launch(BatchNormVarKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
+    Launch(BatchNormNormalizeKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
   });
 }
 
@@ -2411,14 +2415,9 @@ void BatchNormApplyGpu(const DeviceContext& ctx, const void* x, StorageType xt, 
   const int64_t want_blocks = std::max<int64_t>(1, int64_t(ctx.sm_count) * 8 / c);
   const int64_t bx =
       std::max<int64_t>(1, std::min(CeilDiv(inner, int64_t(kBlock) * lanes), want_blocks));
-  WithLanes(lanes, [&](auto v) {
-    WithStorage(xt, [&](auto xs) {
-      WithStorage(yt, [&](auto ys) {
-        Launch(BatchNormApplyKernel<decltype(v)::value, decltype(xs), decltype(ys)>,
-               dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)), dim3(kBlock), ctx.stream,
-               p);
-      });
-    });
+  WithLanesAndStorage(lanes, xt, yt, [&](auto v, auto xs, auto ys) {
+    Launch(BatchNormApplyKernel<decltype(v)::value, decltype(xs), decltype(ys)>,
+           dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)), dim3(kBlock), ctx.stream, p);
   });
 }
 
@@ -2450,16 +2449,12 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType x
   const dim3 grid = BnSplits(ctx, c, inner, lanes, p);
   Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
   p.part = part.d();
-  WithLanes(lanes, [&](auto v) {
-    WithStorage(xt, [&](auto xs) {
-      WithStorage(yt, [&](auto ys) {
-        constexpr int V = decltype(v)::value;
-        using XT = decltype(xs);
-        using YT = decltype(ys);
-        Launch(BatchNormBackwardSumsKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
-        Launch(BatchNormBackwardKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
-      });
-    });
+  WithLanesAndStorage(lanes, xt, yt, [&](auto v, auto xs, auto ys) {
+    constexpr int V = decltype(v)::value;
+    using XT = decltype(xs);
+    using YT = decltype(ys);
+    Launch(BatchNormBackwardSumsKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+    Launch(BatchNormBackwardKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
   });
 }
 
