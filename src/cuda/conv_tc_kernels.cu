@@ -544,9 +544,9 @@ struct WgTile {
 using WgTileL = WgTile<2, 1, 128, 6>;  // 128 x 128, 6 x 32 KiB
 using WgTileS = WgTile<1, 2, 128, 5>;  // 64 x 256, 5 x 40 KiB: M <= 64 (conv2's backward data)
 using WgTileW = WgTile<2, 1, 256, 4>;  // 128 x 256, 4 x 48 KiB, 128 accumulators per thread
-// 128 x 128 in 3 x 32 KiB, two blocks per multiprocessor (128 registers a thread, as the
-// 6-stage tile uses): for GEMMs of few K slices (ChooseWgmmaTile), where one block's loads
-// and epilogue leave the tensor cores idle unless another block is resident to fill them.
+// 128 x 128 in 3 x 32 KiB, two blocks per multiprocessor (124 registers a thread): for GEMMs
+// of few K slices (ChooseWgmmaTile), so that a second resident block can multiply while one
+// fills its pipeline or writes its tile.
 using WgTileL3 = WgTile<2, 1, 128, 3, 2>;
 
 // Shared-memory layouts, both in the 128-byte swizzle of the wgmma canonical layouts (PTX
@@ -1235,7 +1235,7 @@ int ChooseTile(int m) {
   if (t >= 1 && t <= 3) return t;
   return CeilDiv(m, TileS::BM) * TileS::BM < CeilDiv(m, TileL::BM) * TileL::BM ? 2 : 1;
 }
-// The wgmma tile (4-6) for an M x N GEMM (`groups` of them side by side), or 0 for mma.sync;
+// The wgmma tile (4-7) for an M x N GEMM (`groups` of them side by side), or 0 for mma.sync;
 // eligible: bf16 math on bf16 operands with 16-byte chunk loads. Automatic: the tile whose
 // padded M x N area is smallest, ties to 128 x 256, then 128 x 128. bench_layers on an H100
 // (2026-12-05, experiments/mixed_precision/results_layers/bench_layers_bf16_9a8f4df.log):
@@ -1244,12 +1244,13 @@ int ChooseTile(int m) {
 // 128 x 128 where N pads less (conv1's backward filter, N = 363: 0.25 ms, 128 x 256 0.29).
 // Not 128 x 256 for a forward or backward-data GEMM whose blocks would leave multiprocessors
 // idle (one block per multiprocessor; backward filter fills them by splitting K).
-// A forward or backward-data GEMM of at most ShortKSlices() slices of 64 (ResNet's 1 x 1
+// A forward or backward-data GEMM of at most ShortKSlices() slices of 64 (1 x 1
 // convolutions of 64-256 channels: 1-4 slices) takes tile 7 instead of 128 x 128 or
-// 128 x 256: with one block per multiprocessor such a block spends most of its time in its
-// pipeline's fill and its epilogue, which a second resident block overlaps (the breakdown
-// of ResNet-50 on an H200, results_layers/resnet50_bf16_breakdown_ab30f38.log: 46 TFLOP/s
-// for the 1 x 1 convolutions of K = 64).
+// 128 x 256, so that two blocks share a multiprocessor. Measured on an H100
+// (experiments/mixed_precision/results_layers/shortk_b219d93.jsonl): GoogLeNet +3% (its
+// inception reductions), ResNet-50 and AlexNet unchanged; ResNet-50's K = 64 GEMMs (46
+// TFLOP/s) are no faster with two resident blocks, so their pipeline fill is not what
+// bounds them (TC_NOTES.md).
 int ShortKSlices() {
   static const int v = [] {
     const char* e = std::getenv("COLONNADE_TC_SHORTK");
