@@ -144,12 +144,15 @@ struct LaneOperand {
   const void* data;
   StorageType type;
 };
+// Whether p is aligned to v elements of storage t (v-element vector moves).
+bool AlignedTo(const void* p, int v, StorageType t) {
+  return reinterpret_cast<uintptr_t>(p) % (v * StorageBytes(t)) == 0;
+}
 // v when n is a multiple of v and every tensor is aligned to v of its elements, else 1.
 int VectorLanes(int64_t n, int v, std::initializer_list<LaneOperand> tensors) {
   if (n % v != 0) return 1;
   for (const LaneOperand& t : tensors)
-    if (t.data != nullptr && reinterpret_cast<uintptr_t>(t.data) % (v * StorageBytes(t.type)) != 0)
-      return 1;
+    if (t.data != nullptr && !AlignedTo(t.data, v, t.type)) return 1;
   return v;
 }
 // Calls f(std::integral_constant<int, V>{}) for lanes = V, 4 or 1 (a runtime width to a
@@ -2303,9 +2306,7 @@ void LrnWithinBackwardGpu(const DeviceContext& ctx, const float* x, const float*
 
 namespace {
 // Aligned to 4 of its elements (the quad moves: 16 bytes of float, 8 of bf16).
-bool QuadAligned(const void* p, StorageType t) {
-  return reinterpret_cast<uintptr_t>(p) % (4 * StorageBytes(t)) == 0;
-}
+bool QuadAligned(const void* p, StorageType t) { return AlignedTo(p, 4, t); }
 
 // Splits per channel for the batch-norm reductions (RowSplits; sets p.splits, p.chunk and
 // returns the grid).
