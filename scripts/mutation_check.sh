@@ -5,7 +5,7 @@
 # order, the sampler's rank slice) and runs the tests that guard each. Every mutation must
 # turn its tests red; the unmutated tree must pass the same tests first.
 #
-#   scripts/mutation_check.sh [WORKDIR]      (default /tmp/colonnade-mutation)
+#   scripts/mutation_check.sh [WORKDIR [NAME_REGEX]]   (default /tmp/colonnade-mutation; all)
 #
 # The working tree (with uncommitted changes) is copied to WORKDIR/src and built there
 # (CPU backend and the CUDA emulator; WORKDIR/build is kept for incremental runs), so the
@@ -36,7 +36,16 @@ MUTATIONS=(
   "resume cursor (data position dropped)|src/apps/train_session.cc|start_cursor.position = c.state.cursor_position;|start_cursor.position = 0;|trainer checkpoint_diff|^trainer\\.checkpoint\\.resume_bitwise$"
   "gradient bucket order (bucket launched one layer early)|src/parallel/gradient_sync.cc|current.ready_layer = i;|current.ready_layer = i + 1;|parallel_mpi_tests parallel_equivalence_test|^parallel_mpi_np[2-4]$|^parallel_equivalence_np2$"
   "sampler rank slice (neighbouring ranks overlap by one image)|src/data/sampler.cc|*begin = count * rank / size;|*begin = rank > 0 ? count * rank / size - 1 : 0;|data_tests parallel_equivalence_test trainer|^data\\.Sampler|^parallel_equivalence_np2$|^trainer\\.checkpoint\\.resume_bitwise_mpi$"
+  # The input-safety code (issue 31): limits, links, output files, the environment.
+  "image limit (width not checked against the side limit)|src/data/limits.cc|if (height > limits.max_side || width > limits.max_side) {|if (height > limits.max_side) {|data_tests|^data\\.LimitsTest\\."
+  "HDF5 links (soft and external links followed)|src/hdf5/hdf5.cc|if (info.type == H5L_TYPE_HARD) return \"\";|return \"\";|data_tests checkpoint_tests hdf5_tests|^data\\.|^checkpoint_tests$|^hdf5\\."
+  "HDF5 storage (external raw data files read)|src/hdf5/hdf5.cc|if (H5Pget_external_count(dcpl.get()) != 0) {|if (false) {|data_tests checkpoint_tests hdf5_tests|^data\\.|^checkpoint_tests$|^hdf5\\."
+  "output file (a symbolic link replaced)|src/apps/output_file.cc|  if (S_ISLNK(st.st_mode)) {|  if (false) {|trainer make_shards checkpoint_diff|^trainer\\.checkpoint\\.predictions_no_clobber$"
+  "rank log (appended through a symbolic link)|src/apps/train_session.cc|\"--rank_log_dir\", AppendFile::kNoLinks);|\"--rank_log_dir\", AppendFile::kFollowLinks);|trainer|^trainer\\.checkpoint\\.rank_log_dir_refused$"
+  "environment (stray characters skipped in a number)|src/core/env.cc|if (text[i] < '0' || text[i] > '9') return false;|if (text[i] < '0' || text[i] > '9') continue;|core_tests data_tests|^core\\.EnvTest\\.|^data\\.LimitsTest\\."
 )
+# scripts/mutation_check.sh WORKDIR NAME_REGEX runs only the mutations whose name matches.
+ONLY=${2:-}
 
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLONNADE_CUDA=OFF \
   -DCOLONNADE_CUDA_EMULATION=ON -DCMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache || true)" \
@@ -71,6 +80,7 @@ status=0
 printf '%-70s %-9s %s\n' "mutation" "result" "tests"
 for m in "${MUTATIONS[@]}"; do
   name=$(field "$m" 0) file=$(field "$m" 1) old=$(field "$m" 2) new=$(field "$m" 3)
+  [ -n "$ONLY" ] && ! [[ "$name" =~ $ONLY ]] && continue
   targets=$(field "$m" 4) regex=$(regex_of "$m")
   # The unmutated tree passes the same tests (otherwise a red run proves nothing).
   if ! build "$targets"; then echo "baseline build failed (see $WORK/build.log)"; exit 2; fi

@@ -17,6 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "apps/exit_codes.h"
+#include "apps/version.h"
+#include "core/env.h"
 #include "core/status_macros.h"
 
 namespace colonnade {
@@ -101,6 +103,38 @@ absl::StatusOr<std::vector<FlagArg>> ResolveFlags(const std::vector<std::string>
 }
 
 namespace {
+
+// Edit distance (insertions, deletions, substitutions) of two flag names.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "; did you mean --batch_size?" for an unknown flag close to one of the program's own
+// (those defined in a file whose path contains `flags_file`), else "".
+std::string Suggestion(absl::string_view unknown, const char* flags_file) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, unknown.size() / 3) + 1;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!absl::StrContains(flag->Filename(), flags_file)) continue;
+    const size_t d = EditDistance(unknown, name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = std::string(name);
+    }
+  }
+  return best.empty() ? "" : absl::StrCat("; did you mean --", best, "?");
+}
 
 // An error naming the first unknown flag or unparsable value in argv (and the first
 // argument that is not a flag unless `allow_positional`). Sets no flag.
@@ -191,6 +225,15 @@ bool WantsHelp(int argc, char** argv) {
   return false;
 }
 
+// True when argv asks for the version (--version, -version).
+bool WantsVersion(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (a == "--version" || a == "-version") return true;
+  }
+  return false;
+}
+
 // --help shows "src/apps/trainer.cc", not the build machine's absolute path, and only
 // the program's own flags.
 void ConfigureUsage(const Cli& cli) {
@@ -199,6 +242,8 @@ void ConfigureUsage(const Cli& cli) {
   usage.contains_help_flags = [flags_file](absl::string_view file) {
     return absl::StrContains(file, flags_file);
   };
+  const std::string program = cli.program;
+  usage.version_string = [program] { return VersionText(program.c_str()) + "\n"; };
   usage.normalize_filename = [](absl::string_view f) {
     size_t at = f.rfind("src/apps/");
     return std::string(at == absl::string_view::npos ? f : f.substr(at));
@@ -208,6 +253,11 @@ void ConfigureUsage(const Cli& cli) {
 }
 
 }  // namespace
+
+std::string VersionText(const char* program) {
+  return absl::StrCat(program, " ", COLONNADE_VERSION, " (commit ", BuildCommit(), ", ",
+                      COLONNADE_BUILD_TYPE, " build, ", COLONNADE_BUILD_CUDA, ")");
+}
 
 int UsageError(const Cli& cli, absl::string_view message) {
   if (cli.style == UsageStyle::kSeeHelp) {
@@ -223,16 +273,25 @@ std::optional<int> ParseCommandLine(int argc, char** argv, const Cli& cli, bool 
   ConfigureUsage(cli);
   if (WantsHelp(argc, argv)) {
     // Abseil's own --help exits with status 1; a request for help is not an error.
-    if (print) {
+    if (print && cli.print_help) {
+      cli.print_help(std::vector<std::string>(argv + std::min(argc, 1), argv + argc));
+    } else if (print) {
       absl::flags_internal::SetProgramInvocationName(argv[0]);
       absl::flags_internal::FlagsHelp(std::cout, cli.flags_file,
                                       absl::flags_internal::HelpFormat::kHumanReadable, cli.usage);
     }
     return kExitOk;
   }
+  if (WantsVersion(argc, argv)) {
+    if (print) std::cout << VersionText(cli.program) << "\n";
+    return kExitOk;
+  }
   absl::Status s = CheckFlags(argc, argv, cli.positional);
-  if (absl::IsNotFound(s) && cli.style == UsageStyle::kError) {
-    s = absl::NotFoundError(absl::StrCat(s.message(), "; run with --help to list the flags"));
+  if (absl::IsNotFound(s)) {
+    const std::string unknown(absl::StripPrefix(s.message(), "unknown flag --"));
+    s = absl::NotFoundError(
+        absl::StrCat(s.message(), Suggestion(unknown, cli.flags_file),
+                     cli.style == UsageStyle::kError ? "; run with --help to list the flags" : ""));
   }
   if (s.ok()) {
     std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
@@ -241,7 +300,21 @@ std::optional<int> ParseCommandLine(int argc, char** argv, const Cli& cli, bool 
     }
     s = CheckFlagRanges(cli.ranges);
   }
-  if (s.ok()) return std::nullopt;
+  // The environment is part of the command line: a malformed COLONNADE_* value stops the
+  // program here, as a bad flag does; a variable nobody reads (a typo) is a warning.
+  std::vector<std::string> unknown;
+  if (s.ok()) s = CheckEnvironment(&unknown);
+  if (s.ok()) {
+    for (const std::string& name : unknown) {
+      if (print) {
+        std::fprintf(stderr,
+                     "%s: warning: %s is set but is no variable Colonnade reads (a typo? "
+                     "docs/OPERATIONS.md §3 lists them)\n",
+                     cli.program, name.c_str());
+      }
+    }
+    return std::nullopt;
+  }
   if (print) UsageError(cli, s.message());
   return kExitUsage;
 }

@@ -11,6 +11,7 @@
 // command line is checked here first and handed to Abseil only once it is known to parse.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,7 +53,14 @@ struct Cli {
   absl::Span<const FlagRange> ranges = {};  // checked after parsing
   UsageStyle style = UsageStyle::kError;
   bool positional = false;  // arguments that are not flags are allowed (file names)
+  // --help's output, when the program groups its flags itself (the trainer); given the
+  // arguments. Empty: Abseil's list of the flags defined in `flags_file`.
+  std::function<void(const std::vector<std::string>& args)> print_help = nullptr;
 };
+
+// "trainer 0.1 (commit 4d0485d, Release build, CUDA 13.0 for sm_90a)": what --version
+// prints for every program (the commit is read at build time, "unknown" outside git).
+std::string VersionText(const char* program);
 
 // Handles --help, parses argv into the flags and checks `cli.ranges`. Returns the exit
 // code when the program must stop now (0 after --help, 2 after a usage error, printed in

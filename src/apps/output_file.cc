@@ -165,25 +165,51 @@ AppendFile::~AppendFile() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-absl::Status AppendFile::Open(const std::string& path, const std::string& flag) {
+absl::Status AppendFile::Open(const std::string& path, const std::string& flag, LinkRule links) {
   path_ = path;
   flag_ = flag;
+  const std::string named = absl::StrCat(flag, "=", path);
   struct stat st;
-  if (stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, " is a directory"));
-    }
-    if (S_ISREG(st.st_mode) && IsHdf5(path)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, "=", path,
-                       " is an HDF5 file (a checkpoint or dataset?); appending text would "
-                       "corrupt it"));
-    }
-  }
-  file_ = std::fopen(path.c_str(), "a");
-  if (file_ == nullptr) {
+  if (links == kNoLinks && lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot open ", flag, "=", path, " for appending: ", Errno(errno)));
+        absl::StrCat(named,
+                     " is a symbolic link; it is never appended to through a link (which may point "
+                     "at a checkpoint): remove it"));
+  }
+  // O_NOFOLLOW closes the window between the check above and the open.
+  const int fd =
+      open(path.c_str(),
+           O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | (links == kNoLinks ? O_NOFOLLOW : 0), 0666);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == EISDIR) return absl::InvalidArgumentError(named + " is a directory");
+    if (e == ELOOP) return absl::InvalidArgumentError(named + " is a symbolic link; remove it");
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open ", named, " for appending: ", Errno(e)));
+  }
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && IsHdf5(path)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        named, " is an HDF5 file (a checkpoint or dataset?); appending text would corrupt it"));
+  }
+  file_ = fdopen(fd, "a");
+  if (file_ == nullptr) {
+    const int e = errno;
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open ", named, " for appending: ", Errno(e)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckIsDirectory(const std::string& dir, const std::string& flag) {
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, "=", dir, " does not exist (", Errno(errno), "): create it first"));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", dir, " is not a directory"));
   }
   return absl::OkStatus();
 }

@@ -46,6 +46,10 @@ absl::Status WriteTextOutputFile(const std::string& path, const std::string& fla
 // diverged loss: printf's "nan" or "inf" would make the whole line invalid JSON).
 std::string JsonNumber(double v, int decimals);
 
+// OK when `dir` is an existing directory (symlinks followed); else InvalidArgument
+// "<flag>=<dir> does not exist" / "... is not a directory".
+absl::Status CheckIsDirectory(const std::string& dir, const std::string& flag);
+
 // A log that lines are appended to (trainer --metrics_file, rank logs, bench_train --json).
 // Every line is flushed at once, so a crash loses nothing written before it.
 class AppendFile {
@@ -55,8 +59,15 @@ class AppendFile {
   AppendFile(const AppendFile&) = delete;
   AppendFile& operator=(const AppendFile&) = delete;
 
-  // Opens `path` for appending (creating it); refuses a directory or an HDF5 file.
-  absl::Status Open(const std::string& path, const std::string& flag);
+  // kFollowLinks: a path the user named (--metrics_file) may be a symbolic link to the
+  // file meant. kNoLinks: a file the program names itself inside a directory (the rank
+  // logs, rank-NNNNN.log) is never appended to through a link, which could point at any
+  // file (a checkpoint).
+  enum LinkRule { kFollowLinks, kNoLinks };
+  // Opens `path` for appending (creating it); refuses a directory or an HDF5 file, and a
+  // symbolic link under kNoLinks (InvalidArgument, naming `flag` and `path`).
+  absl::Status Open(const std::string& path, const std::string& flag,
+                    LinkRule links = kFollowLinks);
   bool is_open() const { return file_ != nullptr; }
   // Appends `line` and a newline and flushes; an error names the file and errno's reason
   // (e.g. "No space left on device" for /dev/full). No-op when not open.

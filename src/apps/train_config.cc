@@ -1,5 +1,6 @@
 #include "apps/train_config.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -117,4 +118,8 @@ bool AbslParseFlag(absl::string_view text, MeanMode* mean, std::string* error) {
 std::string AbslUnparseFlag(MeanMode mean) { return WordOf<MeanMode>(mean, kMeans); }
 
 }  // namespace data
+bool TrainConfig::Given(const std::string& name) const {
+  return std::find(given.begin(), given.end(), name) != given.end();
+}
+
 }  // namespace colonnade

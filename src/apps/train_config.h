@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
+#include "apps/trainer_flags.h"
 #include "core/memory_plan.h"
 #include "data/augment.h"
 
@@ -81,72 +83,17 @@ std::string AbslUnparseFlag(MeanMode mean);
 
 namespace colonnade {
 
-// Limits of a run (trainer.cc's flag ranges, docs/OPERATIONS.md): a step count must fit
-// the step counter and the data cursor with room to spare (steps x batch < 2^63), and the
-// global batch stays below sizes whose buffers alone would exhaust a node.
-constexpr int64_t kMaxTrainingSteps = 1000000000000;  // 1e12
-constexpr int64_t kMaxGlobalBatch = 65536;
-
+// The trainer's configuration: one field per flag of the table (trainer_flags.h), of the
+// flag's name, type and default, filled from the parsed flags by trainer.cc; and what the
+// command line says beyond the values.
 struct TrainConfig {
-  // What to train.
-  std::string model = "cifar10-80sec";
-  int input_size = 0;       // 0: from the data (crop or image size) or the model's default
-  int num_classes = 0;      // 0: from the data
-  int columns = 0;          // 0: the model's own
-  bool paper_init = false;  // AlexNet: the paper's biases of 1 (ModelOptions::paper_init)
-  // Where.
-  DeviceChoice device = DeviceChoice::kAuto;
-  int cpu_threads = 0;  // 0: cores / ranks on this node
-  int mp = 1;
-  CommChoice comm = CommChoice::kAuto;
-  double bucket_mb = 25.0;
-  MemoryPlanMode memory_plan = MemoryPlanMode::kOn;
-  RecomputePolicy recompute = RecomputePolicy::kBatchNormReluAdd;
-  bool print_memory_plan = false;  // print the plan and the predicted peak, then exit 0
-  // Data.
-  std::string data = "synthetic";
-  std::string val_data;  // empty: no evaluation
-  int64_t synthetic_size = 8192;
-  int crop = 0;
-  int pad = 0;  // training only: data::PipelineOptions::pad
-  bool mirror = false;
-  data::MeanMode mean = data::MeanMode::kImage;
-  float lighting = 0.0f;
-  int data_threads = 0;  // 0: automatic
-  GpuAugment gpu_augment = GpuAugment::kAuto;
-  JpegDecoderChoice jpeg_decoder = JpegDecoderChoice::kAuto;
-  EvalViews eval_views = EvalViews::kOne;
-  CudaGraphs cuda_graphs = CudaGraphs::kAuto;
-  // Optimisation.
-  int64_t batch_size = 0;   // global; 0: the model recipe's
-  int64_t steps = 0;        // 0: from epochs
-  double epochs = 0;        // 0 with steps 0: one epoch
-  float lr = -1;            // <0: the recipe's
-  std::string lr_schedule;  // empty: the recipe's
-  float momentum = -1;
-  float weight_decay = -1;
-  std::string weight_decay_on;          // weights | all; empty: the recipe's
-  std::string precision = "auto";       // auto | fp32 | tf32 | bf16 (core/precision.h)
-  bool bf16_activations = true;         // --bf16_activations: Net::set_bf16_storage in bf16
-  bool bf16_activations_given = false;  // on the command line (an error outside bf16)
-  uint64_t seed = 1;
-  // Output.
-  int log_every = 10;
-  int64_t profile_steps = 0;  // --profile_steps: time N steps phase by phase, 0 = off
-  int64_t eval_every = 0;     // steps; 0: only at the end
-  std::string metrics_file;
-  std::string rank_log_dir;  // each rank appends its own progress to rank-NNNNN.log here
-  // Mode.
-  RunMode mode = RunMode::kTrain;
-  std::string predictions;
-  bool overwrite = false;  // --predictions may replace an earlier predictions file
-  // Checkpoints.
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;
-  double checkpoint_secs = 0;
-  int keep_checkpoints = 3;
-  double checkpoint_lock_wait_s = 120;  // wait for another job's lock of checkpoint_dir
-  std::string resume = "auto";          // auto | none | PATH
+#define COLONNADE_FIELD(group, type, name, def, range, help) type name = def;
+  COLONNADE_TRAINER_FLAGS(COLONNADE_FIELD)
+#undef COLONNADE_FIELD
+  // The flags given on the command line, in any spelling (--x, --x=v, --x v, --nox): for
+  // flags whose default depends on something else (a checkpoint's model, the precision).
+  std::vector<std::string> given;
+  bool Given(const std::string& name) const;
   // The command line as "--flag=value" lines, stored in checkpoints.
   std::string flags_text;
 };

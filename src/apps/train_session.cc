@@ -102,8 +102,11 @@ void SumOverDp(const Layout& l, double* v, int n) {
 }
 
 // An error every rank has detected identically (bad flags, impossible layout): rank 0
-// prints it and every rank returns the same code without a collective.
+// prints it and every rank returns the same code without a collective. The outcome is
+// decided: when the launcher then stops the ranks still finishing (mpirun does once the
+// first exits), they end with this code and no "stopped by SIGTERM ... exit 75" note.
 int AgreedError(const Layout& l, const absl::Status& s, int code) {
+  checkpoint::ExitQuietlyOnStopSignal(code);
   if (l.world_rank == 0) {
     std::fprintf(stderr, "trainer: error: %s\n", std::string(s.message()).c_str());
   }
@@ -135,6 +138,25 @@ absl::Status FromLead(const Layout& l, const absl::Status& lead_status) {
   message.resize(len);
   MPI_Bcast(message.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
   return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+// An error any rank may see alone before training (its own rank log): every rank gets
+// the status of the lowest failing rank, so the error is then agreed (AgreedError).
+// Collective over the world.
+absl::Status FromFirstFailing(const Layout& l, const absl::Status& mine) {
+  if (l.world_size == 1) return mine;
+  int first = mine.ok() ? l.world_size : l.world_rank;
+  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == l.world_size) return absl::OkStatus();
+  int code = static_cast<int>(mine.code());
+  MPI_Bcast(&code, 1, MPI_INT, first, MPI_COMM_WORLD);
+  std::string message(mine.message());
+  int len = static_cast<int>(message.size());
+  MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD);
+  message.resize(len);
+  MPI_Bcast(message.data(), len, MPI_CHAR, first, MPI_COMM_WORLD);
+  return absl::Status(static_cast<absl::StatusCode>(code),
+                      absl::StrFormat("on rank %d: %s", first, message));
 }
 
 absl::StatusOr<Device> ResolveDevice(DeviceChoice choice, const Mesh& mesh) {
@@ -303,7 +325,7 @@ EndCode SetUpDevice(Job& job) {
   // asking for it in another precision is a mistake worth stopping for.
   job.bf16_storage =
       job.cfg.bf16_activations && job.precision == Precision::kBF16 && job.device == Device::kCUDA;
-  if (job.cfg.bf16_activations_given && job.cfg.bf16_activations && !job.bf16_storage) {
+  if (job.cfg.Given("bf16_activations") && job.cfg.bf16_activations && !job.bf16_storage) {
     return AgreedError(job.l,
                        absl::InvalidArgumentError(absl::StrFormat(
                            "--bf16_activations needs bf16 precision on a CUDA device (this run: "
@@ -362,6 +384,23 @@ EndCode OpenData(Job& job) {
   mo.columns = cfg.columns;
   mo.paper_init = cfg.paper_init;
   mo.input_channels = dinfo.channels;
+  // Every label of every dataset the model sees must be one of its classes; a label
+  // beyond them would only be caught by the loss's check in the first step (an abort).
+  for (const data::Dataset* set : {job.data.get(), job.val_data.get()}) {
+    if (set == nullptr || set->info().num_classes <= mo.num_classes) continue;
+    const std::string model_classes =
+        cfg.num_classes > 0 ? absl::StrFormat("--num_classes=%d is", mo.num_classes)
+                            : absl::StrFormat("the model's %d classes (those of %s) are",
+                                              mo.num_classes, dinfo.path);
+    return AgreedError(l,
+                       absl::InvalidArgumentError(absl::StrFormat(
+                           "%s fewer than the %d classes of %s (labels 0-%d): give "
+                           "--num_classes=%d or more%s",
+                           model_classes, set->info().num_classes, set->info().path,
+                           set->info().num_classes - 1, set->info().num_classes,
+                           cfg.num_classes > 0 ? ", or leave it out to take the dataset's" : "")),
+                       kExitUsage);
+  }
   if (dinfo.height != dinfo.width) {
     return AgreedError(l, absl::InvalidArgumentError("images must be square: " + dinfo.path),
                        kExitUsage);
@@ -481,7 +520,11 @@ EndCode Resume(Job& job, ResumePoint& at) {
   }
   absl::StatusOr<std::optional<checkpoint::Checkpoint>> ckpt = LoadForResume(
       cfg.resume, cfg.checkpoint_dir, *job.mesh, checkpoint::ExpectedModelOf(job.net()));
-  if (!ckpt.ok()) return AgreedError(l, ckpt.status(), kExitError);
+  // A --resume path that does not exist is a path typed wrong: a usage error, as a missing
+  // --data directory is; a file that exists but cannot be used is a runtime failure.
+  if (!ckpt.ok()) {
+    return AgreedError(l, ckpt.status(), absl::IsNotFound(ckpt.status()) ? kExitUsage : kExitError);
+  }
   if (!ckpt->has_value()) {
     if (!job.training) {
       return AgreedError(
@@ -607,6 +650,15 @@ absl::Status ForwardTenViews(Net& net, const data::Batch& batch, int side, Devic
 using EvalVisitor =
     std::function<absl::Status(const data::Batch& batch, int64_t n, const ViewAverage* avg)>;
 
+// Progress of an evaluation or prediction pass, printed by the lead rank every
+// `every_secs` seconds (--progress_secs; 0: after every batch): a pass over 10,000 images
+// on a CPU takes minutes, and silence then reads as a hang.
+struct PassProgress {
+  bool print = false;
+  double every_secs = 10;
+  std::string what;  // "eval", "predict"
+};
+
 // The batch loop shared by evaluation and prediction: the whole of `val` in dataset order
 // through `net` in evaluation mode (no padding, no dropout), each dp rank its slice, on
 // `spec`'s views: the centre crop, or the ten crops (the pipeline then hands full images
@@ -616,7 +668,8 @@ using EvalVisitor =
 // in `visit` run on every rank. The net is rebuilt for a batch of another size and back to
 // `local_batch` at the end.
 absl::Status ForEachEvalBatch(Net& net, data::Dataset& val, data::PipelineOptions o,
-                              int64_t local_batch, const EvalSpec& spec, const EvalVisitor& visit) {
+                              int64_t local_batch, const EvalSpec& spec,
+                              const PassProgress& progress, const EvalVisitor& visit) {
   o.train = false;
   o.shuffle = false;
   o.drop_last = false;
@@ -643,6 +696,9 @@ absl::Status ForEachEvalBatch(Net& net, data::Dataset& val, data::PipelineOption
   ctx.phase = Phase::kEval;
   ViewAverage avg;
   const int64_t batches = pipe->batches_per_epoch();
+  const int64_t total = val.info().size;
+  const auto start = Clock::now();
+  auto last_line = start;
   for (int64_t b = 0; b < batches; ++b) {
     ASSIGN_OR_RETURN(data::Batch batch, pipe->Next());
     const int64_t n = batch.labels.n();
@@ -657,6 +713,16 @@ absl::Status ForEachEvalBatch(Net& net, data::Dataset& val, data::PipelineOption
       }
     }
     RETURN_IF_ERROR(visit(batch, n, ten ? &avg : nullptr));
+    if (const auto now = Clock::now();
+        progress.print && b + 1 < batches && Seconds(last_line, now) >= progress.every_secs) {
+      last_line = now;
+      const int64_t done = std::min(total, (b + 1) * o.global_batch);
+      const double secs = std::max(1e-9, Seconds(start, now));
+      std::printf("  %s %s/%s images (%.0f%%)  %.1f img/s  ETA %s\n", progress.what.c_str(),
+                  WithCommas(done).c_str(), WithCommas(total).c_str(), 100.0 * done / total,
+                  done / secs, FormatDuration(secs / done * (total - done)).c_str());
+      std::fflush(stdout);
+    }
     if (feed != nullptr && n > 0) {
       feed->Recycle(std::move(batch));  // back to the pipeline once the device copied it
     } else {
@@ -675,14 +741,15 @@ struct EvalResult {
 // Loss and top-1/top-5 error of `net` on the whole validation set, summed over the dp
 // group. With ten views: of the views' average probabilities (ViewAverage).
 absl::StatusOr<EvalResult> Evaluate(Net& net, data::Dataset& val, const data::PipelineOptions& o,
-                                    const EvalSpec& spec, const Layout& l, int64_t local_batch) {
+                                    const EvalSpec& spec, const Layout& l, int64_t local_batch,
+                                    const PassProgress& progress) {
   struct {
     double loss = 0, top1 = 0, top5 = 0, images = 0;  // summed, in this order, over dp
   } sums;
   // One view: the net's own results, added on its device and read once at the end.
   Tensor totals = NewResultTotals(net.ops().device());
   RETURN_IF_ERROR(ForEachEvalBatch(
-      net, val, o, local_batch, spec,
+      net, val, o, local_batch, spec, progress,
       [&](const data::Batch& batch, int64_t n, const ViewAverage* avg) -> absl::Status {
         if (n == 0) return absl::OkStatus();
         if (avg != nullptr) {
@@ -767,6 +834,14 @@ data::PipelineOptions EvalPipelineOptions(Job& job) {
   return o;
 }
 
+PassProgress ProgressOf(const Job& job, const char* what) {
+  PassProgress p;
+  p.print = job.lead;
+  p.every_secs = job.cfg.progress_secs;
+  p.what = what;
+  return p;
+}
+
 // The eval line's note of the views: nothing for the centre crop.
 const char* ViewsNote(EvalViews views) {
   return views == EvalViews::kTen ? " (10 views averaged)" : "";
@@ -774,8 +849,9 @@ const char* ViewsNote(EvalViews views) {
 
 // --mode=eval: top-1/top-5 error of a checkpoint on --val_data.
 int RunEval(Job& job, const std::string& checkpoint_path) {
-  absl::StatusOr<EvalResult> r = Evaluate(job.net(), *job.data, EvalPipelineOptions(job),
-                                          EvalSpecOf(job), job.l, job.local_batch);
+  absl::StatusOr<EvalResult> r =
+      Evaluate(job.net(), *job.data, EvalPipelineOptions(job), EvalSpecOf(job), job.l,
+               job.local_batch, ProgressOf(job, "eval"));
   if (!r.ok()) RankError(job.l, r.status());
   if (job.lead) {
     std::printf("eval %s on %s: %lld images%s  loss %.4f  top1-err %.4f  top5-err %.4f\n",
@@ -851,7 +927,7 @@ int RunPredict(Job& job, const std::string& checkpoint_path) {
   PredictionGather gather(job.l, net.blob(logits_blob).c());
   absl::Status s = ForEachEvalBatch(
       net, *job.data, EvalPipelineOptions(job), job.local_batch, EvalSpecOf(job),
-      [&](const data::Batch& batch, int64_t n, const ViewAverage* avg) {
+      ProgressOf(job, "predict"), [&](const data::Batch& batch, int64_t n, const ViewAverage* avg) {
         std::vector<float> kn, labels;
         if (n > 0) {
           kn = avg != nullptr ? LogOf(avg->MeanProbs()) : net.blob(logits_blob).ToHost();
@@ -941,7 +1017,13 @@ class Trainer {
   int Stopped(int64_t done);
   int Finish();
   void WriteMetrics(const std::string& json_line);
-  double EpochOf(int64_t done) const { return static_cast<double>(done) / per_epoch_; }
+  // Epochs of data trained on so far, from the data cursor: after a resume with another
+  // --batch_size the step count no longer measures it.
+  double DataEpoch() const {
+    return static_cast<double>(next_cursor_.epoch) +
+           static_cast<double>(next_cursor_.position) /
+               std::max<int64_t>(1, job_.data->info().size);
+  }
   // The schedule's learning rate of step `step`.
   float LrAt(int64_t step) const {
     return job_.schedule->At(job_.base_lr, static_cast<double>(step) / per_epoch_, total_epochs_);
@@ -994,7 +1076,7 @@ class Trainer {
 
 EndCode Trainer::Start() {
   for (auto phase : {&Trainer::CreatePipeline, &Trainer::CountParameters, &Trainer::OpenMetrics,
-                     &Trainer::SetUpGraphs}) {
+                     &Trainer::OpenRankLog, &Trainer::SetUpGraphs}) {
     if (EndCode end = (this->*phase)()) return end;
   }
   PrintBanner();
@@ -1014,7 +1096,7 @@ EndCode Trainer::Start() {
     if (job_.lead) std::printf("trainer: %s\n", none->message.c_str());
     return kExitOk;
   }
-  return OpenRankLog();
+  return std::nullopt;
 }
 
 // The training pipeline from the resumed cursor, and the run's length.
@@ -1139,9 +1221,9 @@ void Trainer::PrintBanner() {
               cfg_.precision == "auto" ? ", auto" : "",
               job_.bf16_storage ? ", bf16 activations" : "", wgmma ? ", wgmma convolutions" : "",
               comm ? comm->backend() : "none");
-  std::printf("  model      %s, %d columns, input %dx%dx%d, %d classes, %s parameters\n",
-              cfg_.model.c_str(), job_.columns, mo.input_channels, mo.input_size, mo.input_size,
-              mo.num_classes, WithCommas(full_params_).c_str());
+  std::printf("  model      %s, %d column%s, input %dx%dx%d, %d classes, %s parameters\n",
+              cfg_.model.c_str(), job_.columns, job_.columns == 1 ? "" : "s", mo.input_channels,
+              mo.input_size, mo.input_size, mo.num_classes, WithCommas(full_params_).c_str());
   std::printf("  data       %s: %lld images %dx%dx%d, %d classes (%s)\n", dinfo.path.c_str(),
               static_cast<long long>(dinfo.size), dinfo.height, dinfo.width, dinfo.channels,
               dinfo.num_classes, dinfo.encoding.c_str());
@@ -1171,9 +1253,10 @@ void Trainer::PrintBanner() {
               static_cast<long long>(job_.global_batch), static_cast<long long>(job_.local_batch),
               static_cast<long long>(per_epoch_));
   std::printf("  memory     %s\n", MemoryLine(job_.net()).c_str());
-  std::printf("  optimiser  SGD lr %g (%s), momentum %g, weight decay %g on %s, seed %llu\n",
-              job_.base_lr, job_.schedule->spec().c_str(), job_.sgd.momentum, job_.sgd.weight_decay,
-              DecayOnDescription(job_.sgd.decay_on), static_cast<unsigned long long>(cfg_.seed));
+  std::printf("  optimiser  SGD lr %g (%s: %s), momentum %g, weight decay %g on %s, seed %llu\n",
+              job_.base_lr, job_.schedule->spec().c_str(), job_.schedule->Describe().c_str(),
+              job_.sgd.momentum, job_.sgd.weight_decay, DecayOnDescription(job_.sgd.decay_on),
+              static_cast<unsigned long long>(cfg_.seed));
   std::printf("  run        %lld steps (%.2f epochs)\n", static_cast<long long>(total_steps_),
               total_epochs_);
   std::fflush(stdout);
@@ -1250,15 +1333,18 @@ std::string Trainer::GraphsDescription() const {
       AbslUnparseFlag(cfg_.cuda_graphs));
 }
 
-// --rank_log_dir: one progress file per rank. Each rank opens its own, so a failure is
-// one rank's: RankError ends the job.
+// --rank_log_dir: one progress file per rank, opened before the banner so that a path
+// that cannot be written is a usage error (exit 2) agreed by every rank, as a bad
+// --metrics_file is; a failed write later on stops the job (exit 1).
 EndCode Trainer::OpenRankLog() {
   if (cfg_.rank_log_dir.empty()) return std::nullopt;
-  const std::string path = absl::StrFormat("%s/rank-%05d.log", cfg_.rank_log_dir, l_.world_rank);
-  if (absl::Status s = rank_log_.Open(path, "--rank_log_dir"); !s.ok()) {
-    RankError(l_, absl::InvalidArgumentError(std::string(s.message()) +
-                                             " (does --rank_log_dir exist and is it writable?)"));
+  absl::Status s = CheckIsDirectory(cfg_.rank_log_dir, "--rank_log_dir");
+  if (s.ok()) {
+    s = rank_log_.Open(absl::StrFormat("%s/rank-%05d.log", cfg_.rank_log_dir, l_.world_rank),
+                       "--rank_log_dir", AppendFile::kNoLinks);
   }
+  s = FromFirstFailing(l_, s);
+  if (!s.ok()) return AgreedError(l_, s, kExitUsage);
   return std::nullopt;
 }
 
@@ -1485,7 +1571,7 @@ void Trainer::Log(int64_t done, float lr) {
     std::printf(
         "step %6lld/%lld  epoch %6.2f  loss %.4f  top1-err %.3f  top5-err %.3f  lr %.3g  "
         "%8.1f img/s  data-wait %.0f%%  comm-wait %.0f%%  ETA %s\n",
-        static_cast<long long>(done), static_cast<long long>(total_steps_), EpochOf(done), avg_loss,
+        static_cast<long long>(done), static_cast<long long>(total_steps_), DataEpoch(), avg_loss,
         top1, top5, lr, img_s, 100.0 * in.data_wait_s / dt, 100.0 * in.comm_wait_s / dt,
         FormatDuration(eta).c_str());
     std::fflush(stdout);
@@ -1493,7 +1579,7 @@ void Trainer::Log(int64_t done, float lr) {
         "{\"kind\":\"train\",\"step\":%d,\"epoch\":%.4f,\"loss\":%s,\"top1_error\":%.5f,"
         "\"top5_error\":%.5f,\"lr\":%g,\"images_per_sec\":%.1f,\"data_wait_sec\":%.4f,"
         "\"comm_wait_sec\":%.4f,\"elapsed_sec\":%.3f}",
-        done, EpochOf(done), JsonNumber(avg_loss, 6), top1, top5, lr, img_s, in.data_wait_s,
+        done, DataEpoch(), JsonNumber(avg_loss, 6), top1, top5, lr, img_s, in.data_wait_s,
         in.comm_wait_s, elapsed));
   }
   interval_ = IntervalTotals();
@@ -1503,8 +1589,8 @@ void Trainer::Log(int64_t done, float lr) {
 // Evaluation on --val_data during training; its time is kept out of the next img/s.
 void Trainer::EvaluateNow(int64_t done) {
   const auto eval_start = Clock::now();
-  absl::StatusOr<EvalResult> r =
-      Evaluate(net_, *job_.val_data, po_, EvalSpecOf(job_), l_, job_.local_batch);
+  absl::StatusOr<EvalResult> r = Evaluate(net_, *job_.val_data, po_, EvalSpecOf(job_), l_,
+                                          job_.local_batch, ProgressOf(job_, "eval"));
   if (!r.ok()) RankError(l_, r.status());
   if (job_.lead) {
     std::printf("eval  step %lld  %s: %lld images%s  loss %.4f  top1-err %.4f  top5-err %.4f\n",
@@ -1515,7 +1601,7 @@ void Trainer::EvaluateNow(int64_t done) {
     WriteMetrics(absl::StrFormat(
         "{\"kind\":\"eval\",\"step\":%d,\"epoch\":%.4f,\"loss\":%s,\"top1_error\":%.5f,"
         "\"top5_error\":%.5f,\"images\":%d,\"views\":%d}",
-        done, EpochOf(done), JsonNumber(r->loss, 6), r->top1_error, r->top5_error, r->images,
+        done, DataEpoch(), JsonNumber(r->loss, 6), r->top1_error, r->top5_error, r->images,
         static_cast<int>(cfg_.eval_views)));
   }
   interval_.start += Clock::now() - eval_start;
@@ -1555,9 +1641,17 @@ int Trainer::Finish() {
   if (job_.lead) {
     // On a GPU, what the device allocator held at most (the banner has the prediction).
     const size_t peak = GetBackend(job_.device)->PeakBytes();
+    const int64_t trained = total_steps_ - at_.start_step;
     std::printf(
-        "done: %lld steps in %s, loss %.4f -> %.4f%s\n", static_cast<long long>(total_steps_),
-        FormatDuration(Seconds(start_, Clock::now())).c_str(), first_loss_, last_loss_,
+        "done: %lld steps (%s), loss %.4f -> %.4f%s\n", static_cast<long long>(total_steps_),
+        at_.start_step > 0
+            ? absl::StrFormat("%lld trained in this run from step %lld in %s",
+                              static_cast<long long>(trained),
+                              static_cast<long long>(at_.start_step),
+                              FormatDuration(Seconds(start_, Clock::now())))
+                  .c_str()
+            : absl::StrFormat("in %s", FormatDuration(Seconds(start_, Clock::now()))).c_str(),
+        first_loss_, last_loss_,
         peak > 0 ? absl::StrFormat(", peak device memory %.1f MiB", peak / 1048576.0).c_str() : "");
     std::fflush(stdout);
   }

@@ -94,6 +94,16 @@ void ExitOnStopSignal(const std::string& program, const std::string& when, int e
   if (const int sig = g_signal.load(); sig != 0) OnSignal(sig);
 }
 
+void ExitQuietlyOnStopSignal(int exit_code) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_exit_code.store(-1);
+    for (size_t& len : g_exit_note_len) len = 0;
+    g_exit_code.store(exit_code);
+  }
+  if (const int sig = g_signal.load(); sig != 0) OnSignal(sig);
+}
+
 void RecordStopSignal() { g_exit_code.store(-1); }
 
 bool StopRequested() { return g_signal.load(std::memory_order_relaxed) != 0; }

@@ -37,6 +37,11 @@ void RestoreSignalHandlers();
 // _exit(exit_code). `program` and `when` are copied. A signal recorded before the call
 // (between InstallStopSignalHandlers and here) ends the process in this call.
 void ExitOnStopSignal(const std::string& program, const std::string& when, int exit_code);
+// From now on a stop signal ends the process at once with `exit_code` and prints nothing:
+// for a process whose outcome is already decided and said (a usage error agreed by every
+// rank), so that the launcher's SIGTERM to the ranks still finishing does not add a
+// misleading "stopped by SIGTERM ... exit 75" (75 asks for a requeue).
+void ExitQuietlyOnStopSignal(int exit_code);
 // From now on a stop signal is only recorded (the behaviour after Install): for the loop
 // that polls StopRequested().
 void RecordStopSignal();

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "core/op_shapes.h"
 #include "core/philox.h"
@@ -140,11 +141,11 @@ pid_t g_pool_pid = 0;                // process that started g_pool's threads
 std::atomic<size_t> g_conv_scratch_bytes{size_t{16} << 20};
 
 int DefaultThreads() {
-  if (const char* env = std::getenv("COLONNADE_CPU_THREADS")) {
-    int n = std::atoi(env);
-    if (n > 0) return n;
-    LOG(WARNING) << "ignoring COLONNADE_CPU_THREADS=" << env << " (not a positive integer)";
-  }
+  // Programs refuse a malformed value at start-up (CheckEnvironment); a library user gets
+  // the warning.
+  absl::StatusOr<std::optional<int64_t>> env = EnvInt("COLONNADE_CPU_THREADS");
+  if (env.ok() && env->has_value()) return static_cast<int>(**env);
+  if (!env.ok()) LOG(WARNING) << "ignoring it: " << env.status().message();
   unsigned hw = std::thread::hardware_concurrency();
   return hw > 0 ? static_cast<int>(hw) : 1;
 }

@@ -3,7 +3,9 @@
 #include <cmath>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/ops.h"
 
@@ -112,6 +114,33 @@ float LrSchedule::At(float base_lr, double epoch, double total_epochs) const {
   }
   if (warmup_epochs_ > 0 && epoch < warmup_epochs_) lr *= epoch / warmup_epochs_;
   return static_cast<float>(lr);
+}
+
+std::string LrSchedule::Describe() const {
+  std::string text;
+  switch (kind_) {
+    case kConstant:
+      text = "constant";
+      break;
+    case kStep:
+      text = absl::StrFormat("x0.1 every %g epochs", step_epochs_);
+      break;
+    case kMultiStep: {
+      std::vector<std::string> at;
+      for (double m : milestones_) at.push_back(absl::StrFormat("%g", m));
+      text = absl::StrCat("x0.1 at epoch", milestones_.size() > 1 ? "s " : " ",
+                          absl::StrJoin(at, ", "));
+      break;
+    }
+    case kCosine:
+      text = "cosine over the run";
+      break;
+  }
+  if (warmup_epochs_ > 0) {
+    absl::StrAppend(&text, absl::StrFormat(" after %g warm-up epoch%s", warmup_epochs_,
+                                           warmup_epochs_ == 1 ? "" : "s"));
+  }
+  return text;
 }
 
 }  // namespace colonnade

@@ -62,6 +62,9 @@ class LrSchedule {
   // Learning rate at fractional epoch `epoch` of a run of `total_epochs`.
   float At(float base_lr, double epoch, double total_epochs) const;
   const std::string& spec() const { return spec_; }
+  // The schedule in words with its unit, for the banner: "x0.1 at epochs 120, 130",
+  // "x0.1 every 30 epochs", "cosine over the run", "constant"; "+ 5 warm-up epochs".
+  std::string Describe() const;
 
  private:
   enum Kind { kConstant, kStep, kMultiStep, kCosine };

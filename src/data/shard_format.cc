@@ -384,9 +384,13 @@ absl::Status ReadIndexAttributes(hid_t f, const std::string& path, const ImageLi
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: attribute 'num_classes' is %d, must be in 1..%d", path, K, kMaxClasses));
   }
-  if (N <= 0) {
+  if (N < 0) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: attribute 'size' is %d: the dataset is empty", path, N));
+        absl::StrFormat("%s: attribute 'size' is %d, must be a positive image count", path, N));
+  }
+  if (N == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: attribute 'size' is 0: the dataset is empty", path));
   }
   if (N > kMaxDatasetImages) {
     return absl::InvalidArgumentError(
@@ -484,6 +488,13 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::string path = JoinPath(dir, kIndexFileName);
   if (!IsDirectory(dir)) {
+    struct stat st;
+    if (stat(dir.c_str(), &st) == 0) {
+      return absl::NotFoundError(absl::StrCat(
+          dir,
+          ": is a file, not a dataset directory (give the directory make_shards wrote, "
+          "which holds dataset.h5 and its shards)"));
+    }
     return absl::NotFoundError(absl::StrCat(dir, ": dataset directory not found"));
   }
   hdf5::Scope lock;

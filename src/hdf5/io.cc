@@ -2,6 +2,7 @@
 // strings and maps HDF5 failures to absl::Status codes.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -190,6 +191,22 @@ Handle FixedStringType(size_t size) {
 absl::StatusOr<int64_t> ReadIntAttr(hid_t loc, const char* name, const std::string& file,
                                     const std::string& label) {
   ASSIGN_OR_RETURN(Handle a, OpenAttr(loc, name, file, label, H5T_INTEGER));
+  // HDF5 clamps an unsigned value beyond INT64_MAX to INT64_MAX on conversion, so a
+  // crafted 2^64 - 1 would read (and be reported) as 9223372036854775807: read unsigned
+  // 64-bit values as they are and refuse the ones no int64 holds.
+  Handle type = TypeHandle(H5Aget_type(a.get()));
+  if (type.get() >= 0 && H5Tget_sign(type.get()) == H5T_SGN_NONE && H5Tget_size(type.get()) >= 8) {
+    uint64_t u = 0;
+    if (H5Aread(a.get(), H5T_NATIVE_UINT64, &u) < 0) {
+      return AttrError(file, WithLastError("cannot read attribute " + label));
+    }
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return AttrError(file, absl::StrFormat("attribute %s is %d, more than any size or count "
+                                             "this format allows",
+                                             label, u));
+    }
+    return static_cast<int64_t>(u);
+  }
   int64_t v = 0;
   if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0) {
     return AttrError(file, WithLastError("cannot read attribute " + label));

@@ -57,6 +57,8 @@ TEST(LimitsTest, ImageSizeProblemAndOverflowChecks) {
   EXPECT_EQ(ImageSizeProblem(16384, 8192, l), "");  // exactly 2^27 pixels
   EXPECT_EQ(ImageSizeProblem(16385, 1, l),
             "16385x1 is larger than the limit of 16384 pixels per side (COLONNADE_MAX_IMAGE_SIDE)");
+  EXPECT_EQ(ImageSizeProblem(1, 16385, l),
+            "1x16385 is larger than the limit of 16384 pixels per side (COLONNADE_MAX_IMAGE_SIDE)");
   EXPECT_EQ(ImageSizeProblem(16384, 8193, l),
             "16384x8193 has more than the limit of 134217728 pixels (COLONNADE_MAX_IMAGE_PIXELS)");
   EXPECT_EQ(ImageSizeProblem(0, 5, l), "0x5 is not a positive size");
@@ -78,12 +80,15 @@ TEST(LimitsTest, EnvironmentOverridesAndBadValues) {
     EXPECT_EQ(l->max_side, 40000);
     EXPECT_EQ(l->max_pixels, 2000000000);
   }
-  for (const char* bad : {"abc", "0", "-5", "1e9", "99999999999999"}) {
+  // A set variable is meant: empty or padded values are errors, not "unset" or "5".
+  for (const char* bad : {"abc", "0", "-5", "1e9", "99999999999999", "", " 5", "5 ", "+5"}) {
     ScopedEnv side(kMaxImageSideEnv, bad);
     absl::StatusOr<ImageLimits> l = ImageLimitsFromEnvironment();
-    ASSERT_FALSE(l.ok()) << bad;
-    EXPECT_EQ(l.status().message(), std::string("environment variable COLONNADE_MAX_IMAGE_SIDE='") +
-                                        bad + "' is not an integer in 1..1048576");
+    ASSERT_FALSE(l.ok()) << "'" << bad << "'";
+    EXPECT_EQ(l.status().message(),
+              std::string("environment variable COLONNADE_MAX_IMAGE_SIDE='") + bad +
+                  "' is not an integer from 1 to 1048576 (largest image side, pixels): unset it "
+                  "or give a valid value (docs/OPERATIONS.md §3)");
   }
   ImageLimits d;
   absl::StatusOr<ImageLimits> l = ImageLimitsFromEnvironment();

@@ -1,0 +1,132 @@
+#include "core/env.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+extern char** environ;
+
+namespace colonnade {
+namespace {
+
+// A variable set by the test scripts for the scripts themselves: any non-empty value.
+EnvVariable ScriptVariable(const char* name) {
+  return {name, 0, 0, {"*"}, "a test script's setting"};
+}
+
+const EnvVariable* Find(const char* name) {
+  for (const EnvVariable& v : KnownEnvVariables())
+    if (std::strcmp(v.name, name) == 0) return &v;
+  return nullptr;
+}
+
+// Digits with an optional leading '-': what a person means by an integer, and nothing
+// that strtol or SimpleAtoi would also take (" 5", "5 ", "+5", "0x10").
+bool ParseWholeInt(const std::string& text, int64_t* out) {
+  if (text.empty() || text.size() > 19) return false;
+  size_t i = text[0] == '-' ? 1 : 0;
+  if (i == text.size()) return false;
+  int64_t v = 0;
+  for (; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    v = v * 10 + (text[i] - '0');
+  }
+  *out = text[0] == '-' ? -v : v;
+  return true;
+}
+
+absl::Status Invalid(const EnvVariable& v, const std::string& value, const std::string& want) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("environment variable %s='%s' is not %s (%s): unset it or give a valid "
+                      "value (docs/OPERATIONS.md §3)",
+                      v.name, value, want, v.meaning));
+}
+
+}  // namespace
+
+const std::vector<EnvVariable>& KnownEnvVariables() {
+  static const auto* known = new std::vector<EnvVariable>{
+      {"COLONNADE_CPU_THREADS", 1, 1024, {}, "CPU-op threads of the library"},
+      {"COLONNADE_MAX_IMAGE_SIDE", 1, int64_t{1} << 20, {}, "largest image side, pixels"},
+      {"COLONNADE_MAX_IMAGE_PIXELS", 1, int64_t{1} << 40, {}, "largest image, pixels"},
+      {"COLONNADE_SHARD_CACHE_MB", 0, int64_t{1} << 24, {}, "shard image cache, MiB; 0: off"},
+      {"COLONNADE_TC_WGMMA", 0, 0, {"0", "1"}, "wgmma convolutions off or on"},
+      {"COLONNADE_TC_TILE",
+       0,
+       0,
+       {"128x128", "64x128", "128x256", "wg128x128", "wg64x256", "wg128x256", "wg128x128s3"},
+       "tensor-core convolution tile"},
+      {"COLONNADE_TC_SHORTK", 0, 1024, {}, "most K slices for the short-K tile"},
+      {"COLONNADE_NVJPEG_BACKEND", 0, 0, {"hardware", "gpu_hybrid"}, "nvJPEG backend"},
+      {"COLONNADE_CONV_GEMM", 0, 0, {"v2", "v3"}, "SIMT convolution GEMM version"},
+      {"COLONNADE_POOL_BWD", 0, 0, {"v2", "v3"}, "max-pool backward version"},
+      {"COLONNADE_LRN_POOL_FWD", 0, 0, {"v1", "v2"}, "fused LRN + max-pool version"},
+      {"COLONNADE_TEST_RANKS_PER_NODE", 1, 65536, {}, "test only: ranks per pretended node"},
+      ScriptVariable("COLONNADE_NO_SKIP"),
+      ScriptVariable("COLONNADE_SHARED_DATA"),
+      ScriptVariable("COLONNADE_TEST_CUDA"),
+      ScriptVariable("COLONNADE_TEST_TUNER"),
+      ScriptVariable("COLONNADE_TEST_PROBE"),
+      ScriptVariable("COLONNADE_TEST_MPIRUN"),
+      ScriptVariable("COLONNADE_REQUIRE_SLURM"),
+      ScriptVariable("COLONNADE_SLURM_CASES"),
+      ScriptVariable("COLONNADE_SLURM_TEST_DEADLINE"),
+      ScriptVariable("COLONNADE_BUILD_DIR"),
+      ScriptVariable("COLONNADE_MAKE_SHARDS"),
+      ScriptVariable("COLONNADE_SOURCE_DIR"),
+  };
+  return *known;
+}
+
+absl::StatusOr<std::optional<int64_t>> EnvInt(const char* name) {
+  const EnvVariable* v = Find(name);
+  if (v == nullptr || !v->words.empty()) {
+    return absl::InternalError(absl::StrFormat("%s is not a known integer variable", name));
+  }
+  const char* text = std::getenv(name);
+  if (text == nullptr) return std::optional<int64_t>();
+  int64_t parsed = 0;
+  if (!ParseWholeInt(text, &parsed) || parsed < v->min || parsed > v->max) {
+    return Invalid(*v, text, absl::StrFormat("an integer from %d to %d", v->min, v->max));
+  }
+  return std::optional<int64_t>(parsed);
+}
+
+absl::StatusOr<std::optional<std::string>> EnvWord(const char* name) {
+  const EnvVariable* v = Find(name);
+  if (v == nullptr || v->words.empty()) {
+    return absl::InternalError(absl::StrFormat("%s is not a known word variable", name));
+  }
+  const char* text = std::getenv(name);
+  if (text == nullptr) return std::optional<std::string>();
+  const std::string value = text;
+  for (const std::string& w : v->words)
+    if (value == w || (w == "*" && !value.empty())) return std::optional<std::string>(value);
+  return Invalid(*v, value,
+                 v->words[0] == "*" ? std::string("a non-empty value")
+                                    : "one of " + absl::StrJoin(v->words, ", "));
+}
+
+absl::Status CheckEnvironment(std::vector<std::string>* unknown) {
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (!absl::StartsWith(entry, "COLONNADE_")) continue;
+    const std::string name = entry.substr(0, entry.find('='));
+    const EnvVariable* v = Find(name.c_str());
+    if (v == nullptr) {
+      if (unknown != nullptr) unknown->push_back(name);
+      continue;
+    }
+    if (v->words.empty()) {
+      if (absl::StatusOr<std::optional<int64_t>> r = EnvInt(v->name); !r.ok()) return r.status();
+    } else if (absl::StatusOr<std::optional<std::string>> r = EnvWord(v->name); !r.ok()) {
+      return r.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace colonnade

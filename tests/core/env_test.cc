@@ -1,0 +1,75 @@
+// The COLONNADE_* environment variables: a set variable is meant (core/env.h).
+#include "core/env.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace colonnade {
+namespace {
+
+class EnvTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const char* n : {"COLONNADE_CPU_THREADS", "COLONNADE_TC_WGMMA", "COLONNADE_NOT_A_THING",
+                          "COLONNADE_SHARED_DATA"}) {
+      unsetenv(n);
+    }
+  }
+};
+
+TEST_F(EnvTest, UnsetIsNothingAndWholeIntegersAreRead) {
+  unsetenv("COLONNADE_CPU_THREADS");
+  absl::StatusOr<std::optional<int64_t>> v = EnvInt("COLONNADE_CPU_THREADS");
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->has_value());
+  setenv("COLONNADE_CPU_THREADS", "12", 1);
+  v = EnvInt("COLONNADE_CPU_THREADS");
+  ASSERT_TRUE(v.ok() && v->has_value());
+  EXPECT_EQ(**v, 12);
+}
+
+TEST_F(EnvTest, EmptyPaddedAndOutOfRangeValuesAreErrors) {
+  for (const char* bad : {"", " 5", "5 ", "+5", "0x5", "5x", "0", "1025", "-1"}) {
+    setenv("COLONNADE_CPU_THREADS", bad, 1);
+    absl::StatusOr<std::optional<int64_t>> v = EnvInt("COLONNADE_CPU_THREADS");
+    ASSERT_FALSE(v.ok()) << "'" << bad << "'";
+    EXPECT_EQ(v.status().message(),
+              std::string("environment variable COLONNADE_CPU_THREADS='") + bad +
+                  "' is not an integer from 1 to 1024 (CPU-op threads of the library): unset it "
+                  "or give a valid value (docs/OPERATIONS.md §3)");
+    EXPECT_FALSE(CheckEnvironment().ok()) << "'" << bad << "'";
+  }
+}
+
+TEST_F(EnvTest, WordsMustBeOneOfTheSet) {
+  setenv("COLONNADE_TC_WGMMA", "1", 1);
+  absl::StatusOr<std::optional<std::string>> w = EnvWord("COLONNADE_TC_WGMMA");
+  ASSERT_TRUE(w.ok() && w->has_value());
+  EXPECT_EQ(**w, "1");
+  for (const char* bad : {"", "yes", " 1"}) {
+    setenv("COLONNADE_TC_WGMMA", bad, 1);
+    w = EnvWord("COLONNADE_TC_WGMMA");
+    ASSERT_FALSE(w.ok()) << "'" << bad << "'";
+    EXPECT_NE(w.status().message().find("is not one of 0, 1"), std::string::npos) << w.status();
+  }
+  // A script's variable takes any value but the empty one.
+  setenv("COLONNADE_SHARED_DATA", "", 1);
+  EXPECT_FALSE(EnvWord("COLONNADE_SHARED_DATA").ok());
+  setenv("COLONNADE_SHARED_DATA", "/data", 1);
+  EXPECT_TRUE(EnvWord("COLONNADE_SHARED_DATA").ok());
+}
+
+TEST_F(EnvTest, UnknownVariablesAreReportedNotRefused) {
+  setenv("COLONNADE_NOT_A_THING", "1", 1);
+  std::vector<std::string> unknown;
+  ASSERT_TRUE(CheckEnvironment(&unknown).ok());
+  EXPECT_NE(std::find(unknown.begin(), unknown.end(), "COLONNADE_NOT_A_THING"), unknown.end());
+  for (const EnvVariable& v : KnownEnvVariables()) {
+    EXPECT_EQ(std::find(unknown.begin(), unknown.end(), v.name), unknown.end()) << v.name;
+  }
+}
+
+}  // namespace
+}  // namespace colonnade
