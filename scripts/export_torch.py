@@ -48,8 +48,10 @@ convention; torch.jit.load(..., _extra_files={"colonnade.json": ""}) reads it), 
 --onnx, OUT.onnx (opset 13, batch dimension dynamic) unless this PyTorch cannot export
 (then a warning, exit 0; exit 1 only if the TorchScript export fails).
 
-Needs torch (Debian: python3-torch), h5py and numpy. Exit codes: 0 written, 1 runtime
-error, 2 usage error (bad flag, unsupported model, a file that is not a checkpoint).
+Needs torch (Debian: python3-torch), h5py and numpy. If the python3 that runs this lacks
+them, the script re-runs itself with /usr/bin/python3 (scripts/_python.py). Exit codes: 0
+written, 1 runtime error (or a missing package), 2 usage error (bad flag, unsupported
+model, a file that is not a checkpoint).
 """
 
 import argparse
@@ -58,6 +60,9 @@ import os
 import sys
 import warnings
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _python  # noqa: E402  scripts/_python.py: re-run under /usr/bin/python3 if need be
+
 try:
     import h5py
     import numpy as np
@@ -65,8 +70,8 @@ try:
     import torch.nn as nn
     import torch.nn.functional as F
 except ImportError as e:
-    sys.exit("export_torch.py: error: %s (Debian: apt-get install python3-torch python3-h5py)"
-             % e)
+    _python.reexec_or_exit("export_torch.py", e.name or str(e),
+                           "python3-torch python3-h5py python3-numpy")
 
 from typing import List
 

@@ -2,7 +2,12 @@
 """Plot Colonnade training curves from trainer --metrics_file JSON lines.
 
   scripts/plot_metrics.py run/metrics.jsonl                  # -> run/metrics.png
-  scripts/plot_metrics.py a.jsonl b.jsonl --labels a,b -o cmp.png --x epoch
+  scripts/plot_metrics.py run/metrics.jsonl run.png          # -> run.png
+  scripts/plot_metrics.py a.jsonl b.jsonl cmp.png --labels a,b --x epoch
+
+The picture to write is the last argument when it ends in .png, .pdf or .svg (as
+show_filters.py and export_torch.py take their output second); without one it is the
+first metrics file with .png. `-o OUT.png` is still accepted but deprecated.
 
 One PNG with four panels: loss, top-1 error (top-5 dotted), training throughput (img/s)
 and learning rate, against the step (or epoch). Training records are drawn as lines,
@@ -15,7 +20,7 @@ between the last checkpoint and the stop may appear twice; the newest record of 
 wins. Lines that are not JSON objects of kind "train" or "eval" are counted and skipped.
 
 Needs matplotlib (Debian: python3-matplotlib). If the python3 that runs this lacks it,
-the script re-runs itself with /usr/bin/python3 when that has it.
+the script re-runs itself with /usr/bin/python3 (scripts/_python.py).
 Exit codes: 0 written, 1 runtime error, 2 usage error or no usable records.
 """
 
@@ -23,8 +28,10 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _python  # noqa: E402  scripts/_python.py: re-run under /usr/bin/python3 if need be
 
 
 def load(path):
@@ -78,17 +85,23 @@ def restarts(train_records):
     return out
 
 
+PICTURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="plot_metrics.py",
+        usage="plot_metrics.py METRICS.jsonl [METRICS.jsonl ...] [OUT.png] [options]",
         description="Plot loss, top-1/top-5 error, img/s and learning rate from trainer "
         "--metrics_file JSON lines into one PNG.",
         epilog="Records: {\"kind\":\"train\",\"step\",\"epoch\",\"loss\",\"top1_error\","
         "\"top5_error\",\"lr\",\"images_per_sec\",...} and {\"kind\":\"eval\",\"step\","
         "\"epoch\",\"loss\",\"top1_error\",\"top5_error\",\"images\"}. Duplicate steps "
         "(a requeued job) keep the newest record.")
-    p.add_argument("files", nargs="+", metavar="METRICS.jsonl", help="metrics files to plot")
-    p.add_argument("-o", "--output", help="PNG to write [the first file with .png]")
+    p.add_argument("files", nargs="+", metavar="METRICS.jsonl [OUT.png]",
+                   help="metrics files to plot, then the picture to write (a last argument "
+                   "ending in %s) [the first file with .png]" % ", ".join(PICTURE_SUFFIXES))
+    p.add_argument("-o", "--output", help="deprecated: give OUT.png as the last argument")
     p.add_argument("--x", choices=("step", "epoch"), default="step",
                    help="horizontal axis [step]")
     p.add_argument("--labels", help="comma-separated legend labels, one per file "
@@ -97,7 +110,21 @@ def parse_args(argv):
     p.add_argument("--log_loss", action="store_true", help="logarithmic loss axis")
     p.add_argument("--no_top5", action="store_true", help="leave out the top-5 error curves")
     p.add_argument("--dpi", type=int, default=120, help="resolution [120]")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    positional_out = None
+    if len(args.files) > 1 and args.files[-1].lower().endswith(PICTURE_SUFFIXES):
+        positional_out = args.files.pop()
+    elif args.files[-1].lower().endswith(PICTURE_SUFFIXES):
+        p.error("no metrics file given, only the picture %s" % args.files[-1])
+    if args.output is not None:
+        if positional_out is not None:
+            p.error("the picture is given twice (%s and -o %s)" % (positional_out, args.output))
+        print("plot_metrics.py: note: -o/--output is deprecated; give the picture as the "
+              "last argument: plot_metrics.py METRICS.jsonl... %s" % args.output,
+              file=sys.stderr)
+    else:
+        args.output = positional_out
+    return args
 
 
 def default_label(path):
@@ -110,14 +137,7 @@ def import_pyplot():
     try:
         import matplotlib
     except ImportError:
-        # Another python3 first on PATH (a venv, a conda build): Debian's has matplotlib.
-        system = "/usr/bin/python3"
-        if (os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system)
-                and not os.environ.get("PLOT_METRICS_REEXEC")):
-            env = dict(os.environ, PLOT_METRICS_REEXEC="1")
-            sys.exit(subprocess.call([system, os.path.abspath(__file__)] + sys.argv[1:], env=env))
-        sys.exit("plot_metrics.py: error: matplotlib is not installed for %s (Debian: apt-get "
-                 "install python3-matplotlib)" % sys.executable)
+        _python.reexec_or_exit("plot_metrics.py", "matplotlib", "python3-matplotlib")
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
     return plt

@@ -1,28 +1,53 @@
 #!/usr/bin/env bash
-# Unpacks CIFAR-10 (the JPEG image-folder tree in ../shared/data/cifar10-jpeg.tar.gz) and
-# converts it to shard datasets for the trainer:
+# Unpacks CIFAR-10 (the JPEG image-folder tree in cifar10-jpeg.tar.gz) and converts it to
+# shard datasets for the trainer:
 #
-#   scripts/prepare_cifar10.sh OUTDIR      -> OUTDIR/train (50,000) and OUTDIR/test (10,000)
+#   scripts/prepare_cifar10.sh [--data_dir=DIR] OUTDIR
+#       -> OUTDIR/train (50,000 images) and OUTDIR/test (10,000)
 #
+# --data_dir=DIR (or --data_dir DIR): the folder holding cifar10-jpeg.tar.gz; default
+# $COLONNADE_SHARED_DATA when set, else ../shared/data beside the repository.
 # Raw encoding (decoded 32x32x3 uint8); the test split stores the training mean image.
 # Idempotent: if both datasets already exist it only says so (FORCE=1 rebuilds them).
-# Environment: COLONNADE_SHARED_DATA (folder of the archive; default <repo>/../shared/data),
-# MAKE_SHARDS (the binary; default <repo>/build/make_shards), THREADS (default: all cores).
+# Environment: MAKE_SHARDS (the binary; default <repo>/build/make_shards), THREADS
+# (default: all cores), FORCE, COLONNADE_SHARED_DATA (see --data_dir).
 # The data is never written inside the repository unless OUTDIR points there.
 set -euo pipefail
-if [ $# -ne 1 ]; then
-  echo "usage: $0 OUTDIR" >&2
-  exit 2
-fi
-OUT=$1
+usage() {
+  cat <<EOF
+usage: prepare_cifar10.sh [--data_dir=DIR] OUTDIR
+  Converts DIR/cifar10-jpeg.tar.gz into the shard datasets OUTDIR/train and OUTDIR/test.
+  --data_dir=DIR  the folder of cifar10-jpeg.tar.gz [\$COLONNADE_SHARED_DATA when set,
+                  else ../shared/data beside the repository: $DEFAULT_SHARED]
+  Environment: MAKE_SHARDS (the binary), THREADS (0: all cores), FORCE=1 (rebuild).
+EOF
+}
+bad_usage() { echo "prepare_cifar10.sh: $*" >&2; usage >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SHARED=${COLONNADE_SHARED_DATA:-$ROOT/../shared/data}
+DEFAULT_SHARED=$(cd "$ROOT/.." && pwd)/shared/data
+SHARED=${COLONNADE_SHARED_DATA:-$DEFAULT_SHARED}
+OUT=""
+while [ $# -gt 0 ]; do
+  case $1 in
+  -h | --help) usage; exit 0 ;;
+  --data_dir=*) SHARED=${1#--data_dir=} ;;
+  --data_dir)
+    [ $# -ge 2 ] || bad_usage "--data_dir needs a directory"
+    SHARED=$2; shift ;;
+  -*) bad_usage "unknown option $1" ;;
+  *) [ -z "$OUT" ] || bad_usage "one OUTDIR only (got $OUT and $1)"
+    OUT=$1 ;;
+  esac
+  shift
+done
+[ -n "$OUT" ] || bad_usage "no OUTDIR given"
+[ -n "$SHARED" ] || bad_usage "--data_dir is empty"
 ARCHIVE=$SHARED/cifar10-jpeg.tar.gz
 MAKE_SHARDS=${MAKE_SHARDS:-$ROOT/build/make_shards}
 THREADS=${THREADS:-0}
 
 if [ ! -f "$ARCHIVE" ]; then
-  echo "prepare_cifar10.sh: $ARCHIVE not found (set COLONNADE_SHARED_DATA)" >&2
+  echo "prepare_cifar10.sh: $ARCHIVE not found (--data_dir=DIR names the folder that holds it)" >&2
   exit 1
 fi
 if [ ! -x "$MAKE_SHARDS" ]; then

@@ -47,29 +47,26 @@ dataset /params/<layer>/weight [out][in][kh][kw] (a checkpoint cut down to its f
 as experiments/columns/run.sh keeps them).
 
 Needs h5py, numpy and matplotlib (Debian: python3-h5py python3-matplotlib). If the python3
-that runs this lacks them, the script re-runs itself with /usr/bin/python3 when that has
-them. Exit codes: 0 written, 1 runtime error, 2 usage error or a file it cannot use.
+that runs this lacks them, the script re-runs itself with /usr/bin/python3
+(scripts/_python.py). Exit codes: 0 written, 1 runtime error, 2 usage error or a file it
+cannot use.
 """
 
 import argparse
 import csv
 import math
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _python  # noqa: E402  scripts/_python.py: re-run under /usr/bin/python3 if need be
 
 COLOUR_DOMINATED = 0.5  # more of the energy in colour than in luminance
 
 
 def reexec_or_exit(what):
-    """Another python3 first on PATH (a venv): Debian's /usr/bin/python3 has the packages."""
-    system = "/usr/bin/python3"
-    if (os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system)
-            and not os.environ.get("SHOW_FILTERS_REEXEC")):
-        env = dict(os.environ, SHOW_FILTERS_REEXEC="1")
-        sys.exit(subprocess.call([system, os.path.abspath(__file__)] + sys.argv[1:], env=env))
-    sys.exit("show_filters.py: error: %s is not installed for %s (Debian: apt-get install "
-             "python3-h5py python3-matplotlib)" % (what, sys.executable))
+    _python.reexec_or_exit("show_filters.py", what,
+                           "python3-h5py python3-numpy python3-matplotlib")
 
 
 try:

@@ -56,5 +56,5 @@ cp "$WORK/submit/checkpoints/cifar80/metrics.jsonl" "$HERE/metrics.jsonl"
 /usr/bin/python3 "$ROOT/scripts/record_commit.py" "$(/usr/bin/python3 "$ROOT/scripts/record_commit.py" --which)" \
   "$HERE/metrics.jsonl" > /dev/null
 cp "$log" "$HERE/job.log"
-/usr/bin/python3 "$ROOT/scripts/plot_metrics.py" "$HERE/metrics.jsonl" -o "$HERE/cifar10-80sec.png" \
+/usr/bin/python3 "$ROOT/scripts/plot_metrics.py" "$HERE/metrics.jsonl" "$HERE/cifar10-80sec.png" \
   --title "cifar10-80sec on CIFAR-10, 2 ranks (CPU), Slurm job preempted after step $PREEMPT_AT and requeued"

@@ -32,10 +32,31 @@ grep -q "wrote $work/run/metrics.png (5 records from 1 file(s), 1 resume(s) mark
   fail "unexpected: $out"
 grep -q "skipped 1 line" <<<"$out" || fail "the stray line was not reported: $out"
 is_png "$work/run/metrics.png" || fail "not a PNG"
+# The picture as the last argument (as show_filters.py and export_torch.py take theirs).
+out=$("$PY" "$P" "$m" "$work/one.png" 2>&1) || fail "positional output: $out"
+is_png "$work/one.png" || fail "positional output: not a PNG"
+grep -q "wrote $work/one.png (5 records from 1 file(s)" <<<"$out" || fail "positional output: $out"
 # Two runs overlaid against the epoch.
 cp "$m" "$work/b.jsonl"
-"$PY" "$P" "$m" "$work/b.jsonl" --labels a,b --x epoch -o "$work/both.png" >/dev/null || fail "overlay"
+out=$("$PY" "$P" "$m" "$work/b.jsonl" "$work/both.png" --labels a,b --x epoch 2>&1) ||
+  fail "overlay: $out"
 is_png "$work/both.png" || fail "overlay is not a PNG"
+grep -q "wrote $work/both.png (10 records from 2 file(s)" <<<"$out" || fail "overlay: $out"
+# -o still works, with a note on stderr that it is deprecated.
+"$PY" "$P" "$m" -o "$work/old.png" >"$work/old.out" 2>"$work/old.err" || fail "-o: $(cat "$work/old.err")"
+is_png "$work/old.png" || fail "-o: not a PNG"
+grep -q "note: -o/--output is deprecated; give the picture as the last argument" "$work/old.err" ||
+  fail "-o without the deprecation note: $(cat "$work/old.err")"
+# A python3 first on PATH without matplotlib (a venv made from Debian's, which does not see
+# its dist-packages): the script re-runs itself under /usr/bin/python3 (scripts/_python.py).
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+  mkdir -p "$work/bare/bin"
+  ln -s /usr/bin/python3 "$work/bare/bin/python3"
+  printf 'home = /usr/bin\ninclude-system-site-packages = false\n' >"$work/bare/pyvenv.cfg"
+  "$work/bare/bin/python3" -c 'import matplotlib' 2>/dev/null && fail "the bare python3 has matplotlib"
+  out=$(PATH=$work/bare/bin:$PATH "$P" "$m" "$work/bare.png" 2>&1) || fail "re-run under /usr/bin/python3: $out"
+  is_png "$work/bare.png" || fail "re-run under /usr/bin/python3: no PNG: $out"
+fi
 # Errors: exit 2 with a message naming the problem.
 # expect_error REGEX ARGS...: exit 2 and REGEX on stderr.
 expect_error() {
@@ -49,4 +70,6 @@ expect_error "cannot read" "$work/missing.jsonl"
 echo '{"foo":1}' >"$work/empty.jsonl"
 expect_error "no train or eval records" "$work/empty.jsonl"
 expect_error "2 names for 1 files" "$m" --labels a,b
+expect_error "the picture is given twice" "$m" "$work/x.png" -o "$work/y.png"
+expect_error "no metrics file given, only the picture" "$work/x.png"
 echo "ok: plot_metrics.py"
