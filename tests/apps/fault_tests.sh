@@ -5,7 +5,7 @@
 #        dead_rank, corrupt_checkpoint, mismatched_checkpoint, nan_loss, eval_predict,
 #        rank_logs, changed_flags, predictions_no_clobber, metrics_file_no_clobber,
 #        rank_log_write_error, stop_before_training, stop_at_start, rank_log_dir_refused,
-#        num_classes_too_few, layout_error_quiet
+#        num_classes_too_few, layout_error_quiet, resume_other_batch, eval_progress
 set -uo pipefail
 case_name=$1; build=$2
 T="$build/trainer"; DIFF="$build/checkpoint_diff"
@@ -437,6 +437,31 @@ layout_error_quiet)
       if echo "$out" | grep -q "stopped by"; then fail "a 'stopped by' note after a usage error: $out"; fi
     done
   done
+  ;;
+resume_other_batch)
+  # Resumed with another --batch_size: the progress line's epoch comes from the data cursor
+  # (3 x 32 + 64 = 160 of 512 images after step 4: 0.31), not from the step count at the
+  # new batch (4 / 8 = 0.50), and the last line says how many steps this run trained.
+  "$T" "${CIFAR[@]}" --steps=3 --checkpoint_dir="$work/a" >/dev/null || fail "first part"
+  "$T" "${CIFAR[@]}" --batch_size=64 --steps=5 --checkpoint_dir="$work/a" > "$work/log" \
+    || fail "resume with --batch_size=64"
+  grep "^step\|^done" "$work/log"
+  grep -q "^step      4/5  epoch   0.31 " "$work/log" || fail "epoch after the resume is not the cursor's"
+  grep -q "^done: 5 steps (2 trained in this run from step 3 in " "$work/log" \
+    || fail "the last line does not say what this run trained"
+  ;;
+eval_progress)
+  # Evaluation and prediction print progress lines (images, img/s, ETA), here after every
+  # batch (--progress_secs=0), on rank 0 only.
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$work/a" >/dev/null || fail "run"
+  out=$("${MPIRUN[@]}" -np 2 "$T" "${CIFAR[@]}" --mode=eval --val_data=synthetic \
+        --checkpoint_dir="$work/a" --progress_secs=0 2>&1) || fail "eval"
+  echo "$out" | grep eval | head -n 3
+  n=$(echo "$out" | grep -cE "^  eval [0-9,]+/512 images \([0-9]+%\)  [0-9.]+ img/s  ETA ")
+  [ "$n" = 15 ] || fail "$n progress lines for 16 batches of 32 (the last one is the result), expected 15"
+  out=$("$T" "${CIFAR[@]}" --mode=predict --val_data=synthetic --checkpoint_dir="$work/a" \
+        --predictions="$work/p.h5" --progress_secs=0 2>&1) || fail "predict"
+  echo "$out" | grep -qE "^  predict 32/512 images \(6%\)" || fail "no predict progress: $out"
   ;;
 *) fail "unknown case $case_name" ;;
 esac
