@@ -33,7 +33,7 @@ MUTATIONS=(
   "conv backward index (CUDA kernel on the emulator, tap not flipped)|src/cuda/conv_kernels.cu|const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);|const int kx = p.kx0 + p.step * (r % p.tkw);|cuda_emu_tests|^cuda_emu\\.Shapes/ConvTest\\."
   "momentum sign (CPU SGD)|src/core/cpu_ops.cc|const float vi = p.momentum * v[i] - p.lr|const float vi = -p.momentum * v[i] - p.lr|core_tests|^core\\.(CpuOpsSgd|Optimizer)\\."
   "momentum sign (CUDA SGD kernel on the emulator)|src/cuda/ops_kernels.cu|__fsub_rn(__fmul_rn(p.momentum, p.v[i])|__fsub_rn(__fmul_rn(-p.momentum, p.v[i])|cuda_emu_tests|^cuda_emu\\.CudaTest\\.SgdUpdate$"
-  "resume cursor (data position dropped)|src/apps/train_session.cc|start_cursor.position = c.state.cursor_position;|start_cursor.position = 0;|trainer checkpoint_diff|^trainer\\.checkpoint\\.resume_bitwise$"
+  "resume cursor (data position dropped)|src/apps/train_setup.cc|start_cursor.position = c.state.cursor_position;|start_cursor.position = 0;|trainer checkpoint_diff train_loop_test|^trainer\\.checkpoint\\.resume_bitwise$|^apps\\.TrainLoopTest\\."
   "gradient bucket order (bucket launched one layer early)|src/parallel/gradient_sync.cc|current.ready_layer = i;|current.ready_layer = i + 1;|parallel_mpi_tests parallel_equivalence_test|^parallel_mpi_np[2-4]$|^parallel_equivalence_np2$"
   "sampler rank slice (neighbouring ranks overlap by one image)|src/data/sampler.cc|*begin = count * rank / size;|*begin = rank > 0 ? count * rank / size - 1 : 0;|data_tests parallel_equivalence_test trainer|^data\\.Sampler|^parallel_equivalence_np2$|^trainer\\.checkpoint\\.resume_bitwise_mpi$"
   # The input-safety code (issue 31): limits, links, output files, the environment.
@@ -41,7 +41,7 @@ MUTATIONS=(
   "HDF5 links (soft and external links followed)|src/hdf5/hdf5.cc|if (info.type == H5L_TYPE_HARD) return \"\";|return \"\";|data_tests checkpoint_tests hdf5_tests|^data\\.|^checkpoint_tests$|^hdf5\\."
   "HDF5 storage (external raw data files read)|src/hdf5/hdf5.cc|if (H5Pget_external_count(dcpl.get()) != 0) {|if (false) {|data_tests checkpoint_tests hdf5_tests|^data\\.|^checkpoint_tests$|^hdf5\\."
   "output file (a symbolic link replaced)|src/apps/output_file.cc|  if (S_ISLNK(st.st_mode)) {|  if (false) {|trainer make_shards checkpoint_diff|^trainer\\.checkpoint\\.predictions_no_clobber$"
-  "rank log (appended through a symbolic link)|src/apps/train_session.cc|\"--rank_log_dir\", AppendFile::kNoLinks);|\"--rank_log_dir\", AppendFile::kFollowLinks);|trainer|^trainer\\.checkpoint\\.rank_log_dir_refused$"
+  "rank log (appended through a symbolic link)|src/apps/train_loop.cc|\"--rank_log_dir\", AppendFile::kNoLinks);|\"--rank_log_dir\", AppendFile::kFollowLinks);|trainer|^trainer\\.checkpoint\\.rank_log_dir_refused$"
   "environment (stray characters skipped in a number)|src/core/env.cc|if (text[i] < '0' || text[i] > '9') return false;|if (text[i] < '0' || text[i] > '9') continue;|core_tests data_tests|^core\\.EnvTest\\.|^data\\.LimitsTest\\."
 )
 # scripts/mutation_check.sh WORKDIR NAME_REGEX runs only the mutations whose name matches.

@@ -23,10 +23,12 @@
 #include "apps/cli.h"
 #include "apps/output_file.h"
 #include "apps/train_config.h"
+#include "apps/train_step.h"
 #include "core/backend.h"
 #include "core/log.h"
 #include "core/models.h"
 #include "core/optimizer.h"
+#include "core/results.h"
 #include "core/philox.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels.h"
@@ -274,19 +276,22 @@ int Main(bool bf16_activations_given, bool wgmma_given) {
     const bool graphs = absl::GetFlag(FLAGS_cuda_graphs) != CudaGraphs::kOff;
     std::optional<cuda::StepGraph> graph;
     if (graphs) graph.emplace();
+    // The trainer's step code (train_step.h), on inputs already in the net's blobs: one
+    // replica, so no gradient sync and no feed.
+    Tensor totals = NewResultTotals(Device::kCUDA);
+    TrainingStepParts parts;
+    parts.net = &net;
+    parts.optimizer = &opt;
+    parts.totals = &totals;
+    parts.graph = graph ? &*graph : nullptr;
+    parts.context = [batch](int64_t step) { return Context(step, batch); };
+    TrainingStep training_step(std::move(parts));
     auto step_fn = [&](int64_t step) {
-      auto enqueue = [&](const StepScalars* dev) {
-        RunContext ctx = Context(step, batch);
-        ctx.device_scalars = dev;
-        net.Forward(ctx);
-        net.Backward(ctx);
-        opt.Step(net, lr, dev != nullptr ? &dev->lr : nullptr);
-      };
-      if (!graph) return enqueue(nullptr);
       StepScalars v;
       v.step = step;
       v.lr = lr;
-      graph->Step(net.builds(), v, enqueue);
+      absl::Status s = training_step.Enqueue(v);
+      CHECK(s.ok()) << s;
     };
     // A graphed run needs two warm-up steps: the plain one, then the capture.
     for (int i = 0; i < std::max(warmup, graphs ? 2 : 0); ++i) step_fn(i);
