@@ -63,6 +63,7 @@ inline absl::Status RegisterBackend(int) {
   return absl::UnavailableError("this build has no CUDA backend (configure with CUDA)");
 }
 inline void* ComputeStream() { return nullptr; }
+inline std::string DeviceDescription() { return ""; }
 inline bool WgmmaConvolutions() { return false; }
 
 #endif
