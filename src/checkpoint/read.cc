@@ -219,6 +219,24 @@ absl::Status ReadFloatData(hid_t d, const ReadContext& ctx, const std::string& f
   return absl::OkStatus();
 }
 
+// Every root attribute of format version 1 (docs/CHECKPOINTS.md, section 2) but those of
+// the strings' checksum, which files written before them lack.
+constexpr const char* kRootAttributes[] = {"format_version",
+                                           "step",
+                                           "epoch",
+                                           "cursor_epoch",
+                                           "cursor_position",
+                                           "seed",
+                                           "rng",
+                                           "model",
+                                           "columns",
+                                           "input_size",
+                                           "num_classes",
+                                           "input_channels",
+                                           "flags",
+                                           "num_params",
+                                           "has_optimizer_state"};
+
 // Opens `ctx.path` read-only after checking it is a regular file; sets ctx.file_bytes.
 absl::StatusOr<Handle> OpenForRead(ReadContext& ctx) {
   const std::string& path = ctx.path;
@@ -242,20 +260,38 @@ absl::StatusOr<Handle> OpenForRead(ReadContext& ctx) {
   return file;
 }
 
-// The root attributes "format" and "format_version": is this a checkpoint we read?
-absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
-  const htri_t exists = H5Aexists(root, "format");
+// Whether root attribute `name` exists; DataLoss when HDF5 cannot tell.
+absl::StatusOr<bool> HasAttr(hid_t root, const std::string& path, const char* name) {
+  const htri_t exists = H5Aexists(root, name);
   if (exists < 0) return Corrupt(path, WithLastError("cannot read the root group's attributes"));
-  if (exists == 0) {
+  return exists > 0;
+}
+
+// The root attributes "format" and "format_version": is this a checkpoint we read? Then
+// every other root attribute must be there, before any string is read (a missing string
+// attribute would otherwise show as a failed string checksum, hdf5.h).
+absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
+  ASSIGN_OR_RETURN(bool has_format, HasAttr(root, path, "format"));
+  if (!has_format) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s: not a Colonnade checkpoint (no attribute /format)", path));
   }
-  ASSIGN_OR_RETURN(std::string format, hdf5::ReadStringAttr(root, "format", path, "/format"));
-  if (format != kFormatName) {
+  auto not_ours = [&path](const std::string& format) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s: not a Colonnade checkpoint (attribute /format is '%s', expected '%s')",
                         path, format, kFormatName));
+  };
+  ASSIGN_OR_RETURN(bool has_version, HasAttr(root, path, "format_version"));
+  if (!has_version) {  // another format's file (a shard?), or a checkpoint without it
+    ASSIGN_OR_RETURN(std::string format, hdf5::ReadStringAttr(root, "format", path, "/format"));
+    if (format != kFormatName) return not_ours(format);
   }
+  for (const char* name : kRootAttributes) {
+    ASSIGN_OR_RETURN(bool has, HasAttr(root, path, name));
+    if (!has) return Corrupt(path, absl::StrFormat("attribute /%s is missing", name));
+  }
+  ASSIGN_OR_RETURN(std::string format, hdf5::ReadStringAttr(root, "format", path, "/format"));
+  if (format != kFormatName) return not_ours(format);
   ASSIGN_OR_RETURN(int64_t version,
                    ReadIntInRange(root, path, "/format_version", "format_version", 0, INT64_MAX));
   if (version != kFormatVersion) {
