@@ -61,8 +61,8 @@ class Shards:
 
     def __init__(self, root, limit=0):
         with h5py.File(os.path.join(root, "dataset.h5"), "r") as index:
-            # Strings are fixed-length (h5py: bytes) in shards written since the HDF5 layer
-            # was unified, variable-length (str) in older ones: accept both.
+            # String attributes are variable-length (h5py: str) in datasets written by
+            # current builds, fixed-length (bytes) in those of earlier ones: accept both.
             a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in index.attrs.items()}
             if a["encoding"] != "jpeg":
                 raise ValueError(f"{root}/dataset.h5: encoding is {a['encoding']}, expected jpeg")

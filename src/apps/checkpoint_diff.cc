@@ -1,7 +1,11 @@
-// checkpoint_diff: compares the tensors (parameters and optimizer state) and training
-// state of two checkpoints. Exit 0 when every tensor matches within --rtol (0: bitwise),
-// 1 when they differ, 2 on a usage or read error (an unknown flag or a --rtol out of range
-// included: a bad flag must never read as "they differ"). Used by the resume and layout
+// checkpoint_diff: compares the root attributes (training state and model options) and
+// the tensors (parameters and optimizer state) of two checkpoints. Exit 0 when every
+// attribute is equal and every tensor matches within --rtol (0: bitwise), 1 when they
+// differ (each differing attribute and tensor is named), 2 on a usage or read error (an
+// unknown flag or a --rtol out of range included: a bad flag must never read as "they
+// differ"; a file that fails validation, an attribute out of range included). The
+// `flags` attribute is shown when it differs but does not count: runs compared for
+// equivalence differ in their command lines by design. Used by the resume and layout
 // equivalence tests; handy to compare two runs. It writes no files.
 #include <algorithm>
 #include <cmath>
@@ -9,6 +13,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -46,14 +51,48 @@ double RelDiff(const std::vector<float>& a, const std::vector<float>& b, bool* i
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
+// The root attributes of `a` and `b` that differ, one line each: "attribute /NAME
+// differs: A vs B". has_optimizer_state counts only when velocities are compared.
+std::vector<std::string> DifferingAttributes(const colonnade::checkpoint::Checkpoint& a,
+                                             const colonnade::checkpoint::Checkpoint& b,
+                                             bool velocity) {
+  const colonnade::checkpoint::TrainState &x = a.state, &y = b.state;
+  const std::pair<const char*, std::pair<std::string, std::string>> attrs[] = {
+      {"format_version", {std::to_string(a.format_version), std::to_string(b.format_version)}},
+      {"step", {std::to_string(x.step), std::to_string(y.step)}},
+      {"epoch", {std::to_string(x.epoch), std::to_string(y.epoch)}},
+      {"cursor_epoch", {std::to_string(x.cursor_epoch), std::to_string(y.cursor_epoch)}},
+      {"cursor_position", {std::to_string(x.cursor_position), std::to_string(y.cursor_position)}},
+      {"seed", {std::to_string(x.seed), std::to_string(y.seed)}},
+      {"model", {x.model, y.model}},
+      {"columns", {std::to_string(x.columns), std::to_string(y.columns)}},
+      {"input_size", {std::to_string(x.input_size), std::to_string(y.input_size)}},
+      {"num_classes", {std::to_string(x.num_classes), std::to_string(y.num_classes)}},
+      {"input_channels", {std::to_string(x.input_channels), std::to_string(y.input_channels)}},
+      {"has_optimizer_state",
+       {std::to_string(a.has_optimizer_state), std::to_string(b.has_optimizer_state)}},
+  };
+  std::vector<std::string> out;
+  for (const auto& [name, values] : attrs) {
+    if (values.first == values.second) continue;
+    if (!velocity && std::strcmp(name, "has_optimizer_state") == 0) continue;
+    out.push_back(std::string("attribute /") + name + " differs: " + values.first + " vs " +
+                  values.second);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const colonnade::Cli cli = {
       "checkpoint_diff",
       "src/apps/checkpoint_diff",
-      "compares two checkpoints: checkpoint_diff A.h5 B.h5 [--rtol=X] [--novelocity]\n"
-      "Exit codes: 0 same, 1 different, 2 usage or read error.",
+      "compares two checkpoints, their root attributes (training state, model options) and\n"
+      "tensors: checkpoint_diff A.h5 B.h5 [--rtol=X] [--novelocity]\n"
+      "Prints each differing attribute and tensor; the flags attribute is shown but not\n"
+      "counted (compared runs may differ in their command lines).\n"
+      "Exit codes: 0 same, 1 different (an attribute or a tensor), 2 usage or read error.",
       kRanges,
       colonnade::UsageStyle::kError,
       /*positional=*/true};
@@ -76,14 +115,14 @@ int main(int argc, char** argv) {
   }
   const double rtol = absl::GetFlag(FLAGS_rtol);
   bool differ = false;
-  if (a->state.step != b->state.step || a->state.cursor_epoch != b->state.cursor_epoch ||
-      a->state.cursor_position != b->state.cursor_position || a->state.model != b->state.model) {
-    std::printf(
-        "state differs: step %lld vs %lld, cursor (%lld, %lld) vs (%lld, %lld), model %s vs %s\n",
-        (long long)a->state.step, (long long)b->state.step, (long long)a->state.cursor_epoch,
-        (long long)a->state.cursor_position, (long long)b->state.cursor_epoch,
-        (long long)b->state.cursor_position, a->state.model.c_str(), b->state.model.c_str());
+  for (const std::string& line : DifferingAttributes(*a, *b, absl::GetFlag(FLAGS_velocity))) {
+    std::printf("%s\n", line.c_str());
     differ = true;
+  }
+  if (a->state.flags != b->state.flags) {
+    std::printf(
+        "attribute /flags differs (not counted: compared runs may differ in their "
+        "command lines)\n");
   }
   if (a->tensors.size() != b->tensors.size()) {
     std::printf("tensor count differs: %zu vs %zu\n", a->tensors.size(), b->tensors.size());

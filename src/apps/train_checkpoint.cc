@@ -114,7 +114,9 @@ absl::StatusOr<std::unique_ptr<checkpoint::DirectoryLock>> LockCheckpointDir(
 int CheckpointDirExitCode(const absl::Status& s) {
   if (absl::IsUnavailable(s)) return kExitCheckpointDirBusy;
   if (absl::IsCancelled(s)) return kExitPreempted;
-  if (absl::IsInvalidArgument(s)) return kExitUsage;
+  // --resume=none over checkpoints; a --checkpoint_dir that is not a directory, or whose
+  // ckpt.lock is not a lock file: a path the user controls (docs/OPERATIONS.md, exit 2).
+  if (absl::IsInvalidArgument(s) || absl::IsFailedPrecondition(s)) return kExitUsage;
   return kExitError;
 }
 

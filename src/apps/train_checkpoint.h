@@ -28,8 +28,10 @@ absl::StatusOr<std::unique_ptr<checkpoint::DirectoryLock>> LockCheckpointDir(
     const std::string& dir, const std::string& resume, double wait_secs, const Mesh& mesh);
 // The trainer's exit code for an error of LockCheckpointDir: kExitCheckpointDirBusy when
 // the lock stayed taken, kExitPreempted when a stop signal ended the wait (nothing was
-// lost; a rerun resumes), kExitUsage when --resume=none met existing checkpoints,
-// kExitError otherwise (the directory cannot be created).
+// lost; a rerun resumes), kExitUsage when --resume=none met existing checkpoints or the
+// path is unusable as given (--checkpoint_dir is not a directory, or its ckpt.lock is not
+// a lock file: a symbolic link, a hard link, another file), kExitError otherwise (the
+// directory or lock file cannot be created).
 int CheckpointDirExitCode(const absl::Status& s);
 
 // Collective over the world. The ranks of data-parallel replica 0 gather their mp group's
@@ -47,7 +49,9 @@ absl::Status SaveCheckpoint(Net& net, const Mesh& mesh, Communicator* mp_comm,
 // Rank 0 chooses and broadcasts the path, every rank reads and validates the file.
 // Every tensor's shape is checked against `expected` (the model being trained) before
 // its data is read, so a crafted or foreign file cannot make a rank allocate more than
-// the model's size. Collective over the world.
+// the model's size; so are the input size and, with expected.dataset_size, the data
+// cursor (a cursor beyond the training data is a corrupt file: skipped by "auto").
+// Collective over the world.
 absl::StatusOr<std::optional<checkpoint::Checkpoint>> LoadForResume(
     const std::string& resume, const std::string& dir, const Mesh& mesh,
     const checkpoint::ExpectedModel& expected);

@@ -429,8 +429,13 @@ EndCode Resume(Job& job, ResumePoint& at) {
     if (!lock.ok()) return AgreedError(l, lock.status(), CheckpointDirExitCode(lock.status()));
     at.dir_lock = std::move(*lock);
   }
-  absl::StatusOr<std::optional<checkpoint::Checkpoint>> ckpt = LoadForResume(
-      cfg.resume, cfg.checkpoint_dir, *job.mesh, checkpoint::ExpectedModelOf(job.net()));
+  // The model's input size, and in training the data the cursor must point into: a
+  // checkpoint beyond it is corrupt (skipped by --resume=auto, exit 1 with --resume=PATH).
+  checkpoint::ExpectedModel expected = checkpoint::ExpectedModelOf(job.net());
+  expected.input_size = job.mo.input_size;
+  if (job.training) expected.dataset_size = job.data->info().size;
+  absl::StatusOr<std::optional<checkpoint::Checkpoint>> ckpt =
+      LoadForResume(cfg.resume, cfg.checkpoint_dir, *job.mesh, expected);
   // A --resume path that does not exist is a path typed wrong: a usage error, as a missing
   // --data directory is; a file that exists but cannot be used is a runtime failure.
   if (!ckpt.ok()) {

@@ -98,7 +98,11 @@ std::string ProcessTag();
 // runs, or two jobs given one --checkpoint_dir by mistake) waits for it, or gives up.
 // The lock file records its holder ("host H pid P [slurm job J] since T") for the
 // message; it is never deleted (deleting lock files races with their users). The kernel
-// drops the lock when the holder exits, however it exits.
+// drops the lock when the holder exits, however it exits. The holder line is written
+// over the file's old contents, so only a file that is certainly a lock file is opened
+// for writing: never through a symbolic link (O_NOFOLLOW), and only a regular file with
+// one link whose contents are empty or a holder line (a symlinked ckpt.lock once
+// truncated the checkpoint it pointed to).
 class DirectoryLock {
  public:
   static constexpr char kFileName[] = "ckpt.lock";
@@ -106,8 +110,11 @@ class DirectoryLock {
   // Creates `dir` if needed and takes its lock, retrying for up to `wait_secs` seconds
   // (0: one try). Errors: Unavailable when another process still holds it after the
   // wait, naming the directory and the holder; Cancelled when a stop signal
-  // (signals.h) arrives while waiting; PermissionDenied / FailedPrecondition when the
-  // directory or the lock file cannot be created. On a file system without locks
+  // (signals.h) arrives while waiting; PermissionDenied when the directory or the lock
+  // file cannot be created; FailedPrecondition when `dir` is not a directory, or
+  // <dir>/ckpt.lock is not a lock file (a symbolic link, not a regular file, a file with
+  // other hard links, or other contents), naming it, why, and the fix (remove it): nothing
+  // is written to it. On a file system without locks
   // (flock fails with ENOLCK, ENOSYS, EOPNOTSUPP or EINVAL) it returns a lock that is not
   // held() and adds a warning: the directory then has no protection against a second job.
   static absl::StatusOr<std::unique_ptr<DirectoryLock>> Acquire(const std::string& dir,
@@ -134,10 +141,11 @@ class DirectoryLock {
 // point leaves either the old set of checkpoints or the old set plus the complete new one.
 // Creates `dir` if needed.
 //
-// Refuses (InvalidArgument, nothing written) entries that are malformed (bad or duplicate
-// names, a shape that does not match the value count, velocities on some but not all
-// learnable entries) or hold a NaN or Inf in a value or velocity: a checkpoint never
-// stores a diverged model.
+// Refuses (InvalidArgument, nothing written) a state that Read would refuse (an attribute
+// out of its range, a model name that is not a zoo name), entries that are malformed (bad
+// or duplicate names, a shape that does not match the value count, velocities on some but
+// not all learnable entries) or hold a NaN or Inf in a value or velocity: a checkpoint
+// never stores a diverged model.
 //
 // After the rename, deletes the oldest checkpoints so that `keep_last` remain among those
 // with step <= state.step (the new one always counts and is never deleted; checkpoints
@@ -156,15 +164,25 @@ absl::Status Write(const std::string& dir, const TrainState& state,
 // Expected full tensors of a model: (name, full canonical shape).
 using ExpectedTensors = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
-// The model a checkpoint is read for (ExpectedModelOf(net)): its zoo name and tensors.
+// The model a checkpoint is read for (ExpectedModelOf(net)): its zoo name and tensors,
+// and what the trainer adds: the model's input size and the size of the training data.
 struct ExpectedModel {
   std::string model;
   ExpectedTensors tensors;
+  // The side of the model's input; the attribute input_size must equal it (a model
+  // mismatch: a net with global pooling has the same tensors at any input size). 0: not
+  // checked.
+  int input_size = 0;
+  // Images in the training data. The data cursor (cursor_position) may point at any of
+  // them or at the end (an epoch just finished); beyond it the file is corrupt, skipped
+  // by LoadLatestValid like any corrupt file. -1: unknown, not checked (evaluation).
+  int64_t dataset_size = -1;
 };
 
 // Reads and validates a whole checkpoint: the format name and version, every attribute
-// (present, of the right type), every dataset (float32, chunked with a Fletcher-32 filter
-// and no other filter, every chunk present, readable with its checksum verified,
+// (present, of the right type, in its range: docs/CHECKPOINTS.md, section 2; the string
+// attributes against their checksum), every dataset (float32, chunked with a Fletcher-32
+// filter and no other filter, every chunk present, readable with its checksum verified,
 // finite), the optimizer group's structure, and the file name's step against the stored
 // step. Errors name the file and the field: NotFound for a missing file, DataLoss for a
 // corrupt or truncated one, FailedPrecondition for another format version.
@@ -173,9 +191,10 @@ struct ExpectedModel {
 // "Limits"): a dataset's element count is computed with overflow checks, and since
 // tensors are stored uncompressed, the tensors of a file together can claim no more
 // bytes than the file has (DataLoss otherwise), which bounds the memory a crafted file
-// can make the reader take by the file's size. With `expected`, the model name and every
-// tensor's name and shape must also be the model's (CheckCompatible's rules and
-// messages, FailedPrecondition) before that tensor's data is read.
+// can make the reader take by the file's size. With `expected`, the model name, the
+// input size and every tensor's name and shape must also be the model's (CheckCompatible's
+// rules and messages, FailedPrecondition) before that tensor's data is read, and the data
+// cursor must lie within expected->dataset_size (DataLoss otherwise).
 absl::StatusOr<Checkpoint> Read(const std::string& path, const ExpectedModel* expected = nullptr);
 
 // The newest valid checkpoint in `dir`: candidates are ckpt-<step>.h5 files, newest step
@@ -207,7 +226,8 @@ absl::Status CheckCompatible(const Checkpoint& ckpt, const ExpectedTensors& expe
 // expects.
 ExpectedTensors ExpectedFromNet(const Net& net);
 // The model name and ExpectedFromNet of `net`: what Read and LoadLatestValid check
-// before they allocate a tensor.
+// before they allocate a tensor (input_size and dataset_size are left unchecked: the
+// caller knows them).
 ExpectedModel ExpectedModelOf(const Net& net);
 // The full host copy of `shard` (p.value or p.velocity) of parameter `p`.
 using GatherFn =

@@ -2,6 +2,7 @@
 // keep-newest rule after a write, and the search for the newest valid checkpoint.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -154,6 +155,98 @@ std::string ReadHolder(int fd) {
   return text.empty() ? "an unknown process" : text;
 }
 
+// Lock files hold one holder line: never more than this.
+constexpr int64_t kMaxLockFileBytes = 1024;
+
+// Whether `text` (a lock file's contents) is what HolderText writes: empty (created, the
+// line not yet written), or "host H pid P [slurm job J] since T" and a newline, printable.
+bool IsHolderText(const std::string& text) {
+  if (text.empty()) return true;
+  std::string line = text;
+  if (line.back() == '\n') line.pop_back();
+  for (char c : line) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  const size_t pid = line.find(" pid ");
+  return line.rfind("host ", 0) == 0 && pid != std::string::npos && pid + 5 < line.size() &&
+         absl::ascii_isdigit(static_cast<unsigned char>(line[pid + 5])) &&
+         line.find(" since ", pid) != std::string::npos;
+}
+
+// "a FIFO", "a directory", ... for a file that is not a regular file.
+const char* FileKind(mode_t mode) {
+  return S_ISDIR(mode)    ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISSOCK(mode) ? "a socket"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+                          : "of an unknown kind";
+}
+
+// The refusal of a lock file that is not certainly ours: `why` it is not, and the fix.
+absl::Status NotALockFile(const std::string& path, const std::string& why) {
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "checkpoint lock file %s %s: the trainer writes its holder over a lock file's contents, "
+      "so it opens no file that may be another one; remove it (the trainer makes a new one) "
+      "and run again",
+      path, why));
+}
+
+// Opens the lock file `path` for writing, creating it if needed, only when it is certainly
+// a lock file (DirectoryLock): never through a symbolic link, and only a regular file with
+// one link and no contents but a holder line. Nothing is written here.
+absl::StatusOr<int> OpenLockFile(const std::string& path) {
+  // O_NOFOLLOW: a symbolic link (dangling or not) fails with ELOOP. O_NONBLOCK: opening a
+  // FIFO or a device must not wait; it is refused below.
+  const int fd =
+      open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY,
+           0666);  // umask applies
+  if (fd < 0) {
+    const int e = errno;
+    struct stat lst;
+    if (lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+      std::error_code ec;
+      const std::string target = std::filesystem::read_symlink(path, ec).string();
+      return NotALockFile(
+          path, absl::StrFormat("is a symbolic link (to %s)", ec ? std::string("?") : target));
+    }
+    if (lstat(path.c_str(), &lst) == 0 && !S_ISREG(lst.st_mode)) {  // a directory, a socket
+      return NotALockFile(path,
+                          absl::StrFormat("is not a regular file (%s)", FileKind(lst.st_mode)));
+    }
+    return absl::PermissionDeniedError(
+        absl::StrFormat("cannot create the checkpoint lock file %s: %s", path, Errno(e)));
+  }
+  struct stat st;
+  std::string why;
+  if (fstat(fd, &st) != 0) {
+    why = absl::StrFormat("cannot be examined (%s)", Errno(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    why = absl::StrFormat("is not a regular file (%s)", FileKind(st.st_mode));
+  } else if (st.st_nlink != 1) {
+    why = absl::StrFormat(
+        "has %d hard links (the same file has another name, perhaps a checkpoint's)",
+        static_cast<int64_t>(st.st_nlink));
+  } else {
+    std::string text;
+    if (st.st_size <= kMaxLockFileBytes) {
+      text.resize(static_cast<size_t>(st.st_size));
+      const ssize_t n = text.empty() ? 0 : pread(fd, text.data(), text.size(), 0);
+      text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    }
+    if (st.st_size > kMaxLockFileBytes || !IsHolderText(text)) {
+      why = absl::StrFormat(
+          "is not a lock file (%d bytes that are not a holder line 'host H pid P since T')",
+          static_cast<int64_t>(st.st_size));
+    }
+  }
+  if (!why.empty()) {
+    close(fd);
+    return NotALockFile(path, why);
+  }
+  return fd;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DirectoryLock>> DirectoryLock::Acquire(
@@ -161,11 +254,7 @@ absl::StatusOr<std::unique_ptr<DirectoryLock>> DirectoryLock::Acquire(
   const std::string d = dir.empty() ? "." : dir;
   RETURN_IF_ERROR(MakeDirs(d, "checkpoint directory"));
   const std::string path = JoinPath(d, kFileName);
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);  // umask applies
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("cannot create the checkpoint lock file %s: %s", path, Errno(errno)));
-  }
+  ASSIGN_OR_RETURN(const int fd, OpenLockFile(path));
   std::unique_ptr<DirectoryLock> lock(new DirectoryLock());
   lock->dir_ = d;
   lock->owner_ = ProcessTag();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,37 @@ inline std::string ShapeText(const std::vector<int64_t>& s) {
   if (s.size() == 1) return absl::StrCat("(", s[0], ",)");
   return absl::StrCat("(", absl::StrJoin(s, ", "), ")");
 }
+
+// The valid range of an integer root attribute (docs/CHECKPOINTS.md, section 2): Read
+// refuses a file outside it as corrupt, and Write never writes one.
+struct IntAttrRange {
+  const char* name;
+  int64_t lo, hi;
+};
+// The trainer's limit of --num_classes (src/apps/trainer.cc).
+inline constexpr int64_t kMaxNumClasses = 1000000;
+inline constexpr int64_t kMaxInt32 = INT32_MAX;
+// Every integer root attribute but format_version and seed, in the order Read checks them.
+inline constexpr IntAttrRange kIntAttrs[] = {
+    {"step", 0, INT64_MAX},
+    {"epoch", 0, INT64_MAX},
+    {"cursor_epoch", 0, INT64_MAX},
+    {"cursor_position", 0, INT64_MAX},
+    {"columns", 1, kMaxInt32},
+    {"input_size", 1, kMaxInt32},
+    {"num_classes", 1, kMaxNumClasses},
+    {"input_channels", 1, kMaxInt32},
+    {"num_params", 1, kMaxInt32},
+    {"has_optimizer_state", 0, 1},
+};
+// "NAME = V is out of range [LO, HI]", or "" when V is in range.
+std::string OutOfRange(const IntAttrRange& r, int64_t v);
+
+// A model zoo name: 1 to 64 lowercase letters, digits, '.', '_' or '-', beginning with a
+// letter or digit (no spaces, slashes or line breaks: it is printed and compared as is).
+bool IsModelName(const std::string& name);
+inline constexpr char kModelNameRule[] =
+    "1 to 64 lowercase letters, digits, '.', '_' or '-', beginning with a letter or digit";
 
 // "ckpt-....tmp": a temporary of an interrupted (or running) write.
 bool IsPartialName(const std::string& name);

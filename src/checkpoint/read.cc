@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -217,6 +219,24 @@ absl::Status ReadFloatData(hid_t d, const ReadContext& ctx, const std::string& f
   return absl::OkStatus();
 }
 
+// Every root attribute of format version 1 (docs/CHECKPOINTS.md, section 2) but those of
+// the strings' checksum, which files written before them lack.
+constexpr const char* kRootAttributes[] = {"format_version",
+                                           "step",
+                                           "epoch",
+                                           "cursor_epoch",
+                                           "cursor_position",
+                                           "seed",
+                                           "rng",
+                                           "model",
+                                           "columns",
+                                           "input_size",
+                                           "num_classes",
+                                           "input_channels",
+                                           "flags",
+                                           "num_params",
+                                           "has_optimizer_state"};
+
 // Opens `ctx.path` read-only after checking it is a regular file; sets ctx.file_bytes.
 absl::StatusOr<Handle> OpenForRead(ReadContext& ctx) {
   const std::string& path = ctx.path;
@@ -240,20 +260,38 @@ absl::StatusOr<Handle> OpenForRead(ReadContext& ctx) {
   return file;
 }
 
-// The root attributes "format" and "format_version": is this a checkpoint we read?
-absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
-  const htri_t exists = H5Aexists(root, "format");
+// Whether root attribute `name` exists; DataLoss when HDF5 cannot tell.
+absl::StatusOr<bool> HasAttr(hid_t root, const std::string& path, const char* name) {
+  const htri_t exists = H5Aexists(root, name);
   if (exists < 0) return Corrupt(path, WithLastError("cannot read the root group's attributes"));
-  if (exists == 0) {
+  return exists > 0;
+}
+
+// The root attributes "format" and "format_version": is this a checkpoint we read? Then
+// every other root attribute must be there, before any string is read (a missing string
+// attribute would otherwise show as a failed string checksum, hdf5.h).
+absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
+  ASSIGN_OR_RETURN(bool has_format, HasAttr(root, path, "format"));
+  if (!has_format) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s: not a Colonnade checkpoint (no attribute /format)", path));
   }
-  ASSIGN_OR_RETURN(std::string format, hdf5::ReadStringAttr(root, "format", path, "/format"));
-  if (format != kFormatName) {
+  auto not_ours = [&path](const std::string& format) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s: not a Colonnade checkpoint (attribute /format is '%s', expected '%s')",
                         path, format, kFormatName));
+  };
+  ASSIGN_OR_RETURN(bool has_version, HasAttr(root, path, "format_version"));
+  if (!has_version) {  // another format's file (a shard?), or a checkpoint without it
+    ASSIGN_OR_RETURN(std::string format, hdf5::ReadStringAttr(root, "format", path, "/format"));
+    if (format != kFormatName) return not_ours(format);
   }
+  for (const char* name : kRootAttributes) {
+    ASSIGN_OR_RETURN(bool has, HasAttr(root, path, name));
+    if (!has) return Corrupt(path, absl::StrFormat("attribute /%s is missing", name));
+  }
+  ASSIGN_OR_RETURN(std::string format, hdf5::ReadStringAttr(root, "format", path, "/format"));
+  if (format != kFormatName) return not_ours(format);
   ASSIGN_OR_RETURN(int64_t version,
                    ReadIntInRange(root, path, "/format_version", "format_version", 0, INT64_MAX));
   if (version != kFormatVersion) {
@@ -264,51 +302,61 @@ absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
   return version;
 }
 
-// Every root attribute after the format: the TrainState, num_params and
-// has_optimizer_state; the model against ctx.expected and the step against the file name.
+// Every root attribute after the format, each in its range (internal::kIntAttrs): the
+// TrainState, num_params and has_optimizer_state; the step against the file name; then
+// against ctx.expected the model and input size (a mismatch) and the data cursor against
+// the training data (corruption).
 absl::Status ReadRootAttributes(hid_t root, ReadContext& ctx, Checkpoint& c, int64_t* num_params) {
   const std::string& path = ctx.path;
-  constexpr int64_t kMax = INT64_MAX, kIntMax = INT32_MAX;
   TrainState& s = c.state;
-  struct IntField {
-    const char* name;
-    int64_t max;
-    int64_t* out64;
-    int* out32;
-  };
   int64_t has_opt = 0;
-  const IntField ints[] = {
-      {"step", kMax, &s.step, nullptr},
-      {"epoch", kMax, &s.epoch, nullptr},
-      {"cursor_epoch", kMax, &s.cursor_epoch, nullptr},
-      {"cursor_position", kMax, &s.cursor_position, nullptr},
-      {"columns", kIntMax, nullptr, &s.columns},
-      {"input_size", kIntMax, nullptr, &s.input_size},
-      {"num_classes", kIntMax, nullptr, &s.num_classes},
-      {"input_channels", kIntMax, nullptr, &s.input_channels},
-      {"num_params", kIntMax, num_params, nullptr},
-      {"has_optimizer_state", 1, &has_opt, nullptr},
-  };
-  for (const IntField& f : ints) {
-    ASSIGN_OR_RETURN(int64_t v,
-                     ReadIntInRange(root, path, absl::StrCat("/", f.name), f.name, 0, f.max));
-    if (f.out64) *f.out64 = v;
-    if (f.out32) *f.out32 = static_cast<int>(v);
+  int64_t columns = 0, input_size = 0, num_classes = 0, input_channels = 0;
+  int64_t* const out[] = {&s.step,     &s.epoch,     &s.cursor_epoch, &s.cursor_position, &columns,
+                          &input_size, &num_classes, &input_channels, num_params,         &has_opt};
+  static_assert(std::size(internal::kIntAttrs) == std::size(out));
+  for (size_t i = 0; i < std::size(out); ++i) {
+    const internal::IntAttrRange& r = internal::kIntAttrs[i];
+    ASSIGN_OR_RETURN(*out[i],
+                     ReadIntInRange(root, path, absl::StrCat("/", r.name), r.name, r.lo, r.hi));
   }
+  s.columns = static_cast<int>(columns);  // each at most INT32_MAX (kIntAttrs)
+  s.input_size = static_cast<int>(input_size);
+  s.num_classes = static_cast<int>(num_classes);
+  s.input_channels = static_cast<int>(input_channels);
   ASSIGN_OR_RETURN(s.seed, hdf5::ReadUintAttr(root, "seed", path, "/seed"));
   ASSIGN_OR_RETURN(s.model, hdf5::ReadStringAttr(root, "model", path, "/model"));
   ASSIGN_OR_RETURN(s.flags, hdf5::ReadStringAttr(root, "flags", path, "/flags"));
   RETURN_IF_ERROR(hdf5::ReadStringAttr(root, "rng", path, "/rng").status());
   if (s.model.empty()) return Corrupt(path, "attribute /model is empty");
-  if (ctx.expected != nullptr && s.model != ctx.expected->model) {
-    return ctx.Mismatch(absl::FailedPreconditionError(absl::StrFormat(
-        "%s: the checkpoint is of model %s, not %s", path, s.model, ctx.expected->model)));
+  if (!internal::IsModelName(s.model)) {
+    return Corrupt(path, absl::StrFormat("attribute /model = '%s' is not a model zoo name (%s)",
+                                         absl::CHexEscape(s.model), internal::kModelNameRule));
   }
   c.has_optimizer_state = has_opt == 1;
   const int64_t name_step = ParseCheckpointStep(BaseName(path));
   if (name_step >= 0 && name_step != s.step) {
     return Corrupt(path, absl::StrFormat("the file name says step %d but attribute /step is %d",
                                          name_step, s.step));
+  }
+  if (ctx.expected == nullptr) return absl::OkStatus();
+  const ExpectedModel& want = *ctx.expected;
+  if (s.model != want.model) {
+    return ctx.Mismatch(absl::FailedPreconditionError(
+        absl::StrFormat("%s: the checkpoint is of model %s, not %s", path, s.model, want.model)));
+  }
+  if (want.input_size > 0 && s.input_size != want.input_size) {
+    return ctx.Mismatch(absl::FailedPreconditionError(absl::StrFormat(
+        "%s: attribute /input_size is %d but the %s being built takes %dx%d inputs (from "
+        "--input_size, --crop or the images): resume it with --input_size=%d (or the --crop "
+        "it was trained with)",
+        path, s.input_size, want.model, want.input_size, want.input_size, s.input_size)));
+  }
+  if (want.dataset_size >= 0 && s.cursor_position > want.dataset_size) {
+    return Corrupt(path,
+                   absl::StrFormat("attribute /cursor_position = %d lies beyond the end of the "
+                                   "training data (%d images): the file is corrupt, or it was "
+                                   "written for other data",
+                                   s.cursor_position, want.dataset_size));
   }
   return absl::OkStatus();
 }
@@ -472,6 +520,21 @@ absl::StatusOr<Checkpoint> ReadFile(ReadContext& ctx) {
 }  // namespace
 
 namespace internal {
+
+std::string OutOfRange(const IntAttrRange& r, int64_t v) {
+  if (v >= r.lo && v <= r.hi) return "";
+  return absl::StrFormat("%s = %d is out of range [%d, %d]", r.name, v, r.lo, r.hi);
+}
+
+bool IsModelName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-'))) return false;
+  }
+  return true;
+}
 
 absl::StatusOr<Checkpoint> ReadChecked(const std::string& path, const ExpectedModel* expected,
                                        bool* model_mismatch) {

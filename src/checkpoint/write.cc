@@ -6,8 +6,10 @@
 
 #include <cerrno>
 #include <cmath>
+#include <iterator>
 #include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "checkpoint/checkpoint.h"
@@ -60,15 +62,22 @@ absl::Status NotWritten(const std::string& why) {
   return absl::InvalidArgumentError("checkpoint not written: " + why);
 }
 
+// What Read would refuse is never written: a trainer could not resume from it.
 absl::Status ValidateState(const TrainState& state) {
   if (state.step < 0) return NotWritten(absl::StrCat("step ", state.step, " is negative"));
-  if (state.epoch < 0 || state.cursor_epoch < 0 || state.cursor_position < 0) {
-    return NotWritten("epoch and data cursor must be non-negative");
-  }
   if (state.model.empty()) return NotWritten("the model name is empty");
-  if (state.columns < 0 || state.input_size < 0 || state.num_classes < 0 ||
-      state.input_channels < 0) {
-    return NotWritten("columns, input_size, num_classes and input_channels must be non-negative");
+  if (!internal::IsModelName(state.model)) {
+    return NotWritten(absl::StrFormat("model name '%s' is not a model zoo name (%s)",
+                                      absl::CHexEscape(state.model), internal::kModelNameRule));
+  }
+  // internal::kIntAttrs' order; num_params and has_optimizer_state follow from the entries.
+  const int64_t values[] = {
+      state.step,    state.epoch,      state.cursor_epoch, state.cursor_position,
+      state.columns, state.input_size, state.num_classes,  state.input_channels};
+  for (size_t i = 0; i < std::size(values); ++i) {
+    if (std::string why = internal::OutOfRange(internal::kIntAttrs[i], values[i]); !why.empty()) {
+      return NotWritten(why);
+    }
   }
   return absl::OkStatus();
 }

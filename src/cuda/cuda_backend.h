@@ -63,8 +63,8 @@ inline absl::Status RegisterBackend(int) {
   return absl::UnavailableError("this build has no CUDA backend (configure with CUDA)");
 }
 inline void* ComputeStream() { return nullptr; }
-inline bool WgmmaConvolutions() { return false; }
 inline std::string DeviceDescription() { return ""; }
+inline bool WgmmaConvolutions() { return false; }
 
 #endif
 

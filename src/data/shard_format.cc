@@ -130,6 +130,11 @@ absl::Status DatasetWriter::OpenShard() {
   std::string name = ShardFileName(static_cast<int>(shard_files_.size()));
   std::string path = JoinPath(o_.dir, name);
   ASSIGN_OR_RETURN(file_, hdf5::CreateFile(path));
+  // The string attributes first, while the file is small: their checksum reads the file
+  // back (hdf5.h).
+  absl::Status s = hdf5::WriteStringAttr(file_.get(), "format", kShardFormat);
+  if (s.ok()) s = hdf5::WriteStringAttr(file_.get(), "encoding", o_.encoding);
+  if (!s.ok()) return absl::InternalError(absl::StrCat(path, ": ", s.message()));
   labels_.clear();
   jpeg_bytes_.clear();
   offsets_.assign(1, 0);
@@ -179,9 +184,7 @@ absl::Status DatasetWriter::CloseShard() {
   if (s.ok()) {
     s = hdf5::WriteDataset(f, "/labels", "/labels", hdf5::Dtype::kInt32, {n}, labels_.data());
   }
-  if (s.ok()) s = hdf5::WriteStringAttr(f, "format", kShardFormat);
   if (s.ok()) s = hdf5::WriteIntAttr(f, "version", kShardFormatVersion);
-  if (s.ok()) s = hdf5::WriteStringAttr(f, "encoding", o_.encoding);
   if (s.ok()) s = hdf5::WriteIntAttr(f, "height", o_.height);
   if (s.ok()) s = hdf5::WriteIntAttr(f, "width", o_.width);
   if (s.ok()) s = hdf5::WriteIntAttr(f, "channels", o_.channels);
@@ -297,9 +300,11 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
   {
     ASSIGN_OR_RETURN(hdf5::Handle f, hdf5::CreateFile(tmp));
     const hid_t id = f.get();
+    // The string attributes before the data: their checksum reads the file back (hdf5.h).
     absl::Status s = hdf5::WriteStringAttr(id, "format", kDatasetFormat);
-    if (s.ok()) s = hdf5::WriteIntAttr(id, "version", kShardFormatVersion);
     if (s.ok()) s = hdf5::WriteStringAttr(id, "encoding", o_.encoding);
+    if (s.ok()) s = hdf5::WriteStringAttr(id, "mean_source", source);
+    if (s.ok()) s = hdf5::WriteIntAttr(id, "version", kShardFormatVersion);
     if (s.ok()) s = hdf5::WriteIntAttr(id, "height", o_.height);
     if (s.ok()) s = hdf5::WriteIntAttr(id, "width", o_.width);
     if (s.ok()) s = hdf5::WriteIntAttr(id, "channels", o_.channels);
@@ -308,7 +313,6 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
     if (s.ok()) {
       s = hdf5::WriteIntAttr(id, "num_shards", static_cast<int64_t>(shard_files_.size()));
     }
-    if (s.ok()) s = hdf5::WriteStringAttr(id, "mean_source", source);
     if (s.ok()) s = hdf5::WriteStrings(id, "/class_names", o_.class_names);
     if (s.ok()) {
       s = hdf5::WriteDataset(id, "/class_counts", "/class_counts", hdf5::Dtype::kInt64,

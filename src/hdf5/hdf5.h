@@ -21,13 +21,26 @@
 // (`label`: "'height'" for a shard, "/step" for a checkpoint), so each format keeps the
 // wording its users and tests know: "<file>: attribute <label> is missing".
 //
-// Strings are written in ONE encoding: fixed-length, null-padded UTF-8 (h5py returns them
-// as bytes: .decode() them). A fixed-length string lives in its object header, which the
-// 1.10 file format checksums; a variable-length one lives in the global heap, which has no
-// checksum; and checkpoints were written that way from the start, so they stay byte for
-// byte what older builds write and read (tests/checkpoint/checkpoint_compat_test.cc).
-// Readers accept both kinds, so files written by older builds (shards with variable-length
-// strings) still read.
+// Strings are written in ONE encoding per kind of object:
+//  - attributes: variable-length UTF-8 scalars, which h5py returns as str (a fixed-length
+//    string comes back as bytes, so `f.attrs["format"] == "colonnade-dataset"` was False in
+//    user scripts). Their bytes live in HDF5's global heap, which, unlike object headers,
+//    has no checksum; so every object that holds string attributes also holds two integer
+//    attributes in its header: kStringChecksumAttr, the CRC-32 of all its variable-length
+//    string attributes (names and values, in name order), and kStringHeapsAttr, the
+//    address, size and CRC-32 of each global heap collection of the file. Before a
+//    variable-length string attribute is read, the collections are checked with plain
+//    reads of the file (HDF5 1.10 trusts the sizes inside a collection: a flipped byte
+//    there made it crash or loop for ever), then the strings against their CRC (DataLoss
+//    on a mismatch): a changed byte of any string is caught, and so is a string attribute
+//    another program added or replaced afterwards. The writer finds the collections by
+//    reading the file back, so formats write their string attributes while the file is
+//    small, before their data. Objects written by older builds carry no checksum
+//    (fixed-length strings, or shards with variable-length ones): they read as before.
+//  - string datasets (class names, shard file names): fixed-length, null-padded UTF-8
+//    (h5py returns bytes for either kind of string dataset: `.asstr()` them).
+// Readers accept fixed- and variable-length strings of either character set, so files of
+// every earlier build still read (tests/hdf5, tests/checkpoint/checkpoint_compat_test.cc).
 #pragma once
 
 #include <hdf5.h>
@@ -181,14 +194,24 @@ absl::StatusOr<int64_t> ReadIntAttr(hid_t loc, const char* name, const std::stri
 absl::StatusOr<uint64_t> ReadUintAttr(hid_t loc, const char* name, const std::string& file,
                                       const std::string& label);
 // Fixed- or variable-length, ASCII or UTF-8. A fixed-length string that claims more bytes
-// than its file has is refused before memory is allocated for it.
+// than its file has is refused before memory is allocated for it. A variable-length one is
+// checked against the string checksum of `loc` when `loc` has one (see the top of this
+// file): DataLoss "<file>: attribute <label>: ... do not match their checksum ...".
 absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const char* name, const std::string& file,
                                            const std::string& label);
 // Little-endian int64 / uint64 scalars; Internal "cannot write attribute NAME" on failure.
 absl::Status WriteIntAttr(hid_t loc, const char* name, int64_t value);
 absl::Status WriteUintAttr(hid_t loc, const char* name, uint64_t value);
-// A fixed-length, null-padded UTF-8 scalar (see the top of this file).
+// A variable-length UTF-8 scalar, then the string checksum of `loc` brought up to date
+// (see the top of this file: the file is flushed and its heaps read back, so write string
+// attributes before large data). InvalidArgument for a value with a NUL byte (it would end
+// the string on read) and for the names of the checksum's attributes.
 absl::Status WriteStringAttr(hid_t loc, const char* name, const std::string& value);
+// The integer attributes of the string checksum (see the top of this file): the CRC-32 of
+// an object's variable-length string attributes, and the (address, bytes, CRC-32) of each
+// global heap collection of the file, which the reader checks before HDF5 parses one.
+inline constexpr char kStringChecksumAttr[] = "string_attrs_crc32";
+inline constexpr char kStringHeapsAttr[] = "string_heaps_crc32";
 
 // ---- datasets ------------------------------------------------------------------------------
 
@@ -220,7 +243,7 @@ struct WriteOptions {
 absl::Status WriteDataset(hid_t loc, const char* name, const std::string& label, Dtype dtype,
                           const std::vector<int64_t>& dims, const void* data,
                           const WriteOptions& options = {});
-// A 1-D dataset of strings, encoded as the attributes are (fixed-length UTF-8).
+// A 1-D dataset of fixed-length, null-padded UTF-8 strings (see the top of this file).
 absl::Status WriteStrings(hid_t loc, const char* name, const std::vector<std::string>& values);
 
 }  // namespace colonnade::hdf5

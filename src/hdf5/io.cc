@@ -1,6 +1,14 @@
 // Files, attributes and datasets of the HDF5 layer (hdf5.h): the one place that encodes
-// strings and maps HDF5 failures to absl::Status codes.
+// strings (and checksums the string attributes) and maps HDF5 failures to absl::Status
+// codes.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -186,6 +194,296 @@ Handle FixedStringType(size_t size) {
   return type;
 }
 
+// The variable-length UTF-8 string type.
+Handle VariableStringType() {
+  Handle type = TypeHandle(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  return type;
+}
+
+// CRC-32 (IEEE 802.3, reflected, as zlib's crc32) of `n` bytes, continuing from `crc`.
+uint32_t Crc32(const void* data, size_t n, uint32_t crc) {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+// Reads the variable-length string attribute `a` (type `type`) into `out`; false on a
+// failed read.
+bool ReadVariableString(hid_t a, hid_t type, std::string* out) {
+  // The memory type is a copy of the file type, so the character set (ASCII or UTF-8,
+  // which HDF5 does not convert between) always matches.
+  Handle mem = TypeHandle(H5Tcopy(type));
+  char* p = nullptr;
+  if (H5Aread(a, mem.get(), &p) < 0) return false;
+  *out = p ? p : "";
+  H5free_memory(p);
+  return true;
+}
+
+// The CRC-32 of the variable-length string attributes of `loc` that hold one value each:
+// name, NUL, value, NUL, in the order of their names. Other attributes do not count.
+// The error (a string that cannot be read) is a message for the caller to place.
+absl::StatusOr<uint32_t> StringAttrsCrc(hid_t loc) {
+  H5O_info_t info;
+  if (H5Oget_info2(loc, &info, H5O_INFO_NUM_ATTRS) < 0) {
+    return absl::DataLossError(WithLastError("cannot list the attributes"));
+  }
+  uint32_t crc = 0;
+  for (hsize_t i = 0; i < info.num_attrs; ++i) {
+    Handle a = AttrHandle(
+        H5Aopen_by_idx(loc, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT));
+    if (!a.valid()) return absl::DataLossError(WithLastError("cannot open an attribute"));
+    Handle type = TypeHandle(H5Aget_type(a.get()));
+    Handle space = SpaceHandle(H5Aget_space(a.get()));
+    if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING ||
+        H5Tis_variable_str(type.get()) <= 0 || !space.valid() ||
+        H5Sget_simple_extent_npoints(space.get()) != 1) {
+      continue;
+    }
+    const ssize_t len = H5Aget_name(a.get(), 0, nullptr);
+    std::string name(len > 0 ? static_cast<size_t>(len) + 1 : 1, '\0');
+    std::string value;
+    if (len < 0 || H5Aget_name(a.get(), name.size(), name.data()) < 0 ||
+        !ReadVariableString(a.get(), type.get(), &value)) {
+      return absl::DataLossError(WithLastError("cannot read a string attribute"));
+    }
+    name.resize(static_cast<size_t>(len));
+    crc = Crc32(name.data(), name.size() + 1, crc);  // with its NUL
+    crc = Crc32(value.c_str(), value.size() + 1, crc);
+  }
+  return crc;
+}
+
+// ---- the string checksum (hdf5.h) ----
+
+// A global heap collection as it lies in the file: where, how long, and the CRC-32 of its
+// bytes.
+struct HeapCollection {
+  int64_t address = 0, bytes = 0;
+  uint32_t crc = 0;
+};
+// At most this many collections per file and this many bytes per collection: far above
+// what a few string attributes take (one collection of 4096 bytes), far below anything
+// that could exhaust memory.
+constexpr size_t kMaxHeapCollections = 64;
+constexpr int64_t kMaxHeapCollectionBytes = int64_t{64} << 20;
+constexpr int64_t kMinHeapCollectionBytes = 4096;  // HDF5's H5HG_MINSIZE
+
+uint64_t LittleEndian64(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// The file that object `loc` belongs to, opened read-only for pread, and its size.
+class RawFile {
+ public:
+  static absl::StatusOr<RawFile> Open(hid_t loc) {
+    const ssize_t len = H5Fget_name(loc, nullptr, 0);
+    std::string name(len > 0 ? static_cast<size_t>(len) + 1 : 1, '\0');
+    if (len <= 0 || H5Fget_name(loc, name.data(), name.size()) < 0) {
+      return absl::InternalError(WithLastError("cannot tell the file's name"));
+    }
+    name.resize(static_cast<size_t>(len));
+    RawFile f;
+    f.fd_ = open(name.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (f.fd_ < 0 || fstat(f.fd_, &st) != 0) {
+      return absl::InternalError(absl::StrCat("cannot open ", name, ": ", std::strerror(errno)));
+    }
+    f.size_ = static_cast<int64_t>(st.st_size);
+    return f;
+  }
+  RawFile(RawFile&& o) noexcept : fd_(o.fd_), size_(o.size_) { o.fd_ = -1; }
+  RawFile(const RawFile&) = delete;
+  RawFile& operator=(const RawFile&) = delete;
+  ~RawFile() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int64_t size() const { return size_; }
+  // `n` bytes at `offset`; false when the file has fewer.
+  bool Read(int64_t offset, int64_t n, std::string* out) const {
+    out->resize(static_cast<size_t>(n));
+    int64_t done = 0;
+    while (done < n) {
+      const ssize_t r = pread(fd_, out->data() + done, static_cast<size_t>(n - done),
+                              static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      done += r;
+    }
+    return true;
+  }
+
+ private:
+  RawFile() = default;
+  int fd_ = -1;
+  int64_t size_ = 0;
+};
+
+// The global heap collections of `file` (every variable-length string of the file lives in
+// one): the places that begin with the collection signature "GCOL", version 1, and a
+// collection size that fits the file. The writer calls this while the file is small (the
+// formats write their string attributes before their data).
+absl::StatusOr<std::vector<HeapCollection>> FindHeapCollections(const RawFile& file) {
+  std::vector<HeapCollection> out;
+  constexpr int64_t kBlock = int64_t{1} << 20;
+  std::string block, header, bytes;
+  for (int64_t at = 0; at < file.size();) {
+    const int64_t n = std::min(kBlock + 3, file.size() - at);  // 3: a signature across blocks
+    if (!file.Read(at, n, &block)) return absl::InternalError("cannot read the file back");
+    size_t skip_to = 0;
+    for (size_t i = block.find("GCOL"); i != std::string::npos; i = block.find("GCOL", i + 1)) {
+      const int64_t address = at + static_cast<int64_t>(i);
+      if (i < skip_to || !file.Read(address, 16, &header)) continue;
+      const auto* h = reinterpret_cast<const unsigned char*>(header.data());
+      const uint64_t size = LittleEndian64(h + 8);
+      if (h[4] != 1 || h[5] != 0 || h[6] != 0 || h[7] != 0 ||
+          size < static_cast<uint64_t>(kMinHeapCollectionBytes) ||
+          size > static_cast<uint64_t>(std::min(kMaxHeapCollectionBytes, file.size() - address)) ||
+          !file.Read(address, static_cast<int64_t>(size), &bytes)) {
+        continue;
+      }
+      if (out.size() == kMaxHeapCollections) {
+        return absl::InternalError("more global heap collections than the string checksum holds");
+      }
+      out.push_back({address, static_cast<int64_t>(size), Crc32(bytes.data(), bytes.size(), 0)});
+      skip_to = i + static_cast<size_t>(std::min<uint64_t>(size, block.size()));
+    }
+    at += kBlock;
+  }
+  return out;
+}
+
+// Checks every collection that kStringHeapsAttr of `loc` lists against the bytes of the
+// file, before HDF5 parses any of them: HDF5 1.10 trusts the sizes inside a collection,
+// and a flipped byte there made it crash (SIGSEGV, SIGABRT) or loop for ever.
+absl::Status VerifyStringHeaps(hid_t loc, const std::string& file, const std::string& label) {
+  auto corrupt = [&](const std::string& what) {
+    return AttrError(file, absl::StrCat("attribute ", label, ": ", what));
+  };
+  const htri_t has = H5Aexists(loc, kStringHeapsAttr);
+  if (has <= 0) {
+    return corrupt(absl::StrCat("the strings' checksum ", kStringChecksumAttr, " is there but ",
+                                kStringHeapsAttr, " is missing"));
+  }
+  Handle a = AttrHandle(H5Aopen(loc, kStringHeapsAttr, H5P_DEFAULT));
+  Handle type = TypeHandle(a.valid() ? H5Aget_type(a.get()) : -1);
+  Handle space = SpaceHandle(a.valid() ? H5Aget_space(a.get()) : -1);
+  const hssize_t n = space.valid() ? H5Sget_simple_extent_npoints(space.get()) : -1;
+  if (!type.valid() || H5Tget_class(type.get()) != H5T_INTEGER || n < 3 || n % 3 != 0 ||
+      n > static_cast<hssize_t>(3 * kMaxHeapCollections)) {
+    return corrupt(absl::StrCat("attribute ", kStringHeapsAttr,
+                                " is not a list of (address, bytes, crc32) triples"));
+  }
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  if (H5Aread(a.get(), H5T_NATIVE_INT64, v.data()) < 0) {
+    return corrupt(WithLastError(absl::StrCat("cannot read attribute ", kStringHeapsAttr)));
+  }
+  absl::StatusOr<RawFile> raw = RawFile::Open(loc);
+  if (!raw.ok()) return corrupt(std::string(raw.status().message()));
+  std::string bytes;
+  for (size_t i = 0; i < v.size(); i += 3) {
+    const int64_t address = v[i], size = v[i + 1], crc = v[i + 2];
+    if (address < 0 || size < 16 || size > kMaxHeapCollectionBytes ||
+        address > raw->size() - size || !raw->Read(address, size, &bytes)) {
+      return corrupt(
+          absl::StrFormat("the string heap it lists at byte %d (%d bytes) is not in "
+                          "the file of %d bytes",
+                          address, size, raw->size()));
+    }
+    if (static_cast<int64_t>(Crc32(bytes.data(), bytes.size(), 0)) != crc ||
+        bytes.compare(0, 4, "GCOL") != 0) {
+      return corrupt(absl::StrFormat(
+          "the string heap at byte %d (%d bytes), where the variable-length strings are, does "
+          "not match its checksum in %s: the file is corrupt",
+          address, size, kStringHeapsAttr));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Checks the variable-length string attributes of `loc` before one of them is read: the
+// heaps that hold them (VerifyStringHeaps), then their values against kStringChecksumAttr.
+// Objects of older builds have no checksum: nothing to check. `label` is the attribute
+// being read.
+absl::Status VerifyStringAttrs(hid_t loc, const std::string& file, const std::string& label) {
+  const htri_t has = H5Aexists(loc, kStringChecksumAttr);
+  if (has < 0) {
+    return AttrError(
+        file, WithLastError(absl::StrCat("attribute ", label, ": cannot look up its checksum")));
+  }
+  if (has == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(int64_t stored, ReadIntAttr(loc, kStringChecksumAttr, file,
+                                               absl::StrCat("'", kStringChecksumAttr, "'")));
+  RETURN_IF_ERROR(VerifyStringHeaps(loc, file, label));
+  absl::StatusOr<uint32_t> crc = StringAttrsCrc(loc);
+  if (!crc.ok()) {
+    return AttrError(file, absl::StrCat("attribute ", label, ": ", crc.status().message()));
+  }
+  if (stored != static_cast<int64_t>(*crc)) {
+    return AttrError(
+        file, absl::StrFormat("attribute %s: the string attributes beside it do not match their "
+                              "checksum (attribute %s is %d, they give %d): the file is corrupt, "
+                              "or another program changed or added a string attribute",
+                              label, kStringChecksumAttr, stored, *crc));
+  }
+  return absl::OkStatus();
+}
+
+// Writes the integer attribute `name` of `loc` (a scalar when `values` has one element, a
+// 1-D array otherwise), replacing one that is there.
+absl::Status ReplaceIntsAttr(hid_t loc, const char* name, const std::vector<int64_t>& values) {
+  if (H5Aexists(loc, name) > 0 && H5Adelete(loc, name) < 0) {
+    return absl::InternalError(WithLastError(absl::StrCat("cannot replace attribute ", name)));
+  }
+  if (values.size() == 1) return WriteIntAttr(loc, name, values[0]);
+  const hsize_t n = values.size();
+  Handle space = SpaceHandle(H5Screate_simple(1, &n, nullptr));
+  Handle a =
+      AttrHandle(H5Acreate2(loc, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!a.valid() || H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()) < 0 || !a.Close()) {
+    return absl::InternalError(WithLastError(absl::StrCat("cannot write attribute ", name)));
+  }
+  return absl::OkStatus();
+}
+
+// Brings the string checksum of `loc` up to date: kStringChecksumAttr over its string
+// attributes, then, with the file flushed so that its heaps are on disk, kStringHeapsAttr
+// over the heap collections of the file.
+absl::Status UpdateStringChecksum(hid_t loc) {
+  auto fail = [](const std::string& what) {
+    return absl::InternalError(
+        absl::StrCat("cannot write the string attributes' checksum: ", what));
+  };
+  absl::StatusOr<uint32_t> crc = StringAttrsCrc(loc);
+  if (!crc.ok()) return fail(std::string(crc.status().message()));
+  RETURN_IF_ERROR(ReplaceIntsAttr(loc, kStringChecksumAttr, {static_cast<int64_t>(*crc)}));
+  if (H5Fflush(loc, H5F_SCOPE_LOCAL) < 0) return fail(WithLastError("flushing the file"));
+  absl::StatusOr<RawFile> raw = RawFile::Open(loc);
+  if (!raw.ok()) return fail(std::string(raw.status().message()));
+  absl::StatusOr<std::vector<HeapCollection>> heaps = FindHeapCollections(*raw);
+  if (!heaps.ok()) return fail(std::string(heaps.status().message()));
+  if (heaps->empty()) return fail("no global heap collection found in the file");
+  std::vector<int64_t> triples;
+  for (const HeapCollection& h : *heaps) {
+    triples.insert(triples.end(), {h.address, h.bytes, static_cast<int64_t>(h.crc)});
+  }
+  return ReplaceIntsAttr(loc, kStringHeapsAttr, triples);
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> ReadIntAttr(hid_t loc, const char* name, const std::string& file,
@@ -228,18 +526,18 @@ absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const char* name, const st
                                            const std::string& label) {
   ASSIGN_OR_RETURN(Handle a, OpenAttr(loc, name, file, label, H5T_STRING));
   Handle type = TypeHandle(H5Aget_type(a.get()));
+  if (H5Tis_variable_str(type.get()) > 0) {
+    // Checked first: reading it makes HDF5 parse the heap that holds it.
+    RETURN_IF_ERROR(VerifyStringAttrs(loc, file, label));
+    std::string v;
+    if (!ReadVariableString(a.get(), type.get(), &v)) {
+      return AttrError(file, WithLastError("cannot read attribute " + label));
+    }
+    return v;
+  }
   // The memory type is a copy of the file type, so the character set (ASCII or UTF-8,
   // which HDF5 does not convert between) always matches.
   Handle mem = TypeHandle(H5Tcopy(type.get()));
-  if (H5Tis_variable_str(type.get()) > 0) {
-    char* p = nullptr;
-    if (H5Aread(a.get(), mem.get(), &p) < 0) {
-      return AttrError(file, WithLastError("cannot read attribute " + label));
-    }
-    std::string v = p ? p : "";
-    H5free_memory(p);
-    return v;
-  }
   const size_t n = H5Tget_size(type.get());
   const int64_t file_bytes = FileSizeOf(loc);
   if (n == 0 || (file_bytes >= 0 && n > static_cast<uint64_t>(file_bytes))) {
@@ -265,9 +563,18 @@ absl::Status WriteUintAttr(hid_t loc, const char* name, uint64_t value) {
 }
 
 absl::Status WriteStringAttr(hid_t loc, const char* name, const std::string& value) {
-  Handle type = FixedStringType(value.size());
-  const std::string buf = value.empty() ? std::string(1, '\0') : value;
-  return WriteScalarAttr(loc, name, type.get(), type.get(), buf.data());
+  if (std::strcmp(name, kStringChecksumAttr) == 0 || std::strcmp(name, kStringHeapsAttr) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute ", name, " holds the string attributes' checksum"));
+  }
+  if (value.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute ", name, ": a string attribute cannot hold a NUL byte"));
+  }
+  Handle type = VariableStringType();
+  const char* p = value.c_str();
+  RETURN_IF_ERROR(WriteScalarAttr(loc, name, type.get(), type.get(), &p));
+  return UpdateStringChecksum(loc);
 }
 
 // ---- datasets ------------------------------------------------------------------------------

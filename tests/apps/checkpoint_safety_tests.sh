@@ -13,6 +13,13 @@
 #   beyond_steps     a checkpoint at --steps: nothing to train (exit 0); beyond: exit 2
 #   hdf5_one_line    corrupt checkpoints and shards, an uncreatable --predictions file:
 #                    our one line on stderr, never HDF5's error stack
+#   lock_file        a ckpt.lock that is a symbolic link, a hard link or not a lock file:
+#                    refused (exit 2) naming it, the file behind it untouched
+#   bad_attributes   root attributes out of range (num_classes=0, columns=0): corrupt
+#                    (exit 1; checkpoint_diff exit 2); another input_size: a mismatch
+#                    naming --input_size; checkpoint_diff reports differing attributes
+#   corrupt_cursor   a cursor beyond the training data: --resume=PATH exit 1, and
+#                    --resume=auto skips the file with a warning and resumes the one before
 # Crafted files are made here with h5py (/usr/bin/python3); without it those cases exit 77.
 set -uo pipefail
 case_name=$1; build=$2
@@ -223,6 +230,117 @@ hdf5_one_line)
     --predictions="$work/no/such/dir/p.h5" >/dev/null 2>"$work/err"; code=$?
   [ "$code" != 0 ] || fail "predictions into a missing directory succeeded"
   one_line "$work/err" "p.h5"
+  ;;
+lock_file)
+  # ckpt.lock is opened for writing and truncated: never through a symbolic link, never a
+  # file with another name too, never a file that is not a lock file. Through a symlinked
+  # ckpt.lock the trainer once truncated a 1.17 MB checkpoint to 44 bytes (exit 0).
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$work/a" >/dev/null || fail "run"
+  victim="$work/victim.h5"
+  cp "$work/a/ckpt-000000002.h5" "$victim"
+  sum=$(md5sum < "$victim")
+  for kind in symlink hardlink copy; do
+    d="$work/$kind"
+    mkdir -p "$d"
+    case $kind in
+      symlink) ln -s "$victim" "$d/ckpt.lock"; why="is a symbolic link" ;;
+      hardlink) ln "$victim" "$d/ckpt.lock"; why="has 2 hard links" ;;
+      copy) cp "$victim" "$d/ckpt.lock"; why="is not a lock file" ;;
+    esac
+    "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$d" >"$work/out" 2>"$work/err"; code=$?
+    cat "$work/out" "$work/err"
+    [ "$code" = 2 ] || fail "$kind ckpt.lock: exit $code, expected 2"
+    one_line "$work/err" "$d/ckpt.lock" "$why" "remove it"
+    [ "$(md5sum < "$victim")" = "$sum" ] || fail "$kind ckpt.lock: the file behind it changed"
+    if ls "$d"/ckpt-*.h5 2>/dev/null; then fail "$kind ckpt.lock: trained anyway"; fi
+  done
+  # Removed, as the message says: the run goes ahead.
+  rm "$work/symlink/ckpt.lock"
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$work/symlink" >/dev/null \
+    || fail "the run after removing the link"
+  [ "$(md5sum < "$victim")" = "$sum" ] || fail "the file behind the link changed"
+  ;;
+bad_attributes)
+  need_h5py
+  d="$work/d"
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$d" >/dev/null || fail "run"
+  good="$d/ckpt-000000002.h5"
+  # Copies with one root attribute changed, as h5py (or a damaged disk) could.
+  "$PY" - "$good" "$work" <<'PY' || fail "h5py could not craft the files"
+import shutil, sys, h5py, numpy as np
+src, out = sys.argv[1], sys.argv[2]
+for name, attr, value in [("num_classes", "num_classes", 0), ("columns", "columns", 0),
+                          ("input_size", "input_size", 24), ("epoch", "epoch", 7)]:
+    shutil.copy(src, f"{out}/{name}.h5")
+    with h5py.File(f"{out}/{name}.h5", "r+") as f:
+        f.attrs[attr] = np.int64(value)
+PY
+  # Out of range: a corrupt file (exit 1; checkpoint_diff: a read error, exit 2). Both once
+  # resumed with exit 0, and checkpoint_diff called them "same".
+  for attr in num_classes columns; do
+    f="$work/$attr.h5"
+    "$T" "${CIFAR[@]}" --steps=4 --resume="$f" >/dev/null 2>"$work/err"; code=$?
+    [ "$code" = 1 ] || fail "$attr=0: trainer exit $code, expected 1"
+    one_line "$work/err" "$f" "attribute /$attr = 0 is out of range \[1, "
+    "$DIFF" "$f" "$good" >/dev/null 2>"$work/err"; code=$?
+    [ "$code" = 2 ] || fail "$attr=0: checkpoint_diff exit $code, expected 2"
+    one_line "$work/err" "$f" "attribute /$attr = 0 is out of range"
+  done
+  # Another input size than the model being built: a mismatch, named with its flag.
+  f="$work/input_size.h5"
+  "$T" "${CIFAR[@]}" --steps=4 --resume="$f" >/dev/null 2>"$work/err"; code=$?
+  [ "$code" = 1 ] || fail "input_size=24: trainer exit $code, expected 1"
+  one_line "$work/err" "$f" "attribute /input_size is 24" "--input_size"
+  # checkpoint_diff compares the attributes: each difference named, "DIFFERENT", exit 1.
+  for attr in input_size epoch; do
+    "$DIFF" "$work/$attr.h5" "$good" >"$work/out" 2>&1; code=$?
+    cat "$work/out"
+    [ "$code" = 1 ] || fail "$attr changed: checkpoint_diff exit $code, expected 1"
+    grep -q "^attribute /$attr differs: " "$work/out" || fail "$attr: no attribute line"
+    grep -q "^DIFFERENT: " "$work/out" || fail "$attr: not DIFFERENT"
+  done
+  "$DIFF" "$work/input_size.h5" "$good" >"$work/out" 2>&1
+  grep -q "^attribute /input_size differs: 24 vs 32$" "$work/out" \
+    || fail "the input_size line does not give both values: $(cat "$work/out")"
+  "$DIFF" "$good" "$good" >"$work/out" 2>&1 || { cat "$work/out"; fail "a file differs from itself"; }
+  grep -q "^same: " "$work/out" || fail "not same"
+  ;;
+corrupt_cursor)
+  need_h5py
+  d="$work/d"
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$d" >/dev/null || fail "run to 2"
+  "$T" "${CIFAR[@]}" --steps=4 --checkpoint_dir="$d" >/dev/null || fail "run to 4"
+  # The synthetic training set has 512 images: a cursor may point at 0 .. 512 (512: the
+  # epoch is done, the next batch starts the next one).
+  "$PY" - "$d/ckpt-000000004.h5" "$work" <<'PY' || fail "h5py could not craft the files"
+import shutil, sys, h5py, numpy as np
+src, out = sys.argv[1], sys.argv[2]
+for name, position in [("far", 2**62), ("past", 513), ("end", 512)]:
+    shutil.copy(src, f"{out}/{name}.h5")
+    with h5py.File(f"{out}/{name}.h5", "r+") as f:
+        f.attrs["cursor_position"] = np.int64(position)
+PY
+  # --resume=PATH on such a file: a corrupt checkpoint, a runtime error (exit 1) naming it,
+  # not a usage error (it was exit 2, "start cursor ... outside the dataset").
+  for name in far past; do
+    f="$work/$name.h5"
+    "$T" "${CIFAR[@]}" --steps=6 --resume="$f" >/dev/null 2>"$work/err"; code=$?
+    [ "$code" = 1 ] || fail "$name: exit $code, expected 1: $(cat "$work/err")"
+    one_line "$work/err" "$f" "attribute /cursor_position = " "512 images"
+  done
+  out=$("$T" "${CIFAR[@]}" --steps=6 --resume="$work/end.h5" 2>&1) \
+    || fail "a cursor at the end of the epoch: $out"
+  # --resume=auto (a requeued job): the corrupt newest file is skipped with a warning and
+  # the one before resumes. Every restart used to stop with exit 2, for ever.
+  cp "$work/far.h5" "$d/ckpt-000000004.h5"
+  out=$("$T" "${CIFAR[@]}" --steps=6 --checkpoint_dir="$d" 2>&1); code=$?
+  echo "$out" | grep -E "warning|resumed|error"
+  [ "$code" = 0 ] || fail "auto resume past the corrupt file: exit $code"
+  echo "$out" | grep -q \
+    "warning: skipped: $d/ckpt-000000004.h5: attribute /cursor_position = 4611686018427387904" \
+    || fail "no warning naming the corrupt file"
+  echo "$out" | grep -q "resumed    from $d/ckpt-000000002.h5 at step 2" \
+    || fail "did not resume from step 2"
   ;;
 *) fail "unknown case $case_name" ;;
 esac

@@ -14,6 +14,7 @@
 #include "checkpoint_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "hdf5/hdf5.h"
 
 namespace colonnade::checkpoint {
 namespace {
@@ -213,6 +214,16 @@ TEST(CheckpointWrite, RefusesMalformedEntries) {
     refuse(SmallEntries(6), s, "model name is empty");
     s = SmallState(-1);
     refuse(SmallEntries(6), s, "step -1 is negative");
+    // What Read refuses is never written: a trainer could not resume from it.
+    s = SmallState(1);
+    s.num_classes = 0;
+    refuse(SmallEntries(6), s, "num_classes = 0 is out of range [1, 1000000]");
+    s = SmallState(1);
+    s.columns = 0;
+    refuse(SmallEntries(6), s, "columns = 0 is out of range [1, ");
+    s = SmallState(1);
+    s.model = "tiny model";
+    refuse(SmallEntries(6), s, "model name 'tiny model' is not a model zoo name");
   }
   refuse({}, SmallState(1), "no tensors");
   EXPECT_TRUE(Files(dir.path()).empty());
@@ -406,6 +417,99 @@ TEST(CheckpointRead, RefusesOtherFormatVersionsAndMissingAttributes) {
   }
 }
 
+// Sets root attribute `name` of a checkpoint to `value` (an int64, as written), with HDF5
+// directly, as h5py or a corrupted disk could.
+void SetIntAttr(const std::string& path, const char* name, int64_t value) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+  ASSERT_GE(a, 0) << name;
+  ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &value), 0);
+  H5Aclose(a);
+  ASSERT_GE(H5Fclose(f), 0);
+}
+
+// Replaces string attribute `name` by one holding `value`, written as the writer writes
+// strings (so that only the value is wrong, not the encoding or its checksum).
+void SetStringAttr(const std::string& path, const char* name, const std::string& value) {
+  hdf5::Scope scope;
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  ASSERT_GE(H5Adelete(f, name), 0);
+  ASSERT_TRUE(hdf5::WriteStringAttr(f, name, value).ok());
+  ASSERT_GE(H5Fclose(f), 0);
+}
+
+// docs/CHECKPOINTS.md promises every attribute present with the right type *and range*.
+// A checkpoint with num_classes = 0 once resumed (exit 0) and checkpoint_diff called it
+// "same" as the original.
+TEST(CheckpointRead, RefusesEveryRootAttributeOutOfRange) {
+  TempDir dir;
+  std::string path;
+  ASSERT_TRUE(Write(dir.path(), SmallState(5), SmallEntries(18), 3, &path).ok());
+  const std::string good = ReadBytes(path);
+  const struct {
+    const char* name;
+    int64_t value;
+    const char* range;
+  } bad[] = {
+      {"step", -1, "[0, "},
+      {"epoch", -1, "[0, "},
+      {"cursor_epoch", -1, "[0, "},
+      {"cursor_position", -5, "[0, "},
+      {"columns", 0, "[1, "},
+      {"input_size", 0, "[1, "},
+      {"input_size", int64_t{1} << 40, "[1, "},
+      {"num_classes", 0, "[1, 1000000]"},
+      {"num_classes", 1000001, "[1, 1000000]"},
+      {"input_channels", 0, "[1, "},
+      {"num_params", 0, "[1, "},
+      {"has_optimizer_state", 2, "[0, 1]"},
+  };
+  for (const auto& b : bad) {
+    WriteBytes(path, good);
+    SetIntAttr(path, b.name, b.value);
+    absl::StatusOr<Checkpoint> c = Read(path);
+    EXPECT_TRUE(absl::IsDataLoss(c.status())) << b.name << " = " << b.value << ": " << c.status();
+    EXPECT_THAT(std::string(c.status().message()),
+                AllOf(HasSubstr(path), HasSubstr(absl::StrCat("attribute /", b.name, " = ", b.value,
+                                                              " is out of range ", b.range))));
+  }
+  for (const char* model : {"", "tiny model", "../alexnet", "tiny\n--lr=1"}) {
+    WriteBytes(path, good);
+    SetStringAttr(path, "model", model);
+    absl::StatusOr<Checkpoint> c = Read(path);
+    EXPECT_TRUE(absl::IsDataLoss(c.status())) << "model '" << model << "': " << c.status();
+    EXPECT_THAT(std::string(c.status().message()),
+                AllOf(HasSubstr(path), HasSubstr("attribute /model")));
+  }
+  WriteBytes(path, good);
+  EXPECT_TRUE(Read(path).ok());
+}
+
+// An input size that differs from the model being built is a model mismatch (the tensors
+// of a net with global pooling do not show it): named with its flag, and not skipped by
+// --resume=auto.
+TEST(CheckpointRead, RefusesAnotherInputSizeThanTheModels) {
+  TempDir dir;
+  std::string path;
+  ASSERT_TRUE(Write(dir.path(), SmallState(5), SmallEntries(19), 3, &path).ok());
+  ExpectedModel model{"tiny", {}};
+  for (const TensorEntry& e : SmallEntries(19)) model.tensors.push_back({e.name, e.shape});
+  model.input_size = 6;  // SmallState's
+  EXPECT_TRUE(Read(path, &model).ok());
+  model.input_size = 8;
+  absl::StatusOr<Checkpoint> c = Read(path, &model);
+  EXPECT_TRUE(absl::IsFailedPrecondition(c.status())) << c.status();
+  EXPECT_THAT(std::string(c.status().message()),
+              AllOf(HasSubstr(path), HasSubstr("attribute /input_size is 6"), HasSubstr("8"),
+                    HasSubstr("--input_size")));
+  std::vector<std::string> warnings;
+  c = LoadLatestValid(dir.path(), &warnings, &model);
+  EXPECT_TRUE(absl::IsFailedPrecondition(c.status())) << c.status();
+  EXPECT_TRUE(warnings.empty());
+}
+
 TEST(CheckpointRead, RefusesDatasetsWithoutChecksums) {
   TempDir dir;
   std::string path;
@@ -449,6 +553,46 @@ TEST(CheckpointRead, FileNameMustMatchStoredStep) {
 }
 
 // ---- finding the newest valid checkpoint ----------------------------------------------------
+
+// The data cursor is checked against the training data when a checkpoint is chosen: a
+// cursor_position of 2^62 in the newest file once stopped every restart of a requeued job
+// ("start cursor ... outside the dataset", exit 2) although an older file was sound.
+TEST(FindLatestValid, SkipsACursorBeyondTheTrainingData) {
+  TempDir dir;
+  std::string path;
+  ExpectedModel model{"tiny", {}};
+  for (const TensorEntry& e : SmallEntries(1)) model.tensors.push_back({e.name, e.shape});
+  for (int64_t step : {12, 14}) {  // SmallState: cursor positions 256 and 512
+    ASSERT_TRUE(Write(dir.path(), SmallState(step), SmallEntries(step), 0, &path).ok());
+  }
+  model.dataset_size = 512;  // the end of an epoch is a valid cursor
+  std::vector<std::string> warnings;
+  absl::StatusOr<Checkpoint> c = LoadLatestValid(dir.path(), &warnings, &model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state.step, 14);
+  EXPECT_TRUE(warnings.empty());
+
+  model.dataset_size = 300;
+  c = LoadLatestValid(dir.path(), &warnings, &model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state.step, 12);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0],
+              AllOf(HasSubstr("skipped: "), HasSubstr(dir / "ckpt-000000014.h5"),
+                    HasSubstr("attribute /cursor_position = 512"), HasSubstr("300 images")));
+  // The same file named on its own is an error (DataLoss: a runtime failure, not usage).
+  absl::StatusOr<Checkpoint> one = Read(dir / "ckpt-000000014.h5", &model);
+  EXPECT_TRUE(absl::IsDataLoss(one.status())) << one.status();
+
+  SetIntAttr(dir / "ckpt-000000014.h5", "cursor_position", int64_t{1} << 62);
+  model.dataset_size = 512;
+  warnings.clear();
+  c = LoadLatestValid(dir.path(), &warnings, &model);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state.step, 12);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("attribute /cursor_position = 4611686018427387904"));
+}
 
 TEST(FindLatestValid, EmptyOrMissingDirectoryIsNotFound) {
   TempDir dir;

@@ -5,6 +5,7 @@
 // or a model mismatch found before the data is read), and HDF5's own error printing.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -128,6 +129,87 @@ TEST(DirectoryLock, StopSignalEndsTheWait) {
   EXPECT_LT(SecondsSince(start), 10.0);
   RestoreSignalHandlers();
   ClearStopRequest();
+}
+
+// The lock file is opened for writing and truncated: that must never happen to a file
+// that is not a lock file this trainer made. Through a symbolic link `ckpt.lock` the
+// trainer once truncated the link's target (a 1.17 MB checkpoint became 44 bytes; exit 0).
+class ForeignLockFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(mkdir(ckpt_dir().c_str(), 0755), 0);
+    // A checkpoint elsewhere: what a link may point at.
+    ASSERT_TRUE(Write(dir_ / "other", SmallState(5), SmallEntries(31), 0, &victim_).ok());
+    victim_bytes_ = ReadBytes(victim_);
+  }
+  std::string ckpt_dir() const { return dir_ / "ckpt"; }
+  std::string lock_path() const { return dir_ / "ckpt/ckpt.lock"; }
+  // Acquire must refuse (FailedPrecondition: a path the user controls, exit 2 in the
+  // trainer) naming the lock file, why, and the fix.
+  void ExpectRefused(const std::string& why) {
+    std::vector<std::string> warnings;
+    absl::StatusOr<std::unique_ptr<DirectoryLock>> lock =
+        DirectoryLock::Acquire(ckpt_dir(), 0, &warnings);
+    EXPECT_FALSE(lock.ok()) << "took a lock through a file that " << why;
+    EXPECT_TRUE(ReadBytes(victim_) == victim_bytes_) << "the file behind the lock changed";
+    if (lock.ok()) return;
+    EXPECT_TRUE(absl::IsFailedPrecondition(lock.status())) << lock.status();
+    EXPECT_THAT(std::string(lock.status().message()),
+                AllOf(HasSubstr(lock_path()), HasSubstr(why), HasSubstr("remove it")));
+  }
+  TempDir dir_;
+  std::string victim_, victim_bytes_;
+};
+
+TEST_F(ForeignLockFile, ASymbolicLinkIsNotFollowed) {
+  ASSERT_EQ(symlink(victim_.c_str(), lock_path().c_str()), 0);
+  ExpectRefused("is a symbolic link");
+  struct stat st;
+  ASSERT_EQ(lstat(lock_path().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link itself is left for the user to inspect";
+}
+
+TEST_F(ForeignLockFile, ADanglingSymbolicLinkCreatesNothing) {
+  const std::string target = dir_ / "elsewhere/new-file";
+  ASSERT_EQ(mkdir((dir_ / "elsewhere").c_str(), 0755), 0);
+  ASSERT_EQ(symlink(target.c_str(), lock_path().c_str()), 0);
+  ExpectRefused("is a symbolic link");
+  EXPECT_NE(access(target.c_str(), F_OK), 0) << "a file was created through the link";
+}
+
+TEST_F(ForeignLockFile, AHardLinkToAnotherFileIsNotTruncated) {
+  ASSERT_EQ(link(victim_.c_str(), lock_path().c_str()), 0);
+  ExpectRefused("has 2 hard links");
+}
+
+TEST_F(ForeignLockFile, ARegularFileThatIsNotALockFileIsNotTruncated) {
+  // A copy of a checkpoint, and a text file: neither is a holder line we wrote.
+  WriteBytes(lock_path(), victim_bytes_);
+  ExpectRefused("is not a lock file");
+  EXPECT_EQ(ReadBytes(lock_path()), victim_bytes_);
+  WriteBytes(lock_path(), "my notes about this run\n");
+  ExpectRefused("is not a lock file");
+  EXPECT_EQ(ReadBytes(lock_path()), "my notes about this run\n");
+}
+
+TEST_F(ForeignLockFile, ADirectoryOrAFifoIsRefused) {
+  ASSERT_EQ(mkdir(lock_path().c_str(), 0755), 0);
+  ExpectRefused("is not a regular file");
+  ASSERT_EQ(rmdir(lock_path().c_str()), 0);
+  ASSERT_EQ(mkfifo(lock_path().c_str(), 0644), 0);
+  ExpectRefused("is not a regular file");
+}
+
+TEST_F(ForeignLockFile, OurOwnLockFilesAreTaken) {
+  // Empty (created, holder line not yet written), and the line of an earlier holder.
+  WriteBytes(lock_path(), "");
+  auto lock = DirectoryLock::Acquire(ckpt_dir(), 0, nullptr);
+  ASSERT_TRUE(lock.ok()) << lock.status();
+  lock->reset();
+  WriteBytes(lock_path(), "host node07 pid 81234 slurm job 5678 since 2025-01-31T12:00:00Z\n");
+  lock = DirectoryLock::Acquire(ckpt_dir(), 0, nullptr);
+  ASSERT_TRUE(lock.ok()) << lock.status();
+  EXPECT_THAT(ReadBytes(lock_path()), HasSubstr(absl::StrCat(" pid ", getpid(), " ")));
 }
 
 // Two processes writing checkpoints into one directory, neither holding the lock: each

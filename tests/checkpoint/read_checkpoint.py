@@ -38,7 +38,8 @@ def check(cond, message):
 
 
 def text(attr):
-    # Fixed-length string attributes come back as bytes (see docs/CHECKPOINTS.md).
+    # Variable-length string attributes come back as str; the fixed-length ones of
+    # checkpoints written before issue 31 as bytes (see docs/CHECKPOINTS.md).
     return attr.decode("utf-8") if isinstance(attr, (bytes, np.bytes_)) else str(attr)
 
 
@@ -75,7 +76,16 @@ def check_layout(path, model=None):
             check(np.issubdtype(a[k].dtype, np.integer) and int(a[k]) >= 0, f"{k} is not a non-negative integer")
         check(a["seed"].dtype == np.uint64, f"seed has dtype {a['seed'].dtype}, expected uint64")
         for k in STR_ATTRS:
-            check(isinstance(a[k], (bytes, np.bytes_)), f"{k} is not a fixed-length string")
+            # What user scripts compare: f.attrs["model"] == "alexnet" must hold as written.
+            check(isinstance(a[k], str), f"{k} is {type(a[k]).__name__}, not str")
+        check(a["format"] == "colonnade.checkpoint", "format == 'colonnade.checkpoint' is False")
+        # The strings' checksum (docs/CHECKPOINTS.md): a CRC-32, and (address, bytes, CRC-32)
+        # of each global heap collection.
+        check("string_attrs_crc32" in a and 0 <= int(a["string_attrs_crc32"]) < 2**32,
+              "string_attrs_crc32 is missing or not a CRC-32")
+        heaps = np.atleast_1d(a.get("string_heaps_crc32", np.zeros(0, np.int64)))
+        check(np.issubdtype(heaps.dtype, np.integer) and heaps.size >= 3 and heaps.size % 3 == 0,
+              f"string_heaps_crc32 is {heaps!r}, not (address, bytes, crc32) triples")
         if model is not None:
             check(text(a["model"]) == model, f"model is {text(a['model'])}, expected {model}")
         base = os.path.basename(path)

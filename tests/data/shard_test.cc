@@ -742,5 +742,36 @@ TEST(ShardTest, DocumentedH5pyExampleReadsAShard) {
   }
 }
 
+// h5py returns the string attributes of a dataset index and of a shard as str, so that
+// `f.attrs["format"] == "colonnade-dataset"` holds in a user's script (fixed-length strings
+// came back as bytes and compared False).
+TEST(ShardTest, H5pyReadsStringAttributesAsStr) {
+  std::string out;
+  if (testing::RunCommand("/usr/bin/python3 -c 'import h5py, numpy'", &out) != 0) {
+    SKIP_OR_FAIL_WITHOUT("python3-h5py for /usr/bin/python3 (apt-get install python3-h5py)");
+  }
+  TempDir tmp;
+  WriteDataset(tmp / "ds", 12, "raw", 5);
+  testing::WriteFileBytes(tmp / "check.py", R"(import sys, h5py
+root = sys.argv[1]
+with h5py.File(f"{root}/dataset.h5", "r") as f:
+    a = f.attrs
+    for k in ("format", "encoding", "mean_source"):
+        assert isinstance(a[k], str), f"dataset.h5: {k} is {type(a[k]).__name__}, not str"
+    assert a["format"] == "colonnade-dataset", a["format"]
+    assert a["encoding"] == "raw", a["encoding"]
+    shard = f["shard_files"].asstr()[0]
+with h5py.File(f"{root}/{shard}", "r") as f:
+    a = f.attrs
+    for k in ("format", "encoding"):
+        assert isinstance(a[k], str), f"{shard}: {k} is {type(a[k]).__name__}, not str"
+    assert a["format"] == "colonnade-shard", a["format"]
+print("str attributes ok")
+)");
+  const int rc = testing::RunCommand("/usr/bin/python3 " + tmp / "check.py " + tmp / "ds", &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("str attributes ok"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace colonnade::data

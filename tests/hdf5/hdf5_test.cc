@@ -1,22 +1,29 @@
-// The HDF5 layer (src/hdf5/hdf5.h): files written by older builds (variable-length strings)
-// still read, new files use the one string encoding (fixed-length UTF-8), errors follow the
-// one mapping, datasets round-trip.
+// The HDF5 layer (src/hdf5/hdf5.h): files written by older builds (fixed-length or
+// unchecksummed variable-length strings) still read, new files use the one string encoding
+// (variable-length UTF-8 attributes under a CRC-32, fixed-length UTF-8 string datasets),
+// errors follow the one mapping, datasets round-trip.
 #include "hdf5/hdf5.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace colonnade::hdf5 {
 namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its files at the end.
 class TempDir {
@@ -99,7 +106,49 @@ TEST(Hdf5Strings, VariableLengthStringsOfOlderFilesStillRead) {
   EXPECT_EQ(*names, (std::vector<std::string>{"cat", "", "\xc3\xa9t\xc3\xa9"}));
 }
 
-TEST(Hdf5Strings, WritesFixedLengthNullPaddedUtf8AndReadsItBack) {
+// A fixed-length, null-padded UTF-8 attribute: what builds before variable-length
+// attributes wrote into every checkpoint, shard and dataset index.
+void WriteFixedUtf8Attr(hid_t loc, const char* name, const std::string& value) {
+  Handle type = TypeHandle(H5Tcopy(H5T_C_S1));
+  H5Tset_size(type.get(), std::max<size_t>(1, value.size()));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Handle space = SpaceHandle(H5Screate(H5S_SCALAR));
+  Handle a = AttrHandle(H5Acreate2(loc, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  ASSERT_TRUE(a.valid());
+  std::string buf = value;
+  buf.resize(std::max<size_t>(1, value.size()), '\0');
+  ASSERT_GE(H5Awrite(a.get(), type.get(), buf.data()), 0);
+}
+
+TEST(Hdf5Strings, FixedLengthAttributesOfOlderFilesStillRead) {
+  TempDir dir;
+  const std::string path = dir / "fixed.h5";
+  {
+    Scope scope;
+    absl::StatusOr<Handle> f = CreateFile(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    WriteFixedUtf8Attr(f->get(), "format", "colonnade-dataset");
+    WriteFixedUtf8Attr(f->get(), "empty", "");
+    WriteFixedUtf8Attr(f->get(), "name", "\xc3\xa9t\xc3\xa9");
+    WriteNullTermAsciiAttr(f->get(), "nullterm", "jpeg");
+  }
+  Scope scope;
+  absl::StatusOr<Handle> f = OpenFileReadOnly(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(H5Aexists(f->get(), kStringChecksumAttr), 0) << "no checksum in an older file";
+  EXPECT_EQ(*ReadStringAttr(f->get(), "format", path, "'format'"), "colonnade-dataset");
+  EXPECT_EQ(*ReadStringAttr(f->get(), "empty", path, "'empty'"), "");
+  EXPECT_EQ(*ReadStringAttr(f->get(), "name", path, "'name'"), "\xc3\xa9t\xc3\xa9");
+  EXPECT_EQ(*ReadStringAttr(f->get(), "nullterm", path, "'nullterm'"), "jpeg");
+}
+
+// Attributes are variable-length UTF-8, which h5py returns as str (fixed-length ones come
+// back as bytes, and `f.attrs["format"] == "colonnade-dataset"` was False in user scripts).
+// Their bytes live in HDF5's global heap, which has no checksum, so the object carries the
+// CRC-32 of its string attributes in an integer attribute of its (checksummed) header.
+// String datasets stay fixed-length (h5py returns bytes for either kind).
+TEST(Hdf5Strings, WritesVariableLengthUtf8AttributesWithAChecksum) {
   TempDir dir;
   const std::string path = dir / "new.h5";
   const std::vector<std::string> names = {"cat", "", "a longer name", "\xc3\xa9t\xc3\xa9"};
@@ -109,20 +158,29 @@ TEST(Hdf5Strings, WritesFixedLengthNullPaddedUtf8AndReadsItBack) {
     ASSERT_TRUE(f.ok()) << f.status();
     ASSERT_TRUE(WriteStringAttr(f->get(), "format", "colonnade-dataset").ok());
     ASSERT_TRUE(WriteStringAttr(f->get(), "empty", "").ok());
+    ASSERT_TRUE(WriteStringAttr(f->get(), "utf8", "\xc3\xa9t\xc3\xa9").ok());
     ASSERT_TRUE(WriteStrings(f->get(), "/names", names).ok());
     ASSERT_TRUE(WriteStrings(f->get(), "/none", {}).ok());
-    WriteNullTermAsciiAttr(f->get(), "nullterm", "jpeg");
+    // The checksum's own name is not a string attribute anyone may write.
+    EXPECT_TRUE(absl::IsInvalidArgument(WriteStringAttr(f->get(), kStringChecksumAttr, "x")));
+    // A NUL would end the string early on read: refused, not truncated silently.
+    EXPECT_TRUE(absl::IsInvalidArgument(WriteStringAttr(f->get(), "nul", std::string("a\0b", 3))));
   }
   Scope scope;
   absl::StatusOr<Handle> f = OpenFileReadOnly(path);
   ASSERT_TRUE(f.ok()) << f.status();
-  // The encoding on disk: fixed-length, null-padded, UTF-8, for attributes and datasets.
-  for (const char* attr : {"format", "empty"}) {
+  for (const char* attr : {"format", "empty", "utf8"}) {
     Handle a = AttrHandle(H5Aopen(f->get(), attr, H5P_DEFAULT));
     Handle t = TypeHandle(H5Aget_type(a.get()));
-    EXPECT_EQ(H5Tis_variable_str(t.get()), 0) << attr;
-    EXPECT_EQ(H5Tget_strpad(t.get()), H5T_STR_NULLPAD) << attr;
+    EXPECT_GT(H5Tis_variable_str(t.get()), 0) << attr;
     EXPECT_EQ(H5Tget_cset(t.get()), H5T_CSET_UTF8) << attr;
+  }
+  EXPECT_EQ(H5Aexists(f->get(), "nul"), 0);
+  {
+    Handle a = AttrHandle(H5Aopen(f->get(), kStringChecksumAttr, H5P_DEFAULT));
+    ASSERT_TRUE(a.valid()) << "no " << kStringChecksumAttr;
+    Handle t = TypeHandle(H5Aget_type(a.get()));
+    EXPECT_EQ(H5Tget_class(t.get()), H5T_INTEGER);
   }
   {
     Handle d = DatasetHandle(H5Dopen2(f->get(), "/names", H5P_DEFAULT));
@@ -133,7 +191,7 @@ TEST(Hdf5Strings, WritesFixedLengthNullPaddedUtf8AndReadsItBack) {
   }
   EXPECT_EQ(*ReadStringAttr(f->get(), "format", path, "'format'"), "colonnade-dataset");
   EXPECT_EQ(*ReadStringAttr(f->get(), "empty", path, "'empty'"), "");
-  EXPECT_EQ(*ReadStringAttr(f->get(), "nullterm", path, "'nullterm'"), "jpeg");
+  EXPECT_EQ(*ReadStringAttr(f->get(), "utf8", path, "'utf8'"), "\xc3\xa9t\xc3\xa9");
   std::vector<int64_t> dims;
   absl::StatusOr<Handle> d = OpenChecked(f->get(), path, "/names", Dtype::kString, {-1}, &dims);
   ASSERT_TRUE(d.ok()) << d.status();
@@ -144,6 +202,94 @@ TEST(Hdf5Strings, WritesFixedLengthNullPaddedUtf8AndReadsItBack) {
   d = OpenChecked(f->get(), path, "/none", Dtype::kString, {0}, &dims);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(ReadStrings(d->get(), path, "/none", 0)->empty());
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A changed byte of a string attribute's value (in the global heap, outside every HDF5
+// checksum) is caught by the object's string checksum; so is a string attribute that
+// another program added or replaced.
+TEST(Hdf5Strings, TheChecksumCatchesAChangedString) {
+  TempDir dir;
+  const std::string path = dir / "flip.h5";
+  {
+    Scope scope;
+    absl::StatusOr<Handle> f = CreateFile(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE(WriteStringAttr(f->get(), "format", "colonnade-dataset").ok());
+    ASSERT_TRUE(WriteStringAttr(f->get(), "encoding", "raw").ok());
+    ASSERT_TRUE(WriteIntAttr(f->get(), "height", 32).ok());
+  }
+  const std::string good = FileBytes(path);
+  const size_t at = good.find("colonnade-dataset");
+  ASSERT_NE(at, std::string::npos);
+  std::string bad = good;
+  bad[at + 3] = 'X';  // "colXnnade-dataset"
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bad.data(), bad.size());
+  {
+    Scope scope;
+    absl::StatusOr<Handle> f = OpenFileReadOnly(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    absl::StatusOr<std::string> v = ReadStringAttr(f->get(), "format", path, "'format'");
+    EXPECT_TRUE(absl::IsDataLoss(v.status())) << (v.ok() ? *v : v.status().ToString());
+    // Caught by the heap's checksum, before HDF5 parses the heap (a changed size there
+    // made HDF5 1.10 crash).
+    EXPECT_THAT(std::string(v.status().message()),
+                AllOf(HasSubstr(path), HasSubstr("attribute 'format'"),
+                      HasSubstr("does not match its checksum"), HasSubstr(kStringHeapsAttr)));
+    EXPECT_EQ(*ReadIntAttr(f->get(), "height", path, "'height'"), 32)
+        << "integers are not affected";
+  }
+  // Another program's string attribute (h5py writes variable-length strings too).
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(good.data(), good.size());
+  {
+    Scope scope;
+    Handle f = FileHandle(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    ASSERT_TRUE(f.valid());
+    WriteVariableStringAttr(f.get(), "note", "added later", H5T_CSET_UTF8);
+  }
+  Scope scope;
+  absl::StatusOr<Handle> f = OpenFileReadOnly(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<std::string> v = ReadStringAttr(f->get(), "encoding", path, "'encoding'");
+  EXPECT_TRUE(absl::IsDataLoss(v.status())) << (v.ok() ? *v : v.status().ToString());
+  EXPECT_THAT(std::string(v.status().message()),
+              AllOf(HasSubstr("attribute 'encoding'"), HasSubstr(kStringChecksumAttr),
+                    HasSubstr("another program changed or added a string attribute")));
+}
+
+// HDF5 1.10 trusts the sizes inside a global heap collection: with a byte of a string's
+// size field flipped it crashed (SIGSEGV, SIGABRT) or looped for ever in H5Aread. The
+// collection's CRC-32 is checked with plain reads before HDF5 parses it.
+TEST(Hdf5Strings, ACorruptHeapIsRefusedBeforeHdf5ParsesIt) {
+  TempDir dir;
+  const std::string path = dir / "heap.h5";
+  {
+    Scope scope;
+    absl::StatusOr<Handle> f = CreateFile(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE(WriteStringAttr(f->get(), "format", "colonnade-dataset").ok());
+  }
+  const std::string good = FileBytes(path);
+  const size_t heap = good.find("GCOL");
+  ASSERT_NE(heap, std::string::npos);
+  // The collection's 16-byte header, then object 1: index, references, reserved (8 bytes)
+  // and its size (8 bytes, little-endian); flip the size's high bytes.
+  for (size_t byte : {2, 5, 7}) {
+    std::string bad = good;
+    bad[heap + 16 + 8 + byte] ^= 0x10;
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bad.data(), bad.size());
+    Scope scope;
+    absl::StatusOr<Handle> f = OpenFileReadOnly(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    absl::StatusOr<std::string> v = ReadStringAttr(f->get(), "format", path, "'format'");
+    EXPECT_TRUE(absl::IsDataLoss(v.status())) << (v.ok() ? *v : v.status().ToString());
+    EXPECT_THAT(std::string(v.status().message()),
+                AllOf(HasSubstr("the string heap at byte"), HasSubstr("does not match")));
+  }
 }
 
 TEST(Hdf5Datasets, RoundTripAndChecksummedChunks) {
