@@ -20,28 +20,11 @@
 namespace colonnade {
 namespace {
 
-// Broadcasts rank 0's status (code and message) to every rank of `comm`.
+// Rank 0's status or string on every rank of `comm`.
 absl::Status ShareStatus(const absl::Status& s, MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  int code = static_cast<int>(s.code());
-  MPI_Bcast(&code, 1, MPI_INT, 0, comm);
-  std::string message(s.message());
-  int len = static_cast<int>(message.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, comm);
-  message.resize(len);
-  MPI_Bcast(message.data(), len, MPI_CHAR, 0, comm);
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
+  return BroadcastStatus(s, 0, comm);
 }
-
-std::string ShareString(const std::string& s, MPI_Comm comm) {
-  int len = static_cast<int>(s.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, comm);
-  std::string out = s;
-  out.resize(len);
-  MPI_Bcast(out.data(), len, MPI_CHAR, 0, comm);
-  return out;
-}
+std::string ShareString(const std::string& s, MPI_Comm comm) { return BroadcastString(s, 0, comm); }
 
 void PrintWarnings(const std::vector<std::string>& warnings) {
   for (const std::string& w : warnings) std::fprintf(stderr, "trainer: warning: %s\n", w.c_str());

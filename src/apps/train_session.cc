@@ -14,11 +14,19 @@
 
 namespace colonnade {
 
-int RunTrainer(const TrainConfig& cfg) {
+int RunTrainer(const TrainConfig& given) {
+  // Eval and predict complete the configuration from their checkpoint (its model, input
+  // size, classes and columns) before anything is built from it.
+  TrainConfig cfg = given;
+  Layout first;
+  MPI_Comm_rank(MPI_COMM_WORLD, &first.world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &first.world_size);
+  if (cfg.mode != RunMode::kTrain) {
+    if (EndCode end = ModelFromCheckpoint(first, cfg)) return *end;
+  }
   Job job(cfg);
   Layout& l = job.l;
-  MPI_Comm_rank(MPI_COMM_WORLD, &l.world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &l.world_size);
+  l = first;
   if (l.world_size > 1) SetLogRank(l.world_rank);
   job.lead = l.world_rank == 0;
   job.training = cfg.mode == RunMode::kTrain;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "apps/exit_codes.h"
@@ -124,14 +125,7 @@ int AgreedError(const Layout& l, const absl::Status& s, int code) {
 // collective. Collective over the world.
 absl::Status FromLead(const Layout& l, const absl::Status& lead_status) {
   if (l.world_size == 1) return lead_status;
-  int code = static_cast<int>(lead_status.code());
-  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  std::string message(lead_status.message());
-  int len = static_cast<int>(message.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  message.resize(len);
-  MPI_Bcast(message.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
+  return BroadcastStatus(lead_status, 0, MPI_COMM_WORLD);
 }
 
 // An error any rank may see alone before training (its own rank log): every rank gets
@@ -142,21 +136,62 @@ absl::Status FromFirstFailing(const Layout& l, const absl::Status& mine) {
   int first = mine.ok() ? l.world_size : l.world_rank;
   MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (first == l.world_size) return absl::OkStatus();
-  int code = static_cast<int>(mine.code());
-  MPI_Bcast(&code, 1, MPI_INT, first, MPI_COMM_WORLD);
-  std::string message(mine.message());
-  int len = static_cast<int>(message.size());
-  MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD);
-  message.resize(len);
-  MPI_Bcast(message.data(), len, MPI_CHAR, first, MPI_COMM_WORLD);
-  return absl::Status(static_cast<absl::StatusCode>(code),
-                      absl::StrFormat("on rank %d: %s", first, message));
+  const absl::Status s = BroadcastStatus(mine, first, MPI_COMM_WORLD);
+  return absl::Status(s.code(), absl::StrFormat("on rank %d: %s", first, s.message()));
 }
 
 // The rule for an existing --predictions file: refused, or with --overwrite replaced when
 // it is an earlier predictions file or not HDF5 (output_file.h).
 ExistingOutput PredictionsRule(const TrainConfig& cfg) {
   return cfg.overwrite ? ExistingOutput::kReplacePredictions : ExistingOutput::kRefuse;
+}
+
+// ---- the model of an eval or predict run ---------------------------------------------------
+
+EndCode ModelFromCheckpoint(const Layout& l, TrainConfig& cfg) {
+  // Rank 0 chooses the file as Resume will (the newest valid one of a directory, whose
+  // warnings it prints then), every rank reads its attributes.
+  std::string path;
+  if (l.world_rank == 0) {
+    if (cfg.resume != "auto" && cfg.resume != "none") {
+      path = cfg.resume;
+    } else if (cfg.resume == "auto" && !cfg.checkpoint_dir.empty()) {
+      absl::StatusOr<std::string> found =
+          checkpoint::FindLatestValid(cfg.checkpoint_dir, nullptr, nullptr);
+      if (found.ok()) path = *found;
+    }
+  }
+  if (l.world_size > 1) path = BroadcastString(path, 0, MPI_COMM_WORLD);
+  if (path.empty()) return std::nullopt;
+  absl::StatusOr<checkpoint::TrainState> st = checkpoint::ReadState(path);
+  if (!st.ok()) {
+    return AgreedError(l, st.status(), absl::IsNotFound(st.status()) ? kExitUsage : kExitError);
+  }
+  // A flag given with another value than the checkpoint's: the user meant another model.
+  auto take = [&](const char* flag, auto* field, auto value, const std::string& what) -> EndCode {
+    if (cfg.Given(flag) && *field != value) {
+      return AgreedError(
+          l,
+          absl::InvalidArgumentError(absl::StrFormat(
+              "--%s=%s differs from the %s of %s (%s), which --mode=%s uses: leave --%s out, or "
+              "give the checkpoint of that model",
+              flag, absl::StrCat(*field), what, path, absl::StrCat(value),
+              AbslUnparseFlag(cfg.mode), flag)),
+          kExitUsage);
+    }
+    *field = value;
+    return std::nullopt;
+  };
+  if (EndCode end = take("model", &cfg.model, st->model, "model")) return end;
+  if (EndCode end = take("num_classes", &cfg.num_classes, st->num_classes, "classes")) return end;
+  if (EndCode end = take("columns", &cfg.columns, st->columns, "columns")) return end;
+  // The input side is --crop when given (evaluation's centre crop), else --input_size.
+  if (cfg.Given("crop")) {
+    if (EndCode end = take("crop", &cfg.crop, st->input_size, "input size")) return end;
+  } else if (EndCode end = take("input_size", &cfg.input_size, st->input_size, "input size")) {
+    return end;
+  }
+  return std::nullopt;
 }
 
 // ---- set-up ----------------------------------------------------------------------------

@@ -123,6 +123,13 @@ struct ResumePoint {
   std::vector<std::string> changed_flags;  // since the checkpoint, printed with the banner
 };
 
+// --mode=eval|predict, before the other phases: the model, input size, classes and
+// columns of the checkpoint the run reads (--resume=PATH, or the newest valid one in
+// --checkpoint_dir) become `cfg`'s; a flag given with another value is a usage error
+// naming the flag. Leaves `cfg` as it is when there is no checkpoint to read (Resume then
+// says so). Collective over the world.
+EndCode ModelFromCheckpoint(const Layout& l, TrainConfig& cfg);
+
 // The set-up phases, in the order train_session.cc runs them (see the top of this file).
 EndCode SetUpLayout(Job& job);
 EndCode SetUpOptimizer(Job& job);

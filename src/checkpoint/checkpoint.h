@@ -197,6 +197,13 @@ struct ExpectedModel {
 // cursor must lie within expected->dataset_size (DataLoss otherwise).
 absl::StatusOr<Checkpoint> Read(const std::string& path, const ExpectedModel* expected = nullptr);
 
+// The validated root attributes of the checkpoint at `path` (its format, version and every
+// attribute present, of the right type and in range, as Read checks them) without reading
+// a tensor: the model, input size, classes and columns it was trained with, for a run
+// that builds its model from the checkpoint (trainer --mode=eval|predict). Same errors as
+// Read.
+absl::StatusOr<TrainState> ReadState(const std::string& path);
+
 // The newest valid checkpoint in `dir`: candidates are ckpt-<step>.h5 files, newest step
 // first; each is read and validated in full (Read), and the first that passes wins.
 // Every skipped corrupt file and every leftover partial file (*.tmp, an interrupted

@@ -556,6 +556,19 @@ absl::StatusOr<Checkpoint> Read(const std::string& path, const ExpectedModel* ex
   return internal::ReadChecked(path, expected, nullptr);
 }
 
+absl::StatusOr<TrainState> ReadState(const std::string& path) {
+  ReadContext ctx;
+  ctx.path = path;
+  hdf5::Scope scope;
+  ASSIGN_OR_RETURN(Handle file, OpenForRead(ctx));
+  Checkpoint c;
+  c.path = path;
+  ASSIGN_OR_RETURN(c.format_version, ReadFormat(file.get(), path));
+  int64_t num_params = 0;
+  RETURN_IF_ERROR(ReadRootAttributes(file.get(), ctx, c, &num_params));
+  return c.state;
+}
+
 const TensorEntry* Checkpoint::Find(const std::string& name) const {
   for (const TensorEntry& e : tensors) {
     if (e.name == name) return &e;

@@ -183,4 +183,20 @@ absl::Status AllReduceSumHost(MPI_Comm comm, double* values, int count) {
                   "MPI_Allreduce (host sums)");
 }
 
+absl::Status BroadcastStatus(const absl::Status& s, int root, MPI_Comm comm) {
+  int code = static_cast<int>(s.code());
+  MPI_Bcast(&code, 1, MPI_INT, root, comm);
+  const std::string message = BroadcastString(std::string(s.message()), root, comm);
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+std::string BroadcastString(const std::string& s, int root, MPI_Comm comm) {
+  int len = static_cast<int>(s.size());
+  MPI_Bcast(&len, 1, MPI_INT, root, comm);
+  std::string out = s;
+  out.resize(len);
+  MPI_Bcast(out.data(), len, MPI_CHAR, root, comm);
+  return out;
+}
+
 }  // namespace colonnade

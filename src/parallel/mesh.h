@@ -87,6 +87,11 @@ int LocalRankFromEnvironment();
 // since the mp ranks of a group hold identical copies). Blocking.
 absl::Status AllReduceSumHost(MPI_Comm comm, double* values, int count);
 
+// Rank `root`'s status (code and message) or string on every rank of `comm`: how an error
+// one rank sees becomes the error every rank agrees on. Collective over `comm`.
+absl::Status BroadcastStatus(const absl::Status& s, int root, MPI_Comm comm);
+std::string BroadcastString(const std::string& s, int root, MPI_Comm comm);
+
 // Turns an MPI error code into a Status naming the call.
 absl::Status MpiError(int code, const char* what);
 

@@ -5,7 +5,8 @@
 #        dead_rank, corrupt_checkpoint, mismatched_checkpoint, nan_loss, eval_predict,
 #        rank_logs, changed_flags, predictions_no_clobber, metrics_file_no_clobber,
 #        rank_log_write_error, stop_before_training, stop_at_start, rank_log_dir_refused,
-#        num_classes_too_few, layout_error_quiet, resume_other_batch, eval_progress
+#        num_classes_too_few, layout_error_quiet, resume_other_batch, eval_progress,
+#        eval_from_checkpoint
 set -uo pipefail
 case_name=$1; build=$2
 T="$build/trainer"; DIFF="$build/checkpoint_diff"
@@ -462,6 +463,29 @@ eval_progress)
   out=$("$T" "${CIFAR[@]}" --mode=predict --val_data=synthetic --checkpoint_dir="$work/a" \
         --predictions="$work/p.h5" --progress_secs=0 2>&1) || fail "predict"
   echo "$out" | grep -qE "^  predict 32/512 images \(6%\)" || fail "no predict progress: $out"
+  ;;
+eval_from_checkpoint)
+  # --mode=eval|predict take the model, input size, classes and columns from the checkpoint:
+  # a small AlexNet (67 px, 10 classes, 2 columns) evaluates with none of them repeated; a
+  # flag given with another value is a usage error naming it.
+  "$T" "${ALEX[@]}" --steps=2 --checkpoint_dir="$work/a" >/dev/null || fail "run"
+  E=("$T" --mode=eval --val_data=synthetic --synthetic_size=64 --device=cpu --cpu_threads=2)
+  out=$("${E[@]}" --checkpoint_dir="$work/a" 2>&1) || fail "eval without the model flags: $out"
+  echo "$out" | tail -n 1
+  echo "$out" | grep -q "^eval $work/a/ckpt-000000002.h5 on synthetic:test: 64 images" || fail "no eval line"
+  "${MPIRUN[@]}" -np 2 "${E[@]}" --resume="$work/a/ckpt-000000002.h5" --mp=2 >/dev/null \
+    || fail "eval on the checkpoint's two columns (mp=2)"
+  for bad in --input_size=224 --model=resnet50 --num_classes=1000 --columns=1 --crop=32; do
+    out=$("${E[@]}" --checkpoint_dir="$work/a" "$bad" 2>&1); code=$?
+    echo "$out" | tail -n 1
+    [ "$code" = 2 ] || fail "exit $code with $bad, expected 2"
+    flag=${bad%%=*}
+    echo "$out" | grep -q "^trainer: error: $bad differs from the .* of $work/a/ckpt-000000002.h5 (.*), which --mode=eval uses: leave $flag out" \
+      || fail "the error does not name $flag: $out"
+  done
+  # The same values as the checkpoint's are fine.
+  "${E[@]}" --checkpoint_dir="$work/a" --model=alexnet --input_size=67 --num_classes=10 >/dev/null \
+    || fail "eval with the checkpoint's own values"
   ;;
 *) fail "unknown case $case_name" ;;
 esac
