@@ -42,6 +42,10 @@ MUTATIONS=(
   "HDF5 storage (external raw data files read)|src/hdf5/hdf5.cc|if (H5Pget_external_count(dcpl.get()) != 0) {|if (false) {|data_tests checkpoint_tests hdf5_tests|^data\\.|^checkpoint_tests$|^hdf5\\."
   "output file (a symbolic link replaced)|src/apps/output_file.cc|  if (S_ISLNK(st.st_mode)) {|  if (false) {|trainer make_shards checkpoint_diff|^trainer\\.checkpoint\\.predictions_no_clobber$"
   "rank log (appended through a symbolic link)|src/apps/train_loop.cc|\"--rank_log_dir\", AppendFile::kNoLinks);|\"--rank_log_dir\", AppendFile::kFollowLinks);|trainer|^trainer\\.checkpoint\\.rank_log_dir_refused$"
+  "checkpoint lock (a hard link to another file taken as the lock)|src/checkpoint/directory.cc|} else if (st.st_nlink != 1) {|} else if (false) {|checkpoint_tests trainer|^checkpoint_tests$|^trainer\\.checkpoint_safety\\.lock_file$"
+  "checkpoint lock (a file of other contents taken as the lock)|src/checkpoint/directory.cc|  if (text.empty()) return true;|  return true;|checkpoint_tests trainer|^checkpoint_tests$|^trainer\\.checkpoint_safety\\.lock_file$"
+  "checkpoint attributes (every value taken as in range)|src/checkpoint/read.cc|if (v >= r.lo && v <= r.hi) return \"\";|return \"\";|checkpoint_tests trainer checkpoint_diff|^checkpoint_tests$|^trainer\\.checkpoint_safety\\.bad_attributes$"
+  "checkpoint cursor (a cursor beyond the data accepted)|src/checkpoint/read.cc|if (want.dataset_size >= 0 && s.cursor_position > want.dataset_size) {|if (false) {|checkpoint_tests trainer|^checkpoint_tests$|^trainer\\.checkpoint_safety\\.corrupt_cursor$"
   "environment (stray characters skipped in a number)|src/core/env.cc|if (text[i] < '0' || text[i] > '9') return false;|if (text[i] < '0' || text[i] > '9') continue;|core_tests data_tests|^core\\.EnvTest\\.|^data\\.LimitsTest\\."
 )
 # scripts/mutation_check.sh WORKDIR NAME_REGEX runs only the mutations whose name matches.
