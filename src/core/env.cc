@@ -23,6 +23,8 @@ const EnvVariable* Find(const char* name) {
   return nullptr;
 }
 
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
 // Digits with an optional leading '-': what a person means by an integer, and nothing
 // that strtol or SimpleAtoi would also take (" 5", "5 ", "+5", "0x10").
 bool ParseWholeInt(const std::string& text, int64_t* out) {
@@ -31,7 +33,7 @@ bool ParseWholeInt(const std::string& text, int64_t* out) {
   if (i == text.size()) return false;
   int64_t v = 0;
   for (; i < text.size(); ++i) {
-    if (text[i] < '0' || text[i] > '9') return false;
+    if (!IsDigit(text[i])) return false;
     v = v * 10 + (text[i] - '0');
   }
   *out = text[0] == '-' ? -v : v;
