@@ -2,6 +2,8 @@
 // that name the file and the field.
 #include <hdf5.h>
 
+#include <fstream>
+
 #include <cstdio>
 
 #include "data/dataset.h"
@@ -186,12 +188,36 @@ TEST(ShardTest, EmptyDatasetIsRefused) {
   EditHdf5(tmp / "ds/dataset.h5", [](hid_t f) { SetIntAttr(f, "size", 0); });
   std::string m = OpenError(tmp / "ds");
   EXPECT_EQ(m, tmp / "ds/dataset.h5" + ": attribute 'size' is 0: the dataset is empty");
+  // A negative count is no "empty dataset": it is a wrong value, said as such.
+  EditHdf5(tmp / "ds/dataset.h5", [](hid_t f) { SetIntAttr(f, "size", -1); });
+  EXPECT_EQ(OpenError(tmp / "ds"),
+            tmp / "ds/dataset.h5" + ": attribute 'size' is -1, must be a positive image count");
+  // An unsigned 2^64 - 1 is reported as it is, not as HDF5's clamped 9223372036854775807.
+  EditHdf5(tmp / "ds/dataset.h5", [](hid_t f) {
+    H5Adelete(f, "size");
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "size", H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    const uint64_t v = UINT64_MAX;
+    H5Awrite(a, H5T_NATIVE_UINT64, &v);
+    H5Aclose(a);
+    H5Sclose(space);
+  });
+  m = OpenError(tmp / "ds");
+  EXPECT_NE(m.find("attribute 'size' is 18446744073709551615"), std::string::npos) << m;
+  EXPECT_EQ(m.find("9223372036854775807"), std::string::npos) << m;
 }
 
 TEST(ShardTest, MissingDirectoryIndexAndShard) {
   TempDir tmp;
   std::string m = OpenError(tmp / "nope");
   EXPECT_EQ(m, tmp / "nope" + ": dataset directory not found");
+  // A file where a directory belongs is named as such, not "not found".
+  testing::MakeDir(tmp / "d");
+  { std::ofstream(tmp / "d/file.txt") << "x"; }
+  EXPECT_EQ(OpenError(tmp / "d/file.txt"),
+            tmp / "d/file.txt" +
+                ": is a file, not a dataset directory (give the directory make_shards wrote, "
+                "which holds dataset.h5 and its shards)");
   testing::MakeDir(tmp / "emptydir");
   m = OpenError(tmp / "emptydir");
   EXPECT_NE(m.find(tmp / "emptydir/dataset.h5" + ": file not found"), std::string::npos) << m;
