@@ -1,8 +1,8 @@
 // Ops calls with inconsistent shapes or parameters that every backend must refuse, with the
-// message the shared shape rule gives (core/op_shapes.cc, core/ops/<family>.cc). The same table runs against CpuOps (tests/core,
-// op_shapes_test.cc) and the CUDA backend (tests/cuda, on the GPU and on the emulator), so
-// the backends cannot drift apart again. Each case records what the backends did before
-// the checks were shared.
+// message the shared shape rule gives (core/op_shapes.cc, core/ops/<family>.cc). The same table
+// runs against CpuOps (tests/core, op_shapes_test.cc) and the CUDA backend (tests/cuda, on the GPU
+// and on the emulator), so the backends cannot drift apart again. Each case records what the
+// backends did before the checks were shared.
 #pragma once
 
 #include <functional>
@@ -112,8 +112,8 @@ inline std::vector<BadOpsCall> BadOpsCalls() {
                  T x = ZeroTensor(s, d), y = ZeroTensor(s, d), gamma = ZeroTensor(c, d);
                  T beta = ZeroTensor(c, d), rm = ZeroTensor(c, d), rv = ZeroTensor(c2, d);
                  T sm = ZeroTensor(c, d), si = ZeroTensor(c, d), sc = ZeroTensor(c, d);
-                 ops.BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc,
-                                           BatchNormParams{}, false);
+                 ops.BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc, BatchNormParams{},
+                                           false);
                }});
   // New with BatchNormApply (the recomputation of the backward pass): checked from the start.
   v.push_back({"BatchNormApplyShortScale", "per-channel tensor", [](Ops& ops, Device d) {

@@ -4,6 +4,12 @@
 // reference (CpuOps) or the GPU (cuda::CudaOps). All tensors passed to one call live on
 // that Ops' device. Activations are CHWN (see tensor.h). Unless stated, outputs are
 // overwritten (not accumulated) and must already have the right shape.
+//
+// A facade over the op families: each family's parameters and shape rule are in
+// core/ops/<family>.h, its CPU reference in core/ops/<family>.cc, its CUDA kernels in
+// src/cuda/ops/<family>.cu (docs/ARCHITECTURE.md, "Op families"). One virtual method per
+// operation; a fused pass or a variant is an argument of its family's operation (relu of Add
+// and the batch norms, the max pool's record), not a method of its own.
 #pragma once
 
 #include <cstdint>

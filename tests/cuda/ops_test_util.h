@@ -152,4 +152,36 @@ struct PoolCase {
   }
 };
 
+// Pooling (ops/pool_test.cc Pooling, dev/pool_backward): max and average, ceil mode, batches
+// 1, 7, 33, 128 and multiples of 4 (the float4 kernels, four images per thread).
+inline const PoolCase kPoolingCases[] = {
+    {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},
+    {PoolParams::kMax, 3, 2, 0, 3, 12, 12, 7},
+    {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 33},
+    {PoolParams::kMax, 2, 2, 0, 4, 9, 7, 1},
+    {PoolParams::kAvg, 3, 2, 1, 3, 8, 8, 128},
+    {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},
+    {PoolParams::kAvg, 5, 3, 2, 4, 11, 11, 4},
+    {PoolParams::kMax, 3, 2, 0, 96, 27, 27, 32},
+    // Batches that are multiples of 4 take the float4 kernels (four images per thread).
+    {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 8},
+    {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 12},
+};
+
+// Pooling in every storage pair (PoolingBf16Storage, dev/pool_backward).
+inline const PoolCase kPoolingBf16Cases[] = {
+    {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},  {PoolParams::kMax, 2, 2, 0, 3, 9, 7, 1},
+    {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 7},   {PoolParams::kMax, 3, 1, 1, 48, 7, 7, 8},
+    {PoolParams::kAvg, 3, 1, 1, 3, 8, 8, 32},    {PoolParams::kAvg, 2, 2, 0, 5, 9, 9, 8},
+    {PoolParams::kMax, 3, 2, 0, 96, 13, 13, 32}, {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 12},
+};
+
+// The float launchers against the typed ones (PoolingFloatStorageTyped, dev/pool_backward).
+inline const PoolCase kPoolingTypedCases[] = {
+    {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},
+    {PoolParams::kAvg, 3, 1, 1, 3, 8, 8, 32},
+    {PoolParams::kMax, 2, 2, 0, 48, 9, 7, 8},
+    {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 1},
+};
+
 }  // namespace colonnade::testing

@@ -17,20 +17,7 @@ namespace testing {
 namespace {
 
 TEST_F(CudaTest, Pooling) {
-  const PoolCase cases[] = {
-      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},
-      {PoolParams::kMax, 3, 2, 0, 3, 12, 12, 7},
-      {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 33},
-      {PoolParams::kMax, 2, 2, 0, 4, 9, 7, 1},
-      {PoolParams::kAvg, 3, 2, 1, 3, 8, 8, 128},
-      {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},
-      {PoolParams::kAvg, 5, 3, 2, 4, 11, 11, 4},
-      {PoolParams::kMax, 3, 2, 0, 96, 27, 27, 32},
-      // Batches that are multiples of 4 take the float4 kernels (four images per thread).
-      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 8},
-      {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 12},
-  };
-  for (const PoolCase& k : cases) {
+  for (const PoolCase& k : kPoolingCases) {
     if (kEmulated && k.c * k.h * k.w * k.n > 500000) continue;
     const PoolParams p = k.params();
     const Shape xs = k.x_shape(), ys = k.y_shape();
@@ -101,13 +88,7 @@ TEST_F(CudaTest, PoolingFloorMode) {
 // 33 and multiples of 4 (the 4-image moves: 8 bytes of bf16), ties (few distinct values,
 // exact in bf16) routed to the first maximum.
 TEST_F(CudaTest, PoolingBf16Storage) {
-  const PoolCase cases[] = {
-      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},  {PoolParams::kMax, 2, 2, 0, 3, 9, 7, 1},
-      {PoolParams::kAvg, 3, 2, 0, 5, 12, 12, 7},   {PoolParams::kMax, 3, 1, 1, 48, 7, 7, 8},
-      {PoolParams::kAvg, 3, 1, 1, 3, 8, 8, 32},    {PoolParams::kAvg, 2, 2, 0, 5, 9, 9, 8},
-      {PoolParams::kMax, 3, 2, 0, 96, 13, 13, 32}, {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 12},
-  };
-  for (const PoolCase& k : cases) {
+  for (const PoolCase& k : kPoolingBf16Cases) {
     if (kEmulated && k.c * k.h * k.w * k.n > 500000) continue;
     const PoolParams p = k.params();
     const Shape xs = k.x_shape(), ys = k.y_shape();
@@ -141,13 +122,7 @@ TEST_F(CudaTest, PoolingBf16Storage) {
 // same bits (and max pooling the CPU's).
 TEST_F(CudaTest, PoolingFloatStorageTyped) {
   const StorageType f = StorageType::kFloat;
-  const PoolCase cases[] = {
-      {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33},
-      {PoolParams::kAvg, 3, 1, 1, 3, 8, 8, 32},
-      {PoolParams::kMax, 2, 2, 0, 48, 9, 7, 8},
-      {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 1},
-  };
-  for (const PoolCase& k : cases) {
+  for (const PoolCase& k : kPoolingTypedCases) {
     const PoolParams p = k.params();
     const Shape xs = k.x_shape(), ys = k.y_shape();
     const int oh = static_cast<int>(ys.h()), ow = static_cast<int>(ys.w());

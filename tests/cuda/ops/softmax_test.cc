@@ -1,6 +1,5 @@
 // Softmax cross-entropy's CUDA kernels (src/cuda/ops/softmax.cu) against CpuOps.
 
-
 #include "ops_test_util.h"
 
 namespace colonnade {
