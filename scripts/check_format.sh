@@ -12,7 +12,8 @@ if ! command -v clang-format > /dev/null; then
   echo "clang-format not installed: format not checked" >&2
   exit 77
 fi
-mapfile -t files < <(git ls-files 'src/*.cc' 'src/*.h' 'src/*.cu' 'tests/*.cc' 'tests/*.h' 2>/dev/null |
+mapfile -t files < <(git ls-files 'src/*.cc' 'src/*.h' 'src/*.cu' 'tests/*.cc' 'tests/*.h' \
+                       'dev/*.cc' 'dev/*.h' 'dev/*.cu' 2>/dev/null |
                      grep -v '^src/cuda/emu/')
 [ ${#files[@]} -gt 0 ] || { echo "no sources found (not a git checkout?)" >&2; exit 1; }
 if [ "${1:-}" = --fix ]; then

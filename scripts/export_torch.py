@@ -11,7 +11,7 @@ Models: alexnet (any --columns), cifar10-18pct, cifar10-80sec, resnet18-cifar, r
 resnet34, resnet50, resnet152. The network is rebuilt in PyTorch from the checkpoint's
 attributes (model, columns, input_size, num_classes, input_channels) and the canonical
 tensors under /params (docs/CHECKPOINTS.md), with Colonnade's layer semantics
-(src/core/models.cc, zoo_imagenet.cc, cpu_ops.cc; docs/MODELS.md):
+(src/core/models.cc, zoo_imagenet.cc, core/ops/lrn.cc and the other ops; docs/MODELS.md):
 
   * LRN across channels (AlexNet norm1, norm2): b_c = a_c / (k + alpha * sum a_j^2)^beta
     over the channels j in [c - 2, c + 2] of c's own column (window clipped to the column),

@@ -31,8 +31,8 @@ fi
 MUTATIONS=(
   "conv backward index (CPU col2im, kernel tap flipped)|src/core/cpu_ops.cc|float* d = dxrow + (ox * g.stride - g.pad + kx) * N;|float* d = dxrow + (ox * g.stride - g.pad + (g.KW - 1 - kx)) * N;|core_tests|^core\\.Shapes/ConvTest\\."
   "conv backward index (CUDA kernel on the emulator, tap not flipped)|src/cuda/conv_kernels.cu|const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);|const int kx = p.kx0 + p.step * (r % p.tkw);|cuda_emu_tests|^cuda_emu\\.Shapes/ConvTest\\."
-  "momentum sign (CPU SGD)|src/core/cpu_ops.cc|const float vi = p.momentum * v[i] - p.lr|const float vi = -p.momentum * v[i] - p.lr|core_tests|^core\\.(CpuOpsSgd|Optimizer)\\."
-  "momentum sign (CUDA SGD kernel on the emulator)|src/cuda/ops_kernels.cu|__fsub_rn(__fmul_rn(p.momentum, p.v[i])|__fsub_rn(__fmul_rn(-p.momentum, p.v[i])|cuda_emu_tests|^cuda_emu\\.CudaTest\\.SgdUpdate$"
+  "momentum sign (CPU SGD)|src/core/ops/sgd.cc|const float vi = p.momentum * v[i] - p.lr|const float vi = -p.momentum * v[i] - p.lr|core_tests|^core\\.(CpuOpsSgd|Optimizer)\\."
+  "momentum sign (CUDA SGD kernel on the emulator)|src/cuda/ops/sgd.cu|__fsub_rn(__fmul_rn(p.momentum, p.v[i])|__fsub_rn(__fmul_rn(-p.momentum, p.v[i])|cuda_emu_tests|^cuda_emu\\.CudaTest\\.SgdUpdate$"
   "resume cursor (data position dropped)|src/apps/train_setup.cc|start_cursor.position = c.state.cursor_position;|start_cursor.position = 0;|trainer checkpoint_diff train_loop_test|^trainer\\.checkpoint\\.resume_bitwise$|^apps\\.TrainLoopTest\\."
   "gradient bucket order (bucket launched one layer early)|src/parallel/gradient_sync.cc|current.ready_layer = i;|current.ready_layer = i + 1;|parallel_mpi_tests parallel_equivalence_test|^parallel_mpi_np[2-4]$|^parallel_equivalence_np2$"
   "sampler rank slice (neighbouring ranks overlap by one image)|src/data/sampler.cc|*begin = count * rank / size;|*begin = rank > 0 ? count * rank / size - 1 : 0;|data_tests parallel_equivalence_test trainer|^data\\.Sampler|^parallel_equivalence_np2$|^trainer\\.checkpoint\\.resume_bitwise_mpi$"

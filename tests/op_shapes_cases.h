@@ -1,8 +1,8 @@
 // Ops calls with inconsistent shapes or parameters that every backend must refuse, with the
-// message core/op_shapes.cc gives. The same table runs against CpuOps (tests/core,
-// op_shapes_test.cc) and the CUDA backend (tests/cuda, on the GPU and on the emulator), so
-// the backends cannot drift apart again. Each case records what the backends did before
-// the checks were shared.
+// message the shared shape rule gives (core/op_shapes.cc, core/ops/<family>.cc). The same table
+// runs against CpuOps (tests/core, op_shapes_test.cc) and the CUDA backend (tests/cuda, on the GPU
+// and on the emulator), so the backends cannot drift apart again. Each case records what the
+// backends did before the checks were shared.
 #pragma once
 
 #include <functional>
@@ -112,22 +112,22 @@ inline std::vector<BadOpsCall> BadOpsCalls() {
                  T x = ZeroTensor(s, d), y = ZeroTensor(s, d), gamma = ZeroTensor(c, d);
                  T beta = ZeroTensor(c, d), rm = ZeroTensor(c, d), rv = ZeroTensor(c2, d);
                  T sm = ZeroTensor(c, d), si = ZeroTensor(c, d), sc = ZeroTensor(c, d);
-                 ops.BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc,
-                                           BatchNormParams{});
+                 ops.BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc, BatchNormParams{},
+                                           false);
                }});
   // New with BatchNormApply (the recomputation of the backward pass): checked from the start.
   v.push_back({"BatchNormApplyShortScale", "per-channel tensor", [](Ops& ops, Device d) {
                  const Shape s{3, 2, 2, 4}, c{3};
                  T x = ZeroTensor(s, d), y = ZeroTensor(s, d), mean = ZeroTensor(c, d);
                  T scale = ZeroTensor(Shape{2}, d), shift = ZeroTensor(c, d);
-                 ops.BatchNormApply(x, mean, scale, shift, y);
+                 ops.BatchNormApply(x, mean, scale, shift, y, false);
                }});
   v.push_back({"BatchNormBackwardShortDbeta", "per-channel tensor", [](Ops& ops, Device d) {
                  const Shape s{3, 2, 2, 4}, c{3};
                  T x = ZeroTensor(s, d), dy = ZeroTensor(s, d), dx = ZeroTensor(s, d);
                  T gamma = ZeroTensor(c, d), sm = ZeroTensor(c, d), si = ZeroTensor(c, d);
                  T dgamma = ZeroTensor(c, d), dbeta = ZeroTensor(Shape{1}, d);
-                 ops.BatchNormBackward(x, gamma, sm, si, dy, dx, dgamma, dbeta);
+                 ops.BatchNormBackward(x, gamma, sm, si, nullptr, dy, dx, dgamma, dbeta);
                }});
   // Before: the GPU drew masks for images outside the global batch.
   v.push_back(

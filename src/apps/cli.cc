@@ -302,9 +302,12 @@ std::optional<int> ParseCommandLine(int argc, char** argv, const Cli& cli, bool 
   }
   // The environment is part of the command line: a malformed COLONNADE_* value stops the
   // program here, as a bad flag does; a variable nobody reads (a typo) is a warning.
-  std::vector<std::string> unknown;
-  if (s.ok()) s = CheckEnvironment(&unknown);
+  std::vector<std::string> unknown, gone;
+  if (s.ok()) s = CheckEnvironment(&unknown, &gone);
   if (s.ok()) {
+    for (const std::string& note : gone) {
+      if (print) std::fprintf(stderr, "%s: warning: %s\n", cli.program, note.c_str());
+    }
     for (const std::string& name : unknown) {
       if (print) {
         std::fprintf(stderr,

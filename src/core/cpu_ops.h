@@ -1,6 +1,8 @@
 // CpuOps: the reference implementation of Ops on the host, in float32, threaded over
 // channels/images where it matters; GEMM through CBLAS (OpenBLAS). It is both the CPU
-// training backend and the reference every CUDA kernel is tested against.
+// training backend and the reference every CUDA kernel is tested against. Each family's
+// methods are defined in core/ops/<family>.cc beside its parameters and shape rule; the
+// convolutions, GEMM and the thread pool in cpu_ops.cc.
 #pragma once
 
 #include <functional>
@@ -13,11 +15,14 @@ namespace colonnade {
 
 class CpuOps : public Ops {
  public:
+  using Ops::Add;
+  using Ops::PoolBackward;
+  using Ops::PoolForward;
   Device device() const override { return Device::kCPU; }
   void Fill(Tensor& y, float value) override;
   void Copy(const Tensor& x, Tensor& y) override;
   void Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
-  void Add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void Add(const Tensor& a, const Tensor& b, Tensor& y, bool relu) override;
   void CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) override;
   void CopyChannelsOut(const Tensor& y, int64_t c0, Tensor& x) override;
   double Sum(const Tensor& x) override;
@@ -30,11 +35,13 @@ class CpuOps : public Ops {
   void BiasBackward(const Tensor& dy, Tensor& db) override;
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;
-  void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) override;
+  // Records are not kept (the backward finds the maxima again): `record` is ignored.
+  void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* record) override;
   void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                    const PoolParams& p) override;
+                    const PoolParams& p, const Tensor* record) override;
   void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
   void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
+  // Always stores the denominators (an empty `denom` is given x's shape).
   void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) override;
   void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom, const Tensor& dy,
                         Tensor& dx, const LrnCrossParams& p) override;
@@ -44,16 +51,16 @@ class CpuOps : public Ops {
                          Tensor& dx, const LrnWithinParams& p) override;
   void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
-                             Tensor& save_invstd, Tensor& save_scale,
-                             const BatchNormParams& p) override;
+                             Tensor& save_invstd, Tensor& save_scale, const BatchNormParams& p,
+                             bool relu) override;
   void BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale, const Tensor& shift,
-                      Tensor& y) override;
+                      Tensor& y, bool relu) override;
   void BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                              const Tensor& running_mean, const Tensor& running_var, Tensor& y,
                              const BatchNormParams& p) override;
   void BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
-                         Tensor& dbeta) override;
+                         const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
+                         Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) override;

@@ -1,5 +1,6 @@
 #include "core/env.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -64,8 +65,6 @@ const std::vector<EnvVariable>& KnownEnvVariables() {
       {"COLONNADE_TC_SHORTK", 0, 1024, {}, "most K slices for the short-K tile"},
       {"COLONNADE_NVJPEG_BACKEND", 0, 0, {"hardware", "gpu_hybrid"}, "nvJPEG backend"},
       {"COLONNADE_CONV_GEMM", 0, 0, {"v2", "v3"}, "SIMT convolution GEMM version"},
-      {"COLONNADE_POOL_BWD", 0, 0, {"v2", "v3"}, "max-pool backward version"},
-      {"COLONNADE_LRN_POOL_FWD", 0, 0, {"v1", "v2"}, "fused LRN + max-pool version"},
       {"COLONNADE_TEST_RANKS_PER_NODE", 1, 65536, {}, "test only: ranks per pretended node"},
       ScriptVariable("COLONNADE_NO_SKIP"),
       ScriptVariable("COLONNADE_SHARED_DATA"),
@@ -112,11 +111,31 @@ absl::StatusOr<std::optional<std::string>> EnvWord(const char* name) {
                                     : "one of " + absl::StrJoin(v->words, ", "));
 }
 
-absl::Status CheckEnvironment(std::vector<std::string>* unknown) {
+const std::vector<RemovedEnvVariable>& RemovedEnvVariables() {
+  static const auto* removed = new std::vector<RemovedEnvVariable>{
+      {"COLONNADE_POOL_BWD",
+       "max-pool backward has one version on the main path (training reads the forward's argmax "
+       "record); versions 2 and 3 are compared in dev/pool_backward"},
+      {"COLONNADE_LRN_POOL_FWD",
+       "the LRN + max-pool fusion measured slower and left the main path (dev/lrn_pool)"},
+  };
+  return *removed;
+}
+
+absl::Status CheckEnvironment(std::vector<std::string>* unknown, std::vector<std::string>* gone) {
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry = *e;
     if (!absl::StartsWith(entry, "COLONNADE_")) continue;
     const std::string name = entry.substr(0, entry.find('='));
+    const auto removed = std::find_if(RemovedEnvVariables().begin(), RemovedEnvVariables().end(),
+                                      [&](const RemovedEnvVariable& r) { return name == r.name; });
+    if (removed != RemovedEnvVariables().end()) {
+      if (gone != nullptr) {
+        gone->push_back(
+            absl::StrFormat("%s is set but gone, and ignored: %s", name, removed->note));
+      }
+      continue;
+    }
     const EnvVariable* v = Find(name.c_str());
     if (v == nullptr) {
       if (unknown != nullptr) unknown->push_back(name);

@@ -33,10 +33,20 @@ absl::StatusOr<std::optional<int64_t>> EnvInt(const char* name);
 // otherwise (an empty value included).
 absl::StatusOr<std::optional<std::string>> EnvWord(const char* name);
 
+// Variables an earlier version read and this one does not, with what became of them.
+struct RemovedEnvVariable {
+  const char* name;
+  const char* note;
+};
+const std::vector<RemovedEnvVariable>& RemovedEnvVariables();
+
 // Every known COLONNADE_* variable that is set has a valid value (the first error), and
 // `unknown` (if not null) receives the names of set COLONNADE_* variables nobody reads
 // (a typo such as COLONNADE_TC_WGMA): a warning, since a variable of a newer or older
-// version may be set on purpose.
-absl::Status CheckEnvironment(std::vector<std::string>* unknown = nullptr);
+// version may be set on purpose. A removed variable that is set (RemovedEnvVariables) is no
+// error and not in `unknown`: `gone` (if not null) receives a one-line note for it,
+// "COLONNADE_POOL_BWD is set but gone, and ignored: ...", for a program to print as a warning.
+absl::Status CheckEnvironment(std::vector<std::string>* unknown = nullptr,
+                              std::vector<std::string>* gone = nullptr);
 
 }  // namespace colonnade

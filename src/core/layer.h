@@ -214,7 +214,7 @@ class Layer {
   // stored as float32 or bf16 (Tensor::dtype; x with dx and y with dy share a type), with
   // FP32 arithmetic, on the CUDA backend in bf16 precision: Net then stores the blobs that
   // only such layers touch in bf16 (Net::set_bf16_storage, docs/PRECISION.md). Asked after
-  // the fusions are marked (a fused ReLU or LRN does nothing and takes anything).
+  // the fusions are marked (a fused ReLU does nothing and takes anything).
   virtual bool bf16_io() const { return false; }
   // With bf16_io: an output may be bf16 only when every input is (max pooling).
   virtual bool bf16_output_needs_bf16_input() const { return false; }

@@ -217,24 +217,19 @@ void PoolLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const
   if (p_.kind != PoolParams::kMax) return ops.PoolForward(*x[0], *y[0], p_);
   // No record where no backward will read it: the CPU's finds the maximum again, and an
   // evaluation pass has none (nor does it touch the training step's record).
-  record_valid_ = lrn_ || (ops.device() != Device::kCPU && ctx.phase == Phase::kTrain);
+  record_valid_ = ops.device() != Device::kCPU && ctx.phase == Phase::kTrain;
   if (!record_valid_) return ops.PoolForward(*x[0], *y[0], p_);
-  // The record: float pixel indices for the fused LRN, bf16 window offsets otherwise.
-  const DType rec = lrn_ ? DType::kFloat32 : DType::kBF16;
-  if (arg_.shape() != y[0]->shape() || arg_.device() != ops.device() || arg_.dtype() != rec)
-    arg_ = Tensor(y[0]->shape(), ops.device(), rec);
-  if (!lrn_) return ops.MaxPoolForwardArg(*x[0], *y[0], arg_, p_);
-  ops.LrnMaxPoolForward(*x[0], *y[0], arg_, *lrn_, p_);
+  if (arg_.shape() != y[0]->shape() || arg_.device() != ops.device())
+    arg_ = Tensor(y[0]->shape(), ops.device(), DType::kBF16);
+  ops.PoolForward(*x[0], *y[0], p_, &arg_);
 }
 
 void PoolLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                          const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
-  if (p_.kind != PoolParams::kMax || !record_valid_)  // no record of the last forward
-    return ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_);
-  if (!lrn_) return ops.MaxPoolBackwardArg(*x[0], *y[0], arg_, *dy[0], *dx[0], p_);
-  ops.LrnMaxPoolBackward(*x[0], *y[0], arg_, *dy[0], *dx[0], *lrn_, p_);
+  const bool recorded = p_.kind == PoolParams::kMax && record_valid_;  // by the last forward
+  ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_, recorded ? &arg_ : nullptr);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -272,12 +267,9 @@ absl::StatusOr<std::vector<Shape>> LrnCrossLayer::Setup(const std::vector<Shape>
 
 void LrnCrossLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                             const std::vector<Tensor*>& y) {
-  if (fused_into_pool_) return;  // in place on x: the pool after it normalises
-  if (ops.LrnCrossRecomputesDenominator(p_)) {
-    denom_ = Tensor();  // none kept: the backward computes the denominators again
-  } else if (denom_.shape() != x[0]->shape() || denom_.device() != ops.device()) {
-    denom_ = Tensor(x[0]->shape(), ops.device());
-  }
+  // Empty: the backend keeps the denominators only where its backward cannot compute them
+  // again (ops.h), and gives denom_ the shape they need.
+  if (denom_.shape() != x[0]->shape() || denom_.device() != ops.device()) denom_ = Tensor();
   ops.LrnCrossForward(*x[0], *y[0], denom_, p_);
 }
 
@@ -285,8 +277,7 @@ void LrnCrossLayer::Backward(Ops& ops, const RunContext&, const std::vector<cons
                              const std::vector<const Tensor*>& y,
                              const std::vector<const Tensor*>& dy, const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
-  if (!fused_into_pool_) return ops.LrnCrossBackward(*x[0], *y[0], denom_, *dy[0], *dx[0], p_);
-  if (dx[0]->raw() != dy[0]->raw()) ops.Copy(*dy[0], *dx[0]);  // a gradient of its own
+  ops.LrnCrossBackward(*x[0], *y[0], denom_, *dy[0], *dx[0], p_);
 }
 
 ChannelSplit LrnCrossLayer::channel_split() const {
@@ -441,8 +432,7 @@ void AddLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tens
 
 void AddLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                          const std::vector<Tensor*>& y) {
-  if (fused_relu_) return ops.AddRelu(*x[0], *x[1], *y[0]);
-  ops.Add(*x[0], *x[1], *y[0]);
+  ops.Add(*x[0], *x[1], *y[0], fused_relu_);
 }
 
 void AddLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>&,
@@ -488,12 +478,10 @@ void BatchNormLayer::SetChannelBlock(int64_t first, int64_t, int64_t total) {
 
 void BatchNormLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                              const std::vector<Tensor*>& y) {
-  if (ctx.phase == Phase::kTrain && fused_relu_) {
-    ops.BatchNormReluForwardTrain(*x[0], gamma_.value, beta_.value, *y[0], running_mean_.value,
-                                  running_var_.value, save_mean_, save_invstd_, save_scale_, p_);
-  } else if (ctx.phase == Phase::kTrain) {
+  if (ctx.phase == Phase::kTrain) {
     ops.BatchNormForwardTrain(*x[0], gamma_.value, beta_.value, *y[0], running_mean_.value,
-                              running_var_.value, save_mean_, save_invstd_, save_scale_, p_);
+                              running_var_.value, save_mean_, save_invstd_, save_scale_, p_,
+                              fused_relu_);
   } else {
     ops.BatchNormForwardInfer(*x[0], gamma_.value, beta_.value, running_mean_.value,
                               running_var_.value, *y[0], p_);
@@ -503,9 +491,7 @@ void BatchNormLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<
 
 void BatchNormLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                                const std::vector<Tensor*>& y) {
-  if (fused_relu_)
-    return ops.BatchNormReluApply(*x[0], save_mean_, save_scale_, beta_.value, *y[0]);
-  ops.BatchNormApply(*x[0], save_mean_, save_scale_, beta_.value, *y[0]);
+  ops.BatchNormApply(*x[0], save_mean_, save_scale_, beta_.value, *y[0], fused_relu_);
 }
 
 void BatchNormLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
@@ -513,12 +499,8 @@ void BatchNormLayer::Backward(Ops& ops, const RunContext&, const std::vector<con
                               const std::vector<const Tensor*>& dy,
                               const std::vector<Tensor*>& dx) {
   CHECK(dx[0] != nullptr) << "batchnorm " << name() << " needs an input gradient buffer";
-  if (fused_relu_) {
-    return ops.BatchNormReluBackward(*x[0], gamma_.value, save_mean_, save_invstd_, *y[0], *dy[0],
-                                     *dx[0], gamma_.grad, beta_.grad);
-  }
-  ops.BatchNormBackward(*x[0], gamma_.value, save_mean_, save_invstd_, *dy[0], *dx[0], gamma_.grad,
-                        beta_.grad);
+  ops.BatchNormBackward(*x[0], gamma_.value, save_mean_, save_invstd_, fused_relu_ ? y[0] : nullptr,
+                        *dy[0], *dx[0], gamma_.grad, beta_.grad);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,9 +1,8 @@
 // The layer types. Each is a thin wrapper that derives shapes and calls Ops; the numerics
-// live in the Ops implementations (cpu_ops.cc, src/cuda/).
+// live in the Ops implementations (core/ops/<family>.cc, src/cuda/ops/<family>.cu).
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,37 +85,24 @@ class FullyConnectedLayer : public Layer {
 class PoolLayer : public Layer {
  public:
   PoolLayer(std::string name, PoolParams p) : Layer(std::move(name)), p_(p) {}
-  COLONNADE_LAYER_OVERRIDES(lrn_                          ? "lrn+maxpool"
-                            : p_.kind == PoolParams::kMax ? "maxpool"
-                                                          : "avgpool");
+  COLONNADE_LAYER_OVERRIDES(p_.kind == PoolParams::kMax ? "maxpool" : "avgpool");
   // Max pooling: the CPU finds each window's maximum again (x == y), the CUDA backend reads
   // its argmax record instead (arg_), but the plan keeps x and y for every backend; average
-  // pooling spreads dy by window size only (the CUDA kernel loads x but does not use it for
-  // kAvg). Fused with an LRN, x is the LRN's input (normalised again).
+  // pooling spreads dy by window size only.
   BackwardReads backward_reads() const override {
     const bool max = p_.kind == PoolParams::kMax;
     return {max, max, true};
   }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
-  bool bf16_io() const override { return true; }  // max, average, fused with an LRN
-  // Max pooling's backward finds the maximum's pixel by comparing x with y (the fused LRN
-  // keeps an argmax instead).
-  bool bf16_output_needs_bf16_input() const override {
-    return p_.kind == PoolParams::kMax && !lrn_;
-  }
+  bool bf16_io() const override { return true; }  // max and average
+  // Max pooling's backward finds the maximum's pixel by comparing x with y.
+  bool bf16_output_needs_bf16_input() const override { return p_.kind == PoolParams::kMax; }
   const PoolParams& pool_params() const { return p_; }
-  // The cross-channel LRN before this max pool runs inside it (Net::Fusions::lrn_pool): x
-  // is then the LRN's input, Forward writes MaxPool(Lrn(x)) and Backward the gradient of
-  // the LRN's input (Ops::LrnMaxPoolForward / LrnMaxPoolBackward). nullopt: unfused.
-  void set_fused_lrn(std::optional<LrnCrossParams> lrn) { lrn_ = lrn; }
-  bool fused_lrn() const { return lrn_.has_value(); }
 
  private:
   PoolParams p_;
-  std::optional<LrnCrossParams> lrn_;
-  // Max pooling, fused or not: the backend's record of the forward (each window's argmax),
-  // y's shape (float32 pixel indices fused with the LRN, bf16 window offsets otherwise); the
-  // CUDA backward reads it instead of x and y.
+  // Max pooling: the backend's record of the forward (each window's argmax as a bf16 offset in
+  // its window, y's shape: Ops::PoolForward); the CUDA backward reads it instead of x and y.
   Tensor arg_;
   bool record_valid_ = false;  // the last Forward wrote arg_ (else Backward finds the maxima)
 };
@@ -135,26 +121,17 @@ class LrnCrossLayer : public Layer {
  public:
   LrnCrossLayer(std::string name, LrnCrossParams p) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES("lrn");
-  // dx from x, y, its denominator and dy; fused into the pool after it, nothing but dy.
-  BackwardReads backward_reads() const override {
-    return {!fused_into_pool_, !fused_into_pool_, true};
-  }
+  // dx from x, y, its denominator and dy.
+  BackwardReads backward_reads() const override { return {true, true, true}; }
   ChannelSplit channel_split() const override;
   // Keeps the groups of its block (the split checks that whole groups fall in it).
   void SetChannelBlock(int64_t first, int64_t count, int64_t total) override;
   const LrnCrossParams& lrn_params() const { return p_; }
-  // Run by the max pool after it (PoolLayer::set_fused_lrn): Net then binds this layer in
-  // place on its input, Forward does nothing, and Backward passes the gradient on (the
-  // pool wrote the gradient of this layer's input already).
-  void set_fused_into_pool(bool on) { fused_into_pool_ = on; }
-  bool fused_into_pool() const { return fused_into_pool_; }
-  bool in_place_ok() const override { return fused_into_pool_; }
   bool bf16_io() const override { return true; }  // the denominator stays float32
 
  private:
   LrnCrossParams p_;
-  Tensor denom_;  // empty where the backend recomputes it (Ops::LrnCrossRecomputesDenominator)
-  bool fused_into_pool_ = false;
+  Tensor denom_;  // empty where the backend recomputes it (Ops::LrnCrossForward)
 };
 
 // Response normalisation within a map (cuda-convnet's rnorm).
@@ -238,7 +215,7 @@ class AddLayer : public Layer {
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                  const std::vector<Tensor*>& y) override;
   // The in-place ReLU after this sum runs inside it (Net::Fusions::add_relu: a residual
-  // block's end): Forward and Recompute write max(a + b, 0) (Ops::AddRelu), Backward gives
+  // block's end): Forward and Recompute write max(a + b, 0) (Ops::Add with relu), Backward gives
   // each input dy through the ReLU's mask (Ops::ReluBackward).
   void set_fused_relu(bool on) { fused_relu_ = on; }
   bool fused_relu() const { return fused_relu_; }
@@ -267,8 +244,8 @@ class BatchNormLayer : public Layer {
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                  const std::vector<Tensor*>& y) override;
   // The in-place ReLU after this layer runs inside it (Net::Fusions::bn_relu): Forward and
-  // Recompute write max(bn, 0), Backward first passes dy through the ReLU
-  // (Ops::BatchNormRelu*).
+  // Recompute write max(bn, 0), Backward first passes dy through the ReLU (the relu
+  // arguments of Ops::BatchNormForwardTrain, BatchNormApply, BatchNormBackward).
   void set_fused_relu(bool on) { fused_relu_ = on; }
   bool fused_relu() const { return fused_relu_; }
 

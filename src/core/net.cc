@@ -91,7 +91,6 @@ MemoryPlanOptions Net::PlanOptions() const {
 }
 
 void Net::MarkFusions() {
-  MarkLrnPoolFusions();
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer* l = layers_[i].layer.get();
     if (auto* relu = dynamic_cast<ReluLayer*>(l)) relu->set_fused(false);
@@ -122,9 +121,9 @@ void Net::MarkFusions() {
 }
 
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
-  Fusions f{false, false, false, false};
+  Fusions f{false, false, false};
   if (text == "default") return Fusions{};
-  if (text == "all") return Fusions{true, true, true, true};
+  if (text == "all") return Fusions{true, true, true};
   if (text == "none") return f;
   for (absl::string_view name : absl::StrSplit(text, ',')) {
     if (name == "conv_relu") {
@@ -134,11 +133,14 @@ absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
     } else if (name == "add_relu") {
       f.add_relu = true;
     } else if (name == "lrn_pool") {
-      f.lrn_pool = true;
+      return absl::InvalidArgumentError(
+          "fusion 'lrn_pool' is gone: the LRN + max-pool fusion measured slower and left the main "
+          "path (dev/lrn_pool); use a comma list of conv_relu, bn_relu, add_relu, or default, "
+          "all, or none");
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, lrn_pool, or "
-          "default, all, or none",
+          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, or default, "
+          "all, or none",
           name));
     }
   }
@@ -150,37 +152,7 @@ std::string FusionsName(const Fusions& f) {
   if (f.conv_relu) on.push_back("conv_relu");
   if (f.bn_relu) on.push_back("bn_relu");
   if (f.add_relu) on.push_back("add_relu");
-  if (f.lrn_pool) on.push_back("lrn_pool");
   return on.empty() ? "none" : absl::StrJoin(on, ",");
-}
-
-void Net::MarkLrnPoolFusions() {
-  for (const LrnPoolFusion& f : lrn_pool_fusions_) {  // undo: the names as the model gave them
-    layers_[f.lrn].outputs = {f.norm};
-    layers_[f.lrn + 1].inputs = {f.norm};
-    static_cast<LrnCrossLayer*>(layers_[f.lrn].layer.get())->set_fused_into_pool(false);
-    static_cast<PoolLayer*>(layers_[f.lrn + 1].layer.get())->set_fused_lrn(std::nullopt);
-  }
-  lrn_pool_fusions_.clear();
-  if (!fusions_.lrn_pool) return;
-  std::map<std::string, int> readers;
-  for (const LayerEntry& e : layers_)
-    for (const std::string& b : e.inputs) ++readers[b];
-  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
-    auto* lrn = dynamic_cast<LrnCrossLayer*>(layers_[i].layer.get());
-    auto* pool = dynamic_cast<PoolLayer*>(layers_[i + 1].layer.get());
-    if (!lrn || !pool || pool->pool_params().kind != PoolParams::kMax) continue;
-    const LayerEntry& e = layers_[i];
-    if (e.inputs.size() != 1 || e.outputs.size() != 1 || e.inputs == e.outputs) continue;
-    const std::string norm = e.outputs[0];  // a copy: the entry is renamed below
-    // Only the pool may read the normalised map: nobody else would find it.
-    if (layers_[i + 1].inputs != e.outputs || readers[norm] != 1 || pinned_.count(norm)) continue;
-    lrn_pool_fusions_.push_back({static_cast<int>(i), norm});
-    layers_[i].outputs = e.inputs;  // in place on its input: a no-op
-    layers_[i + 1].inputs = e.inputs;
-    lrn->set_fused_into_pool(true);
-    pool->set_fused_lrn(lrn->lrn_params());
-  }
 }
 
 std::set<std::string> Net::Bf16Blobs(const std::map<std::string, Shape>& shapes) const {
@@ -213,8 +185,7 @@ std::set<std::string> Net::Bf16Blobs(const std::map<std::string, Shape>& shapes)
 
 absl::StatusOr<MemoryPlan> Net::PlanMemory(int64_t batch) {
   if (batch < 1) return absl::InvalidArgumentError("batch size must be at least 1");
-  // Before shape inference and planning: a fused convolution's Backward reads its y, and a
-  // fused LRN runs in place.
+  // Before shape inference and planning: a fused convolution's Backward reads its y.
   MarkFusions();
   ASSIGN_OR_RETURN(const auto shapes, InferShapes(batch));
   MemoryPlanOptions options = PlanOptions();
@@ -249,7 +220,7 @@ absl::Status Net::Build(int64_t batch, Device device) {
                       plan.activation.count(name) &&
                       t.shape() == plan.buffers[plan.activation.at(name)].shape;
     if (!keep) t = Tensor();
-    // A blob this plan does not have (an LRN output a fusion took away) is gone.
+    // A blob this plan does not have is gone.
     it = plan.activation.count(name) ? std::next(it) : blobs_.erase(it);
   }
   // A step larger than the device is refused here, with the numbers and the way out, not

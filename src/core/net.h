@@ -47,18 +47,11 @@ struct Fusions {
   // A residual sum (AddLayer) whose output the next layer rectifies in place (the ResNets'
   // block ends) writes max(a + b, 0) itself (AddLayer::set_fused_relu).
   bool add_relu = true;
-  // A cross-channel LRN whose output only the next layer, a max pool, reads runs inside
-  // that pool (PoolLayer::set_fused_lrn; AlexNet's norm + pool), so the normalised map and
-  // its denominator are never stored. The LRN layer is then bound in place on its input
-  // (its output blob leaves the plan) and does nothing. Not fused: an LRN output that is
-  // pinned (PinBlob) or read by another layer. Off by default: it moves a third of the
-  // bytes but measured slower on an H200 (AlexNet, batch 256, bf16: 9.4 ms a step against
-  // 8.5 unfused; 8.0 with bf16 storage), its pool recomputing the LRN of every window it
-  // reads; experiments/mixed_precision/README.md.
-  bool lrn_pool = false;
+  // (A cross-channel LRN fused into the max pool after it measured slower and left the main
+  // path: dev/lrn_pool.)
 };
-// "conv_relu,bn_relu,add_relu,lrn_pool" (any subset, comma-separated), "default" (Fusions{}),
-// "all" or "none".
+// "conv_relu,bn_relu,add_relu" (any subset, comma-separated), "default" (Fusions{}), "all" or
+// "none". "lrn_pool" is refused with a note that it is gone.
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text);
 std::string FusionsName(const Fusions& f);
 
@@ -176,16 +169,9 @@ class Net {
   MemoryPlanOptions PlanOptions() const;
   // The blobs set_bf16_storage stores in bf16, for blob shapes `shapes` (after MarkFusions).
   std::set<std::string> Bf16Blobs(const std::map<std::string, Shape>& shapes) const;
-  // Marks the pairs to fuse (set_fusions), clearing earlier marks (and restoring the blob
-  // names an LRN + pool fusion changed). Runs before shape inference.
+  // Marks the pairs to fuse (set_fusions), clearing earlier marks. Runs before shape
+  // inference.
   void MarkFusions();
-  void MarkLrnPoolFusions();
-  // The LRN + pool pairs fused now: the LRN's layer index and its own output blob's name.
-  struct LrnPoolFusion {
-    int lrn;
-    std::string norm;
-  };
-  std::vector<LrnPoolFusion> lrn_pool_fusions_;
   // Runs a recomputation of the plan (Layer::Recompute of each of its runs).
   void Recompute(const Recomputation& r);
 

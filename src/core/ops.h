@@ -4,12 +4,26 @@
 // reference (CpuOps) or the GPU (cuda::CudaOps). All tensors passed to one call live on
 // that Ops' device. Activations are CHWN (see tensor.h). Unless stated, outputs are
 // overwritten (not accumulated) and must already have the right shape.
+//
+// A facade over the op families: each family's parameters and shape rule are in
+// core/ops/<family>.h, its CPU reference in core/ops/<family>.cc, its CUDA kernels in
+// src/cuda/ops/<family>.cu (docs/ARCHITECTURE.md, "Op families"). One virtual method per
+// operation; a fused pass or a variant is an argument of its family's operation (relu of Add
+// and the batch norms, the max pool's record), not a method of its own.
 #pragma once
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "core/ops/batchnorm.h"
+#include "core/ops/dropout.h"
+#include "core/ops/eltwise.h"
+#include "core/ops/lrn.h"
+#include "core/ops/pool.h"
+#include "core/ops/results.h"
+#include "core/ops/sgd.h"
+#include "core/ops/softmax.h"
 #include "core/precision.h"
 #include "core/results.h"
 #include "core/tensor.h"
@@ -30,90 +44,6 @@ inline int64_t ConvOutSize(int64_t in, int kernel, int stride, int pad) {
   return (in + 2 * pad - kernel) / stride + 1;
 }
 
-// Pooling windows start at -pad and step by `stride`; the output covers the border as in
-// cuda-convnet (ceil mode): out = ceil((in + 2*pad - size) / stride) + 1, and a window
-// that runs past the image is clipped. Average pooling divides by the number of pixels
-// of the window that lie inside the image.
-// With ceil_mode false the output is floor((in + 2*pad - size) / stride) + 1 (PyTorch's
-// default, used by torchvision's ResNet stem). y must have exactly that size, the one
-// PoolLayer::Setup infers (every backend checks it: core/op_shapes.h).
-struct PoolParams {
-  enum Kind { kMax, kAvg };
-  Kind kind = kMax;
-  int size = 3;
-  int stride = 2;
-  int pad = 0;
-  bool ceil_mode = true;
-};
-inline int64_t PoolOutSize(int64_t in, int size, int stride, int pad, bool ceil_mode = true) {
-  int64_t span = in + 2 * pad - size;
-  if (span <= 0) return 1;
-  if (!ceil_mode) return span / stride + 1;
-  int64_t out = (span + stride - 1) / stride + 1;
-  // A last window that would start in the padding only is dropped.
-  if ((out - 1) * stride >= in + pad) --out;
-  return out;
-}
-
-// Local response normalisation across channels:
-//   b_c = a_c / (k + alpha' * sum_{c' in window(c)} a_c'^2)^beta
-// with window(c) = [c - size/2, c + size/2] (size is odd) clipped to the channel's group (groups >
-// 1 keeps AlexNet's two columns independent), and alpha' = alpha (Krizhevsky et al. 2012: k = 2,
-// alpha = 1e-4, beta = 0.75, size = 5) or alpha/size when alpha_over_size is set (cuda-convnet and
-// PyTorch's convention, usually with k = 1).
-struct LrnCrossParams {
-  int size = 5;
-  float alpha = 1e-4f;
-  float beta = 0.75f;
-  float k = 2.0f;
-  bool alpha_over_size = false;
-  int groups = 1;
-};
-
-// Response normalisation within a map (cuda-convnet's `rnorm`):
-//   b = u / (k + (alpha / size^2) * sum_{size x size window} u^2)^beta
-// The window of pixel (y, x) is [y - size/2, y - size/2 + size) (likewise for x), clipped
-// to the image.
-struct LrnWithinParams {
-  int size = 3;
-  float alpha = 5e-5f;
-  float beta = 0.75f;
-  float k = 1.0f;
-};
-
-// Dropout with inverted scaling: y = x * mask / (1 - p). The mask of an element is a
-// pure function of (seed, step, global element index) drawn with Philox, so it is the
-// same whatever (dp, mp) layout computes it. The global element index of local element
-// (c, h, w, n) is ((c + channel_offset) * H + h) * W + w) * global_batch + n + image_offset,
-// with channels counted in the full (unsplit) layer.
-struct DropoutParams {
-  float p = 0.5f;
-  uint64_t seed = 0;  // already mixed with the layer's identity
-  int64_t step = 0;
-  // A CUDA-graph step (StepScalars): the kernel reads the step from here instead of `step`
-  // (the same value, uploaded before each replay). Null: `step`. The CPU ignores it.
-  const int64_t* step_on_device = nullptr;
-  int64_t channel_offset = 0;
-  int64_t image_offset = 0;
-  int64_t global_batch = 0;  // 0 means the local batch
-};
-
-struct BatchNormParams {
-  float eps = 1e-5f;
-  float momentum = 0.1f;  // running = (1 - momentum) * running + momentum * batch
-};
-
-struct SgdParams {
-  float lr = 0.01f;
-  float momentum = 0.9f;
-  float weight_decay = 0.0f;
-  // A CUDA-graph step (StepScalars): the kernel uses lr = *lr_on_device * lr_mult, one
-  // rounded FP32 product, the same bits as `lr` computed so on the host. Null: `lr`. The
-  // CPU ignores it.
-  const float* lr_on_device = nullptr;
-  float lr_mult = 1.0f;
-};
-
 // The values of a training step that change every step but are baked into the kernels'
 // launch arguments when the step is captured as a CUDA graph (src/cuda/step_graph.h): the
 // dropout masks' Philox step and the schedule's learning rate. A graphed step keeps one
@@ -133,14 +63,16 @@ class Ops {
   virtual ~Ops() = default;
   virtual Device device() const = 0;
 
-  // ---- element-wise and memory ------------------------------------------------
+  // ---- element-wise and memory (core/ops/eltwise.h) -----------------------------------------
   virtual void Fill(Tensor& y, float value) = 0;
   // Same element count; between storage types (CUDA, bf16 storage) the values convert.
   virtual void Copy(const Tensor& x, Tensor& y) = 0;
   // y = alpha * x + beta * y; with beta == 0, y is not read (BLAS convention).
   virtual void Axpby(float alpha, const Tensor& x, float beta, Tensor& y) = 0;
-  // y = a + b.
-  virtual void Add(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+  // y = a + b; with relu, y = max(a + b, 0) in the same pass (Net fuses a residual sum with
+  // the in-place ReLU after it), bitwise the sum then ReluForward.
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor& y, bool relu) = 0;
+  void Add(const Tensor& a, const Tensor& b, Tensor& y) { Add(a, b, y, false); }
   // Writes x (C1 x H x W x N) into channels [c0, c0 + C1) of y (C x H x W x N), or the
   // reverse for CopyChannelsOut. Contiguous blocks in CHWN.
   virtual void CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) = 0;
@@ -194,58 +126,37 @@ class Ops {
   virtual void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float* a, const float* b, float beta, float* c) = 0;
 
-  // ---- pooling --------------------------------------------------------------------
-  virtual void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) = 0;
+  // ---- pooling (core/ops/pool.h) ----------------------------------------------------------
+  // `record` (null: none), for max pooling: y's shape, bf16, the backend's. A backend that
+  // keeps records (CUDA, windows of at most 256 pixels) writes each window's argmax there
+  // (the first maximum's offset in its window), and the backward given the same record routes
+  // dy by it without reading x or y; others leave it untouched and find the maxima again from
+  // x and y. Same bits either way.
+  virtual void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* record) = 0;
+  void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
+    PoolForward(x, y, p, nullptr);
+  }
   // dx from x, y, dy (max pooling routes to the first maximum of each window).
   virtual void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                            const PoolParams& p) = 0;
-  // Max pooling with a record for the backward: `arg` (y's shape, bf16) is the backend's.
-  // The CUDA kernels write each window's argmax there (the first maximum's offset in its
-  // window) and the backward routes dy by it without reading x or y; the defaults leave it
-  // untouched and run PoolForward / PoolBackward. Same bits either way.
-  virtual void MaxPoolForwardArg(const Tensor& x, Tensor& y, Tensor& /*arg*/, const PoolParams& p) {
-    PoolForward(x, y, p);
-  }
-  virtual void MaxPoolBackwardArg(const Tensor& x, const Tensor& y, const Tensor& /*arg*/,
-                                  const Tensor& dy, Tensor& dx, const PoolParams& p) {
-    PoolBackward(x, y, dy, dx, p);
+                            const PoolParams& p, const Tensor* record) = 0;
+  void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                    const PoolParams& p) {
+    PoolBackward(x, y, dy, dx, p, nullptr);
   }
   // x C x H x W x N -> y C x 1 x 1 x N (mean over pixels).
   virtual void GlobalAvgPoolForward(const Tensor& x, Tensor& y) = 0;
   virtual void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) = 0;
 
-  // ---- normalisation ----------------------------------------------------------------
-  // `denom` (same shape as x) receives k + alpha' * sum a^2, reused by backward. Where
-  // LrnCrossRecomputesDenominator(p), `denom` may be an empty Tensor in both calls: the
-  // forward then stores nothing and the backward computes the denominators again from x,
-  // with the forward's bits (the CUDA backend: half-widths 1-4; the CPU always stores them).
-  virtual bool LrnCrossRecomputesDenominator(const LrnCrossParams& /*p*/) const { return false; }
+  // ---- normalisation (core/ops/lrn.h, core/ops/batchnorm.h) ---------------------------------
+  // `denom` receives k + alpha' * sum a^2 (x's shape), which the backward reads. Passed empty,
+  // it is the backend's choice: where it computes the denominators again in the backward from
+  // x, with the forward's bits (the CUDA backend: half-widths 1-4), it leaves `denom` empty and
+  // stores nothing; otherwise it gives `denom` x's shape on this device and stores them. The
+  // backward takes `denom` as the forward left it.
   virtual void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom,
                                const LrnCrossParams& p) = 0;
   virtual void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
                                 const Tensor& dy, Tensor& dx, const LrnCrossParams& p) = 0;
-  // Cross-channel LRN then max pooling, as one pass (Net fuses an LRN whose output only a
-  // max pool reads: AlexNet's norm + pool): y = MaxPool(Lrn(x)) without storing Lrn(x) or
-  // its denominator. `arg` (y's shape) is the backend's record for the backward: the CUDA
-  // kernels write each window's argmax there (the pixel index iy * W + ix as a float); the
-  // defaults leave it untouched and recompute. Backward writes dx, the gradient of x, from
-  // x, the forward's y and arg, and dy. The defaults are the primitives (LRN into scratch,
-  // pool; backward: LRN again, pool backward, LRN backward), and the fused kernels give
-  // their bits exactly: the fusion changes no result.
-  virtual void LrnMaxPoolForward(const Tensor& x, Tensor& y, Tensor& /*arg*/,
-                                 const LrnCrossParams& lp, const PoolParams& pp) {
-    Tensor norm(x.shape(), device()), denom(x.shape(), device());
-    LrnCrossForward(x, norm, denom, lp);
-    PoolForward(norm, y, pp);
-  }
-  virtual void LrnMaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& /*arg*/,
-                                  const Tensor& dy, Tensor& dx, const LrnCrossParams& lp,
-                                  const PoolParams& pp) {
-    Tensor norm(x.shape(), device()), denom(x.shape(), device()), dnorm(x.shape(), device());
-    LrnCrossForward(x, norm, denom, lp);
-    PoolBackward(norm, y, dy, dnorm, pp);
-    LrnCrossBackward(x, norm, denom, dnorm, dx, lp);
-  }
   virtual void LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
                                 const LrnWithinParams& p) = 0;
   virtual void LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& denom,
@@ -255,66 +166,35 @@ class Ops {
   // (unbiased variance); y = (x - save_mean) * save_scale + beta per channel, where
   // save_scale (C elements) is the float gamma * invstd it used (kept so that
   // BatchNormApply can write the same y again). Inference: uses the running statistics.
+  // With relu, y = max(y, 0) in the same pass (Net fuses a batch norm whose output the next
+  // layer rectifies in place: GoogLeNet's and the ResNets' conv + bn + relu), bitwise the
+  // batch norm then ReluForward.
   virtual void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      Tensor& y, Tensor& running_mean, Tensor& running_var,
                                      Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
-                                     const BatchNormParams& p) = 0;
-  // y = (x - mean) * scale + shift per channel, with the training forward's exact float
-  // arithmetic: given its save_mean, save_scale and beta, bitwise the y it wrote (the
-  // recomputation of batch-norm outputs in the backward pass, docs/MEMORY.md).
+                                     const BatchNormParams& p, bool relu) = 0;
+  // y = (x - mean) * scale + shift per channel (then max(y, 0) with relu), with the training
+  // forward's exact float arithmetic: given its save_mean, save_scale and beta, bitwise the y
+  // it wrote (the recomputation of batch-norm outputs in the backward pass, docs/MEMORY.md).
   virtual void BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
-                              const Tensor& shift, Tensor& y) = 0;
+                              const Tensor& shift, Tensor& y, bool relu) = 0;
   virtual void BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      const Tensor& running_mean, const Tensor& running_var,
                                      Tensor& y, const BatchNormParams& p) = 0;
+  // With relu_y (the y of a forward with relu; null: none) dy first passes that ReLU
+  // (ReluBackward), bitwise as if it had been masked apart.
   virtual void BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                                 const Tensor& save_invstd, const Tensor& dy, Tensor& dx,
-                                 Tensor& dgamma, Tensor& dbeta) = 0;
+                                 const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
+                                 Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
 
-  // Batch norm then ReLU as one pass (Net fuses a batch norm whose output the next layer
-  // rectifies in place: GoogLeNet's and the ResNets' conv + bn + relu). The defaults are the
-  // primitives in this order; the CUDA backend rectifies in the normalising pass and masks
-  // dy as its backward reads it, the same bits.
-  // Training forward: BatchNormForwardTrain, then y = max(y, 0).
-  virtual void BatchNormReluForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                         Tensor& y, Tensor& running_mean, Tensor& running_var,
-                                         Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
-                                         const BatchNormParams& p) {
-    BatchNormForwardTrain(x, gamma, beta, y, running_mean, running_var, save_mean, save_invstd,
-                          save_scale, p);
-    ReluForward(y, y);
-  }
-  // BatchNormApply, then y = max(y, 0): the fused training forward's y again.
-  virtual void BatchNormReluApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
-                                  const Tensor& shift, Tensor& y) {
-    BatchNormApply(x, mean, scale, shift, y);
-    ReluForward(y, y);
-  }
-  // Backward from dy, the gradient of relu_y = max(batch norm(x), 0): dy passes the ReLU
-  // (ReluBackward), then BatchNormBackward.
-  virtual void BatchNormReluBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                                     const Tensor& save_invstd, const Tensor& relu_y,
-                                     const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
-    Tensor masked(dy.shape(), device());
-    ReluBackward(relu_y, dy, masked);
-    BatchNormBackward(x, gamma, save_mean, save_invstd, masked, dx, dgamma, dbeta);
-  }
-
-  // y = max(a + b, 0) (Net fuses a residual sum with the in-place ReLU after it). Default:
-  // Add, then ReluForward.
-  virtual void AddRelu(const Tensor& a, const Tensor& b, Tensor& y) {
-    Add(a, b, y);
-    ReluForward(y, y);
-  }
-
-  // ---- activations -------------------------------------------------------------------
+  // ---- activations (core/ops/eltwise.h, core/ops/dropout.h) -------------------------------
   virtual void ReluForward(const Tensor& x, Tensor& y) = 0;                      // may alias
   virtual void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // may alias
   // mask receives the kept/dropped scale (0 or 1/(1-p)) of each element.
   virtual void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) = 0;
   virtual void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;
 
-  // ---- loss ------------------------------------------------------------------------------
+  // ---- loss (core/ops/softmax.h) ----------------------------------------------------------
   // logits K x 1 x 1 x N (or K x N), labels 1 x N (class indices stored as floats).
   // probs receives the softmax; loss_per_image (N) the cross-entropy -log p[label].
   virtual void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,
@@ -323,7 +203,7 @@ class Ops {
   virtual void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
                                            Tensor& dlogits) = 0;
 
-  // ---- results (core/results.h) ----------------------------------------------------------
+  // ---- results (core/ops/results.h, core/results.h) ---------------------------------------
   // Adds one step's results to `totals` (a kResultTotalsFloats tensor holding a
   // ResultTotals, on this device): the sum of loss_per_image (N), the top-1 and top-5
   // correct counts of probs (K x N, the softmax) for labels (N), as CountCorrect counts
@@ -334,7 +214,7 @@ class Ops {
                                  const Tensor& loss_per_image, int64_t step,
                                  const int64_t* step_on_device, Tensor& totals) = 0;
 
-  // ---- optimiser --------------------------------------------------------------------------
+  // ---- optimiser (core/ops/sgd.h) ---------------------------------------------------------
   // Fused SGD with momentum and L2 weight decay (Krizhevsky et al. 2012, sec. 5):
   //   v = momentum * v - lr * (grad + weight_decay * w);  w = w + v
   virtual void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) = 0;

@@ -1,21 +1,37 @@
 // CudaOps: the Ops interface on one GPU. Convolutions use the hand-written CHWN kernels of
 // conv_kernels.cu, fully connected products cuBLAS in strict FP32 (no TF32: pedantic
-// math mode), everything else ops_kernels.cu. Every call is queued on one stream and
-// returns without waiting, except Sum (which returns a value) and Synchronize.
-// set_conv_math moves the convolutions onto the tensor-core kernels (conv_tc_kernels.cu).
+// math mode), every other family the kernels of src/cuda/ops/<family>.cu, where its methods
+// are defined too (this class's declarations are the list; cuda_ops.cc holds the
+// convolutions, GEMM and precision). Every call is queued on one stream and returns without
+// waiting, except Sum (which returns a value) and Synchronize. set_conv_math moves the
+// convolutions onto the tensor-core kernels (conv_tc_kernels.cu).
 #pragma once
 
 #include <initializer_list>
 #include <memory>
 
+#include "core/log.h"
+#include "core/op_shapes.h"
 #include "core/ops.h"
 #include "cuda/caching_allocator.h"
 #include "cuda/kernels.h"
+// The launchers of each family (their kernels: ops/<family>.cu).
+#include "cuda/ops/batchnorm.h"
+#include "cuda/ops/dropout.h"
+#include "cuda/ops/eltwise.h"
+#include "cuda/ops/lrn.h"
+#include "cuda/ops/pool.h"
+#include "cuda/ops/results.h"
+#include "cuda/ops/sgd.h"
+#include "cuda/ops/softmax.h"
 
 namespace colonnade::cuda {
 
 class CudaOps : public Ops {
  public:
+  using Ops::Add;
+  using Ops::PoolBackward;
+  using Ops::PoolForward;
   CudaOps(const DeviceContext& ctx, cublasHandle_t blas) : ctx_(ctx), blas_(blas) {}
   Device device() const override { return Device::kCUDA; }
   const DeviceContext& context() const { return ctx_; }
@@ -23,8 +39,7 @@ class CudaOps : public Ops {
   void Fill(Tensor& y, float value) override;
   void Copy(const Tensor& x, Tensor& y) override;
   void Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
-  void Add(const Tensor& a, const Tensor& b, Tensor& y) override;
-  void AddRelu(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void Add(const Tensor& a, const Tensor& b, Tensor& y, bool relu) override;
   void CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) override;
   void CopyChannelsOut(const Tensor& y, int64_t c0, Tensor& x) override;
   double Sum(const Tensor& x) override;
@@ -46,50 +61,30 @@ class CudaOps : public Ops {
                          Tensor& dw, Tensor* db, Tensor* dx, const ConvParams& p) override;
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;
-  void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) override;
+  void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* record) override;
   void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                    const PoolParams& p) override;
-  void MaxPoolForwardArg(const Tensor& x, Tensor& y, Tensor& arg, const PoolParams& p) override;
-  void MaxPoolBackwardArg(const Tensor& x, const Tensor& y, const Tensor& arg, const Tensor& dy,
-                          Tensor& dx, const PoolParams& p) override;
+                    const PoolParams& p, const Tensor* record) override;
   void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
   void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
   void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) override;
   void LrnCrossBackward(const Tensor& x, const Tensor& y, const Tensor& denom, const Tensor& dy,
                         Tensor& dx, const LrnCrossParams& p) override;
-  // One kernel each way (ops_kernels.cu), bit for bit the unfused kernels; parameters the
-  // kernels do not take (pooling windows over 3 x 3, LRN over 9 channels) run the defaults.
-  bool LrnCrossRecomputesDenominator(const LrnCrossParams& p) const override;
-  void LrnMaxPoolForward(const Tensor& x, Tensor& y, Tensor& arg, const LrnCrossParams& lp,
-                         const PoolParams& pp) override;
-  void LrnMaxPoolBackward(const Tensor& x, const Tensor& y, const Tensor& arg, const Tensor& dy,
-                          Tensor& dx, const LrnCrossParams& lp, const PoolParams& pp) override;
   void LrnWithinForward(const Tensor& x, Tensor& y, Tensor& denom,
                         const LrnWithinParams& p) override;
   void LrnWithinBackward(const Tensor& x, const Tensor& y, const Tensor& denom, const Tensor& dy,
                          Tensor& dx, const LrnWithinParams& p) override;
   void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
-                             Tensor& save_invstd, Tensor& save_scale,
-                             const BatchNormParams& p) override;
+                             Tensor& save_invstd, Tensor& save_scale, const BatchNormParams& p,
+                             bool relu) override;
   void BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale, const Tensor& shift,
-                      Tensor& y) override;
+                      Tensor& y, bool relu) override;
   void BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                              const Tensor& running_mean, const Tensor& running_var, Tensor& y,
                              const BatchNormParams& p) override;
   void BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                         const Tensor& save_invstd, const Tensor& dy, Tensor& dx, Tensor& dgamma,
-                         Tensor& dbeta) override;
-  // The ReLU in the normalising kernel; the backward's two passes read dy through the mask.
-  void BatchNormReluForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                                 Tensor& y, Tensor& running_mean, Tensor& running_var,
-                                 Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
-                                 const BatchNormParams& p) override;
-  void BatchNormReluApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
-                          const Tensor& shift, Tensor& y) override;
-  void BatchNormReluBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
-                             const Tensor& save_invstd, const Tensor& relu_y, const Tensor& dy,
-                             Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
+                         const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
+                         Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) override;
@@ -126,10 +121,36 @@ class CudaOps : public Ops {
   TcInput TcOperand(const Tensor& t, std::unique_ptr<Scratch>& copy);
   // Ends the process when a bf16-stored tensor reaches a convolution outside bf16 math.
   void RefuseBf16Storage(std::initializer_list<const Tensor*> ts, const char* op) const;
-  // The training forward, with or without the fused ReLU.
-  void BatchNormTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
-                      Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
-                      Tensor& save_invstd, Tensor& save_scale, const BatchNormParams& p, bool relu);
 };
+
+// ---- what the CudaOps methods of every family check and convert -------------------------------
+inline void CheckOnDevice(const Tensor& t, const char* what) {
+  CHECK(t.device() == Device::kCUDA) << what << " must live on the GPU";
+}
+// The kernels index in 32 bits where they can.
+inline int I32(int64_t v, const char* what) {
+  CHECK(v >= 0 && v < (int64_t(1) << 31)) << what << " = " << v << " does not fit in 32 bits";
+  return static_cast<int>(v);
+}
+// Per-channel inner size of a tensor viewed as C x (everything else).
+inline int64_t Inner(const Tensor& t) {
+  return t.shape().rank() == 0 ? 0 : t.size() / t.shape()[0];
+}
+inline StorageType StorageOf(const Tensor& t) {
+  return t.is_bf16() ? StorageType::kBF16 : StorageType::kFloat;
+}
+// Tensors that must share a storage type (x and dx, y, dy and relu_y; an output aliasing an
+// input): a kernel instantiation reads and writes each through one type.
+inline void SameStorage(const Tensor& a, const char* a_name, const Tensor& b, const char* b_name,
+                        const char* op) {
+  CHECK(a.dtype() == b.dtype()) << op << ": " << a_name << " and " << b_name
+                                << " must share a storage type (" << a_name << " "
+                                << DTypeName(a.dtype()) << ", " << b_name << " "
+                                << DTypeName(b.dtype()) << ")";
+}
+// y written in place over x (the same storage) must be of x's type.
+inline void AliasSameStorage(const Tensor& x, const char* x_name, const Tensor& y, const char* op) {
+  if (x.raw() == y.raw() && x.size() > 0) SameStorage(x, x_name, y, "y (in place)", op);
+}
 
 }  // namespace colonnade::cuda

@@ -5,6 +5,7 @@
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels.h"
+#include "cuda/ops/sgd.h"
 #include "cuda/port.h"
 
 namespace colonnade::cuda {

@@ -1,6 +1,6 @@
-// CpuOps calls that no single layer test covers on its own: GEMM transposes, the
-// element-wise and memory ops, the double-precision Sum, the fused SGD update, thread
-// settings, and results that must not depend on the number of threads.
+// What CpuOps shares across the op families (cpu_ops.cc): GEMM transposes, host and bf16
+// tensors, thread settings, and results that must not depend on the number of threads. Each
+// family's own CPU tests are in tests/core/ops/<family>_test.cc.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -51,34 +51,6 @@ TEST(CpuOpsGemm, AllTransposesMatchNaive) {
       Cpu().Gemm(ta, tb, m, n, k, alpha, a.data(), b.data(), beta, c.data());
       EXPECT_LT(RelativeError(c, ref), kForwardTolerance) << "ta=" << ta << " tb=" << tb;
     }
-}
-
-TEST(CpuOpsElementwise, AxpbyWithBetaZeroIgnoresOldValues) {
-  std::mt19937 rng(2);
-  const Shape s{1000};
-  std::vector<float> x = RandomUniform(1000, rng);
-  Tensor xt = TensorFrom(s, x), y = PoisonedTensor(s);
-  Cpu().Axpby(2.0f, xt, 0.0f, y);
-  std::vector<float> v = y.ToHost();
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(v[i], 2.0f * x[i]);
-}
-
-TEST(CpuOpsElementwise, AxpbyAndAddAllowAliasing) {
-  std::mt19937 rng(3);
-  const Shape s = Shape::CHWN(3, 17, 19, 23);  // big enough to be split over threads
-  std::vector<float> x = RandomUniform(s.elements(), rng), y = RandomUniform(s.elements(), rng);
-  Tensor xt = TensorFrom(s, x), yt = TensorFrom(s, y);
-  Cpu().Axpby(0.5f, xt, 3.0f, yt);
-  std::vector<double> ref(x.size());
-  for (size_t i = 0; i < x.size(); ++i) ref[i] = 0.5 * x[i] + 3.0 * y[i];
-  EXPECT_LT(RelativeError(yt.ToHost(), ref), kForwardTolerance);
-  Cpu().Axpby(2.0f, xt, 1.0f, xt);  // x = 3x
-  for (size_t i = 0; i < x.size(); ++i) ref[i] = 3.0 * x[i];
-  EXPECT_LT(RelativeError(xt.ToHost(), ref), kForwardTolerance);
-  Tensor a = TensorFrom(s, x), b = TensorFrom(s, y);
-  Cpu().Add(a, b, a);  // the Net accumulates gradients in place like this
-  for (size_t i = 0; i < x.size(); ++i) ref[i] = static_cast<double>(x[i]) + y[i];
-  EXPECT_LT(RelativeError(a.ToHost(), ref), kForwardTolerance);
 }
 
 // Without a device that gives page-locked memory (the CPU, or a build without CUDA),
@@ -160,84 +132,6 @@ TEST(TensorBf16, RoundingAndStorage) {
   EXPECT_DEATH(copy.CopyFrom(arena.View(Shape{4}, 0)), "CopyFrom float32 into bf16");
 }
 
-TEST(CpuOpsElementwise, FillAndCopy) {
-  const Shape s = Shape::CHWN(4, 30, 30, 9);
-  Tensor a(s), b = PoisonedTensor(s);
-  Cpu().Fill(a, -1.5f);
-  Cpu().Copy(a, b);
-  for (float v : b.ToHost()) ASSERT_EQ(v, -1.5f);
-}
-
-TEST(CpuOpsElementwise, CopyChannelsInAndOut) {
-  std::mt19937 rng(4);
-  const Shape part = Shape::CHWN(2, 3, 4, 5), whole = Shape::CHWN(7, 3, 4, 5);
-  std::vector<float> p = RandomUniform(part.elements(), rng);
-  Tensor pt = TensorFrom(part, p), wt(whole), back = PoisonedTensor(part);
-  Cpu().Fill(wt, 9.0f);
-  Cpu().CopyChannelsIn(pt, 3, wt);
-  std::vector<float> w = wt.ToHost();
-  const Dims wd = DimsOf(whole), pd = DimsOf(part);
-  for (int64_t c = 0; c < wd.c; ++c)
-    for (int64_t h = 0; h < wd.h; ++h)
-      for (int64_t x = 0; x < wd.w; ++x)
-        for (int64_t n = 0; n < wd.n; ++n) {
-          const float expect = (c >= 3 && c < 5) ? p[pd.at(c - 3, h, x, n)] : 9.0f;
-          ASSERT_EQ(w[wd.at(c, h, x, n)], expect);
-        }
-  Cpu().CopyChannelsOut(wt, 3, back);
-  EXPECT_EQ(back.ToHost(), p);
-}
-
-TEST(CpuOpsElementwise, BiasAddAndBackward) {
-  std::mt19937 rng(5);
-  const Shape s = Shape::CHWN(5, 3, 4, 7);
-  std::vector<float> y = RandomUniform(s.elements(), rng), b = RandomUniform(5, rng);
-  Tensor yt = TensorFrom(s, y), bt = TensorFrom(Shape{5}, b), db = PoisonedTensor(Shape{5});
-  Cpu().AddBias(yt, bt);
-  Cpu().BiasBackward(TensorFrom(s, y), db);
-  const int64_t per = s.elements() / 5;
-  std::vector<double> ref(y.size()), dref(5, 0.0);
-  for (int64_t i = 0; i < s.elements(); ++i) {
-    ref[i] = static_cast<double>(y[i]) + b[i / per];
-    dref[i / per] += y[i];
-  }
-  EXPECT_LT(RelativeError(yt.ToHost(), ref), kForwardTolerance);
-  EXPECT_LT(RelativeError(db.ToHost(), dref), kForwardTolerance);
-}
-
-// 2^24 + 2^20 ones: a float accumulator would stop at 2^24.
-TEST(CpuOpsSum, AccumulatesInDouble) {
-  const int64_t n = (int64_t{1} << 24) + (int64_t{1} << 20);
-  Tensor t(Shape{n});
-  Cpu().Fill(t, 1.0f);
-  EXPECT_EQ(Cpu().Sum(t), static_cast<double>(n));
-  std::mt19937 rng(6);
-  std::vector<float> v = RandomUniform(12345, rng);
-  double ref = 0.0;
-  for (float x : v) ref += x;
-  EXPECT_NEAR(Cpu().Sum(TensorFrom(Shape{12345}, v)), ref, 1e-9);
-}
-
-TEST(CpuOpsSgd, MomentumAndWeightDecay) {
-  std::mt19937 rng(7);
-  const Shape s{333};
-  std::vector<float> w = RandomUniform(333, rng), g = RandomUniform(333, rng),
-                     v = RandomUniform(333, rng);
-  Tensor wt = TensorFrom(s, w), gt = TensorFrom(s, g), vt = TensorFrom(s, v);
-  SgdParams p;
-  p.lr = 0.05f;
-  p.momentum = 0.9f;
-  p.weight_decay = 5e-4f;
-  Cpu().SgdUpdate(wt, gt, vt, p);
-  std::vector<double> vref(333), wref(333);
-  for (int i = 0; i < 333; ++i) {
-    vref[i] = 0.9 * v[i] - 0.05 * (g[i] + 5e-4 * w[i]);
-    wref[i] = w[i] + vref[i];
-  }
-  EXPECT_LT(RelativeError(vt.ToHost(), vref), kForwardTolerance);
-  EXPECT_LT(RelativeError(wt.ToHost(), wref), kForwardTolerance);
-}
-
 TEST(CpuThreads, EnvironmentDefaultAndOverride) {
   ThreadCount restore;
   if (const char* env = std::getenv("COLONNADE_CPU_THREADS")) {
@@ -293,8 +187,8 @@ TEST(CpuThreads, ResultsDoNotDependOnThreadCount) {
     Cpu().Fill(beta, 0.25f);
     Cpu().Fill(rm, 0.0f);
     Cpu().Fill(rv, 1.0f);
-    Cpu().BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc, {});
-    Cpu().BatchNormBackward(x, gamma, sm, si, g, dx, dg, dbt);
+    Cpu().BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc, {}, false);
+    Cpu().BatchNormBackward(x, gamma, sm, si, nullptr, g, dx, dg, dbt);
     out.push_back(y.ToHost());
     out.push_back(dx.ToHost());
     out.push_back(dg.ToHost());

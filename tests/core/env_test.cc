@@ -13,7 +13,7 @@ class EnvTest : public ::testing::Test {
  protected:
   void TearDown() override {
     for (const char* n : {"COLONNADE_CPU_THREADS", "COLONNADE_TC_WGMMA", "COLONNADE_NOT_A_THING",
-                          "COLONNADE_SHARED_DATA"}) {
+                          "COLONNADE_SHARED_DATA", "COLONNADE_POOL_BWD"}) {
       unsetenv(n);
     }
   }
@@ -68,6 +68,21 @@ TEST_F(EnvTest, UnknownVariablesAreReportedNotRefused) {
   EXPECT_NE(std::find(unknown.begin(), unknown.end(), "COLONNADE_NOT_A_THING"), unknown.end());
   for (const EnvVariable& v : KnownEnvVariables()) {
     EXPECT_EQ(std::find(unknown.begin(), unknown.end(), v.name), unknown.end()) << v.name;
+  }
+}
+
+// A variable an earlier version read (a kernel version to force) is neither an error nor a
+// typo: the program prints what became of it.
+TEST_F(EnvTest, RemovedVariablesAreNotedAsGone) {
+  setenv("COLONNADE_POOL_BWD", "v2", 1);
+  std::vector<std::string> unknown, gone;
+  ASSERT_TRUE(CheckEnvironment(&unknown, &gone).ok());
+  EXPECT_EQ(std::find(unknown.begin(), unknown.end(), "COLONNADE_POOL_BWD"), unknown.end());
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].find("COLONNADE_POOL_BWD is set but gone, and ignored: "), 0u) << gone[0];
+  EXPECT_NE(gone[0].find("dev/pool_backward"), std::string::npos) << gone[0];
+  for (const RemovedEnvVariable& r : RemovedEnvVariables()) {
+    for (const EnvVariable& v : KnownEnvVariables()) EXPECT_STRNE(r.name, v.name);
   }
 }
 

@@ -364,7 +364,7 @@ TEST(MemoryPlan, RecomputedBlockOutputsLiveShorter) {
 struct Trace {
   std::vector<std::vector<float>> losses, logits;  // per step; then the eval forward
   std::vector<std::vector<float>> params;
-  int conv_relu = 0, bn_relu = 0, add_relu = 0, lrn_pool = 0;  // pairs the Build fused
+  int conv_relu = 0, bn_relu = 0, add_relu = 0;  // pairs the Build fused
 };
 
 // How Train builds the net: the memory plan, the poisoned arena, recomputation, fusions.
@@ -375,9 +375,9 @@ struct TrainSetup {
   Fusions fusions;
 };
 TrainSetup Plain() { return {false, false}; }  // one buffer each, nothing poisoned
-TrainSetup Fused(bool conv_relu, bool bn_relu, bool add_relu, bool lrn_pool) {
+TrainSetup Fused(bool conv_relu, bool bn_relu, bool add_relu) {
   TrainSetup s;
-  s.fusions = {conv_relu, bn_relu, add_relu, lrn_pool};
+  s.fusions = {conv_relu, bn_relu, add_relu};
   return s;
 }
 
@@ -399,8 +399,6 @@ Trace Train(const std::string& model, int input, const TrainSetup& setup, int st
       ++t.bn_relu;
     if (auto* add = dynamic_cast<const AddLayer*>(e.layer.get()); add && add->fused_relu())
       ++t.add_relu;
-    if (auto* pool = dynamic_cast<const PoolLayer*>(e.layer.get()); pool && pool->fused_lrn())
-      ++t.lrn_pool;
   }
   net->InitParams(11);
   SgdOptimizer opt({0.9f, 1e-4f});
@@ -465,7 +463,7 @@ INSTANTIATE_TEST_SUITE_P(Zoo, PoisonedPlanTrains,
 int FusedPairsTrainingBitwiseAsApart(const std::string& model, const TrainSetup& apart,
                                      int Trace::*counter,
                                      RecomputePolicy recompute = RecomputePolicy::kOff) {
-  TrainSetup a_setup = apart, b_setup = Fused(true, true, true, true);
+  TrainSetup a_setup = apart, b_setup = Fused(true, true, true);
   a_setup.recompute = b_setup.recompute = recompute;
   const Trace a = Train(model, SmallInput(model), a_setup);
   const Trace b = Train(model, SmallInput(model), b_setup);
@@ -484,8 +482,7 @@ class FusedConvReluTrains : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FusedConvReluTrains, BitwiseAsUnfused) {
   const std::string model = GetParam();
-  EXPECT_GT(
-      FusedPairsTrainingBitwiseAsApart(model, Fused(false, true, true, true), &Trace::conv_relu), 0)
+  EXPECT_GT(FusedPairsTrainingBitwiseAsApart(model, Fused(false, true, true), &Trace::conv_relu), 0)
       << model << ": no conv + ReLU pair was fused";
 }
 
@@ -495,50 +492,6 @@ TEST_P(FusedConvReluTrains, BitwiseAsUnfused) {
 INSTANTIATE_TEST_SUITE_P(Zoo, FusedConvReluTrains,
                          ::testing::Values("alexnet", "zfnet", "vgg16", "cifar10-18pct"),
                          ModelTestName);
-
-// LRN + max-pool fusion (Fusions::lrn_pool, off by default: slower on the H200) changes no
-// bit either:
-// AlexNet's norm1 + pool1 and norm2 + pool2 trained fused and unfused (conv + ReLU fused in
-// both), the plan on and the arena poisoned (the fused pool reads the LRN's input in its
-// Backward; the LRN, in place, declares no read of it).
-TEST(FusedLrnPool, AlexNetTrainsBitwiseAsUnfused) {
-  EXPECT_EQ(
-      FusedPairsTrainingBitwiseAsApart("alexnet", Fused(true, true, true, false), &Trace::lrn_pool),
-      2)
-      << "norm1 + pool1 and norm2 + pool2 should fuse";
-}
-
-// Which pairs fuse, and that a later Build with other settings undoes the fusion: the
-// normalised map is a blob again, and the LRN layer reads and writes its own blobs.
-TEST(FusedLrnPool, FollowsTheSettingAndThePins) {
-  std::unique_ptr<Net> net = Model("alexnet", SmallInput("alexnet"));
-  ASSERT_NE(net, nullptr);
-  auto fused_pools = [&]() {
-    int n = 0;
-    for (const LayerEntry& e : net->layers())
-      if (auto* pool = dynamic_cast<const PoolLayer*>(e.layer.get()); pool && pool->fused_lrn())
-        ++n;
-    return n;
-  };
-  ASSERT_TRUE(net->Build(2, Device::kCPU).ok());  // the default: apart
-  EXPECT_EQ(fused_pools(), 0);
-  net->set_fusions({true, true, true, true});
-  ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
-  EXPECT_EQ(fused_pools(), 2);
-  EXPECT_FALSE(net->has_blob("norm1"));
-  net->set_fusions({true, true, true, false});
-  ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
-  EXPECT_EQ(fused_pools(), 0);
-  EXPECT_TRUE(net->has_blob("norm1"));
-  for (const LayerEntry& e : net->layers())
-    if (e.layer->name() == "norm1") EXPECT_EQ(e.outputs, std::vector<std::string>{"norm1"});
-  net->set_fusions({true, true, true, true});
-  net->PinBlob("norm2");  // a caller reads it: norm2 + pool2 stays apart
-  ASSERT_TRUE(net->Build(2, Device::kCPU).ok());
-  EXPECT_EQ(fused_pools(), 1);
-  EXPECT_FALSE(net->has_blob("norm1"));
-  EXPECT_TRUE(net->has_blob("norm2"));
-}
 
 // Batch norm + ReLU fusion (Fusions::bn_relu, on by default) changes no bit either, with
 // every recomputation policy (a recomputed batch-norm output is rectified by the batch norm's
@@ -552,9 +505,8 @@ TEST_P(FusedBnReluTrains, BitwiseAsUnfused) {
   for (RecomputePolicy p : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu,
                             RecomputePolicy::kBatchNormReluAdd}) {
     SCOPED_TRACE(::testing::Message() << model << " recompute policy " << static_cast<int>(p));
-    EXPECT_GT(
-        FusedPairsTrainingBitwiseAsApart(model, Fused(true, false, true, true), &Trace::bn_relu, p),
-        0)
+    EXPECT_GT(FusedPairsTrainingBitwiseAsApart(model, Fused(true, false, true), &Trace::bn_relu, p),
+              0)
         << "no batch norm + ReLU pair was fused";
   }
 }
@@ -567,9 +519,8 @@ TEST_P(FusedAddReluTrains, BitwiseAsUnfused) {
   const std::string model = GetParam();
   for (RecomputePolicy p : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormReluAdd}) {
     SCOPED_TRACE(::testing::Message() << model << " recompute policy " << static_cast<int>(p));
-    EXPECT_GT(FusedPairsTrainingBitwiseAsApart(model, Fused(true, true, false, true),
-                                               &Trace::add_relu, p),
-              0)
+    EXPECT_GT(
+        FusedPairsTrainingBitwiseAsApart(model, Fused(true, true, false), &Trace::add_relu, p), 0)
         << "no residual sum + ReLU pair was fused";
   }
 }
@@ -582,18 +533,23 @@ INSTANTIATE_TEST_SUITE_P(Zoo, FusedBnReluTrains,
                          ModelTestName);
 
 TEST(Fusions, ParseAndName) {
-  absl::StatusOr<Fusions> f = ParseFusions("bn_relu,lrn_pool");
+  absl::StatusOr<Fusions> f = ParseFusions("bn_relu,add_relu");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_FALSE(f->conv_relu);
-  EXPECT_TRUE(f->bn_relu && f->lrn_pool);
-  EXPECT_EQ(FusionsName(*f), "bn_relu,lrn_pool");
-  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,add_relu,lrn_pool");
+  EXPECT_TRUE(f->bn_relu && f->add_relu);
+  EXPECT_EQ(FusionsName(*f), "bn_relu,add_relu");
+  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,add_relu");
   EXPECT_EQ(FusionsName(*ParseFusions("default")), "conv_relu,bn_relu,add_relu");
   EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
   f = ParseFusions("conv_relu,lrn+pool");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("lrn+pool"), std::string::npos) << f.status();
-  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu, lrn_pool"), std::string::npos);
+  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu"), std::string::npos);
+  // The LRN + max-pool fusion left the main path (dev/lrn_pool): its name says so.
+  f = ParseFusions("conv_relu,lrn_pool");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("'lrn_pool' is gone"), std::string::npos) << f.status();
+  EXPECT_NE(f.status().message().find("dev/lrn_pool"), std::string::npos) << f.status();
 }
 
 // Recomputation repeats the forward's arithmetic: training with batch-norm outputs (and
@@ -684,9 +640,9 @@ TEST(MemoryPlan, PoisonCatchesAnUnderstatedBackwardRead) {
       << "the poisoned arena did not expose a ReLU that forgot it reads y";
 }
 
-// A fused LRN + max pool reads the LRN's input in its Backward; here nothing else does (c1's
-// Backward reads its x, not its y), so the poisoned plan shows a pool that stops saying so.
-std::vector<float> LrnPoolChainGradient(bool fuse, bool plan) {
+// An LRN + max-pool chain after a convolution whose output nothing but the LRN reads (c1's
+// Backward reads its x, not its y): the LRN's Backward must keep its x, y and denominators.
+std::vector<float> LrnPoolChainGradient(bool plan) {
   auto net = std::make_unique<Net>("lrn_chain");
   net->AddInput("data", Shape{3, 9, 9});
   net->AddInput("label", Shape{1, 1, 1});
@@ -703,11 +659,11 @@ std::vector<float> LrnPoolChainGradient(bool fuse, bool plan) {
   net->Emplace<ConvLayer>({"c2"}, {"c3"}, "c3", 4, p);
   net->Emplace<FullyConnectedLayer>({"c3"}, {kLogitsBlob}, "fc", 3);
   net->Emplace<SoftmaxLossLayer>({kLogitsBlob, "label"}, {"loss", "probs"}, "loss");
-  net->set_fusions({true, true, true, fuse});
+
   net->set_memory_plan(plan);
   net->set_poison_for_testing(plan);
   EXPECT_TRUE(net->Build(2, Device::kCPU).ok());
-  EXPECT_EQ(net->has_blob("n1"), !fuse);
+  EXPECT_TRUE(net->has_blob("n1"));
   net->InitParams(3);
   std::vector<float> x(net->blob("data").size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = 3.0f * std::cos(0.3f * i);
@@ -721,11 +677,12 @@ std::vector<float> LrnPoolChainGradient(bool fuse, bool plan) {
   return net->params()[0].param->grad.ToHost();  // c1's weight gradient, through n1 + p1
 }
 
-TEST(FusedLrnPool, ChainGradientBitwiseWithThePoisonedPlan) {
-  const std::vector<float> ref = LrnPoolChainGradient(false, false);
-  const std::vector<float> fused = LrnPoolChainGradient(true, true);
-  ASSERT_EQ(fused.size(), ref.size());
-  EXPECT_EQ(std::memcmp(fused.data(), ref.data(), ref.size() * sizeof(float)), 0);
+// With the plan and the arena poisoned, bitwise the gradient of one buffer each.
+TEST(MemoryPlan, LrnPoolChainGradientBitwiseWithThePoisonedPlan) {
+  const std::vector<float> ref = LrnPoolChainGradient(false);
+  const std::vector<float> planned = LrnPoolChainGradient(true);
+  ASSERT_EQ(planned.size(), ref.size());
+  EXPECT_EQ(std::memcmp(planned.data(), ref.data(), ref.size() * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -114,7 +114,7 @@ Run Train(std::unique_ptr<Net> net, bool bf16_storage, bool plan, int batch, int
   net->set_bf16_storage(bf16_storage);
   net->set_memory_plan(plan);
   net->set_poison_for_testing(plan);
-  net->set_fusions({true, true, true, true});  // the fused kernels too (LRN + pool is opt-in)
+  net->set_fusions({true, true, true});  // every fusion: the fused kernels too
   const absl::Status s = net->Build(batch, Device::kCUDA);
   EXPECT_TRUE(s.ok()) << s;
   if (!s.ok()) return r;
@@ -155,7 +155,7 @@ double RelL2(const std::vector<float>& got, const std::vector<float>& ref) {
 // update and every loss within twice bf16 math's distance from FP32 (or 5% of an update,
 // 1% of a loss, where that distance is tiny). A kernel that misreads bf16 bits, writes
 // the wrong storage type or reads memory the plan let die (NaN-poisoned) is off by order 1.
-// The kernels' exact roundings are checked bit for bit in cuda_ops_test.cc and
+// The kernels' exact roundings are checked bit for bit in ops/<family>_test.cc and
 // conv_tc_test.cc; this is the whole step.
 void ExpectTrainsAsFloatStorage(const std::string& what, std::unique_ptr<Net> (*make)(), int batch,
                                 std::vector<std::string> want_float, int steps = 3) {

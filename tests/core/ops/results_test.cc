@@ -2,7 +2,7 @@
 // top-1/top-5 counts of a full sort of each image's classes (probability descending, class
 // index ascending on ties, so a tie never counts in the model's favour), the loss sum in
 // double, and the bookkeeping of steps and of the first non-finite one. The GPU kernel is
-// checked against this CPU op in tests/cuda/cuda_ops_test.cc.
+// checked against this CPU op in tests/cuda/ops/results_test.cc.
 #include <algorithm>
 #include <cmath>
 #include <limits>

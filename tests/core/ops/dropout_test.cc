@@ -1,5 +1,5 @@
-// ReLU (also in place) and dropout (Philox masks keyed by the global element index,
-// reproducible and independent of how channels and images are split).
+// Dropout (core/ops/dropout.h): Philox masks keyed by the global element index, reproducible
+// and independent of how channels and images are split; the layer's gradients.
 #include <cmath>
 #include <random>
 
@@ -11,48 +11,6 @@
 namespace colonnade {
 namespace testing {
 namespace {
-
-TEST(Relu, ForwardMatchesNaive) {
-  std::mt19937 rng(1);
-  const Shape xs = Shape::CHWN(5, 3, 7, 7);
-  std::vector<float> x = RandomUniform(xs.elements(), rng);
-  Tensor xt = TensorFrom(xs, x);
-  ReluLayer layer("relu");
-  std::vector<Shape> out = SetUpLayer(layer, {xs});
-  std::vector<Tensor> y = RunForward(layer, {&xt}, out);
-  std::vector<double> ref(x.size());
-  for (size_t i = 0; i < x.size(); ++i) ref[i] = x[i] > 0 ? x[i] : 0.0;
-  EXPECT_LT(RelativeError(y[0].ToHost(), ref), kForwardTolerance);
-}
-
-TEST(Relu, InPlaceForwardAndBackward) {
-  std::mt19937 rng(2);
-  const Shape xs = Shape::CHWN(3, 4, 5, 7);
-  std::vector<float> x = RandomUniform(xs.elements(), rng);
-  std::vector<float> g = RandomUniform(xs.elements(), rng);
-  Tensor t = TensorFrom(xs, x), d = TensorFrom(xs, g);
-  ReluLayer layer("relu");
-  ASSERT_TRUE(layer.in_place_ok());
-  SetUpLayer(layer, {xs});
-  Ops& ops = OpsFor(Device::kCPU);
-  layer.Forward(ops, {}, {&t}, {&t});
-  layer.Backward(ops, {}, {&t}, {&t}, {&d}, {&d});
-  std::vector<float> y = t.ToHost(), dx = d.ToHost();
-  for (size_t i = 0; i < x.size(); ++i) {
-    EXPECT_EQ(y[i], x[i] > 0 ? x[i] : 0.0f);
-    EXPECT_EQ(dx[i], x[i] > 0 ? g[i] : 0.0f);
-  }
-}
-
-// Inputs at least 0.05 away from the kink at 0 (the step is 0.01).
-TEST(Relu, Gradients) {
-  ReluLayer layer("relu");
-  GradientCheckOptions o;
-  o.input_values = [](int, int64_t n, std::mt19937& rng) {
-    return RandomAwayFromZero(n, rng, 0.05f, 1.0f);
-  };
-  EXPECT_TRUE(CheckLayerGradients(layer, {Shape::CHWN(5, 3, 3, 7)}, o));
-}
 
 // ---- dropout ------------------------------------------------------------------------------
 

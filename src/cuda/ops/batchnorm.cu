@@ -1,0 +1,476 @@
+// The batch-normalisation family (core/ops/batchnorm.h): training forward (batch statistics,
+// running averages), the recomputation's apply, inference, backward; each with the ReLU Net
+// fuses after a batch norm (forward: rectified in the normalising pass; backward: dy read
+// through the mask of the rectified y). Kernels, launchers (ops/batchnorm.h) and the CudaOps
+// methods.
+//
+// Shapes (CHWN): x, y, dy, dx and relu_y C x H x W x N, each channel a contiguous block of
+// inner = H*W*N elements; gamma, beta, the statistics and their gradients C floats. Storage: x
+// and dx XT, y, dy and relu_y YT (float or bf16); the statistics are float, the sums double, of
+// the widened values.
+//
+// Mapping: training forward and backward reduce each channel in `splits` chunks (grid x =
+// split, y = channel; BnSplits: about eight blocks per SM over all channels, so a layer of 64
+// channels still fills the device), one kBlock-thread block each leaving a double partial sum;
+// the next kernel adds a channel's partials in split order: deterministic. Forward: sums, then
+// the two-pass variance, then the normalising pass (which also saves and updates the
+// statistics); backward: sums of dy and dy * xhat, then dx. Apply: grid y = channel, x =
+// column chunks (no division per element); inference: a grid-stride loop. V = 4 elements per
+// thread step where inner and the tensors allow (VectorLanes).
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/log.h"
+#include "core/op_shapes.h"
+#include "cuda/cuda_ops.h"
+#include "cuda/kernel_common.h"
+#include "cuda/ops/batchnorm.h"
+
+namespace colonnade::cuda {
+namespace {
+
+// Storage: x and dx XT; y, dy and relu_y YT (the kernels' template arguments). The
+// per-channel parameters and statistics are float, the sums double, from the widened values.
+struct BnParams {
+  const void* x;
+  const float* gamma;
+  const float* beta;
+  const void* dy;
+  const float* mean_in;    // save_mean (backward) or running_mean (inference)
+  const float* invstd_in;  // save_invstd (backward) or running_var (inference)
+  void* y;                 // y, or dx (backward)
+  float* running_mean;
+  float* running_var;
+  float* save_mean;
+  float* save_invstd;
+  float* save_scale;  // gamma * invstd as the forward used it (BatchNormApply's scale)
+  float* dgamma;
+  float* dbeta;
+  int64_t inner;
+  float eps, momentum;
+  // The split reductions of training and backward (BnGridFor): partial sums, C x splits
+  // (backward: x 2), and the variance's, C x splits.
+  double* part;
+  double* part2;
+  int splits;
+  int64_t chunk;  // elements per split
+  // Fused ReLU (the relu arguments of Ops::BatchNorm*): forward and apply write max(y, 0); backward
+  // reads dy through the mask of relu_y, the rectified output (null: no ReLU).
+  int relu;
+  const void* relu_y;
+};
+// dy of elements i .. i + V - 1 as the ReLU's backward passes it (ReluBackwardKernel's
+// expression), or dy unfused.
+template <int V, typename YT>
+__device__ __forceinline__ Lanes<V> BnGrad(const BnParams& p, int64_t i) {
+  Lanes<V> g = LoadLanes<V>(static_cast<const YT*>(p.dy) + i);
+  if (p.relu_y) {
+    const Lanes<V> m = LoadLanes<V>(static_cast<const YT*>(p.relu_y) + i);
+    for (int k = 0; k < V; ++k) g.v[k] = m.v[k] > 0.0f ? g.v[k] : 0.0f;
+  }
+  return g;
+}
+
+// y = (x - mean) * scale + shift: the one expression of the training forward and of
+// BatchNormApplyKernel, so both round alike (this file is built with --fmad=false).
+__device__ __forceinline__ float BnApply(float x, float mean, float scale, float shift) {
+  return (x - mean) * scale + shift;
+}
+
+// The training forward and the backward reduce each channel (C x inner, inner = H*W*N) in
+// `splits` chunks of consecutive elements, one block each (grid x = split, y = channel), so a
+// layer of 64 channels still fills the device; each block leaves its double partial sum in
+// `part` and the next kernel adds a channel's partials in split order (deterministic: the
+// same bits every run for a given split count, which depends only on C, inner and the
+// device's SM count).
+// Lanes: V = 4 consecutive elements per thread and step (a float4, or 8 bytes of bf16) where
+// inner is a multiple of 4 and every tensor is aligned to 4 elements (VectorLanes), else V = 1;
+// the split chunks are then multiples of 4. A thread adds its V elements in order, so V = 4
+// sums a channel in another order than V = 1 (the double partial sums, then rounded to
+// float, differ in rare last bits); float and bf16 storage pick the same V for the same
+// shape, so they keep giving the same statistics. Why: the one-element loops were
+// issue-bound far below the memory bandwidth, as the pooling kernels' were (see Lanes).
+__device__ __forceinline__ double OrderedPartSum(const double* part, int splits, int stride = 1) {
+  double s = 0.0;
+  for (int k = 0; k < splits; ++k) s += part[k * stride];
+  return s;
+}
+
+// Kernel BatchNormSumKernel<XT>: part[c][split] = sum of the split's x (double).
+template <int V, typename XT>
+__global__ void BatchNormSumKernel(const BnParams p) {
+  __shared__ double sh[kBlock];
+  const int c = blockIdx.y;
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
+  double s = 0.0;
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    const Lanes<V> v = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) s += v.v[k];
+  }
+  s = BlockSum(s, sh);
+  if (threadIdx.x == 0) p.part[int64_t(c) * p.splits + blockIdx.x] = s;
+}
+// Kernel BatchNormVarKernel: the mean from the partial sums, then p.part2[c][split] = the
+// split's sum of (x - mean)^2 (double): the two-pass variance.
+template <int V, typename XT>
+__global__ void BatchNormVarKernel(const BnParams p) {
+  __shared__ double sh[kBlock];
+  const int c = blockIdx.y;
+  const double mean =
+      OrderedPartSum(p.part + int64_t(c) * p.splits, p.splits) / static_cast<double>(p.inner);
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
+  double v = 0.0;
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    const Lanes<V> x = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) {
+      const double d = x.v[k] - mean;
+      v += d * d;
+    }
+  }
+  v = BlockSum(v, sh);
+  if (threadIdx.x == 0) p.part2[int64_t(c) * p.splits + blockIdx.x] = v;
+}
+// Kernel BatchNormNormalizeKernel: mean and biased variance from the partials, y written;
+// the first split of each channel saves the statistics and updates the running ones
+// (unbiased variance).
+template <int V, typename XT, typename YT>
+__global__ void BatchNormNormalizeKernel(const BnParams p) {
+  const int c = blockIdx.y;
+  const double mean =
+      OrderedPartSum(p.part + int64_t(c) * p.splits, p.splits) / static_cast<double>(p.inner);
+  const double ss = OrderedPartSum(p.part2 + int64_t(c) * p.splits, p.splits);
+  const double var = ss / static_cast<double>(p.inner);
+  const double invstd = 1.0 / sqrt(var + p.eps);
+  const float fmean = static_cast<float>(mean);
+  const float scale = static_cast<float>(p.gamma[c] * invstd), shift = p.beta[c];
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
+  YT* yc = static_cast<YT*>(p.y) + c * p.inner;
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    Lanes<V> v = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) {
+      v.v[k] = BnApply(v.v[k], fmean, scale, shift);
+      if (p.relu) v.v[k] = Relu(v.v[k]);
+    }
+    StoreLanes<V>(yc + i, v);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    p.save_mean[c] = fmean;
+    p.save_invstd[c] = static_cast<float>(invstd);
+    p.save_scale[c] = scale;
+    const double unbiased = p.inner > 1 ? ss / static_cast<double>(p.inner - 1) : var;
+    p.running_mean[c] =
+        static_cast<float>((1.0 - p.momentum) * p.running_mean[c] + p.momentum * mean);
+    p.running_var[c] =
+        static_cast<float>((1.0 - p.momentum) * p.running_var[c] + p.momentum * unbiased);
+  }
+}
+
+// Kernel BatchNormInferKernel: y = (x - running_mean) / sqrt(running_var + eps) * gamma + beta,
+// grid-stride over x: C x inner.
+struct BnInferParams {
+  BnParams b;
+  int c;
+};
+template <typename XT, typename YT>
+__global__ void BatchNormInferKernel(const BnInferParams q) {
+  const BnParams& p = q.b;
+  GRID_STRIDE_LOOP(i, q.c * p.inner) {
+    const int64_t c = i / p.inner;
+    const double invstd = 1.0 / sqrt(static_cast<double>(p.invstd_in[c]) + p.eps);
+    const float scale = static_cast<float>(p.gamma[c] * invstd);
+    Store(static_cast<YT*>(p.y) + i,
+          (Load(static_cast<const XT*>(p.x) + i) - p.mean_in[c]) * scale + p.beta[c]);
+  }
+}
+
+// Kernel BatchNormApplyKernel: y = BnApply(x, mean, scale, shift) per channel (the saved
+// values of a training forward). Grid: x = column chunks of the channel, y = channel (as
+// AddBiasKernel: no division per element).
+template <int V, typename XT, typename YT>
+__global__ void BatchNormApplyKernel(const BnParams p) {
+  const int c = blockIdx.y;
+  const float mean = p.mean_in[c], scale = p.gamma[c], shift = p.beta[c];
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
+  YT* yc = static_cast<YT*>(p.y) + c * p.inner;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x * V;
+  for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * V; i < p.inner;
+       i += step) {
+    Lanes<V> v = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) {
+      v.v[k] = BnApply(v.v[k], mean, scale, shift);
+      if (p.relu) v.v[k] = Relu(v.v[k]);
+    }
+    StoreLanes<V>(yc + i, v);
+  }
+}
+
+// Kernel BatchNormBackwardSumsKernel: per split, sum dy and sum dy * xhat (double), xhat =
+// (x - mean) * invstd, into part[c][split][0..1].
+template <int V, typename XT, typename YT>
+__global__ void BatchNormBackwardSumsKernel(const BnParams p) {
+  __shared__ double sh[kBlock];
+  const int c = blockIdx.y;
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
+  const double mean = p.mean_in[c], invstd = p.invstd_in[c];
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
+  double sdy = 0.0, sdyx = 0.0;
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    const Lanes<V> g = BnGrad<V, YT>(p, c * p.inner + i);
+    const Lanes<V> x = LoadLanes<V>(xc + i);
+    for (int k = 0; k < V; ++k) {
+      sdy += g.v[k];
+      sdyx += g.v[k] * ((x.v[k] - mean) * invstd);
+    }
+  }
+  sdy = BlockSum(sdy, sh);
+  sdyx = BlockSum(sdyx, sh);
+  if (threadIdx.x == 0) {
+    double* o = p.part + (int64_t(c) * p.splits + blockIdx.x) * 2;
+    o[0] = sdy;
+    o[1] = sdyx;
+  }
+}
+// Kernel BatchNormBackwardKernel: dbeta = sum dy, dgamma = sum dy*xhat (the partials in split
+// order), dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma); the first split of each
+// channel writes dgamma and dbeta. dx is rounded to float, then (bf16) to bf16 at the store.
+template <int V, typename XT, typename YT>
+__global__ void BatchNormBackwardKernel(const BnParams p) {
+  const int c = blockIdx.y;
+  const double* pc = p.part + int64_t(c) * p.splits * 2;
+  const double db = OrderedPartSum(pc, p.splits, 2), dg = OrderedPartSum(pc + 1, p.splits, 2);
+  const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
+  const double mean = p.mean_in[c], invstd = p.invstd_in[c];
+  const double m = static_cast<double>(p.inner);
+  const double k = p.gamma[c] * invstd / m;
+  XT* dxc = static_cast<XT*>(p.y) + c * p.inner;
+  const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    Lanes<V> x = LoadLanes<V>(xc + i);
+    const Lanes<V> g = BnGrad<V, YT>(p, c * p.inner + i);
+    for (int e = 0; e < V; ++e) {
+      const double xhat = (x.v[e] - mean) * invstd;
+      x.v[e] = static_cast<float>(k * (m * static_cast<double>(g.v[e]) - db - xhat * dg));
+    }
+    StoreLanes<V>(dxc + i, x);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    p.dgamma[c] = static_cast<float>(dg);
+    p.dbeta[c] = static_cast<float>(db);
+  }
+}
+
+}  // namespace
+
+// ---- launchers -------------------------------------------------------------------------------
+
+namespace {
+// Splits per channel for the batch-norm reductions (RowSplits; sets p.splits, p.chunk and
+// returns the grid).
+dim3 BnSplits(const DeviceContext& ctx, int c, int64_t inner, int lanes, BnParams& p) {
+  CHECK_LT(c, 65536) << "batch norm supports up to 65535 channels";
+  const int64_t splits = RowSplits(ctx, c, inner);
+  p.chunk = std::max<int64_t>(1, CeilDiv(inner, splits));
+  p.chunk = CeilDiv(p.chunk, lanes) * lanes;  // whole quads per split
+  p.splits = static_cast<int>(std::max<int64_t>(1, CeilDiv(inner, p.chunk)));  // none empty
+  return dim3(static_cast<unsigned>(p.splits), static_cast<unsigned>(c));
+}
+}  // namespace
+
+void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                              const float* beta, float* y, float* running_mean, float* running_var,
+                              float* save_mean, float* save_invstd, float* save_scale, int c,
+                              int64_t inner, const BatchNormParams& bp, bool relu) {
+  const StorageType f = StorageType::kFloat;
+  BatchNormForwardTrainGpu(ctx, x, f, gamma, beta, y, f, running_mean, running_var, save_mean,
+                           save_invstd, save_scale, c, inner, bp, relu);
+}
+
+void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                              const float* gamma, const float* beta, void* y, StorageType yt,
+                              float* running_mean, float* running_var, float* save_mean,
+                              float* save_invstd, float* save_scale, int c, int64_t inner,
+                              const BatchNormParams& bp, bool relu) {
+  BnParams p{};
+  p.relu = relu ? 1 : 0;
+  p.x = x;
+  p.gamma = gamma;
+  p.beta = beta;
+  p.y = y;
+  p.running_mean = running_mean;
+  p.running_var = running_var;
+  p.save_mean = save_mean;
+  p.save_invstd = save_invstd;
+  p.save_scale = save_scale;
+  p.inner = inner;
+  p.eps = bp.eps;
+  p.momentum = bp.momentum;
+  const int lanes = VectorLanes(inner, 4, {{x, xt}, {y, yt}});
+  const dim3 grid = BnSplits(ctx, c, inner, lanes, p);
+  Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
+  p.part = part.d();
+  p.part2 = part.d() + int64_t(c) * p.splits;
+  WithLanesAndStorage(lanes, xt, yt, [&](auto v, auto xs, auto ys) {
+    constexpr int V = decltype(v)::value;
+    using XT = decltype(xs);
+    using YT = decltype(ys);
+    Launch(BatchNormSumKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
+    Launch(BatchNormVarKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
+    Launch(BatchNormNormalizeKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+  });
+}
+
+void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                              const float* beta, const float* running_mean,
+                              const float* running_var, float* y, int c, int64_t inner,
+                              const BatchNormParams& bp) {
+  const StorageType f = StorageType::kFloat;
+  BatchNormForwardInferGpu(ctx, x, f, gamma, beta, running_mean, running_var, y, f, c, inner, bp);
+}
+
+void BatchNormForwardInferGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                              const float* gamma, const float* beta, const float* running_mean,
+                              const float* running_var, void* y, StorageType yt, int c,
+                              int64_t inner, const BatchNormParams& bp) {
+  BnInferParams q{};
+  q.b.x = x;
+  q.b.gamma = gamma;
+  q.b.beta = beta;
+  q.b.mean_in = running_mean;
+  q.b.invstd_in = running_var;
+  q.b.y = y;
+  q.b.inner = inner;
+  q.b.eps = bp.eps;
+  q.c = c;
+  WithStorage(xt, [&](auto xs) {
+    WithStorage(yt, [&](auto ys) {
+      Launch(BatchNormInferKernel<decltype(xs), decltype(ys)>, GridFor(ctx, c * inner),
+             dim3(kBlock), ctx.stream, q);
+    });
+  });
+}
+
+void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* mean,
+                       const float* scale, const float* shift, float* y, int c, int64_t inner,
+                       bool relu) {
+  const StorageType f = StorageType::kFloat;
+  BatchNormApplyGpu(ctx, x, f, mean, scale, shift, y, f, c, inner, relu);
+}
+
+void BatchNormApplyGpu(const DeviceContext& ctx, const void* x, StorageType xt, const float* mean,
+                       const float* scale, const float* shift, void* y, StorageType yt, int c,
+                       int64_t inner, bool relu) {
+  CHECK_LT(c, 65536) << "BatchNormApply supports up to 65535 channels";
+  BnParams p{};
+  p.relu = relu ? 1 : 0;
+  p.x = x;
+  p.mean_in = mean;
+  p.gamma = scale;  // BnParams' per-channel slots: scale and shift take gamma's and beta's
+  p.beta = shift;
+  p.y = y;
+  p.inner = inner;
+  const int lanes = VectorLanes(inner, 4, {{x, xt}, {y, yt}});
+  const int64_t want_blocks = std::max<int64_t>(1, int64_t(ctx.sm_count) * 8 / c);
+  const int64_t bx =
+      std::max<int64_t>(1, std::min(CeilDiv(inner, int64_t(kBlock) * lanes), want_blocks));
+  WithLanesAndStorage(lanes, xt, yt, [&](auto v, auto xs, auto ys) {
+    Launch(BatchNormApplyKernel<decltype(v)::value, decltype(xs), decltype(ys)>,
+           dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)), dim3(kBlock), ctx.stream, p);
+  });
+}
+
+void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                          const float* save_mean, const float* save_invstd, const float* relu_y,
+                          const float* dy, float* dx, float* dgamma, float* dbeta, int c,
+                          int64_t inner) {
+  const StorageType f = StorageType::kFloat;
+  BatchNormBackwardGpu(ctx, x, f, gamma, save_mean, save_invstd, relu_y, dy, f, dx, dgamma, dbeta,
+                       c, inner);
+}
+
+void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                          const float* gamma, const float* save_mean, const float* save_invstd,
+                          const void* relu_y, const void* dy, StorageType yt, void* dx,
+                          float* dgamma, float* dbeta, int c, int64_t inner) {
+  BnParams p{};
+  p.relu_y = relu_y;
+  p.x = x;
+  p.gamma = gamma;
+  p.mean_in = save_mean;
+  p.invstd_in = save_invstd;
+  p.dy = dy;
+  p.y = dx;
+  p.dgamma = dgamma;
+  p.dbeta = dbeta;
+  p.inner = inner;
+  const int lanes = VectorLanes(inner, 4, {{x, xt}, {relu_y, yt}, {dy, yt}, {dx, xt}});
+  const dim3 grid = BnSplits(ctx, c, inner, lanes, p);
+  Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
+  p.part = part.d();
+  WithLanesAndStorage(lanes, xt, yt, [&](auto v, auto xs, auto ys) {
+    constexpr int V = decltype(v)::value;
+    using XT = decltype(xs);
+    using YT = decltype(ys);
+    Launch(BatchNormBackwardSumsKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+    Launch(BatchNormBackwardKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+  });
+}
+
+// ---- CudaOps methods ---------------------------------------------------------------------------
+
+// relu: the ReLU in the normalising pass (and in Apply's); relu_y: the backward's two passes read
+// dy through its mask. The same bits as the unfused passes.
+void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    Tensor& y, Tensor& running_mean, Tensor& running_var,
+                                    Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
+                                    const BatchNormParams& p, bool relu) {
+  op_shapes::BatchNorm(
+      x, {&y}, {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &save_scale},
+      relu ? "BatchNormReluForwardTrain" : "BatchNormForwardTrain");
+  BatchNormForwardTrainGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), beta.data(), y.raw(),
+                           StorageOf(y), running_mean.data(), running_var.data(), save_mean.data(),
+                           save_invstd.data(), save_scale.data(), I32(x.shape()[0], "c"), Inner(x),
+                           p, relu);
+}
+
+void CudaOps::BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
+                             const Tensor& shift, Tensor& y, bool relu) {
+  op_shapes::BatchNorm(x, {&y}, {&mean, &scale, &shift},
+                       relu ? "BatchNormReluApply" : "BatchNormApply");
+  BatchNormApplyGpu(ctx_, x.raw(), StorageOf(x), mean.data(), scale.data(), shift.data(), y.raw(),
+                    StorageOf(y), I32(x.shape()[0], "c"), Inner(x), relu);
+}
+
+void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& running_mean, const Tensor& running_var,
+                                    Tensor& y, const BatchNormParams& p) {
+  op_shapes::BatchNorm(x, {&y}, {&gamma, &beta, &running_mean, &running_var},
+                       "BatchNormForwardInfer");
+  BatchNormForwardInferGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), beta.data(),
+                           running_mean.data(), running_var.data(), y.raw(), StorageOf(y),
+                           I32(x.shape()[0], "c"), Inner(x), p);
+}
+
+void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
+                                Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+  if (relu_y != nullptr) {
+    op_shapes::BatchNorm(x, {relu_y, &dy, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},
+                         "BatchNormReluBackward");
+    SameStorage(x, "x", dx, "dx", "BatchNormReluBackward");
+    SameStorage(*relu_y, "relu_y", dy, "dy", "BatchNormReluBackward");
+  } else {
+    op_shapes::BatchNorm(x, {&dy, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},
+                         "BatchNormBackward");
+    SameStorage(x, "x", dx, "dx", "BatchNormBackward");
+  }
+  BatchNormBackwardGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), save_mean.data(),
+                       save_invstd.data(), relu_y != nullptr ? relu_y->raw() : nullptr, dy.raw(),
+                       StorageOf(dy), dx.raw(), dgamma.data(), dbeta.data(), I32(x.shape()[0], "c"),
+                       Inner(x));
+}
+
+}  // namespace colonnade::cuda

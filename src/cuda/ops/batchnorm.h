@@ -1,0 +1,48 @@
+// Launchers of the batch-norm family (ops/batchnorm.cu): raw device pointers, queued on
+// ctx.stream.
+#pragma once
+
+#include <cstdint>
+
+#include "core/ops/batchnorm.h"
+#include "cuda/kernels.h"
+
+namespace colonnade::cuda {
+
+// relu: y = max(batch norm, 0) (Ops::BatchNorm* with relu); relu_y (backward, may be null): dy
+// passes that ReLU's mask first.
+void BatchNormForwardTrainGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                              const float* beta, float* y, float* running_mean, float* running_var,
+                              float* save_mean, float* save_invstd, float* save_scale, int c,
+                              int64_t inner, const BatchNormParams& p, bool relu);
+void BatchNormApplyGpu(const DeviceContext& ctx, const float* x, const float* mean,
+                       const float* scale, const float* shift, float* y, int c, int64_t inner,
+                       bool relu);
+void BatchNormForwardInferGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                              const float* beta, const float* running_mean,
+                              const float* running_var, float* y, int c, int64_t inner,
+                              const BatchNormParams& p);
+void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,
+                          const float* save_mean, const float* save_invstd, const float* relu_y,
+                          const float* dy, float* dx, float* dgamma, float* dbeta, int c,
+                          int64_t inner);
+// The same with x and dx stored as xt, y, dy and relu_y as yt; gamma, beta, the statistics and
+// dgamma, dbeta are float, and the sums (double) are taken over the widened values.
+void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                              const float* gamma, const float* beta, void* y, StorageType yt,
+                              float* running_mean, float* running_var, float* save_mean,
+                              float* save_invstd, float* save_scale, int c, int64_t inner,
+                              const BatchNormParams& p, bool relu);
+void BatchNormApplyGpu(const DeviceContext& ctx, const void* x, StorageType xt, const float* mean,
+                       const float* scale, const float* shift, void* y, StorageType yt, int c,
+                       int64_t inner, bool relu);
+void BatchNormForwardInferGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                              const float* gamma, const float* beta, const float* running_mean,
+                              const float* running_var, void* y, StorageType yt, int c,
+                              int64_t inner, const BatchNormParams& p);
+void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+                          const float* gamma, const float* save_mean, const float* save_invstd,
+                          const void* relu_y, const void* dy, StorageType yt, void* dx,
+                          float* dgamma, float* dbeta, int c, int64_t inner);
+
+}  // namespace colonnade::cuda

@@ -1,0 +1,18 @@
+// Launchers of the SGD update and of the step's scalars (ops/sgd.cu): raw device pointers, queued
+// on ctx.stream.
+#pragma once
+
+#include <cstdint>
+
+#include "core/ops.h"
+#include "core/ops/sgd.h"
+#include "cuda/kernels.h"
+
+namespace colonnade::cuda {
+
+void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* v, int64_t n,
+                  const SgdParams& p);
+// *out = v, queued on `stream` (a step graph's scalars, written before each replay).
+void SetStepScalarsGpu(cudaStream_t stream, StepScalars* out, const StepScalars& v);
+
+}  // namespace colonnade::cuda

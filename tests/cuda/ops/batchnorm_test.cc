@@ -1,0 +1,195 @@
+// The batch-norm family's CUDA kernels (src/cuda/ops/batchnorm.cu) against CpuOps, the fused
+// ReLU against the unfused passes, and bf16 storage against the float kernels.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "ops_test_util.h"
+
+namespace colonnade {
+namespace testing {
+namespace {
+
+// Small channels (one block each) and long ones (inner 12,920: split over blocks, the
+// partial sums added in order; the last split shorter).
+class CudaBatchNormTest : public CudaTest, public ::testing::WithParamInterface<Shape> {};
+
+TEST_P(CudaBatchNormTest, AgreesWithTheCpu) {
+  const Shape s = GetParam(), c{s[0]};
+  BatchNormParams p;
+  Tensor x = RandomCpu(s, 101, -2.0f, 3.0f), gamma = RandomCpu(c, 102), beta = RandomCpu(c, 103);
+  Tensor rm = RandomCpu(c, 104), rv = RandomCpu(c, 105, 0.5f, 2.0f);
+  Tensor grm = OnGpu(rm), grv = OnGpu(rv);
+  Tensor y(s, Device::kCPU), sm(c, Device::kCPU), si(c, Device::kCPU), sc(c, Device::kCPU);
+  Cpu().BatchNormForwardTrain(x, gamma, beta, y, rm, rv, sm, si, sc, p, false);
+  Tensor gx = OnGpu(x), gg = OnGpu(gamma), gb = OnGpu(beta);
+  Tensor gy = Poisoned(s, Device::kCUDA), gsm = Poisoned(c, Device::kCUDA),
+         gsi = Poisoned(c, Device::kCUDA), gsc = Poisoned(c, Device::kCUDA);
+  Gpu().BatchNormForwardTrain(gx, gg, gb, gy, grm, grv, gsm, gsi, gsc, p, false);
+  EXPECT_CLOSE(gy, y);
+  EXPECT_CLOSE(gsm, sm);
+  EXPECT_CLOSE(gsi, si);
+  EXPECT_CLOSE(gsc, sc);
+  EXPECT_CLOSE(grm, rm);
+  EXPECT_CLOSE(grv, rv);
+  // The recomputation of the backward pass (docs/MEMORY.md): bitwise the forward's y.
+  Tensor ga = Poisoned(s, Device::kCUDA);
+  Gpu().BatchNormApply(gx, gsm, gsc, gb, ga, false);
+  EXPECT_BITWISE(ga, gy);
+
+  Tensor yi(s, Device::kCPU);
+  Cpu().BatchNormForwardInfer(x, gamma, beta, rm, rv, yi, p);
+  Tensor gyi = Poisoned(s, Device::kCUDA);
+  Gpu().BatchNormForwardInfer(gx, gg, gb, OnGpu(rm), OnGpu(rv), gyi, p);
+  EXPECT_CLOSE(gyi, yi);
+
+  Tensor dy = RandomCpu(s, 106), dx(s, Device::kCPU), dg(c, Device::kCPU), db(c, Device::kCPU);
+  Cpu().BatchNormBackward(x, gamma, sm, si, nullptr, dy, dx, dg, db);
+  Tensor gdx = Poisoned(s, Device::kCUDA), gdg = Poisoned(c, Device::kCUDA),
+         gdb = Poisoned(c, Device::kCUDA);
+  Gpu().BatchNormBackward(gx, gg, OnGpu(sm), OnGpu(si), nullptr, OnGpu(dy), gdx, gdg, gdb);
+  EXPECT_CLOSE(gdx, dx);
+  EXPECT_CLOSE(gdg, dg);
+  EXPECT_CLOSE(gdb, db);
+}
+
+// Batch norm + ReLU fused (the relu arguments of Ops::BatchNorm*): the CUDA passes against the
+// same GPU's primitives in the unfused order (batch norm, then ReluForward; ReluBackward into a
+// scratch tensor, then the batch norm's backward), bit for bit: y, the saved and running
+// statistics, the recomputation's y, and dx, dgamma, dbeta with dy masked by the ReLU
+// (about half the elements rectified: x straddles the mean).
+TEST_P(CudaBatchNormTest, ReluFusedAsUnfused) {
+  const Shape s = GetParam(), c{s[0]};
+  BatchNormParams p;
+  Tensor x = OnGpu(RandomCpu(s, 121, -2.0f, 3.0f)), gamma = OnGpu(RandomCpu(c, 122)),
+         beta = OnGpu(RandomCpu(c, 123));
+  struct Run {
+    Tensor y, rm, rv, sm, si, sc, apply, dx, dg, db;
+  };
+  auto run = [&](bool fused) {
+    Run r{Poisoned(s, Device::kCUDA),           OnGpu(RandomCpu(c, 124)),
+          OnGpu(RandomCpu(c, 125, 0.5f, 2.0f)), Poisoned(c, Device::kCUDA),
+          Poisoned(c, Device::kCUDA),           Poisoned(c, Device::kCUDA),
+          Poisoned(s, Device::kCUDA),           Poisoned(s, Device::kCUDA),
+          Poisoned(c, Device::kCUDA),           Poisoned(c, Device::kCUDA)};
+    Tensor dy = OnGpu(RandomCpu(s, 126));
+    Ops& o = Gpu();
+    if (fused) {
+      o.BatchNormForwardTrain(x, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, p, true);
+      o.BatchNormApply(x, r.sm, r.sc, beta, r.apply, true);
+      o.BatchNormBackward(x, gamma, r.sm, r.si, &r.y, dy, r.dx, r.dg, r.db);
+    } else {
+      o.BatchNormForwardTrain(x, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, p, false);
+      o.ReluForward(r.y, r.y);
+      o.BatchNormApply(x, r.sm, r.sc, beta, r.apply, false);
+      o.ReluForward(r.apply, r.apply);
+      Tensor masked(dy.shape(), Device::kCUDA);
+      o.ReluBackward(r.y, dy, masked);
+      o.BatchNormBackward(x, gamma, r.sm, r.si, nullptr, masked, r.dx, r.dg, r.db);
+    }
+    return r;
+  };
+  const Run a = run(false), b = run(true);
+  int rectified = 0;
+  for (float v : a.y.ToHost()) rectified += v == 0.0f;
+  EXPECT_GT(rectified, s.elements() / 5) << "the ReLU should zero a good part of y";
+  const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> outs[] = {
+      {"y", {&a.y, &b.y}},
+      {"running_mean", {&a.rm, &b.rm}},
+      {"running_var", {&a.rv, &b.rv}},
+      {"save_mean", {&a.sm, &b.sm}},
+      {"save_invstd", {&a.si, &b.si}},
+      {"save_scale", {&a.sc, &b.sc}},
+      {"apply", {&a.apply, &b.apply}},
+      {"dx", {&a.dx, &b.dx}},
+      {"dgamma", {&a.dg, &b.dg}},
+      {"dbeta", {&a.db, &b.db}}};
+  for (const auto& [name, t] : outs)
+    EXPECT_TRUE(BitwiseEqual(t.second->ToHost(), t.first->ToHost())) << name;
+  EXPECT_TRUE(BitwiseEqual(b.apply.ToHost(), b.y.ToHost())) << "recomputed y";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaBatchNormTest,
+                         ::testing::Values(Shape{5, 4, 3, 33}, Shape{3, 17, 19, 40}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return "c" + std::to_string(info.param[0]) + "_inner" +
+                                  std::to_string(info.param.elements() / info.param[0]);
+                         });
+
+// Batch norm, every entry, plain and with the fused ReLU: x / dx in st.x, y / dy / relu_y in
+// st.y; y and dx as the float run's rounded once, the statistics (saved and running) and
+// dgamma, dbeta as the float run's. Channels split over blocks (inner 12,920) and not.
+TEST_F(CudaTest, BatchNormBf16Storage) {
+  const Shape shapes[] = {Shape{5, 4, 3, 33}, Shape{3, 17, 19, 40}, Shape{48, 3, 3, 8},
+                          Shape{3, 5, 5, 1}, Shape{5, 3, 3, 7}};
+  BatchNormParams p;
+  for (const Shape& s : shapes) {
+    const Shape c{s[0]};
+    const Tensor x = RandomCpu(s, 181, -2.0f, 3.0f), dy = RandomCpu(s, 182);
+    const Tensor gamma = OnGpu(RandomCpu(c, 183)), beta = OnGpu(RandomCpu(c, 184));
+    const Tensor rm0 = RandomCpu(c, 185), rv0 = RandomCpu(c, 186, 0.5f, 2.0f);
+    for (const StoragePair& st : kStoragePairs) {
+      for (const bool relu : {false, true}) {
+        const std::string what =
+            absl::StrFormat("%s%s, %s", relu ? "relu, " : "", s.ToString(), PairName(st));
+        Tensor gx = OnGpuAs(x, st.x), xw = Widened(gx);
+        struct Run {
+          Tensor y, rm, rv, sm, si, sc, apply, infer, dx, dg, db;
+        };
+        auto fresh = [&](DType yt, DType xt) {
+          return Run{PoisonedAs(s, yt),
+                     OnGpu(rm0),
+                     OnGpu(rv0),
+                     Poisoned(c, Device::kCUDA),
+                     Poisoned(c, Device::kCUDA),
+                     Poisoned(c, Device::kCUDA),
+                     PoisonedAs(s, yt),
+                     PoisonedAs(s, yt),
+                     PoisonedAs(s, xt),
+                     Poisoned(c, Device::kCUDA),
+                     Poisoned(c, Device::kCUDA)};
+        };
+        Run ref = fresh(DType::kFloat32, DType::kFloat32), got = fresh(st.y, st.x);
+        Ops& o = Gpu();
+        auto forward = [&](const Tensor& in, Run& r) {
+          o.BatchNormForwardTrain(in, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, p, relu);
+          o.BatchNormApply(in, r.sm, r.sc, beta, r.apply, relu);
+          o.BatchNormForwardInfer(in, gamma, beta, OnGpu(rm0), OnGpu(rv0), r.infer, p);
+        };
+        forward(xw, ref);
+        forward(gx, got);
+        // Backward: dy (and relu_y = the y of its run) stored as st.y.
+        Tensor gdy = OnGpuAs(dy, st.y), dyw = Widened(gdy);
+        auto backward = [&](const Tensor& in, const Tensor& relu_y, const Tensor& g, Run& r) {
+          o.BatchNormBackward(in, gamma, ref.sm, ref.si, relu ? &relu_y : nullptr, g, r.dx, r.dg,
+                              r.db);
+        };
+        backward(xw, Widened(got.y), dyw, ref);
+        backward(gx, got.y, gdy, got);
+        const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> same[] = {
+            {"running_mean", {&ref.rm, &got.rm}}, {"running_var", {&ref.rv, &got.rv}},
+            {"save_mean", {&ref.sm, &got.sm}},    {"save_invstd", {&ref.si, &got.si}},
+            {"save_scale", {&ref.sc, &got.sc}},   {"dgamma", {&ref.dg, &got.dg}},
+            {"dbeta", {&ref.db, &got.db}}};
+        for (const auto& [name, t] : same)
+          EXPECT_TRUE(BitwiseEqual(t.second->ToHost(), t.first->ToHost())) << what << ": " << name;
+        const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> rounded[] = {
+            {"y", {&ref.y, &got.y}},
+            {"apply", {&ref.apply, &got.apply}},
+            {"infer", {&ref.infer, &got.infer}},
+            {"dx", {&ref.dx, &got.dx}}};
+        for (const auto& [name, t] : rounded) {
+          EXPECT_TRUE(
+              BitwiseEqual(t.second->ToHost(), StoredAs(t.first->ToHost(), t.second->dtype())))
+              << what << ": " << name;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace colonnade
