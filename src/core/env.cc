@@ -1,7 +1,9 @@
 #include "core/env.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -45,23 +47,23 @@ absl::Status Invalid(const EnvVariable& v, const std::string& value, const std::
                       v.name, value, want, v.meaning));
 }
 
-}  // namespace
-
-const std::vector<EnvVariable>& KnownEnvVariables() {
-  static const auto* known = new std::vector<EnvVariable>{
+// KnownEnvVariables(), writable for SetEnvWords.
+std::vector<EnvVariable>& Registry() {
+  static auto* known = new std::vector<EnvVariable>{
       {"COLONNADE_CPU_THREADS", 1, 1024, {}, "CPU-op threads of the library"},
       {"COLONNADE_MAX_IMAGE_SIDE", 1, int64_t{1} << 20, {}, "largest image side, pixels"},
       {"COLONNADE_MAX_IMAGE_PIXELS", 1, int64_t{1} << 40, {}, "largest image, pixels"},
       {"COLONNADE_SHARD_CACHE_MB", 0, int64_t{1} << 24, {}, "shard image cache, MiB; 0: off"},
-      {"COLONNADE_TC_WGMMA", 0, 0, {"0", "1"}, "wgmma convolutions off or on"},
+      // Words set by the CUDA backend (src/cuda/conv/catalogue.cc): its configurations.
+      {"COLONNADE_CONV_CONFIG", 0, 0, {"*"}, "convolution configuration"},
+      // Deprecated: mapped to COLONNADE_CONV_CONFIG with a warning.
+      {"COLONNADE_TC_WGMMA", 0, 0, {"0", "1"}, "wgmma convolutions off or on (deprecated)"},
       {"COLONNADE_TC_TILE",
        0,
        0,
        {"128x128", "64x128", "128x256", "wg128x128", "wg64x256", "wg128x256", "wg128x128s3"},
-       "tensor-core convolution tile"},
-      {"COLONNADE_TC_SHORTK", 0, 1024, {}, "most K slices for the short-K tile"},
+       "tensor-core convolution tile (deprecated)"},
       {"COLONNADE_NVJPEG_BACKEND", 0, 0, {"hardware", "gpu_hybrid"}, "nvJPEG backend"},
-      {"COLONNADE_CONV_GEMM", 0, 0, {"v2", "v3"}, "SIMT convolution GEMM version"},
       {"COLONNADE_POOL_BWD", 0, 0, {"v2", "v3"}, "max-pool backward version"},
       {"COLONNADE_LRN_POOL_FWD", 0, 0, {"v1", "v2"}, "fused LRN + max-pool version"},
       {"COLONNADE_TEST_RANKS_PER_NODE", 1, 65536, {}, "test only: ranks per pretended node"},
@@ -79,6 +81,21 @@ const std::vector<EnvVariable>& KnownEnvVariables() {
       ScriptVariable("COLONNADE_SOURCE_DIR"),
   };
   return *known;
+}
+
+}  // namespace
+
+const std::vector<EnvVariable>& KnownEnvVariables() { return Registry(); }
+
+void SetEnvWords(const char* name, std::vector<std::string> words) {
+  for (EnvVariable& v : Registry()) {
+    if (std::strcmp(v.name, name) == 0 && !v.words.empty()) {
+      v.words = std::move(words);
+      return;
+    }
+  }
+  std::fprintf(stderr, "SetEnvWords: %s is not a known word variable\n", name);
+  std::abort();
 }
 
 absl::StatusOr<std::optional<int64_t>> EnvInt(const char* name) {

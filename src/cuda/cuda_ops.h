@@ -10,6 +10,7 @@
 
 #include "core/ops.h"
 #include "cuda/caching_allocator.h"
+#include "cuda/conv/conv.h"
 #include "cuda/kernels.h"
 
 namespace colonnade::cuda {
