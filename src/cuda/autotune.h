@@ -14,9 +14,10 @@
 // Forcing a version (tests, benchmarks): Force(v), or the environment variable named at
 // construction set to "v<N>" for a candidate N (read on first use; any other value means
 // tune). The convolutions' tuners have no variable (null): COLONNADE_CONV_CONFIG chooses
-// before them (conv/catalogue.h). On the CPU emulator timings mean nothing: it runs a fixed version unless one is
-// forced. A key first seen while its stream is capturing a CUDA graph is not timed either:
-// it gets that same fixed version, and is tuned on its next uncaptured call.
+// before them (conv/catalogue.h). On the CPU emulator timings mean nothing: it runs a fixed
+// version unless one is forced. A key first seen while its stream is capturing a CUDA graph
+// is not timed either: it gets that same fixed version, and is tuned on its next uncaptured
+// call.
 #pragma once
 
 #include <functional>

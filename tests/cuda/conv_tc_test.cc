@@ -1,9 +1,9 @@
 // The tensor-core convolutions (src/cuda/conv/mma.cu: bf16 mma.sync m16n8k16 and tf32
-// mma.sync m16n8k8; src/cuda/conv/wgmma.cu: bf16 wgmma; FP32 accumulation) against the CPU FP32 reference (CpuOps) on
-// fresh random inputs of awkward sizes, outputs poisoned with NaN before every run, for
-// every storage combination (float or bf16 activations and gradients). Runs on the GPU
-// (cuda_tests) and on the CPU emulator (cuda_emu_tests, small shapes only: an emulated mma
-// is a rendezvous of 32 fibers).
+// mma.sync m16n8k8; src/cuda/conv/wgmma.cu: bf16 wgmma; FP32 accumulation) against the CPU FP32
+// reference (CpuOps) on fresh random inputs of awkward sizes, outputs poisoned with NaN before
+// every run, for every storage combination (float or bf16 activations and gradients). Runs on the
+// GPU (cuda_tests) and on the CPU emulator (cuda_emu_tests, small shapes only: an emulated mma is a
+// rendezvous of 32 fibers).
 //
 // Tolerances, ||out - ref|| / ||ref||, from the formats (p significand bits, unit roundoff
 // u = 2^-p, round to nearest):
@@ -482,8 +482,8 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
       const double eb = RunBackwardData(m, 810 + tile, 0, nullptr, &bi);
       // Backward filter takes Mode::out as dy's storage: wgmma only when both are bf16.
       const double ew = RunBackwardFilter(m, 815 + tile, 0, &wi);
-      std::printf("  %s (%s) %s: fwd %.2e bwd data %.2e bwd filter %.2e%s\n", run.config,
-                  fi.config, ModeName(m).c_str(), ef, eb, ew, wi.wgmma ? "" : " (mma.sync)");
+      std::printf("  %s (%s) %s: fwd %.2e bwd data %.2e bwd filter %.2e%s\n", run.config, fi.config,
+                  ModeName(m).c_str(), ef, eb, ew, wi.wgmma ? "" : " (mma.sync)");
       EXPECT_EQ(fi.wgmma, eligible) << run.config;
       EXPECT_EQ(bi.wgmma, eligible) << run.config;
       EXPECT_EQ(wi.wgmma, eligible && m.out == StorageType::kBF16) << run.config;

@@ -112,8 +112,8 @@ std::shared_ptr<const ConvOverride> DeprecatedOverride() {
     ConvOverride::Group g{Named(names[0]).family, {}};
     for (const char* n : names) g.members.push_back(&Named(n));
     o->groups.push_back(std::move(g));
-    LOG(WARNING) << "COLONNADE_TC_TILE=" << *tile << " is deprecated: it means "
-                 << kConvConfigEnv << "=" << names[0]
+    LOG(WARNING) << "COLONNADE_TC_TILE=" << *tile << " is deprecated: it means " << kConvConfigEnv
+                 << "=" << names[0]
                  << (names.size() > 1 ? absl::StrCat(" (tf32: ", names[1], ")") : "")
                  << " (docs/OPERATIONS.md §3)";
     text.push_back(names[0]);
@@ -121,8 +121,8 @@ std::shared_ptr<const ConvOverride> DeprecatedOverride() {
   if (wgmma) {
     const char* family = *wgmma == "1" ? "wgmma" : "mma";
     o->groups.push_back(OverrideFor(family)->groups[0]);
-    LOG(WARNING) << "COLONNADE_TC_WGMMA=" << *wgmma << " is deprecated: it means "
-                 << kConvConfigEnv << "=" << family << " (docs/OPERATIONS.md §3)";
+    LOG(WARNING) << "COLONNADE_TC_WGMMA=" << *wgmma << " is deprecated: it means " << kConvConfigEnv
+                 << "=" << family << " (docs/OPERATIONS.md §3)";
     text.push_back(family);
   }
   o->text = absl::StrJoin(text, ",");
@@ -215,8 +215,8 @@ const ConvConfig& Race(const std::vector<const ConvConfig*>& cands, const ConvRa
 // SIMT forward / backward data: the scalar kernel where the float4 loads do not apply (it is
 // then the only candidate); else the 3-stage pipeline with the row tile that pads the fewest
 // rows, the faster of its K slices (bitwise the same results).
-const ConvConfig& ChooseSimtGemm(const std::vector<const ConvConfig*>& cands,
-                                 const ConvGemmDesc& d, const ConvRace* race) {
+const ConvConfig& ChooseSimtGemm(const std::vector<const ConvConfig*>& cands, const ConvGemmDesc& d,
+                                 const ConvRace* race) {
   std::vector<const ConvConfig*> pipelined;
   for (const ConvConfig* c : cands)
     if (c->stages == 3) pipelined.push_back(c);
@@ -283,8 +283,8 @@ const ConvConfig& ChooseWgmma(const std::vector<const ConvConfig*>& cands, const
   return best ? *best : *cands[0];
 }
 
-const ConvConfig& ChooseIn(ConvFamily f, const std::vector<const ConvConfig*>& cands,
-                           ConvProblem p, const ConvGemmDesc& d, const ConvRace* race) {
+const ConvConfig& ChooseIn(ConvFamily f, const std::vector<const ConvConfig*>& cands, ConvProblem p,
+                           const ConvGemmDesc& d, const ConvRace* race) {
   switch (f) {
     case ConvFamily::kSimt:
       if (p == ConvProblem::kBackwardFilter) {
@@ -316,7 +316,8 @@ const ConvConfig& Select(ConvProblem p, const ConvGemmDesc& d, const ConvRace* r
       if (ConvConfigRuns(*c, p, d)) cands.push_back(c);
     if (!cands.empty()) return ChooseIn(g.family, cands, p, d, race);
   }
-  if (d.math == MathMode::kFP32) return ChooseIn(ConvFamily::kSimt, Runners(ConvFamily::kSimt, p, d), p, d, race);
+  if (d.math == MathMode::kFP32)
+    return ChooseIn(ConvFamily::kSimt, Runners(ConvFamily::kSimt, p, d), p, d, race);
   if (kWgmmaByDefault) {
     const std::vector<const ConvConfig*> w = Runners(ConvFamily::kWgmma, p, d);
     if (!w.empty()) return ChooseIn(ConvFamily::kWgmma, w, p, d, race);
@@ -407,8 +408,8 @@ std::vector<std::string> ConvConfigChoices() {
 absl::Status SetConvConfig(absl::string_view name) {
   std::shared_ptr<const ConvOverride> o = OverrideFor(name);
   if (o == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("no convolution configuration '", name,
-                                                   "': one of ", KnownNames()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("no convolution configuration '", name, "': one of ", KnownNames()));
   }
   SetOverride(std::move(o));
   return absl::OkStatus();

@@ -170,14 +170,14 @@ ConvGemmDesc Describe(const GemmGeometry& q, int groups, const DeviceContext& ct
   return {math, q.m, q.j, q.k, groups, ctx.sm_count, vec, bf16_operands};
 }
 
-ConvGemmDesc Describe(const WgradGeometry& q, int groups, const DeviceContext& ctx,
-                      MathMode math, bool vec, bool bf16_operands) {
+ConvGemmDesc Describe(const WgradGeometry& q, int groups, const DeviceContext& ctx, MathMode math,
+                      bool vec, bool bf16_operands) {
   return {math, q.m, q.ncol, q.jtot, groups, ctx.sm_count, vec, bf16_operands};
 }
 
 std::vector<int> RaceKey(const GemmGeometry& q, int groups) {
-  return {q.n,  q.h,     q.w,  q.oh, q.ow, q.kh,    q.kw,    q.stride, q.pad_h,
-          q.pad_w, q.cg, q.m,  q.k,  q.j,  q.out_h, q.out_w, q.out_s,  groups};
+  return {q.n,     q.h,  q.w, q.oh, q.ow, q.kh,    q.kw,    q.stride, q.pad_h,
+          q.pad_w, q.cg, q.m, q.k,  q.j,  q.out_h, q.out_w, q.out_s,  groups};
 }
 
 WgradGeometry BackwardFilterGeometry(const ConvDims& d, const ConvParams& p) {
@@ -204,8 +204,8 @@ WgradGeometry BackwardFilterGeometry(const ConvDims& d, const ConvParams& p) {
   return q;
 }
 
-void SplitK(WgradGeometry* q, int bm, int bn, int groups, const DeviceContext& ctx,
-            int min_slices, int kslice) {
+void SplitK(WgradGeometry* q, int bm, int bn, int groups, const DeviceContext& ctx, int min_slices,
+            int kslice) {
   const int64_t tiles = CeilDiv(q->ncol, bn) * CeilDiv(q->m, bm) * groups;
   const int64_t want = std::max<int64_t>(1, CeilDiv(int64_t(ctx.sm_count) * 4, tiles));
   const int64_t max_splits = std::max<int64_t>(1, q->jtot / (min_slices * kslice));

@@ -27,8 +27,8 @@ struct GemmGeometry {
   int kh, kw;   // taps; GEMM row k = (c*kh + ky)*kw + kx
   int stride;   // source pixel of tap (ky, kx): (oy*stride - pad_h + ky, ox*stride - pad_w + kx)
   int pad_h, pad_w;
-  int cg;                // gathered channels per group
-  int m, k, kp, mp, j;   // rows, reduction, both padded to the tile; columns
+  int cg;               // gathered channels per group
+  int m, k, kp, mp, j;  // rows, reduction, both padded to the tile; columns
   // Column (oy, ox, img) is written to pixel (out_oy + out_s*oy, out_ox + out_s*ox) of an
   // out_h x out_w output; plain = 1 when that is simply column j (out_s 1, no offset).
   int out_h, out_w, out_s, out_oy, out_ox, plain;
@@ -111,16 +111,16 @@ void Finish(ConvGemm* gemm, int bm, int kslice);
 // The GEMM's description for the selection (catalogue.h).
 ConvGemmDesc Describe(const GemmGeometry& q, int groups, const DeviceContext& ctx, MathMode math,
                       bool vec, bool bf16_operands);
-ConvGemmDesc Describe(const WgradGeometry& q, int groups, const DeviceContext& ctx,
-                      MathMode math, bool vec, bool bf16_operands);
+ConvGemmDesc Describe(const WgradGeometry& q, int groups, const DeviceContext& ctx, MathMode math,
+                      bool vec, bool bf16_operands);
 // The autotuner's key of a forward / backward-data GEMM.
 std::vector<int> RaceKey(const GemmGeometry& q, int groups);
 
 WgradGeometry BackwardFilterGeometry(const ConvDims& d, const ConvParams& p);
 // Splits the reduction so that about four blocks per multiprocessor are in flight (bm x bn
 // tiles), each split at least min_slices K slices of kslice long.
-void SplitK(WgradGeometry* q, int bm, int bn, int groups, const DeviceContext& ctx,
-            int min_slices, int kslice);
+void SplitK(WgradGeometry* q, int bm, int bn, int groups, const DeviceContext& ctx, int min_slices,
+            int kslice);
 
 // Backward filter's output: dw itself for one split; else a workspace of groups x splits x
 // m x ncol partial sums that Reduce adds into dw in the order of the splits (FP32, a fixed

@@ -664,9 +664,15 @@ auto WithTile(const ConvConfig& c, const F& f) {
   CHECK(c.family == ConvFamily::kMma) << c.name << " is not an mma.sync configuration";
   auto with_math = [&](auto tile) {
     using Tl = decltype(tile);
-    CHECK(c.bm == Tl::BM && c.bn == Tl::BN && c.stages == Tl::S) << c.name;
-    return c.math == MathMode::kBF16 ? f.template operator()<Bf16Math, Tl>()
-                                     : f.template operator()<Tf32Math, Tl>();
+    CHECK(c.bm == Tl::BM && c.bn == Tl::BN && c.stages == Tl::S &&
+          c.blocks_per_sm == Tl::kBlocksPerSM)
+        << c.name << ": not its kernel's tile";
+    if (c.math == MathMode::kBF16) {
+      CHECK_EQ(c.bk, 2 * Bf16Math::kMmaK) << c.name;
+      return f.template operator()<Bf16Math, Tl>();
+    }
+    CHECK_EQ(c.bk, 2 * Tf32Math::kMmaK) << c.name;
+    return f.template operator()<Tf32Math, Tl>();
   };
   if (c.bm == 64) return with_math(Mma64x128_4{});
   if (c.bn == 256) return with_math(Mma128x256_3{});

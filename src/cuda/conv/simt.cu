@@ -24,8 +24,7 @@
 //                                batch is a multiple of 4 and the tensors are 16-byte aligned
 //                                (three-stage cp.async pipeline, float4); the automatic choice
 //                                times the two K slices of its row tile on the first call of a
-//                                shape (experiments/gpu_bench/run2: 16 won all 20 AlexNet rows,
-//                                by 1-12%; other shapes are not measured)
+//                                shape (why a race: src/cuda/README.md, "The SIMT race stays")
 //   simt_{64,96,128}x128x8_2     SimtWgradKernel: backward filter, split-K over blocks into a
 //                                workspace that common.cu's ReduceSplitsKernel adds up in a
 //                                fixed order (deterministic); 96 and 128 rows need float4 loads
@@ -319,9 +318,9 @@ __global__ void SimtArrangeWeightsKernel(const ArrangeParams p) {
 // Backward filter.
 // ============================================================================================
 struct SimtWgradParams : WgradGeometry {  // ksplit: a multiple of kBK
-  const float* x;   // (G*cg) x h x w x n
-  const float* dy;  // (G*m) x oh x ow x n
-  float* out;       // splits == 1: dw, (G*m) x ncol; else workspace G x splits x m x ncol
+  const float* x;                         // (G*cg) x h x w x n
+  const float* dy;                        // (G*m) x oh x ow x n
+  float* out;  // splits == 1: dw, (G*m) x ncol; else workspace G x splits x m x ncol
 };
 
 // Kernel SimtWgradKernel<BM, kVec>
@@ -487,8 +486,13 @@ using GemmFn = void (*)(SimtGemmParams);
 
 // The forward / backward-data kernel of a configuration.
 GemmFn GemmKernel(const ConvConfig& c) {
-  if (c.stages == 2) return SimtGemmKernel<64>;
-  CHECK((c.bm == 64 || c.bm == 96 || c.bm == 128) && (c.bk == 8 || c.bk == 16)) << c.name;
+  CHECK(c.family == ConvFamily::kSimt && c.bn == kBN && c.blocks_per_sm == 2) << c.name;
+  if (c.stages == 2) {
+    CHECK(c.bm == 64 && c.bk == kBK) << c.name << ": not its kernel's tile";
+    return SimtGemmKernel<64>;
+  }
+  CHECK((c.bm == 64 || c.bm == 96 || c.bm == 128) && (c.bk == 8 || c.bk == 16) && c.stages == 3)
+      << c.name << ": not its kernel's tile";
   if (c.bk == 8) {
     return c.bm == 128  ? SimtGemmPipelinedKernel<128, 8>
            : c.bm == 96 ? SimtGemmPipelinedKernel<96, 8>
@@ -579,7 +583,11 @@ ConvLaunchInfo ConvBackwardFilterGpu(const DeviceContext& ctx, const ConvDims& d
   const conv::SplitKOutput output(ctx, q, groups, dw);
   q.out = output.out();
   const dim3 grid(static_cast<unsigned>(CeilDiv(q.ncol, kBN)),
-                  static_cast<unsigned>(CeilDiv(q.m, c.bm)), static_cast<unsigned>(groups * q.splits));
+                  static_cast<unsigned>(CeilDiv(q.m, c.bm)),
+                  static_cast<unsigned>(groups * q.splits));
+  CHECK(c.family == ConvFamily::kSimt && c.bn == kBN && c.bk == conv::kBK && c.stages == 2 &&
+        c.blocks_per_sm == 2)
+      << c.name << ": not its kernel's tile";
   void (*kernel)(conv::SimtWgradParams) = nullptr;
   if (!vec) {
     kernel = conv::SimtWgradKernel<64, false>;

@@ -88,8 +88,8 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   const bool vec = gemm.geo.n % ChunkElems(math) == 0 && Aligned(in.data, 16);
   const ConvGemmDesc desc =
       Describe(gemm.geo, groups, ctx, math, vec, in.type == StorageType::kBF16);
-  const ConvConfig& c = problem == ConvProblem::kForward ? SelectForwardConfig(desc)
-                                                         : SelectBackwardDataConfig(desc);
+  const ConvConfig& c =
+      problem == ConvProblem::kForward ? SelectForwardConfig(desc) : SelectBackwardDataConfig(desc);
   Finish(&gemm, c.bm, c.bk);
   TcGemmParams q{};
   static_cast<GemmGeometry&>(q) = gemm.geo;
@@ -104,8 +104,7 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   Scratch at(ctx.alloc, (bf16 ? 2 : 4) * size_t(elems));
   gemm.arrange.at = at.f();
   gemm.arrange.tf32 = bf16 ? 0 : 1;
-  Launch(TcArrangeWeightsKernel, ElementwiseGrid(ctx, elems), dim3(256), ctx.stream,
-         gemm.arrange);
+  Launch(TcArrangeWeightsKernel, ElementwiseGrid(ctx, elems), dim3(256), ctx.stream, gemm.arrange);
   q.at = at.f();
   const dim3 grid(static_cast<unsigned>(CeilDiv(q.j, c.bn)), static_cast<unsigned>(q.mp / c.bm),
                   static_cast<unsigned>(groups));
@@ -165,7 +164,8 @@ ConvLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& 
   q.out = output.out();
   q.pair_out = (q.ncol % 2 == 0 && conv::Aligned(q.out, 8)) ? 1 : 0;
   const dim3 grid(static_cast<unsigned>(CeilDiv(q.ncol, c.bn)),
-                  static_cast<unsigned>(CeilDiv(q.m, c.bm)), static_cast<unsigned>(groups * q.splits));
+                  static_cast<unsigned>(CeilDiv(q.m, c.bm)),
+                  static_cast<unsigned>(groups * q.splits));
   if (c.family == ConvFamily::kWgmma) {
     conv::LaunchWgmmaWgrad(c, grid, ctx.stream, q);
   } else {
@@ -188,7 +188,8 @@ void FloatToBf16Gpu(const DeviceContext& ctx, const float* x, void* y, int64_t n
            conv::ConvertParams{x + done, static_cast<uint16_t*>(y) + done, n - done});
 }
 void Bf16ToFloatGpu(const DeviceContext& ctx, const void* x, float* y, int64_t n) {
-  Launch(conv::Bf16ToFloatKernel, conv::ElementwiseGrid(ctx, n), dim3(256), ctx.stream, conv::ConvertParams{x, y, n});
+  Launch(conv::Bf16ToFloatKernel, conv::ElementwiseGrid(ctx, n), dim3(256), ctx.stream,
+         conv::ConvertParams{x, y, n});
 }
 
 }  // namespace colonnade::cuda

@@ -65,7 +65,6 @@ __device__ __forceinline__ void StoreOut2(T* p, float v0, float v1) {
   }
 }
 
-
 // The epilogue of the forward / backward-data GEMMs: bias, ReLU, conversion to TOut and the
 // stores of a thread's accumulators acc[mt][nt][0..3], which hold (row0 + 16 mt, col0 + 8 nt
 // + {0, 1}) and (row0 + 16 mt + 8, same columns): the mma.sync m16n8 C layout, which wgmma's
@@ -163,7 +162,6 @@ __device__ __forceinline__ void StoreWgradAccumulators(const TcWgradParams& p, i
       }
     }
 }
-
 
 #endif  // COLONNADE_CUDA_EMULATE || __CUDACC__
 

@@ -265,7 +265,9 @@ auto WithTile(const ConvConfig& c, const F& f) {
   CHECK(c.family == ConvFamily::kWgmma) << c.name << " is not a wgmma configuration";
   auto with = [&](auto tile) {
     using Tl = decltype(tile);
-    CHECK(c.bm == Tl::BM && c.bn == Tl::BN && c.stages == Tl::S) << c.name;
+    CHECK(c.bm == Tl::BM && c.bn == Tl::BN && c.bk == Tl::BK && c.stages == Tl::S &&
+          c.blocks_per_sm == Tl::kBlocksPerSM)
+        << c.name << ": not its kernel's tile";
     return f.template operator()<Tl>();
   };
   if (c.bm == 64) return with(Wg64x256_5{});
@@ -281,9 +283,9 @@ struct LaunchGemm {
   const TcGemmParams& q;
   template <class Tl>
   int operator()() const {
-    LaunchDynamicSmem(out == StorageType::kBF16 ? WgmmaGemmKernel<Tl, __nv_bfloat16>
-                                                : WgmmaGemmKernel<Tl, float>,
-                      grid, dim3(Tl::T), Tl::kSmem, stream, q);
+    LaunchDynamicSmem(
+        out == StorageType::kBF16 ? WgmmaGemmKernel<Tl, __nv_bfloat16> : WgmmaGemmKernel<Tl, float>,
+        grid, dim3(Tl::T), Tl::kSmem, stream, q);
     return 0;
   }
 };
@@ -305,8 +307,7 @@ void LaunchWgmmaGemm(const ConvConfig& c, StorageType out, dim3 grid, cudaStream
   WithTile(c, LaunchGemm{out, grid, stream, q});
 }
 
-void LaunchWgmmaWgrad(const ConvConfig& c, dim3 grid, cudaStream_t stream,
-                      const TcWgradParams& q) {
+void LaunchWgmmaWgrad(const ConvConfig& c, dim3 grid, cudaStream_t stream, const TcWgradParams& q) {
   WithTile(c, LaunchWgrad{grid, stream, q});
 }
 
