@@ -403,10 +403,10 @@ absl::StatusOr<std::vector<const cuda::ConvConfig*>> TimedConfigs(Precision prec
   for (absl::string_view name : absl::StrSplit(list, ',')) {
     const cuda::ConvConfig* c = cuda::FindConvConfig(name);
     if (c == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--conv_configs: no configuration '", name, "': one of ",
-                       absl::StrJoin(cuda::ConvConfigChoices().begin() + 3,
-                                     cuda::ConvConfigChoices().end(), ", ")));
+      std::vector<std::string> names;
+      for (const cuda::ConvConfig& k : cuda::ConvCatalogue()) names.push_back(k.name);
+      return absl::InvalidArgumentError(absl::StrCat("--conv_configs: no configuration '", name,
+                                                     "': one of ", absl::StrJoin(names, ", ")));
     }
     if (c->math != math) {
       return absl::InvalidArgumentError(absl::StrCat("--conv_configs: ", name, " is ",
@@ -530,10 +530,6 @@ class TcLayer {
 // layer and batch size timed for our kernels and cuDNN's two layouts, then the table. Only
 // a GPU run can show that a split leaves the table unchanged.
 int Main() {
-  if (!cuda::Available()) {
-    std::fprintf(stderr, "bench_layers: no CUDA device\n");
-    return 1;
-  }
   const std::string pname = absl::GetFlag(FLAGS_precision);
   Precision prec;
   if (pname == "fp32") {
@@ -546,6 +542,16 @@ int Main() {
     std::fprintf(stderr, "bench_layers: --precision must be fp32, tf32 or bf16, not %s\n",
                  pname.c_str());
     return 2;
+  }
+  const absl::StatusOr<std::vector<const cuda::ConvConfig*>> timed = TimedConfigs(prec);
+  if (!timed.ok()) {
+    std::fprintf(stderr, "bench_layers: %s\n", std::string(timed.status().message()).c_str());
+    return 2;
+  }
+  const std::vector<const cuda::ConvConfig*>& configs = *timed;
+  if (!cuda::Available()) {
+    std::fprintf(stderr, "bench_layers: no CUDA device\n");
+    return 1;
   }
   const bool tc = prec != Precision::kFP32;
   absl::Status st = cuda::RegisterBackend(0);
@@ -562,12 +568,6 @@ int Main() {
   std::printf("\n");
   std::fflush(stdout);
   const double tol = prec == Precision::kBF16 ? 1e-2 : 2e-3;  // tests/cuda/conv_tc_test.cc
-  const absl::StatusOr<std::vector<const cuda::ConvConfig*>> timed = TimedConfigs(prec);
-  if (!timed.ok()) {
-    std::fprintf(stderr, "bench_layers: %s\n", std::string(timed.status().message()).c_str());
-    return 2;
-  }
-  const std::vector<const cuda::ConvConfig*>& configs = *timed;
   const cuda::DeviceContext& ctx = dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)).context();
 
   cudnnHandle_t h = nullptr;

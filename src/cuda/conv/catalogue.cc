@@ -1,8 +1,10 @@
 #include "cuda/conv/catalogue.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"

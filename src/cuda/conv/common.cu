@@ -32,6 +32,23 @@ __global__ void ReduceSplitsKernel(const ReduceSplitsParams p) {
   }
 }
 
+// The fields forward and backward filter take straight from the convolution (both gather x).
+template <class G>
+void SetFromConvolution(const ConvDims& d, const ConvParams& p, G* q) {
+  q->n = d.n;
+  q->h = d.h;
+  q->w = d.w;
+  q->oh = d.oh;
+  q->ow = d.ow;
+  q->kh = p.kernel_h;
+  q->kw = p.kernel_w;
+  q->stride = p.stride;
+  q->pad_h = p.pad;
+  q->pad_w = p.pad;
+  q->cg = d.c / p.groups;
+  q->m = d.f / p.groups;
+}
+
 }  // namespace
 
 ConvLaunchInfo LaunchInfo(const ConvConfig& c, bool vec, int splits) {
@@ -63,18 +80,7 @@ ConvGemm ForwardGemm(const ConvDims& d, const ConvParams& p, const float* w) {
   const int groups = p.groups;
   ConvGemm gemm;
   GemmGeometry& q = gemm.geo;
-  q.n = d.n;
-  q.h = d.h;
-  q.w = d.w;
-  q.oh = d.oh;
-  q.ow = d.ow;
-  q.kh = p.kernel_h;
-  q.kw = p.kernel_w;
-  q.stride = p.stride;
-  q.pad_h = p.pad;
-  q.pad_w = p.pad;
-  q.cg = d.c / groups;
-  q.m = d.f / groups;
+  SetFromConvolution(d, p, &q);
   q.k = q.cg * q.kh * q.kw;
   q.j = d.oh * d.ow * d.n;
   q.out_h = d.oh;
@@ -181,20 +187,8 @@ std::vector<int> RaceKey(const GemmGeometry& q, int groups) {
 }
 
 WgradGeometry BackwardFilterGeometry(const ConvDims& d, const ConvParams& p) {
-  const int groups = p.groups;
   WgradGeometry q{};
-  q.n = d.n;
-  q.h = d.h;
-  q.w = d.w;
-  q.oh = d.oh;
-  q.ow = d.ow;
-  q.kh = p.kernel_h;
-  q.kw = p.kernel_w;
-  q.stride = p.stride;
-  q.pad_h = p.pad;
-  q.pad_w = p.pad;
-  q.cg = d.c / groups;
-  q.m = d.f / groups;
+  SetFromConvolution(d, p, &q);
   q.ncol = q.cg * q.kh * q.kw;
   q.jtot = d.oh * d.ow * d.n;
   q.div_n = FastDiv(q.n);

@@ -6,6 +6,7 @@
 // Precision, resources and measurements: src/cuda/TC_NOTES.md.
 
 #include <cstdint>
+#include <vector>
 
 #include "core/log.h"
 #include "cuda/conv/common.h"
