@@ -1,8 +1,8 @@
 // CudaOps: the Ops interface on one GPU. Convolutions use the hand-written CHWN kernels of
-// conv_kernels.cu, fully connected products cuBLAS in strict FP32 (no TF32: pedantic
-// math mode), everything else ops_kernels.cu. Every call is queued on one stream and
-// returns without waiting, except Sum (which returns a value) and Synchronize.
-// set_conv_math moves the convolutions onto the tensor-core kernels (conv_tc_kernels.cu).
+// conv/ (FP32: conv/simt.cu), fully connected products cuBLAS in strict FP32 (no TF32:
+// pedantic math mode), everything else ops_kernels.cu. Every call is queued on one stream
+// and returns without waiting, except Sum (which returns a value) and Synchronize.
+// set_conv_math moves the convolutions onto the tensor-core kernels (conv/mma.cu, wgmma.cu).
 #pragma once
 
 #include <initializer_list>
@@ -109,7 +109,7 @@ class CudaOps : public Ops {
   absl::Status SetPrecision(Precision p) override;
 
   // Convolutions on the tensor cores in this math mode (kTF32 or kBF16: the float tensors
-  // are rounded on their way into the tensor cores, FP32 accumulation; conv_tc_kernels.cu),
+  // are rounded on their way into the tensor cores, FP32 accumulation; conv/tensor_core.cu),
   // or the FP32 kernels (kFP32, the default: results bitwise as always). SetPrecision sets it for
   // runs; tests set it alone.
   void set_conv_math(MathMode m) { conv_math_ = m; }

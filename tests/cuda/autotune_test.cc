@@ -1,4 +1,4 @@
-// The kernel autotuner (src/cuda/autotune.h) that conv_kernels.cu and ops_kernels.cu share:
+// The kernel autotuner (src/cuda/autotune.h) that conv/catalogue.cc and ops_kernels.cu share:
 // a forced version (Force or the environment) is run without timing; otherwise the first
 // call of a key races the candidates (on a GPU: each once, then three times each) and
 // later calls of that key reuse the choice; the emulator runs its fixed version.

@@ -36,8 +36,8 @@ using Wg128x128_6 = WgTile<2, 1, 128, 6>;  // 6 x 32 KiB
 using Wg64x256_5 = WgTile<1, 2, 128, 5>;   // 5 x 40 KiB: M <= 64 (conv2's backward data)
 using Wg128x256_4 = WgTile<2, 1, 256, 4>;  // 4 x 48 KiB, 128 accumulators per thread
 // 128 x 128 in 3 x 32 KiB, two blocks per multiprocessor (124 registers a thread): for GEMMs
-// of few K slices (ChooseWgmmaTile), so that a second resident block can multiply while one
-// fills its pipeline or writes its tile.
+// of few K slices (catalogue.cc, ChooseWgmma), so that a second resident block can multiply
+// while one fills its pipeline or writes its tile.
 using Wg128x128_3 = WgTile<2, 1, 128, 3, 2>;
 
 // Shared-memory layouts, both in the 128-byte swizzle of the wgmma canonical layouts (PTX
