@@ -19,7 +19,7 @@
 #   PEER_MODES       PyTorch modes (default fp32,fp32_cl,tf32,bf16_compile)
 #   TRAIN_MODES      bench_train's AlexNet step (with its per-layer breakdown) in these modes:
 #                    fp32, tf32, bf16 (wgmma convolutions where they run), bf16_wgmma (bf16
-#                    with --wgmma given), bf16_mma (bf16 with --nowgmma); default fp32
+#                    with --conv_config=wgmma), bf16_mma (bf16 with --conv_config=mma); default fp32
 #   BATCHES          batch sizes (default 128,256)
 #   COMMIT           the tree's full hash (the device machine's copy has no git history);
 #                    results.jsonl and layers.csv name it (scripts/record_commit.py)
@@ -127,8 +127,8 @@ if [ -z "${SKIP_TRAIN:-}" ]; then
   : > "$OUT/bench_train.log"
   for m in ${TRAIN_MODES//,/ }; do
     flags=(--precision="$m")
-    [ "$m" = bf16_wgmma ] && flags=(--precision=bf16 --wgmma)
-    [ "$m" = bf16_mma ] && flags=(--precision=bf16 --nowgmma)
+    [ "$m" = bf16_wgmma ] && flags=(--precision=bf16 --conv_config=wgmma)
+    [ "$m" = bf16_mma ] && flags=(--precision=bf16 --conv_config=mma)
     echo "## bench_train ${flags[*]}" >> "$OUT/bench_train.log"
     timeout 120 "$BUILD/bench_train" --batch_sizes="$BATCHES" "${flags[@]}" \
       --json="$OUT/results.jsonl" >> "$OUT/bench_train.log" 2>&1

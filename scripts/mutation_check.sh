@@ -30,7 +30,7 @@ fi
 # name | file | exact text (must occur once) | replacement | build targets | ctest regex
 MUTATIONS=(
   "conv backward index (CPU col2im, kernel tap flipped)|src/core/cpu_ops.cc|float* d = dxrow + (ox * g.stride - g.pad + kx) * N;|float* d = dxrow + (ox * g.stride - g.pad + (g.KW - 1 - kx)) * N;|core_tests|^core\\.Shapes/ConvTest\\."
-  "conv backward index (CUDA kernel on the emulator, tap not flipped)|src/cuda/conv_kernels.cu|const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);|const int kx = p.kx0 + p.step * (r % p.tkw);|cuda_emu_tests|^cuda_emu\\.Shapes/ConvTest\\."
+  "conv backward index (CUDA kernels on the emulator, tap not flipped)|src/cuda/conv/common.h|const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);|const int kx = p.kx0 + p.step * (r % p.tkw);|cuda_emu_tests|^cuda_emu\\.Shapes/ConvTest\\.|^cuda_emu\\.ConvOverrideTest\\."
   "momentum sign (CPU SGD)|src/core/ops/sgd.cc|const float vi = p.momentum * v[i] - p.lr|const float vi = -p.momentum * v[i] - p.lr|core_tests|^core\\.(CpuOpsSgd|Optimizer)\\."
   "momentum sign (CUDA SGD kernel on the emulator)|src/cuda/ops/sgd.cu|__fsub_rn(__fmul_rn(p.momentum, p.v[i])|__fsub_rn(__fmul_rn(-p.momentum, p.v[i])|cuda_emu_tests|^cuda_emu\\.CudaTest\\.SgdUpdate$"
   "resume cursor (data position dropped)|src/apps/train_setup.cc|start_cursor.position = c.state.cursor_position;|start_cursor.position = 0;|trainer checkpoint_diff train_loop_test|^trainer\\.checkpoint\\.resume_bitwise$|^apps\\.TrainLoopTest\\."

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One command for the GPU machine that checks and times the tensor-core convolutions
-# (src/cuda/conv_tc_kernels.cu; notes in src/cuda/TC_NOTES.md): build, the compiler's
+# (src/cuda/conv/mma.cu and wgmma.cu; notes in src/cuda/TC_NOTES.md): build, the compiler's
 # resource report and the SASS instruction mix per kernel (HMMA for mma.sync, HGMMA for
 # wgmma), the tensor-core tests (every kernel, the wgmma ones included, against the CPU
 # reference; the negative controls), compute-sanitizer on small cases, and bench_layers in
-# bf16 and tf32 (each mma.sync and wgmma tile timed) (ours vs cuDNN in the same math mode, per AlexNet
+# bf16 and tf32 (each mma.sync and wgmma configuration timed) (ours vs cuDNN in the same math mode, per AlexNet
 # layer, checked against our FP32 kernels). Logs go to OUTDIR; a short summary is printed last.
 #
 #   scripts/tc_check.sh OUTDIR
@@ -44,11 +44,15 @@ status "build ok in $(( $(date +%s) - t0 )) s"
 report() {
   local inc=()
   [ -d /opt/absl/usr/include ] && inc=(-I/opt/absl/usr/include)
-  nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -std=c++17 -DCOLONNADE_WITH_CUDA=1 \
-    -I"$ROOT/src" "${inc[@]}" -c "$ROOT/src/cuda/conv_tc_kernels.cu" -o "$OUT/conv_tc_kernels.o" -Xptxas -v \
-    > "$OUT/ptxas.log" 2>&1
+  : > "$OUT/ptxas.log"
+  for f in mma wgmma; do
+    nvcc -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -std=c++17 -DCOLONNADE_WITH_CUDA=1 \
+      -I"$ROOT/src" "${inc[@]}" -c "$ROOT/src/cuda/conv/$f.cu" -o "$OUT/conv_$f.o" -Xptxas -v \
+      >> "$OUT/ptxas.log" 2>&1
+  done
   command -v cuobjdump > /dev/null || return 0
-  cuobjdump --dump-sass "$OUT/conv_tc_kernels.o" > "$OUT/sass.txt" 2>&1
+  cat <(cuobjdump --dump-sass "$OUT/conv_mma.o") <(cuobjdump --dump-sass "$OUT/conv_wgmma.o") \
+    > "$OUT/sass.txt" 2>&1
   # HGMMA: the wgmma kernels (sm_90a); HMMA: mma.sync. A wgmma kernel without HGMMA, or
   # with LDL/STL, is on a slow path.
   awk '/Function :/ {f=$3} /HMMA/ {h[f]++} /HGMMA/ {g[f]++} /LDSM/ {l[f]++} /LDGSTS/ {c[f]++}
@@ -58,7 +62,7 @@ report() {
                                 h[k], g[k], l[k], c[k], s[k], k}' \
     "$OUT/sass.txt" | sort -k10 > "$OUT/sass_summary.txt"
   grep -oE 'H[G]?MMA\.[0-9A-Z.]+' "$OUT/sass.txt" | sort | uniq -c | tr '\n' ' ' > "$OUT/sass_forms.txt"
-  rm -f "$OUT/sass.txt" "$OUT/conv_tc_kernels.o"
+  rm -f "$OUT/sass.txt" "$OUT/conv_mma.o" "$OUT/conv_wgmma.o"
 }
 report &
 REPORT_PID=$!

@@ -7,7 +7,7 @@
 # Writes OUTDIR/step.jsonl (one record per measurement: impl, what, model, mode, batch,
 # img_per_s, peak_mem_bytes, commit, device), the logs, and OUTDIR/step.tgz with all of it.
 # Knobs: BATCH (256; a comma list for bench_train and the peer, e.g. 128,256), MODES
-# (fp32,tf32,bf16; bf16 stores activations in bf16, the default since 2026-12-05; bf16_f32act: bf16 with --nobf16_activations; bf16_act: bf16 with the flag given, docs/PRECISION.md; bf16 runs the convolutions on the sm_90a wgmma kernels where they run, the default since 2026-12-05; bf16_wgmma: bf16 with --wgmma given (an error without them); bf16_mma: bf16 on mma.sync, bench_train --nowgmma, COLONNADE_TC_WGMMA=0 for the trainer), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
+# (fp32,tf32,bf16; bf16 stores activations in bf16, the default since 2026-12-05; bf16_f32act: bf16 with --nobf16_activations; bf16_act: bf16 with the flag given, docs/PRECISION.md; bf16 runs the convolutions on the sm_90a wgmma kernels where they run, the default since 2026-12-05; bf16_wgmma: bf16 with --conv_config=wgmma (an error without them); bf16_mma: bf16 on mma.sync, bench_train --conv_config=mma, COLONNADE_CONV_CONFIG=mma for the trainer), PEER_MODES (fp32,tf32,bf16_cl; add bf16_compile, about a minute per
 # batch, for the batches in COMPILE_BATCHES: 256), TRAINER_MODES (MODES), TRAINER_BATCH
 # (the last of BATCH), TRAINER_STEPS (60), SKIP_PEER=1, SKIP_BUILD=1 (run the bench_train and
 # trainer already in BUILD_DIR, e.g. built on another machine).
@@ -52,8 +52,8 @@ mode_flags() {
   case $1 in
   bf16_act) echo "--precision=bf16 --bf16_activations" ;;
   bf16_f32act) echo "--precision=bf16 --nobf16_activations" ;;
-  bf16_wgmma) echo "--precision=bf16 --wgmma" ;;
-  bf16_mma) echo "--precision=bf16 --nowgmma" ;;
+  bf16_wgmma) echo "--precision=bf16 --conv_config=wgmma" ;;
+  bf16_mma) echo "--precision=bf16 --conv_config=mma" ;;
   *) echo "--precision=$1" ;;
   esac
 }
@@ -78,12 +78,12 @@ done
 TRAINER=$BUILD/trainer
 for m in ${TRAINER_MODES//,/ }; do
   # The trainer takes the choice of convolution instructions from the environment
-  # (bench_train's --wgmma/--nowgmma; unset: wgmma where it runs).
-  wg= tflags=$(mode_flags "$m")
-  [ "$m" = bf16_wgmma ] && wg=1 tflags=--precision=bf16
-  [ "$m" = bf16_mma ] && wg=0 tflags=--precision=bf16
+  # (COLONNADE_CONV_CONFIG, bench_train's --conv_config; unset: wgmma where it runs).
+  cc= tflags=$(mode_flags "$m")
+  [ "$m" = bf16_wgmma ] && cc=wgmma tflags=--precision=bf16
+  [ "$m" = bf16_mma ] && cc=mma tflags=--precision=bf16
   # shellcheck disable=SC2086
-  COLONNADE_TC_WGMMA=$wg timeout 120 "$TRAINER" --model=alexnet --device=cuda --data=synthetic \
+  env ${cc:+COLONNADE_CONV_CONFIG=$cc} timeout 120 "$TRAINER" --model=alexnet --device=cuda --data=synthetic \
     --batch_size="$TRAINER_BATCH" --steps="$TRAINER_STEPS" --log_every=20 \
     --data_threads="$(nproc)" $tflags \
     --metrics_file="$OUT/trainer_$m.metrics.jsonl" > "$OUT/trainer_$m.log" 2>&1

@@ -9,8 +9,9 @@
 # Writes OUTDIR/zoo.jsonl (impl, what, model, mode, batch, img_per_s, peak_mem_bytes,
 # commit, device) and the logs. Knobs: CONFIGS ("model:batch ..."), MODES (ours; bf16 stores
 # activations in bf16 by default, bf16_f32act: --nobf16_activations, bf16_act: the flag given,
-# bf16_wgmma: bf16 with --wgmma given (the sm_90a convolution kernels, bf16's default where
-# they run since 2026-12-05; records of runs on them end in _wgmma), bf16_mma: --nowgmma),
+# bf16_wgmma: bf16 with --conv_config=wgmma (the sm_90a convolution kernels, bf16's default
+# where they run since 2026-12-05; records of runs on them end in _wgmma), bf16_mma:
+# --conv_config=mma),
 # PEER_MODES, COMPILE ("model:batch ..." that also get bf16_compile), SKIP_PEER=1.
 set -uo pipefail
 OUT=${1:?usage: run_zoo.sh OUTDIR [BUILD_DIR]}
@@ -33,8 +34,8 @@ for cfg in $CONFIGS; do
     flags=(--precision="$m")
     [ "$m" = bf16_act ] && flags=(--precision=bf16 --bf16_activations)
     [ "$m" = bf16_f32act ] && flags=(--precision=bf16 --nobf16_activations)
-    [ "$m" = bf16_wgmma ] && flags=(--precision=bf16 --wgmma)
-    [ "$m" = bf16_mma ] && flags=(--precision=bf16 --nowgmma)
+    [ "$m" = bf16_wgmma ] && flags=(--precision=bf16 --conv_config=wgmma)
+    [ "$m" = bf16_mma ] && flags=(--precision=bf16 --conv_config=mma)
     timeout 120 "$BUILD/bench_train" --model="$model" --batch_sizes="$batch" "${flags[@]}" \
       --warmup=3 --steps=10 --breakdown=false --json="$OUT/ours.json" > "$OUT/ours_${model}_${batch}_$m.log" 2>&1
     say "ours $model $batch $m rc=$?: $(grep -E 'img/s' "$OUT/ours_${model}_${batch}_$m.log" | head -1 | cut -c1-90)"

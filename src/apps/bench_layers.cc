@@ -7,7 +7,7 @@
 // --precision=fp32 (default): our FP32 kernels; cuDNN runs in strict FP32: the convolution
 // descriptors ask for CUDNN_FMA_MATH (no tensor cores, so no TF32) and every chosen
 // algorithm's reported math type is checked.
-// --precision=tf32 | bf16: our tensor-core kernels (conv_tc_kernels.cu; tf32 on float
+// --precision=tf32 | bf16: our tensor-core kernels (src/cuda/conv/mma.cu, wgmma.cu; tf32 on float
 // tensors, bf16 on bf16 tensors, FP32 master filters, FP32 dw) next to cuDNN with
 // CUDNN_TENSOR_OP_MATH in the same mode (tf32: float tensors; bf16: bf16 tensors and
 // filters, FP32 compute type); each of our results is checked against our FP32 kernels on the
@@ -15,6 +15,11 @@
 // (tf32), the bounds of tests/cuda/conv_tc_test.cc; a failure makes the exit code 1.
 //
 //   bench_layers --precision=bf16 --batch_sizes=128,256 --csv=layers_bf16.csv
+//
+// Each of our configurations of the precision's families (src/cuda/conv/catalogue.h: simt_*
+// in fp32, mma_tf32_* in tf32, mma_bf16_* and wgmma_* in bf16; --conv_configs names a subset)
+// is timed forced, where it runs the layer, next to the automatic choice ("ours", what training
+// runs; COLONNADE_CONV_CONFIG applies to it as to the trainer).
 //
 // Both of cuDNN's layouts are timed (NCHW and NHWC), each with the best algorithm its find
 // API reports (cudnnFind*AlgorithmEx, which runs them). The card's ceilings are measured
@@ -33,7 +38,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "apps/cli.h"
 #include "apps/output_file.h"
@@ -44,6 +52,7 @@
 #include "core/ops.h"
 #include "core/philox.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/conv/conv.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
@@ -58,6 +67,10 @@ ABSL_FLAG(int64_t, cudnn_workspace_mb, 2048, "largest cuDNN workspace allowed (M
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (our FP32 kernels, cuDNN FMA math), tf32 or bf16 (our tensor-core kernels, "
           "cuDNN tensor-op math in the same mode)");
+ABSL_FLAG(std::string, conv_configs, "",
+          "comma-separated convolution configurations (src/cuda/conv/catalogue.h, the names "
+          "COLONNADE_CONV_CONFIG takes) to time forced, each where it runs; empty: every "
+          "configuration of the precision's families");
 
 namespace colonnade {
 namespace {
@@ -354,15 +367,56 @@ struct Row {
   int batch;
   double flops, bytes;
   double ours_ms, nchw_ms, nhwc_ms;
-  double v2_ms = NAN, v3_ms = NAN;  // fwd / bwd data: each kernel version forced
   std::string nchw_algo, nhwc_algo;
   double rel_err = NAN;  // tf32 / bf16: ours against our FP32 kernels
-  std::string tile;      // tf32 / bf16: block tile, vector loads, split-K
-  // tf32 / bf16, each tile forced: mma.sync 128x128, 64x128, 128x256, then (bf16 on bf16
-  // activations, sm_90a builds) wgmma 128x128, 64x256, 128x256
-  double tile_ms[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
-  double wgmma_err = NAN;  // the largest error of the wgmma tiles against our FP32 kernels
+  std::string config;    // the configuration ours ran, vector loads, split-K
+  // Each timed configuration forced (NaN where it does not run the layer's problem).
+  std::vector<double> config_ms;
+  double wgmma_err = NAN;  // the largest error of the wgmma configurations against our FP32
 };
+
+// Sizes of a convolution from its input and output shapes.
+cuda::ConvDims DimsOf(const Shape& xs, const Shape& ys) {
+  cuda::ConvDims d;
+  d.n = static_cast<int>(xs.n());
+  d.c = static_cast<int>(xs.c());
+  d.h = static_cast<int>(xs.h());
+  d.w = static_cast<int>(xs.w());
+  d.f = static_cast<int>(ys.c());
+  d.oh = static_cast<int>(ys.h());
+  d.ow = static_cast<int>(ys.w());
+  return d;
+}
+
+// The configurations to time: --conv_configs, or every one of the precision's families.
+absl::StatusOr<std::vector<const cuda::ConvConfig*>> TimedConfigs(Precision prec) {
+  const cuda::MathMode math = prec == Precision::kFP32   ? cuda::MathMode::kFP32
+                              : prec == Precision::kTF32 ? cuda::MathMode::kTF32
+                                                         : cuda::MathMode::kBF16;
+  std::vector<const cuda::ConvConfig*> r;
+  const std::string list = absl::GetFlag(FLAGS_conv_configs);
+  if (list.empty()) {
+    for (const cuda::ConvConfig& c : cuda::ConvCatalogue())
+      if (c.math == math) r.push_back(&c);
+    return r;
+  }
+  for (absl::string_view name : absl::StrSplit(list, ',')) {
+    const cuda::ConvConfig* c = cuda::FindConvConfig(name);
+    if (c == nullptr) {
+      std::vector<std::string> names;
+      for (const cuda::ConvConfig& k : cuda::ConvCatalogue()) names.push_back(k.name);
+      return absl::InvalidArgumentError(absl::StrCat("--conv_configs: no configuration '", name,
+                                                     "': one of ", absl::StrJoin(names, ", ")));
+    }
+    if (c->math != math) {
+      return absl::InvalidArgumentError(absl::StrCat("--conv_configs: ", name, " is ",
+                                                     cuda::MathModeName(c->math), ", not ",
+                                                     absl::GetFlag(FLAGS_precision)));
+    }
+    r.push_back(c);
+  }
+  return r;
+}
 
 // ||a - b|| / ||b|| over two device float buffers.
 double RelErrGpu(const float* a, const float* b, int64_t n) {
@@ -419,16 +473,10 @@ class TcLayer {
       x_ = xf_;
       dy_ = dyf_;
     }
-    d_.n = static_cast<int>(xs.n());
-    d_.c = static_cast<int>(xs.c());
-    d_.h = static_cast<int>(xs.h());
-    d_.w = static_cast<int>(xs.w());
-    d_.f = static_cast<int>(ys.c());
-    d_.oh = static_cast<int>(ys.h());
-    d_.ow = static_cast<int>(ys.w());
+    d_ = DimsOf(xs, ys);
   }
 
-  cuda::TcLaunchInfo Run(int op) {
+  cuda::ConvLaunchInfo Run(int op) {
     cuda::TcConvArgs a;
     a.dims = d_;
     a.conv = p_;
@@ -454,7 +502,6 @@ class TcLayer {
   double Check(int op) {
     Run(op);
     Ops& ops = OpsFor(Device::kCUDA);
-    cuda::SetConvGemmVersion(0);
     const Shape& s = op == 0 ? ys_ : op == 1 ? xs_ : ws_;
     Tensor ref(s, Device::kCUDA), got(s, Device::kCUDA);
     if (op == 0) ops.ConvForward(xf_, w_, ref, p_);
@@ -483,10 +530,6 @@ class TcLayer {
 // layer and batch size timed for our kernels and cuDNN's two layouts, then the table. Only
 // a GPU run can show that a split leaves the table unchanged.
 int Main() {
-  if (!cuda::Available()) {
-    std::fprintf(stderr, "bench_layers: no CUDA device\n");
-    return 1;
-  }
   const std::string pname = absl::GetFlag(FLAGS_precision);
   Precision prec;
   if (pname == "fp32") {
@@ -499,6 +542,16 @@ int Main() {
     std::fprintf(stderr, "bench_layers: --precision must be fp32, tf32 or bf16, not %s\n",
                  pname.c_str());
     return 2;
+  }
+  const absl::StatusOr<std::vector<const cuda::ConvConfig*>> timed = TimedConfigs(prec);
+  if (!timed.ok()) {
+    std::fprintf(stderr, "bench_layers: %s\n", std::string(timed.status().message()).c_str());
+    return 2;
+  }
+  const std::vector<const cuda::ConvConfig*>& configs = *timed;
+  if (!cuda::Available()) {
+    std::fprintf(stderr, "bench_layers: no CUDA device\n");
+    return 1;
   }
   const bool tc = prec != Precision::kFP32;
   absl::Status st = cuda::RegisterBackend(0);
@@ -515,6 +568,7 @@ int Main() {
   std::printf("\n");
   std::fflush(stdout);
   const double tol = prec == Precision::kBF16 ? 1e-2 : 2e-3;  // tests/cuda/conv_tc_test.cc
+  const cuda::DeviceContext& ctx = dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)).context();
 
   cudnnHandle_t h = nullptr;
   if (absl::GetFlag(FLAGS_cudnn)) {
@@ -527,7 +581,6 @@ int Main() {
                   prec == Precision::kBF16 ? "bf16" : "float (tf32)");
     }
   }
-  Ops& ops = OpsFor(Device::kCUDA);
   std::vector<Row> rows;
   int failures = 0;
   for (absl::string_view bs : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes), ',')) {
@@ -584,40 +637,32 @@ int Main() {
         const double xb = xs.elements() * ab, yb = ys.elements() * ab,
                      wb = conv->weight().value.size() * 4.0;
         r.bytes = op == 0 ? xb + wb + yb : op == 1 ? yb + wb + xb : xb + yb + wb;
-        if (tc) {
-          cuda::TcLaunchInfo li;
-          for (int t = 1; t <= 6; ++t) {  // each block tile forced, then the automatic choice
-            cuda::SetTcTile(t);
-            if (t >= 4 && !tcl->Run(op).wgmma) continue;  // no wgmma kernel for this case
-            r.tile_ms[t - 1] = TimeMs([&] { tcl->Run(op); }, warmup, iters);
-            if (t >= 4) {
-              const double e = tcl->Check(op);
-              r.wgmma_err = std::isnan(r.wgmma_err) ? e : std::fmax(r.wgmma_err, e);
-              if (!(e < tol)) ++failures;
-            }
+        // Our kernels: op on the tensor cores or in FP32 (the FP32 launchers of CudaOps).
+        const cuda::ConvDims d = DimsOf(xs, ys);
+        auto run = [&]() -> cuda::ConvLaunchInfo {
+          if (tc) return tcl->Run(op);
+          if (op == 0) return cuda::ConvForwardGpu(ctx, d, p, x.data(), w.data(), y.data());
+          if (op == 1) return cuda::ConvBackwardDataGpu(ctx, d, p, dy.data(), w.data(), dx.data());
+          return cuda::ConvBackwardFilterGpu(ctx, d, p, x.data(), dy.data(), dw.data());
+        };
+        r.config_ms.assign(configs.size(), NAN);
+        for (size_t i = 0; i < configs.size(); ++i) {  // each configuration forced
+          const cuda::ScopedConvConfig forced(configs[i]->name);
+          if (std::string(run().config) != configs[i]->name) continue;  // not for this problem
+          r.config_ms[i] = TimeMs(run, warmup, iters);
+          if (configs[i]->family == cuda::ConvFamily::kWgmma) {
+            const double e = tcl->Check(op);
+            r.wgmma_err = std::isnan(r.wgmma_err) ? e : std::fmax(r.wgmma_err, e);
+            if (!(e < tol)) ++failures;
           }
-          cuda::SetTcTile(0);
-          r.ours_ms = TimeMs([&] { li = tcl->Run(op); }, warmup, iters);
-          r.tile = absl::StrFormat("%dx%d%s%s%s", li.bm, li.bn, li.wgmma ? " wgmma" : "",
-                                   li.vec ? " vec" : " scalar",
+        }
+        cuda::ConvLaunchInfo li;  // the automatic choice: what training uses
+        r.ours_ms = TimeMs([&] { li = run(); }, warmup, iters);
+        r.config = absl::StrFormat("%s%s%s", li.config, li.vec ? " vec" : " scalar",
                                    op == 2 ? absl::StrFormat(" split %d", li.splits) : "");
+        if (tc) {
           r.rel_err = tcl->Check(op);
           if (!(r.rel_err < tol)) ++failures;
-        } else if (op == 0 || op == 1) {
-          auto run = [&] {
-            if (op == 0)
-              ops.ConvForward(x, w, y, p);
-            else
-              ops.ConvBackwardData(dy, w, dx, p);
-          };
-          cuda::SetConvGemmVersion(2);
-          r.v2_ms = TimeMs(run, warmup, iters);
-          cuda::SetConvGemmVersion(3);
-          r.v3_ms = TimeMs(run, warmup, iters);
-          cuda::SetConvGemmVersion(0);  // what training uses: the faster, chosen per shape
-          r.ours_ms = TimeMs(run, warmup, iters);
-        } else {
-          r.ours_ms = TimeMs([&] { ops.ConvBackwardFilter(x, dy, dw, p); }, warmup, iters);
         }
         r.nchw_ms = r.nhwc_ms = NAN;
         if (h) {
@@ -625,25 +670,21 @@ int Main() {
           r.nhwc_ms = nhwc->Time(op, warmup, iters, &r.nhwc_algo);
         }
         const double best = std::fmin(r.nchw_ms, r.nhwc_ms);
-        if (tc) {
-          std::printf(
-              "%-6s b%-4d %-10s %-36s ours %8.3f ms %6.1f TFLOP/s (%s) err %.1e %s | "
-              "cuDNN NCHW %8.3f ms (%s) NHWC %8.3f ms (%s) | ours/best %.2f | "
-              "128x128 %.3f 64x128 %.3f 128x256 %.3f | wgmma 128x128 %.3f 64x256 %.3f 128x256 "
-              "%.3f err %.1e\n",
-              r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
-              flops / (r.ours_ms * 1e9), r.tile.c_str(), r.rel_err, r.rel_err < tol ? "ok" : "FAIL",
-              r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms, r.nhwc_algo.c_str(), r.ours_ms / best,
-              r.tile_ms[0], r.tile_ms[1], r.tile_ms[2], r.tile_ms[3], r.tile_ms[4], r.tile_ms[5],
-              r.wgmma_err);
-        } else {
-          std::printf(
-              "%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s | cuDNN NCHW %8.3f ms "
-              "(%s) NHWC %8.3f ms (%s) | ours/best %.2f | v2 %.3f v3 %.3f\n",
-              r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
-              flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms,
-              r.nhwc_algo.c_str(), r.ours_ms / best, r.v2_ms, r.v3_ms);
-        }
+        std::string forced;  // "name ms" of each configuration that ran
+        for (size_t i = 0; i < configs.size(); ++i)
+          if (!std::isnan(r.config_ms[i]))
+            absl::StrAppendFormat(&forced, " %s %.3f", configs[i]->name, r.config_ms[i]);
+        std::printf(
+            "%-6s b%-4d %-10s %-36s ours %8.3f ms %6.2f TFLOP/s (%s)%s | cuDNN NCHW %8.3f ms "
+            "(%s) NHWC %8.3f ms (%s) | ours/best %.2f |%s",
+            r.layer.c_str(), batch, r.op.c_str(), r.shape.c_str(), r.ours_ms,
+            flops / (r.ours_ms * 1e9), r.config.c_str(),
+            tc ? absl::StrFormat(" err %.1e %s", r.rel_err, r.rel_err < tol ? "ok" : "FAIL").c_str()
+               : "",
+            r.nchw_ms, r.nchw_algo.c_str(), r.nhwc_ms, r.nhwc_algo.c_str(), r.ours_ms / best,
+            forced.c_str());
+        if (!std::isnan(r.wgmma_err)) std::printf(" | wgmma err %.1e", r.wgmma_err);
+        std::printf("\n");
         std::fflush(stdout);
         rows.push_back(r);
       }
@@ -669,25 +710,22 @@ int Main() {
   }
   const std::string csv = absl::GetFlag(FLAGS_csv);
   if (!csv.empty()) {
+    // One ms_<configuration> column per timed configuration (catalogue.h's names).
     std::string text =
         "layer,batch,op,shape,gflop,min_mbytes,ours_ms,ours_tflops,cudnn_nchw_ms,cudnn_nchw_algo,"
-        "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,ours_v2_ms,ours_v3_ms";
-    if (tc)
-      text +=
-          ",precision,tc_gemm_tflops,rel_err_vs_fp32,tile,ms_128x128,ms_64x128,ms_128x256,"
-          "ms_wg128x128,ms_wg64x256,ms_wg128x256,wgmma_rel_err";
+        "cudnn_nhwc_ms,cudnn_nhwc_algo,copy_tbs,sgemm_tflops,precision,config";
+    if (tc) text += ",tc_gemm_tflops,rel_err_vs_fp32,wgmma_rel_err";
+    for (const cuda::ConvConfig* c : configs) absl::StrAppend(&text, ",ms_", c->name);
     text += "\n";
     for (const Row& r : rows) {
-      text +=
-          absl::StrFormat("%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%.4f,%.4f",
-                          r.layer, r.batch, r.op, r.shape, r.flops / 1e9, r.bytes / 1e6, r.ours_ms,
-                          r.flops / (r.ours_ms * 1e9), r.nchw_ms, r.nchw_algo, r.nhwc_ms,
-                          r.nhwc_algo, ceil.copy_tbs, ceil.sgemm_tflops, r.v2_ms, r.v3_ms);
-      if (tc)
-        text +=
-            absl::StrFormat(",%s,%.1f,%.2e,%s,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2e", pname,
-                            ceil.tc_tflops, r.rel_err, r.tile, r.tile_ms[0], r.tile_ms[1],
-                            r.tile_ms[2], r.tile_ms[3], r.tile_ms[4], r.tile_ms[5], r.wgmma_err);
+      text += absl::StrFormat(
+          "%s,%d,%s,%s,%.3f,%.1f,%.4f,%.2f,%.4f,%s,%.4f,%s,%.2f,%.1f,%s,%s", r.layer, r.batch, r.op,
+          r.shape, r.flops / 1e9, r.bytes / 1e6, r.ours_ms, r.flops / (r.ours_ms * 1e9), r.nchw_ms,
+          r.nchw_algo, r.nhwc_ms, r.nhwc_algo, ceil.copy_tbs, ceil.sgemm_tflops, pname, r.config);
+      if (tc) {
+        absl::StrAppendFormat(&text, ",%.1f,%.2e,%.2e", ceil.tc_tflops, r.rel_err, r.wgmma_err);
+      }
+      for (double ms : r.config_ms) absl::StrAppendFormat(&text, ",%.4f", ms);
       text += "\n";
     }
     // Replaces an earlier table, never a checkpoint, dataset or device (output_file.h).

@@ -30,6 +30,7 @@
 #include "core/optimizer.h"
 #include "core/results.h"
 #include "core/philox.h"
+#include "cuda/conv/conv.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
@@ -68,13 +69,14 @@ ABSL_FLAG(bool, bf16_activations, true,
           "trainer's --bf16_activations, on by default as there; --nobf16_activations keeps "
           "them FP32; docs/PRECISION.md). Giving it with another precision is an error");
 
-ABSL_FLAG(bool, wgmma, true,
-          "with --precision=bf16: run the convolutions (forward, backward data, backward "
-          "filter) on the wgmma kernels (sm_90a) where they apply (bf16 activations, a batch "
-          "that is a multiple of 8), as the trainer does by default; --nowgmma keeps them on "
-          "mma.sync (the trainer: COLONNADE_TC_WGMMA=0). Where wgmma cannot run (a build "
-          "without CMAKE_CUDA_ARCHITECTURES=90a, not a compute capability 9.0 GPU) mma.sync "
-          "runs, and giving --wgmma is an error. src/cuda/TC_NOTES.md");
+ABSL_FLAG(std::string, conv_config, "",
+          "the convolution configuration, a name COLONNADE_CONV_CONFIG takes "
+          "(src/cuda/conv/catalogue.h): auto (the trainer's default: in bf16 the wgmma kernels "
+          "of sm_90a where they apply, bf16 activations and a batch that is a multiple of 8, "
+          "else mma.sync), mma (mma.sync only), wgmma (an error where wgmma cannot run: a build "
+          "without CMAKE_CUDA_ARCHITECTURES=90a, not a compute capability 9.0 GPU), or one "
+          "configuration (e.g. wgmma_128x256x64_4, mma_bf16_128x128x32_4, simt_128x128x16_3) "
+          "for every convolution it runs. Empty: COLONNADE_CONV_CONFIG, else auto");
 
 namespace colonnade {
 namespace {
@@ -209,10 +211,27 @@ std::unique_ptr<Net> BuildSyntheticNet(const std::string& model, int64_t batch,
   return net;
 }
 
-// --precision, --fusions and --bf16_activations, before anything looks for a GPU: false
-// (with one line on stderr) when they do not parse or do not go together.
-bool ParseModeFlags(bool bf16_activations_given, bool wgmma_given, Precision* precision,
-                    Fusions* fusions) {
+// Whether a --conv_config runs at this precision: a configuration of its math, mma with
+// tf32 or bf16, wgmma with bf16, auto with any.
+bool ConvConfigFits(const std::string& name, Precision precision) {
+  const cuda::MathMode math = precision == Precision::kFP32   ? cuda::MathMode::kFP32
+                              : precision == Precision::kTF32 ? cuda::MathMode::kTF32
+                                                              : cuda::MathMode::kBF16;
+  if (const cuda::ConvConfig* c = cuda::FindConvConfig(name)) return c->math == math;
+  if (name == "mma") return math != cuda::MathMode::kFP32;
+  if (name == "wgmma") return math == cuda::MathMode::kBF16;
+  return true;
+}
+
+// Whether a --conv_config asks for the wgmma kernels.
+bool WantsWgmma(const std::string& name) {
+  const cuda::ConvConfig* c = cuda::FindConvConfig(name);
+  return name == "wgmma" || (c != nullptr && c->family == cuda::ConvFamily::kWgmma);
+}
+
+// --precision, --fusions, --bf16_activations and --conv_config, before anything looks for a
+// GPU: false (with one line on stderr) when they do not parse or do not go together.
+bool ParseModeFlags(bool bf16_activations_given, Precision* precision, Fusions* fusions) {
   if (!ParsePrecision(absl::GetFlag(FLAGS_precision), precision)) {
     std::fprintf(stderr, "bench_train: --precision must be fp32, tf32 or bf16, not %s\n",
                  absl::GetFlag(FLAGS_precision).c_str());
@@ -230,17 +249,25 @@ bool ParseModeFlags(bool bf16_activations_given, bool wgmma_given, Precision* pr
     std::fprintf(stderr, "bench_train: --bf16_activations needs --precision=bf16\n");
     return false;
   }
-  if (absl::GetFlag(FLAGS_wgmma) && *precision != Precision::kBF16 && wgmma_given) {
-    std::fprintf(stderr, "bench_train: --wgmma needs --precision=bf16\n");
-    return false;
+  const std::string config = absl::GetFlag(FLAGS_conv_config);
+  if (!config.empty()) {
+    if (absl::Status s = cuda::SetConvConfig(config); !s.ok()) {
+      std::fprintf(stderr, "bench_train: --conv_config: %s\n", std::string(s.message()).c_str());
+      return false;
+    }
+    if (!ConvConfigFits(config, *precision)) {
+      std::fprintf(stderr, "bench_train: --conv_config=%s does not run at --precision=%s\n",
+                   config.c_str(), PrecisionName(*precision));
+      return false;
+    }
   }
   return true;
 }
 
-int Main(bool bf16_activations_given, bool wgmma_given) {
+int Main(bool bf16_activations_given) {
   Precision precision;
   Fusions fusions;
-  if (!ParseModeFlags(bf16_activations_given, wgmma_given, &precision, &fusions)) return 2;
+  if (!ParseModeFlags(bf16_activations_given, &precision, &fusions)) return 2;
   if (!cuda::Available()) {
     std::fprintf(stderr, "bench_train: no CUDA device\n");
     return 1;
@@ -249,16 +276,17 @@ int Main(bool bf16_activations_given, bool wgmma_given) {
   CHECK(st.ok()) << st;
   st = OpsFor(Device::kCUDA).SetPrecision(precision);
   CHECK(st.ok()) << st;
-  if (absl::GetFlag(FLAGS_wgmma) && wgmma_given && !cuda::TcWgmmaAvailable()) {
+  if (WantsWgmma(cuda::ConvConfigSetting()) && !cuda::TcWgmmaAvailable()) {
     std::fprintf(stderr,
-                 "bench_train: --wgmma: no wgmma here (build with "
-                 "-DCMAKE_CUDA_ARCHITECTURES=90a and run on a compute capability 9.0 GPU)\n");
+                 "bench_train: --conv_config=%s: no wgmma here (build with "
+                 "-DCMAKE_CUDA_ARCHITECTURES=90a and run on a compute capability 9.0 GPU)\n",
+                 cuda::ConvConfigSetting().c_str());
     return 2;
   }
-  cuda::SetTcWgmma(absl::GetFlag(FLAGS_wgmma));
   const bool wgmma = precision == Precision::kBF16 && cuda::WgmmaConvolutions();
-  std::printf("precision: %s%s%s\n", PrecisionName(precision),
-              Bf16Storage() ? ", bf16 activations" : "", wgmma ? ", wgmma convolutions" : "");
+  std::printf("precision: %s%s%s (convolutions: %s)\n", PrecisionName(precision),
+              Bf16Storage() ? ", bf16 activations" : "", wgmma ? ", wgmma convolutions" : "",
+              cuda::ConvConfigSetting().c_str());
   std::printf("device: %s\n", cuda::DeviceDescription().c_str());
   const std::string model = absl::GetFlag(FLAGS_model);
   const float lr = static_cast<float>(absl::GetFlag(FLAGS_lr));
@@ -334,14 +362,14 @@ int Main(bool bf16_activations_given, bool wgmma_given) {
         "\"peak_reserved_bytes\": %d, \"mallocs_in_timed_steps\": %d, \"loss_first\": %s, "
         "\"loss_last\": %s, \"memory_plan\": \"%s\", \"recompute\": \"%s\", "
         "\"cuda_graphs\": %s, \"fusions\": \"%s\", \"activations\": \"%s\", \"wgmma\": %s, "
-        "\"device\": \"%s\"}",
+        "\"conv_config\": \"%s\", \"device\": \"%s\"}",
         model, PrecisionName(precision), batch, ips, total_ms / steps, per[steps / 2],
         mem.peak_bytes_in_use, mem.peak_bytes_reserved, mem.device_allocations - mallocs_before,
         JsonNumber(first_loss, 5), JsonNumber(last_loss, 5),
         AbslUnparseFlag(absl::GetFlag(FLAGS_memory_plan)),
         AbslUnparseFlag(absl::GetFlag(FLAGS_recompute)), graphs ? "true" : "false",
         FusionsName(net.fusions()), net.bf16_storage() ? "bf16" : "float32",
-        wgmma ? "true" : "false", cuda::DeviceDescription()));
+        wgmma ? "true" : "false", cuda::ConvConfigSetting(), cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
   const std::string json = absl::GetFlag(FLAGS_json);
@@ -369,6 +397,5 @@ int main(int argc, char** argv) {
       "per second and peak device memory, on synthetic inputs.\n\n"
       "  bench_train --model=alexnet --batch_sizes=128,256 --steps=30 --json=train.json"};
   if (std::optional<int> code = colonnade::ParseCommandLine(argc, argv, cli)) return *code;
-  return colonnade::Main(colonnade::FlagGiven(argc, argv, "bf16_activations"),
-                         colonnade::FlagGiven(argc, argv, "wgmma"));
+  return colonnade::Main(colonnade::FlagGiven(argc, argv, "bf16_activations"));
 }

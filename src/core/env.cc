@@ -1,8 +1,10 @@
 #include "core/env.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -48,23 +50,23 @@ absl::Status Invalid(const EnvVariable& v, const std::string& value, const std::
                       v.name, value, want, v.meaning));
 }
 
-}  // namespace
-
-const std::vector<EnvVariable>& KnownEnvVariables() {
-  static const auto* known = new std::vector<EnvVariable>{
+// KnownEnvVariables(), writable for SetEnvWords.
+std::vector<EnvVariable>& Registry() {
+  static auto* known = new std::vector<EnvVariable>{
       {"COLONNADE_CPU_THREADS", 1, 1024, {}, "CPU-op threads of the library"},
       {"COLONNADE_MAX_IMAGE_SIDE", 1, int64_t{1} << 20, {}, "largest image side, pixels"},
       {"COLONNADE_MAX_IMAGE_PIXELS", 1, int64_t{1} << 40, {}, "largest image, pixels"},
       {"COLONNADE_SHARD_CACHE_MB", 0, int64_t{1} << 24, {}, "shard image cache, MiB; 0: off"},
-      {"COLONNADE_TC_WGMMA", 0, 0, {"0", "1"}, "wgmma convolutions off or on"},
+      // Words set by the CUDA backend (src/cuda/conv/catalogue.cc): its configurations.
+      {"COLONNADE_CONV_CONFIG", 0, 0, {"*"}, "convolution configuration"},
+      // Deprecated: mapped to COLONNADE_CONV_CONFIG with a warning.
+      {"COLONNADE_TC_WGMMA", 0, 0, {"0", "1"}, "wgmma convolutions off or on (deprecated)"},
       {"COLONNADE_TC_TILE",
        0,
        0,
        {"128x128", "64x128", "128x256", "wg128x128", "wg64x256", "wg128x256", "wg128x128s3"},
-       "tensor-core convolution tile"},
-      {"COLONNADE_TC_SHORTK", 0, 1024, {}, "most K slices for the short-K tile"},
+       "tensor-core convolution tile (deprecated)"},
       {"COLONNADE_NVJPEG_BACKEND", 0, 0, {"hardware", "gpu_hybrid"}, "nvJPEG backend"},
-      {"COLONNADE_CONV_GEMM", 0, 0, {"v2", "v3"}, "SIMT convolution GEMM version"},
       {"COLONNADE_TEST_RANKS_PER_NODE", 1, 65536, {}, "test only: ranks per pretended node"},
       ScriptVariable("COLONNADE_NO_SKIP"),
       ScriptVariable("COLONNADE_SHARED_DATA"),
@@ -80,6 +82,21 @@ const std::vector<EnvVariable>& KnownEnvVariables() {
       ScriptVariable("COLONNADE_SOURCE_DIR"),
   };
   return *known;
+}
+
+}  // namespace
+
+const std::vector<EnvVariable>& KnownEnvVariables() { return Registry(); }
+
+void SetEnvWords(const char* name, std::vector<std::string> words) {
+  for (EnvVariable& v : Registry()) {
+    if (std::strcmp(v.name, name) == 0 && !v.words.empty()) {
+      v.words = std::move(words);
+      return;
+    }
+  }
+  std::fprintf(stderr, "SetEnvWords: %s is not a known word variable\n", name);
+  std::abort();
 }
 
 absl::StatusOr<std::optional<int64_t>> EnvInt(const char* name) {
@@ -118,6 +135,12 @@ const std::vector<RemovedEnvVariable>& RemovedEnvVariables() {
        "record); versions 2 and 3 are compared in dev/pool_backward"},
       {"COLONNADE_LRN_POOL_FWD",
        "the LRN + max-pool fusion measured slower and left the main path (dev/lrn_pool)"},
+      {"COLONNADE_CONV_GEMM",
+       "the SIMT convolution versions are named configurations now: "
+       "COLONNADE_CONV_CONFIG=simt_<M>x<N>x<K>_<stages> (src/cuda/README.md)"},
+      {"COLONNADE_TC_SHORTK",
+       "the short-K tile choice is fixed by the measurement (src/cuda/conv/catalogue.cc); "
+       "COLONNADE_CONV_CONFIG=wgmma_128x128x64_3 forces that tile"},
   };
   return *removed;
 }

@@ -25,6 +25,13 @@ struct EnvVariable {
 // Every COLONNADE_* variable the project reads.
 const std::vector<EnvVariable>& KnownEnvVariables();
 
+// Sets the words of a word variable whose values a library outside core defines (the CUDA
+// backend's COLONNADE_CONV_CONFIG: its convolution configurations). Until a library sets
+// them such a variable takes any non-empty value (in a program without that library it is
+// read by nobody). Call before main (a static initializer of the library), so that
+// CheckEnvironment at start-up sees them.
+void SetEnvWords(const char* name, std::vector<std::string> words);
+
 // nullopt when `name` is unset; its value when it is a whole integer in [min, max]
 // (digits with an optional leading '-', nothing else); InvalidArgument otherwise,
 // e.g. "COLONNADE_CPU_THREADS=' 5' is not an integer from 1 to 1024: unset it or ...".

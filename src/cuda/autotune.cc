@@ -15,7 +15,7 @@ KernelAutotuner::KernelAutotuner(const char* env, std::vector<int> candidates, i
 void KernelAutotuner::Force(int version) {
   CHECK(version == 0 ||
         std::find(candidates_.begin(), candidates_.end(), version) != candidates_.end())
-      << env_ << ": no kernel version " << version;
+      << (env_ ? env_ : "autotuner") << ": no kernel version " << version;
   std::lock_guard<std::mutex> lock(mu_);
   forced_ = version;
 }
@@ -25,7 +25,7 @@ int KernelAutotuner::Choose(cudaStream_t stream, const std::vector<int>& key,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (forced_ < 0) {
-      const char* e = std::getenv(env_);
+      const char* e = env_ == nullptr ? nullptr : std::getenv(env_);
       const std::string v = e == nullptr ? "" : e;
       forced_ = 0;
       for (int c : candidates_)

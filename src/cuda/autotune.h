@@ -1,7 +1,7 @@
 // The one autotuner of the CUDA backend, for kernels that come in interchangeable versions
-// with bit-identical results: the implicit-GEMM forward / backward-data convolutions
-// (conv_kernels.cu, versions 2 and 3), max-pool backward (ops_kernels.cu, versions 2
-// and 3) and the fused LRN + max-pool forward (ops_kernels.cu, versions 1 and 2). Which version is
+// with bit-identical results: the SIMT forward / backward-data convolutions (the K slices of
+// a row tile, conv/catalogue.cc), max-pool backward (ops_kernels.cu, versions 2 and 3) and
+// the fused LRN + max-pool forward (ops_kernels.cu, versions 1 and 2). Which version is
 // fastest depends on the problem's shape, so it is measured once per shape, on first use, and
 // remembered for the life of the process.
 //
@@ -13,9 +13,11 @@
 //
 // Forcing a version (tests, benchmarks): Force(v), or the environment variable named at
 // construction set to "v<N>" for a candidate N (read on first use; any other value means
-// tune). On the CPU emulator timings mean nothing: it runs a fixed version unless one is
-// forced. A key first seen while its stream is capturing a CUDA graph is not timed either:
-// it gets that same fixed version, and is tuned on its next uncaptured call.
+// tune). The convolutions' tuners have no variable (null): COLONNADE_CONV_CONFIG chooses
+// before them (conv/catalogue.h). On the CPU emulator timings mean nothing: it runs a fixed
+// version unless one is forced. A key first seen while its stream is capturing a CUDA graph
+// is not timed either: it gets that same fixed version, and is tuned on its next uncaptured
+// call.
 #pragma once
 
 #include <functional>
@@ -29,7 +31,7 @@ namespace colonnade::cuda {
 
 class KernelAutotuner {
  public:
-  // `env`: the variable that forces a version; `candidates`: the versions raced, in tie
+  // `env`: the variable that forces a version, or null; `candidates`: the versions raced, in tie
   // order; `emulated`: the version run untimed (the emulator, a capture) when none is
   // forced.
   KernelAutotuner(const char* env, std::vector<int> candidates, int emulated);

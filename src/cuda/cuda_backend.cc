@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "cuda/caching_allocator.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/conv/conv.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
 

@@ -51,7 +51,8 @@ void ResetPeakMemoryStats();
 // "NVIDIA H200, 132 SMs, driver 13.0, runtime 13.0" (empty without a registered backend).
 std::string DeviceDescription();
 // Whether bf16 convolutions run on the wgmma kernels: a build for sm_90a on a compute
-// capability 9.0 GPU, unless COLONNADE_TC_WGMMA=0 or SetTcWgmma(false) (src/cuda/TC_NOTES.md).
+// capability 9.0 GPU, unless COLONNADE_CONV_CONFIG (SetConvConfig) says otherwise
+// (src/cuda/conv/catalogue.h).
 bool WgmmaConvolutions();
 
 #else

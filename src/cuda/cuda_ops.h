@@ -1,10 +1,10 @@
 // CudaOps: the Ops interface on one GPU. Convolutions use the hand-written CHWN kernels of
-// conv_kernels.cu, fully connected products cuBLAS in strict FP32 (no TF32: pedantic
-// math mode), every other family the kernels of src/cuda/ops/<family>.cu, where its methods
-// are defined too (this class's declarations are the list; cuda_ops.cc holds the
+// conv/ (FP32: conv/simt.cu), fully connected products cuBLAS in strict FP32 (no TF32:
+// pedantic math mode), every other family the kernels of src/cuda/ops/<family>.cu, where its
+// methods are defined too (this class's declarations are the list; cuda_ops.cc holds the
 // convolutions, GEMM and precision). Every call is queued on one stream and returns without
 // waiting, except Sum (which returns a value) and Synchronize. set_conv_math moves the
-// convolutions onto the tensor-core kernels (conv_tc_kernels.cu).
+// convolutions onto the tensor-core kernels (conv/mma.cu, wgmma.cu).
 #pragma once
 
 #include <initializer_list>
@@ -14,6 +14,7 @@
 #include "core/op_shapes.h"
 #include "core/ops.h"
 #include "cuda/caching_allocator.h"
+#include "cuda/conv/conv.h"
 #include "cuda/kernels.h"
 // The launchers of each family (their kernels: ops/<family>.cu).
 #include "cuda/ops/batchnorm.h"
@@ -103,7 +104,7 @@ class CudaOps : public Ops {
   absl::Status SetPrecision(Precision p) override;
 
   // Convolutions on the tensor cores in this math mode (kTF32 or kBF16: the float tensors
-  // are rounded on their way into the tensor cores, FP32 accumulation; conv_tc_kernels.cu),
+  // are rounded on their way into the tensor cores, FP32 accumulation; conv/tensor_core.cu),
   // or the FP32 kernels (kFP32, the default: results bitwise as always). SetPrecision sets it for
   // runs; tests set it alone.
   void set_conv_math(MathMode m) { conv_math_ = m; }

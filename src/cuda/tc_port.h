@@ -1,4 +1,4 @@
-// Tensor-core primitives of the mixed-precision convolutions (conv_tc_kernels.cu): bf16 and
+// Tensor-core primitives of the mixed-precision convolutions (conv/mma.cu, wgmma.cu): bf16 and
 // tf32 conversions, ldmatrix, mma.sync and shared-memory addressing. On the GPU they are
 // one PTX instruction each (sm_80+); on the CPU emulator (src/cuda/emu) the warp-collective
 // ones are rendezvous of the warp's 32 fibers that compute every lane's fragment with the
@@ -112,7 +112,7 @@ __device__ __forceinline__ void MmaTf32(float (&d)[4], const uint32_t (&a)[4],
 }
 
 // ---- wgmma (sm_90a): warpgroup matrix multiply from shared-memory descriptors ------------
-// Used by TcWgmmaKernel (conv_tc_kernels.cu). A warpgroup is 4 consecutive warps starting at
+// Used by the wgmma kernels (conv/wgmma.cu). A warpgroup is 4 consecutive warps starting at
 // a warp index divisible by 4; every wgmma instruction is executed by all its 128 threads.
 // On the GPU these are PTX instructions that exist only in sm_90a code (the host checks
 // with WgmmaAvailable() before launching such a kernel); on the emulator

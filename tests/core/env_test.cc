@@ -13,7 +13,7 @@ class EnvTest : public ::testing::Test {
  protected:
   void TearDown() override {
     for (const char* n : {"COLONNADE_CPU_THREADS", "COLONNADE_TC_WGMMA", "COLONNADE_NOT_A_THING",
-                          "COLONNADE_SHARED_DATA", "COLONNADE_POOL_BWD"}) {
+                          "COLONNADE_SHARED_DATA", "COLONNADE_POOL_BWD", "COLONNADE_CONV_CONFIG"}) {
       unsetenv(n);
     }
   }
@@ -59,6 +59,23 @@ TEST_F(EnvTest, WordsMustBeOneOfTheSet) {
   EXPECT_FALSE(EnvWord("COLONNADE_SHARED_DATA").ok());
   setenv("COLONNADE_SHARED_DATA", "/data", 1);
   EXPECT_TRUE(EnvWord("COLONNADE_SHARED_DATA").ok());
+}
+
+// A variable whose words a library sets (the CUDA backend's COLONNADE_CONV_CONFIG): any
+// non-empty value until then (no library of this binary reads it), then only those words.
+TEST_F(EnvTest, WordsSetByALibrary) {
+  setenv("COLONNADE_CONV_CONFIG", "anything", 1);
+  EXPECT_TRUE(EnvWord("COLONNADE_CONV_CONFIG").ok());
+  SetEnvWords("COLONNADE_CONV_CONFIG", {"auto", "mma"});
+  EXPECT_FALSE(CheckEnvironment().ok());
+  absl::StatusOr<std::optional<std::string>> w = EnvWord("COLONNADE_CONV_CONFIG");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("is not one of auto, mma"), std::string::npos) << w.status();
+  setenv("COLONNADE_CONV_CONFIG", "mma", 1);
+  w = EnvWord("COLONNADE_CONV_CONFIG");
+  ASSERT_TRUE(w.ok() && w->has_value());
+  EXPECT_EQ(**w, "mma");
+  EXPECT_DEATH(SetEnvWords("COLONNADE_CPU_THREADS", {"1"}), "not a known word variable");
 }
 
 TEST_F(EnvTest, UnknownVariablesAreReportedNotRefused) {

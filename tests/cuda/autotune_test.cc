@@ -1,4 +1,5 @@
-// The kernel autotuner (src/cuda/autotune.h) of conv_kernels.cu's versions:
+// The kernel autotuner (src/cuda/autotune.h) of the SIMT convolutions' configurations
+// (conv/catalogue.cc):
 // a forced version (Force or the environment) is run without timing; otherwise the first
 // call of a key races the candidates (on a GPU: each once, then three times each) and
 // later calls of that key reuse the choice; the emulator runs its fixed version.

@@ -1,9 +1,9 @@
-// The tensor-core convolutions (src/cuda/conv_tc_kernels.cu: bf16 mma.sync m16n8k16 and
-// tf32 mma.sync m16n8k8, FP32 accumulation) against the CPU FP32 reference (CpuOps) on
-// fresh random inputs of awkward sizes, outputs poisoned with NaN before every run, for
-// every storage combination (float or bf16 activations and gradients). Runs on the GPU
-// (cuda_tests) and on the CPU emulator (cuda_emu_tests, small shapes only: an emulated mma
-// is a rendezvous of 32 fibers).
+// The tensor-core convolutions (src/cuda/conv/mma.cu: bf16 mma.sync m16n8k16 and tf32
+// mma.sync m16n8k8; src/cuda/conv/wgmma.cu: bf16 wgmma; FP32 accumulation) against the CPU FP32
+// reference (CpuOps) on fresh random inputs of awkward sizes, outputs poisoned with NaN before
+// every run, for every storage combination (float or bf16 activations and gradients). Runs on the
+// GPU (cuda_tests) and on the CPU emulator (cuda_emu_tests, small shapes only: an emulated mma is a
+// rendezvous of 32 fibers).
 //
 // Tolerances, ||out - ref|| / ||ref||, from the formats (p significand bits, unit roundoff
 // u = 2^-p, round to nearest):
@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "core/backend.h"
 #include "core/cpu_ops.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/conv/conv.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/kernels.h"
 #include "cuda/port.h"
@@ -204,21 +206,19 @@ const ConvCase kCases[] = {
     {7, 96, 13, 13, 256, 3, 3, 1, 1, 2, true, true},      // batch 7 at full width
 };
 
-// The automatic choice on mma.sync (the process default may be wgmma on a Hopper GPU; the
-// wgmma kernels have their own suite, TcWgmmaTest, on the same cases), restored afterwards.
+// The automatic choice on mma.sync (COLONNADE_CONV_CONFIG=mma: the process default may be
+// wgmma on a Hopper GPU; the wgmma kernels have their own suite, TcWgmmaTest, on the same
+// cases), the override before it restored afterwards.
 class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase> {
  protected:
   void SetUp() override {
     TcTest::SetUp();
     if (IsSkipped()) return;
     if (kEmulated && GetParam().large) GTEST_SKIP() << "large case skipped on the emulator";
-    wgmma_default_ = cuda::TcWgmmaEnabled() ? 1 : 0;
-    cuda::SetTcWgmma(false);
+    config_.emplace("mma");
   }
-  void TearDown() override {
-    if (wgmma_default_ >= 0) cuda::SetTcWgmma(wgmma_default_ == 1);
-  }
-  int wgmma_default_ = -1;  // -1: skipped before SetUp changed it
+  void TearDown() override { config_.reset(); }
+  std::optional<cuda::ScopedConvConfig> config_;  // empty: skipped before SetUp set it
   ConvParams Params() const {
     const ConvCase& k = GetParam();
     ConvParams p;
@@ -261,7 +261,7 @@ class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase>
 
   // Forward with bias and ReLU (every other mode) or without; returns the error.
   double RunForward(const Mode& mode, uint64_t seed, bool epilogue, int fault = 0,
-                    std::vector<float>* out = nullptr, cuda::TcLaunchInfo* info = nullptr) {
+                    std::vector<float>* out = nullptr, cuda::ConvLaunchInfo* info = nullptr) {
     std::mt19937_64 rng(seed);
     const Shape xs = XShape(), ys = YShape(), ws = WShape();
     const std::vector<float> x = Random(xs.elements(), rng, mode.in);
@@ -290,7 +290,7 @@ class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase>
     a.relu = epilogue;
     a.y = {gy.data(), mode.out};
     a.fault = fault;
-    const cuda::TcLaunchInfo li = cuda::ConvForwardTc(Ctx(), a);
+    const cuda::ConvLaunchInfo li = cuda::ConvForwardTc(Ctx(), a);
     if (info) *info = li;
     const std::vector<float> got = gy.Download();
     if (out) *out = got;
@@ -298,7 +298,7 @@ class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase>
   }
 
   double RunBackwardData(const Mode& mode, uint64_t seed, int fault = 0,
-                         std::vector<float>* out = nullptr, cuda::TcLaunchInfo* info = nullptr) {
+                         std::vector<float>* out = nullptr, cuda::ConvLaunchInfo* info = nullptr) {
     std::mt19937_64 rng(seed);
     const Shape xs = XShape(), ys = YShape(), ws = WShape();
     const std::vector<float> dy = Random(ys.elements(), rng, mode.in);
@@ -318,7 +318,7 @@ class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase>
     a.w = static_cast<const float*>(gw.data());
     a.dx = {gdx.data(), mode.out};
     a.fault = fault;
-    const cuda::TcLaunchInfo li = cuda::ConvBackwardDataTc(Ctx(), a);
+    const cuda::ConvLaunchInfo li = cuda::ConvBackwardDataTc(Ctx(), a);
     if (info) *info = li;
     const std::vector<float> got = gdx.Download();
     if (out) *out = got;
@@ -327,7 +327,7 @@ class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase>
 
   // x and dy in the mode's input storage (dw is FP32).
   double RunBackwardFilter(const Mode& mode, uint64_t seed, int fault = 0,
-                           cuda::TcLaunchInfo* info = nullptr) {
+                           cuda::ConvLaunchInfo* info = nullptr) {
     std::mt19937_64 rng(seed);
     const Shape xs = XShape(), ys = YShape(), ws = WShape();
     const std::vector<float> x = Random(xs.elements(), rng, mode.in);
@@ -347,7 +347,7 @@ class TcConvTest : public TcTest, public ::testing::WithParamInterface<ConvCase>
     a.dy = {gdy.data(), mode.out};
     a.dw = static_cast<float*>(gdw.data());
     a.fault = fault;
-    const cuda::TcLaunchInfo li = cuda::ConvBackwardFilterTc(Ctx(), a);
+    const cuda::ConvLaunchInfo li = cuda::ConvBackwardFilterTc(Ctx(), a);
     if (info) *info = li;
     return RelErr(gdw.Download(), std::vector<float>(ref.data(), ref.data() + ref.size()));
   }
@@ -378,7 +378,7 @@ TEST_P(TcConvTest, BackwardData) {
 TEST_P(TcConvTest, BackwardFilter) {
   uint64_t seed = 300;
   for (const Mode& m : Modes()) {
-    cuda::TcLaunchInfo info;
+    cuda::ConvLaunchInfo info;
     const double err = RunBackwardFilter(m, seed++, 0, &info);
     std::printf("  bwd filter %-30s %s: rel err %.2e (splits %d)\n", ModeName(m).c_str(),
                 CaseName(GetParam()).c_str(), err, info.splits);
@@ -391,35 +391,49 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TcConvTest, ::testing::ValuesIn(kCases),
                            return CaseName(i.param);
                          });
 
-// Every block tile (128 x 128, 64 x 128, 128 x 256) meets the bounds, and forward and
-// backward data give the same bits with each (every output sums its K slices in the same
-// order whatever the tile; only backward filter's split-K factor depends on it).
+// The mma.sync names of a math mode, in the catalogue's order (128 x 128 first).
+std::vector<std::string> MmaConfigs(MathMode math) {
+  std::vector<std::string> names;
+  for (const cuda::ConvConfig& c : cuda::ConvCatalogue())
+    if (c.family == cuda::ConvFamily::kMma && c.math == math) names.push_back(c.name);
+  return names;
+}
+
+// Every mma.sync configuration (block tiles 128 x 128, 64 x 128, 128 x 256) meets the bounds,
+// runs where it is asked for, and forward and backward data give the same bits with each (every
+// output sums its K slices in the same order whatever the tile; only backward filter's split-K
+// factor depends on it).
 class TcTileTest : public TcConvTest {};
 
 TEST_P(TcTileTest, EveryTileAgrees) {
   for (const Mode& m : {Mode{MathMode::kBF16, StorageType::kBF16, StorageType::kBF16},
                         Mode{MathMode::kTF32, StorageType::kFloat, StorageType::kFloat}}) {
     std::vector<float> fwd0, bwd0;
-    for (int tile : {1, 2, 3}) {
-      cuda::SetTcTile(tile);
+    const std::vector<std::string> names = MmaConfigs(m.math);
+    for (const std::string& name : names) {
+      config_->Set(name);
       std::vector<float> fwd, bwd;
-      const double ef = RunForward(m, 700, true, 0, &fwd);
-      const double eb = RunBackwardData(m, 701, 0, &bwd);
-      const double ew = RunBackwardFilter(m, 702);
-      std::printf("  tile %d %s: fwd %.2e bwd data %.2e bwd filter %.2e\n", tile,
+      cuda::ConvLaunchInfo fi, bi, wi;
+      const double ef = RunForward(m, 700, true, 0, &fwd, &fi);
+      const double eb = RunBackwardData(m, 701, 0, &bwd, &bi);
+      const double ew = RunBackwardFilter(m, 702, 0, &wi);
+      std::printf("  %s %s: fwd %.2e bwd data %.2e bwd filter %.2e\n", name.c_str(),
                   ModeName(m).c_str(), ef, eb, ew);
-      EXPECT_LT(ef, Tolerance(m)) << "tile " << tile;
-      EXPECT_LT(eb, Tolerance(m)) << "tile " << tile;
-      EXPECT_LT(ew, Tolerance(m)) << "tile " << tile;
-      if (tile == 1) {
+      EXPECT_EQ(fi.config, name);
+      EXPECT_EQ(bi.config, name);
+      EXPECT_EQ(wi.config, name);
+      EXPECT_LT(ef, Tolerance(m)) << name;
+      EXPECT_LT(eb, Tolerance(m)) << name;
+      EXPECT_LT(ew, Tolerance(m)) << name;
+      if (name == names[0]) {
         fwd0 = fwd;
         bwd0 = bwd;
       } else {
-        EXPECT_EQ(fwd, fwd0) << "forward: tile " << tile << " differs from 128 x 128";
-        EXPECT_EQ(bwd, bwd0) << "backward data: tile " << tile << " differs from 128 x 128";
+        EXPECT_EQ(fwd, fwd0) << "forward: " << name << " differs from " << names[0];
+        EXPECT_EQ(bwd, bwd0) << "backward data: " << name << " differs from " << names[0];
       }
     }
-    cuda::SetTcTile(0);
+    config_->Set("mma");
   }
 }
 
@@ -430,12 +444,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{64, 256, 14, 14, 512, 1, 1, 2, 0, 1, true, false}),
     [](const ::testing::TestParamInfo<ConvCase>& i) { return CaseName(i.param); });
 
-// The wgmma kernels (sm_90a; tiles 4-7, bf16 math on bf16 operands) against the CPU
-// reference on every case, in all three ops, bf16 and float outputs (float dy for backward
-// filter, which then runs mma.sync), each tile forced and the automatic choice with wgmma
-// enabled: they run exactly where the batch is a multiple of 8 (elsewhere mma.sync does,
-// which the dispatch flag shows), meet the bf16 bound, and a kernel that drops its first K
-// slice fails it. Their operand layouts (the
+// The wgmma kernels (sm_90a; the wgmma_* configurations, bf16 math on bf16 operands) against
+// the CPU reference on every case, in all three ops, bf16 and float outputs (float dy for
+// backward filter, which then runs mma.sync), each configuration forced and the automatic
+// choice with wgmma enabled (COLONNADE_CONV_CONFIG=wgmma): they run exactly where the batch is
+// a multiple of 8 (elsewhere mma.sync does, which the dispatch flag shows), meet the bf16
+// bound, and a kernel that drops its first K slice fails it. Their operand layouts (the
 // 128-byte-swizzled canonical layouts of the PTX ISA) are decoded by the emulator from the
 // ISA's formulas, independently of the kernel's own addressing.
 class TcWgmmaTest : public TcConvTest {};
@@ -445,40 +459,51 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
   const bool eligible = GetParam().n % 8 == 0;
   const Mode modes[] = {{MathMode::kBF16, StorageType::kBF16, StorageType::kBF16},
                         {MathMode::kBF16, StorageType::kBF16, StorageType::kFloat}};
+  // Each configuration with the seed offset the tiles 4-7 (and 0, the automatic choice) had.
+  const struct {
+    int tile;
+    const char* config;
+  } kRuns[] = {{4, "wgmma_128x128x64_6"},
+               {5, "wgmma_64x256x64_5"},
+               {6, "wgmma_128x256x64_4"},
+               {7, "wgmma_128x128x64_3"},
+               {0, "wgmma"}};
   for (const Mode& m : modes) {
     const double tol = Tolerance(m);
-    for (int tile : {4, 5, 6, 7, 0}) {
+    for (const auto& run : kRuns) {
+      const int tile = run.tile;
       // The emulator (a wgmma is 128 fibers' worth of scalar products) checks float outputs
       // and the faulty kernel on the 128 x 128 tile only; the GPU every combination.
       const bool full = !kEmulated || tile == 4;
       if (!full && m.out == StorageType::kFloat) continue;
-      cuda::SetTcTile(tile);
-      cuda::SetTcWgmma(tile == 0);
-      cuda::TcLaunchInfo fi, bi, wi;
+      config_->Set(run.config);
+      cuda::ConvLaunchInfo fi, bi, wi;
       const double ef = RunForward(m, 800 + tile, tile % 2 == 0, 0, nullptr, &fi);
       const double eb = RunBackwardData(m, 810 + tile, 0, nullptr, &bi);
       // Backward filter takes Mode::out as dy's storage: wgmma only when both are bf16.
       const double ew = RunBackwardFilter(m, 815 + tile, 0, &wi);
-      std::printf("  wgmma tile %d (%dx%d%s) %s: fwd %.2e bwd data %.2e bwd filter %.2e%s\n", tile,
-                  fi.bm, fi.bn, fi.wgmma ? "" : ", mma.sync", ModeName(m).c_str(), ef, eb, ew,
-                  wi.wgmma ? "" : " (mma.sync)");
-      EXPECT_EQ(fi.wgmma, eligible) << "tile " << tile;
-      EXPECT_EQ(bi.wgmma, eligible) << "tile " << tile;
-      EXPECT_EQ(wi.wgmma, eligible && m.out == StorageType::kBF16) << "tile " << tile;
-      EXPECT_LT(ef, tol) << "tile " << tile;
-      EXPECT_LT(eb, tol) << "tile " << tile;
-      EXPECT_LT(ew, tol) << "tile " << tile;
+      std::printf("  %s (%s) %s: fwd %.2e bwd data %.2e bwd filter %.2e%s\n", run.config, fi.config,
+                  ModeName(m).c_str(), ef, eb, ew, wi.wgmma ? "" : " (mma.sync)");
+      EXPECT_EQ(fi.wgmma, eligible) << run.config;
+      EXPECT_EQ(bi.wgmma, eligible) << run.config;
+      EXPECT_EQ(wi.wgmma, eligible && m.out == StorageType::kBF16) << run.config;
+      if (eligible && tile != 0) {
+        EXPECT_EQ(std::string(fi.config), run.config);
+        EXPECT_EQ(std::string(bi.config), run.config);
+      }
+      EXPECT_LT(ef, tol) << run.config;
+      EXPECT_LT(eb, tol) << run.config;
+      EXPECT_LT(ew, tol) << run.config;
       if (full && eligible && m.out == StorageType::kBF16) {
         const double ff = RunForward(m, 820 + tile, false, /*fault=*/1);
         const double fb = RunBackwardData(m, 830 + tile, /*fault=*/1);
         const double fw = RunBackwardFilter(m, 840 + tile, /*fault=*/1);
-        EXPECT_GT(ff, tol) << "forward, tile " << tile << ": a lost K slice passes";
-        EXPECT_GT(fb, tol) << "backward data, tile " << tile << ": a lost K slice passes";
-        EXPECT_GT(fw, tol) << "backward filter, tile " << tile << ": a lost K slice passes";
+        EXPECT_GT(ff, tol) << "forward, " << run.config << ": a lost K slice passes";
+        EXPECT_GT(fb, tol) << "backward data, " << run.config << ": a lost K slice passes";
+        EXPECT_GT(fw, tol) << "backward filter, " << run.config << ": a lost K slice passes";
       }
     }
-    cuda::SetTcTile(0);
-    cuda::SetTcWgmma(false);  // TearDown restores the process default
+    config_->Set("mma");  // TearDown restores the override before the test
   }
 }
 

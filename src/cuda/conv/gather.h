@@ -1,8 +1,8 @@
-// The index arithmetic of the implicit-GEMM convolutions over CHWN tensors, shared by the
-// FP32 kernels (conv_kernels.cu) and the tensor-core kernels (conv_tc_kernels.cu): a GEMM
-// column j = (oy, ox, img) with images innermost, a GEMM row k = (c, ky, kx) of the filter
-// taps, and where a (tap, column) pair reads the gathered tensor. P is a kernel's parameter
-// struct; each function names the fields it reads.
+// The index arithmetic of the implicit-GEMM convolutions over CHWN tensors, shared by every
+// family (simt.cu, mma.cu, wgmma.cu): a GEMM column j = (oy, ox, img) with images innermost, a
+// GEMM row k = (c, ky, kx) of the filter taps, and where a (tap, column) pair reads the
+// gathered tensor. P is a kernel's parameter struct (common.h's GemmGeometry or WgradGeometry
+// underneath); each function names the fields it reads.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,125 @@
+// The catalogue of convolution kernel configurations: every configuration of the three
+// families, named as CUTLASS names its kernels, by block tile and pipeline depth:
+//
+//   <family>[_<math>]_<BM>x<BN>x<BK>_<stages>     e.g. simt_128x128x16_3, mma_bf16_64x128x32_4,
+//                                                 wgmma_128x256x64_4
+//
+// BM x BN is the block's tile of the GEMM's output (rows: filters, or input channels in
+// backward data; columns: output pixels x images), BK the K slice (elements) one pipeline
+// stage holds, stages the depth of the shared-memory pipeline. The mma family names its math
+// because its K slice depends on it (64 bytes: 32 bf16 or 16 tf32 elements); SIMT is FP32 and
+// wgmma bf16 only. `ConvCatalogue()` is the table: name, family, math, shape, the problems
+// (forward, backward data, backward filter) each configuration runs and what a problem needs
+// for it; tests/cuda/conv_catalogue_test.cc checks every name against its kernel's constants.
+//
+// Selection: one function per problem picks the configuration of a launch. The automatic
+// choice (the same as before the catalogue): SIMT forward / backward data the row tile that
+// pads the fewest rows, then the faster K slice, timed on the first call of each shape
+// (autotune.h; the results are bitwise the same); SIMT backward filter the row tile that pads
+// the fewest rows; mma.sync 128 x 128 or 64 x 128, whichever pads fewer rows; wgmma (on a
+// Hopper GPU, where it applies) the tile of the smallest padded area, 128 x 128 in 3 stages
+// for forward and backward-data GEMMs of at most 4 K slices (ChooseWgmma in catalogue.cc says
+// what was measured).
+//
+// Override: COLONNADE_CONV_CONFIG=<name> (read on first use; SetConvConfig in tests and
+// benchmarks): every convolution that configuration runs runs on it, the others are chosen
+// automatically. Besides the names: `mma` (the automatic choice without wgmma), `wgmma` (the
+// automatic choice with wgmma where it applies; the CPU emulator's default leaves it off),
+// `auto`. An unknown name is an error that lists the known ones.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "cuda/kernels.h"
+
+namespace colonnade::cuda {
+
+enum class ConvFamily { kSimt, kMma, kWgmma };
+enum class ConvProblem { kForward, kBackwardData, kBackwardFilter };
+const char* ConvFamilyName(ConvFamily f);    // "simt", "mma", "wgmma"
+const char* ConvProblemName(ConvProblem p);  // "forward", "backward data", "backward filter"
+
+// The bit of a problem in ConvConfig::problems.
+constexpr unsigned ConvProblemBit(ConvProblem p) { return 1u << static_cast<int>(p); }
+
+struct ConvConfig {
+  const char* name;
+  ConvFamily family;
+  MathMode math;      // SIMT kFP32, mma kBF16 or kTF32, wgmma kBF16
+  int bm, bn, bk;     // block tile of the output, K slice per pipeline stage (elements)
+  int stages;         // shared-memory pipeline depth
+  int blocks_per_sm;  // blocks per multiprocessor the kernel's registers are bounded for
+  unsigned problems;  // ConvProblemBit of each problem it runs
+  const char* needs;  // what a problem needs beyond the math (documentation, --help)
+
+  bool Runs(ConvProblem p) const { return (problems & ConvProblemBit(p)) != 0; }
+};
+
+// Every configuration, each name once.
+const std::vector<ConvConfig>& ConvCatalogue();
+// The configuration called `name`, or null.
+const ConvConfig* FindConvConfig(absl::string_view name);
+// Every value COLONNADE_CONV_CONFIG takes: auto, mma, wgmma, then each configuration's name.
+std::vector<std::string> ConvConfigChoices();
+
+inline constexpr char kConvConfigEnv[] = "COLONNADE_CONV_CONFIG";
+
+// Overrides the automatic choice with `name` (one of ConvConfigChoices(); "auto" restores
+// it), in place of the environment's COLONNADE_CONV_CONFIG. InvalidArgument listing the
+// known names otherwise.
+absl::Status SetConvConfig(absl::string_view name);
+// The override in force, as set: "auto" when there is none.
+std::string ConvConfigSetting();
+
+// An override in force (opaque): ScopedConvConfig saves and restores it.
+struct ConvOverride;
+// Sets the override for its lifetime and restores the one before it afterwards (tests,
+// benchmarks). An unknown name is a fatal error (a test's or a program's own mistake).
+class ScopedConvConfig {
+ public:
+  explicit ScopedConvConfig(absl::string_view name);
+  ~ScopedConvConfig();
+  ScopedConvConfig(const ScopedConvConfig&) = delete;
+  ScopedConvConfig& operator=(const ScopedConvConfig&) = delete;
+  void Set(absl::string_view name);  // another one, the first still restored at the end
+
+ private:
+  std::shared_ptr<const ConvOverride> saved_;
+};
+
+// One implicit GEMM of a convolution as the selection sees it.
+struct ConvGemmDesc {
+  MathMode math = MathMode::kFP32;  // kFP32: the SIMT family; kTF32 / kBF16: the tensor cores
+  int64_t m = 0, n = 0, k = 0;      // per group: output rows, output columns, reduction length
+  int64_t groups = 1;
+  int sm_count = 1;
+  // The vector loads apply. SIMT: batch a multiple of 4 and every tensor 16-byte aligned;
+  // tensor cores: batch a multiple of the 16-byte chunk (8 bf16, 4 tf32) and the gathered
+  // operand (backward filter: x and dy) 16-byte aligned.
+  bool vec = false;
+  bool bf16_operands = false;  // tensor cores: the activation operands are stored in bf16
+};
+
+// How a selection times candidates (SIMT forward and backward data race their K slices on the
+// first call of a shape): run(c) queues configuration c on `stream`; `key` tells shapes apart.
+struct ConvRace {
+  cudaStream_t stream = nullptr;
+  std::vector<int> key;
+  std::function<void(const ConvConfig&)> run;
+};
+
+// Whether configuration c runs problem p of this GEMM (math, problem, the loads it needs).
+bool ConvConfigRuns(const ConvConfig& c, ConvProblem p, const ConvGemmDesc& d);
+
+// The configuration of one launch: the override where it applies, else the automatic choice.
+// Without `race` a choice that would be timed takes its first candidate (as on the emulator).
+const ConvConfig& SelectForwardConfig(const ConvGemmDesc& d, const ConvRace* race = nullptr);
+const ConvConfig& SelectBackwardDataConfig(const ConvGemmDesc& d, const ConvRace* race = nullptr);
+const ConvConfig& SelectBackwardFilterConfig(const ConvGemmDesc& d);
+
+}  // namespace colonnade::cuda

@@ -1,0 +1,195 @@
+// The tensor-core convolutions' driver: ConvForwardTc, ConvBackwardDataTc and
+// ConvBackwardFilterTc (conv.h) select a configuration (catalogue.h) of the mma.sync family
+// (mma.cu) or the wgmma family (wgmma.cu), arrange the FP32 master filters into its operand
+// (TcArrangeWeightsKernel: bf16 or tf32, K contiguous, zero-padded to the tile), size
+// backward filter's split-K and launch; plus the float <-> bf16 conversions of the operands.
+// Precision, resources and measurements: src/cuda/TC_NOTES.md.
+
+#include <cstdint>
+#include <vector>
+
+#include "core/log.h"
+#include "cuda/conv/common.h"
+#include "cuda/conv/conv.h"
+#include "cuda/conv/tensor_core.h"
+#include "cuda/port.h"
+#include "cuda/tc_port.h"
+
+namespace colonnade::cuda {
+namespace conv {
+namespace {
+
+using tc::Bf16ToFloat;
+using tc::FloatToBf16;
+using tc::Tf32Round;
+
+// Kernel TcArrangeWeightsKernel: the filter operand of both tensor-core families
+//   at : G x mp x kp (bf16 bits, or tf32-rounded float bits), at[g][m][k] = W(g, m, k) of
+//        common.h's ArrangeParams, zero beyond m or k.
+// Grid-stride loop, one thread per element of at (writes coalesce along k).
+__global__ void TcArrangeWeightsKernel(const ArrangeParams p) {
+  const int64_t total = static_cast<int64_t>(p.groups) * p.mp * p.kp;
+  const int khkw = p.kh * p.kw, taps = p.tkh * p.tkw;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int kk = static_cast<int>(i % p.kp);
+    const int mm = static_cast<int>((i / p.kp) % p.mp);
+    const int g = static_cast<int>(i / (static_cast<int64_t>(p.mp) * p.kp));
+    const float v = FilterValue(p, g, mm, kk, khkw, taps);
+    if (p.tf32) {
+      static_cast<uint32_t*>(p.at)[i] = Tf32Round(v);
+    } else {
+      static_cast<uint16_t*>(p.at)[i] = FloatToBf16(v);
+    }
+  }
+}
+
+// ---- float <-> bf16 ----------------------------------------------------------------------------
+struct ConvertParams {
+  const void* x;
+  void* y;
+  int64_t n;
+};
+__global__ void FloatToBf16Kernel(const ConvertParams p) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    static_cast<uint16_t*>(p.y)[i] = FloatToBf16(static_cast<const float*>(p.x)[i]);
+}
+// Four elements per thread (16-byte loads, 8-byte stores): a bandwidth-bound pass that the
+// bf16 training step runs once per convolution operand (CudaOps::ConvLayerForward/Backward).
+__global__ void FloatToBf16x4Kernel(const ConvertParams p) {
+  const int64_t n4 = p.n / 4;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float4 v = static_cast<const float4*>(p.x)[i];
+    uint2 o;
+    o.x = uint32_t(FloatToBf16(v.x)) | (uint32_t(FloatToBf16(v.y)) << 16);
+    o.y = uint32_t(FloatToBf16(v.z)) | (uint32_t(FloatToBf16(v.w)) << 16);
+    static_cast<uint2*>(p.y)[i] = o;
+  }
+}
+__global__ void Bf16ToFloatKernel(const ConvertParams p) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    static_cast<float*>(p.y)[i] = Bf16ToFloat(static_cast<const uint16_t*>(p.x)[i]);
+}
+
+// ---- host side ------------------------------------------------------------------------------
+
+int ChunkElems(MathMode m) { return m == MathMode::kBF16 ? 8 : 4; }
+
+// Runs one implicit GEMM (forward, or one phase of backward data): selects the configuration,
+// arranges the filter operand for it and launches.
+ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode math, ConvGemm gemm,
+                       int groups, const TcInput& in, const TcOutput& out, const float* bias,
+                       bool relu, int fault) {
+  CHECK(math == MathMode::kBF16 || math == MathMode::kTF32) << "tensor-core math mode";
+  const bool bf16 = math == MathMode::kBF16;
+  const bool vec = gemm.geo.n % ChunkElems(math) == 0 && Aligned(in.data, 16);
+  const ConvGemmDesc desc =
+      Describe(gemm.geo, groups, ctx, math, vec, in.type == StorageType::kBF16);
+  const ConvConfig& c =
+      problem == ConvProblem::kForward ? SelectForwardConfig(desc) : SelectBackwardDataConfig(desc);
+  Finish(&gemm, c.bm, c.bk);
+  TcGemmParams q{};
+  static_cast<GemmGeometry&>(q) = gemm.geo;
+  q.in = in.data;
+  q.out = out.data;
+  q.bias = bias;
+  q.relu = relu ? 1 : 0;
+  q.fault = fault;
+  const size_t ob = StorageBytes(out.type);
+  q.pair_out = ((q.plain ? q.j % 2 == 0 : q.n % 2 == 0) && Aligned(q.out, 2 * ob)) ? 1 : 0;
+  const int64_t elems = int64_t(groups) * q.kp * q.mp;
+  Scratch at(ctx.alloc, (bf16 ? 2 : 4) * size_t(elems));
+  gemm.arrange.at = at.f();
+  gemm.arrange.tf32 = bf16 ? 0 : 1;
+  Launch(TcArrangeWeightsKernel, ElementwiseGrid(ctx, elems), dim3(256), ctx.stream, gemm.arrange);
+  q.at = at.f();
+  const dim3 grid(static_cast<unsigned>(CeilDiv(q.j, c.bn)), static_cast<unsigned>(q.mp / c.bm),
+                  static_cast<unsigned>(groups));
+  if (c.family == ConvFamily::kWgmma) {
+    LaunchWgmmaGemm(c, out.type, grid, ctx.stream, q);
+  } else {
+    LaunchMmaGemm(c, in.type, out.type, vec, grid, ctx.stream, q);
+  }
+  return LaunchInfo(c, vec, 1);
+}
+
+}  // namespace
+}  // namespace conv
+
+ConvLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a) {
+  conv::CheckSizes(a.dims);
+  return conv::RunGemm(ctx, ConvProblem::kForward, a.math, conv::ForwardGemm(a.dims, a.conv, a.w),
+                       a.conv.groups, a.x, a.y, a.bias, a.relu, a.fault);
+}
+
+ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a) {
+  const ConvDims& d = a.dims;
+  conv::CheckSizes(d);
+  CHECK(a.bias == nullptr && !a.relu) << "backward data has no epilogue";
+  bool zero_first = false;
+  const std::vector<conv::ConvGemm> gemms = conv::BackwardDataGemms(d, a.conv, a.w, &zero_first);
+  if (zero_first) {
+    COLONNADE_CUDA_CHECK(cudaMemsetAsync(
+        a.dx.data, 0, StorageBytes(a.dx.type) * size_t(d.c) * d.h * d.w * d.n, ctx.stream));
+  }
+  ConvLaunchInfo info;
+  for (const conv::ConvGemm& gemm : gemms) {
+    info = conv::RunGemm(ctx, ConvProblem::kBackwardData, a.math, gemm, a.conv.groups, a.dy, a.dx,
+                         nullptr, false, a.fault);
+  }
+  return info;
+}
+
+ConvLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a) {
+  const ConvDims& d = a.dims;
+  conv::CheckSizes(d);
+  CHECK(a.math == MathMode::kBF16 || a.math == MathMode::kTF32) << "tensor-core math mode";
+  const int groups = a.conv.groups;
+  conv::TcWgradParams q{};
+  static_cast<conv::WgradGeometry&>(q) = conv::BackwardFilterGeometry(d, a.conv);
+  q.x = a.x.data;
+  q.dy = a.dy.data;
+  q.fault = a.fault;
+  const bool vec = d.n % conv::ChunkElems(a.math) == 0 && conv::Aligned(a.x.data, 16) &&
+                   conv::Aligned(a.dy.data, 16);
+  const bool bf16_operands = a.x.type == StorageType::kBF16 && a.dy.type == StorageType::kBF16;
+  const ConvConfig& c =
+      SelectBackwardFilterConfig(conv::Describe(q, groups, ctx, a.math, vec, bf16_operands));
+  // At least 16 slices per split.
+  conv::SplitK(&q, c.bm, c.bn, groups, ctx, 16, c.bk);
+  const conv::SplitKOutput output(ctx, q, groups, a.dw);
+  q.out = output.out();
+  q.pair_out = (q.ncol % 2 == 0 && conv::Aligned(q.out, 8)) ? 1 : 0;
+  const dim3 grid(static_cast<unsigned>(CeilDiv(q.ncol, c.bn)),
+                  static_cast<unsigned>(CeilDiv(q.m, c.bm)),
+                  static_cast<unsigned>(groups * q.splits));
+  if (c.family == ConvFamily::kWgmma) {
+    conv::LaunchWgmmaWgrad(c, grid, ctx.stream, q);
+  } else {
+    conv::LaunchMmaWgrad(c, a.x.type, a.dy.type, vec, grid, ctx.stream, q);
+  }
+  output.Reduce(ctx);
+  return conv::LaunchInfo(c, vec, q.splits);
+}
+
+void FloatToBf16Gpu(const DeviceContext& ctx, const float* x, void* y, int64_t n) {
+  if (n <= 0) return;
+  int64_t done = 0;
+  if (n >= 4 && conv::Aligned(x, 16) && conv::Aligned(y, 8)) {
+    done = n / 4 * 4;
+    Launch(conv::FloatToBf16x4Kernel, conv::ElementwiseGrid(ctx, n / 4), dim3(256), ctx.stream,
+           conv::ConvertParams{x, y, done});
+  }
+  if (done < n)
+    Launch(conv::FloatToBf16Kernel, conv::ElementwiseGrid(ctx, n - done), dim3(256), ctx.stream,
+           conv::ConvertParams{x + done, static_cast<uint16_t*>(y) + done, n - done});
+}
+void Bf16ToFloatGpu(const DeviceContext& ctx, const void* x, float* y, int64_t n) {
+  Launch(conv::Bf16ToFloatKernel, conv::ElementwiseGrid(ctx, n), dim3(256), ctx.stream,
+         conv::ConvertParams{x, y, n});
+}
+
+}  // namespace colonnade::cuda

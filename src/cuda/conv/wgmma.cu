@@ -1,0 +1,333 @@
+// The wgmma family: the implicit GEMMs of the tensor-core convolutions on Hopper's wgmma
+// (sm_90a; bf16 operands in bf16 storage, batch a multiple of 8: the training path):
+// forward and backward data (WgmmaGemmKernel: the GEMM, gather and epilogue of mma.cu's
+// MmaGemmKernel) and backward filter (WgmmaWgradKernel: MmaWgradKernel's). What changes is
+// who multiplies: each of the block's two warpgroups issues wgmma.mma_async m64nNk16 on
+// operands that stay in shared memory (no ldmatrix, no fragment registers), so the tensor
+// cores are fed at the rate wgmma was built for rather than at mma.sync's.
+// Configurations (catalogue.h): wgmma_<BM>x<BN>x64_<stages>, one WgTile each. The driver
+// (tensor_core.cu) arranges the filters and calls LaunchWgmmaGemm / LaunchWgmmaWgrad; on
+// other builds and devices (WgmmaAvailable) the kernels are traps that nothing launches.
+
+#include <cstdint>
+
+#include "core/log.h"
+#include "cuda/conv/tensor_core.h"
+#include "cuda/port.h"
+#include "cuda/tc_port.h"
+
+namespace colonnade::cuda::conv {
+namespace {
+
+// Block tile of the wgmma kernels: kWGM x kWGN warpgroups, each 64 rows x kNW columns (one
+// wgmma of N = kNW per K-step of 16); BK = 64 (one 128-byte line of bf16 per filter row);
+// kStages of shared memory, kMinBlocks blocks (8 warps each) per multiprocessor.
+template <int kWGM, int kWGN, int kNW, int kStages, int kMinBlocks = 1>
+struct WgTile {
+  static constexpr int WGN = kWGN, NW = kNW, S = kStages, kBlocksPerSM = kMinBlocks;
+  static constexpr int BM = 64 * kWGM, BN = kWGN * kNW, BK = 64, T = 256;
+  static constexpr int kStageA = BM * BK * 2, kStageB = BK * BN * 2;  // bytes
+  // + 1 KiB to align the stages to the swizzle's 1024-byte period
+  static constexpr size_t kSmem = size_t(kStages) * (kStageA + kStageB) + 1024;
+  static_assert(kWGM * kWGN == 2, "two warpgroups (256 threads)");
+  static_assert(kNW == 128 || kNW == 256, "wgmma N");
+};
+using Wg128x128_6 = WgTile<2, 1, 128, 6>;  // 6 x 32 KiB
+using Wg64x256_5 = WgTile<1, 2, 128, 5>;   // 5 x 40 KiB: M <= 64 (conv2's backward data)
+using Wg128x256_4 = WgTile<2, 1, 256, 4>;  // 4 x 48 KiB, 128 accumulators per thread
+// 128 x 128 in 3 x 32 KiB, two blocks per multiprocessor (124 registers a thread): for GEMMs
+// of few K slices (catalogue.cc, ChooseWgmma), so that a second resident block can multiply
+// while one fills its pipeline or writes its tile.
+using Wg128x128_3 = WgTile<2, 1, 128, 3, 2>;
+
+// Shared-memory layouts, both in the 128-byte swizzle of the wgmma canonical layouts (PTX
+// ISA, "Shared Memory Matrix Layout"; the emulator decodes the descriptors from the ISA's
+// formulas, independently of these): the 16-byte chunk c of a 128-byte line l sits at chunk
+// c ^ (l % 8) of its line.
+//   A (filters, K-major): row r of the stage is line r (64 bf16 of K); 8-row blocks 1024
+//     bytes apart (SBO); a K-step ks starts 32 ks bytes into the lines.
+//   B (gathered activations, MN-major): element (k, n) in the 64-column atom n / 64, line
+//     k % 8 of k-group k / 8: atom a at 8 KiB a (LBO = 64 k-rows x 128 bytes), k-group at
+//     1 KiB (SBO), chunk n % 64 / 8 of the line; a K-step ks starts at 2 KiB ks.
+__device__ __forceinline__ uint32_t WgOffsetA(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+__device__ __forceinline__ uint32_t WgOffsetB(int k, int chunk) {
+  return static_cast<uint32_t>((chunk >> 3) * 8192 + (k >> 3) * 1024 + (k & 7) * 128 +
+                               (((chunk & 7) ^ (k & 7)) << 4));
+}
+
+// The stages of a wgmma kernel in the block's dynamic shared memory, from its first 1024-byte
+// boundary (the 128-byte swizzle repeats every 1024 bytes of address): S A-stages, then S
+// B-stages.
+template <class Tl>
+struct WgStages {
+  unsigned char* a;
+  unsigned char* b;
+  uint32_t a_addr, b_addr;  // their shared-memory addresses (for descriptors)
+};
+template <class Tl>
+__device__ __forceinline__ WgStages<Tl> MakeWgStages(unsigned char* smem_raw) {
+  WgStages<Tl> s;
+  s.a = smem_raw + ((1024u - (tc::SmemAddress(smem_raw) & 1023u)) & 1023u);
+  s.b = s.a + Tl::S * Tl::kStageA;
+  s.a_addr = tc::SmemAddress(s.a);
+  s.b_addr = tc::SmemAddress(s.b);
+  return s;
+}
+
+// The main loop of both wgmma kernels over ktiles K-slices of 64. issue(kt, st) starts the
+// cp.async copies of slice kt into stage st; desc_b(st, ks) is the B descriptor of K-step ks
+// of stage st for this thread's warpgroup (A's is the same in both kernels: K-major, rows
+// wgm * 64 ..). Slice t waits for its copies (cp.async.wait_group S - 3), a proxy fence and a
+// barrier publish them to the tensor cores; slice t + S - 2 is issued into the stage of slice
+// t - 2, whose wgmma every warpgroup retired before that barrier (wait_group 1 at the end of
+// each iteration); then slice t's four wgmma are issued and committed, and they run while the
+// next iteration waits for its copies. On return the accumulators d are complete.
+template <class Tl, int kTransB, class Issue, class DescB>
+__device__ __forceinline__ void WgmmaMainLoop(int ktiles, int fault, uint32_t a_addr, int wgm,
+                                              const Issue& issue, const DescB& desc_b,
+                                              float (&d)[Tl::NW / 2]) {
+  constexpr int ST = Tl::S;
+  static_assert(ST >= 3, "the refill distance is S - 2 slices");
+#pragma unroll
+  for (int s = 0; s < ST - 2; ++s) {
+    if (s < ktiles) issue(s, s);
+    CpAsyncCommit();
+  }
+  for (int t = 0; t < ktiles; ++t) {
+    CpAsyncWait<ST - 3>();  // this thread's copies of slice t have landed
+    tc::FenceProxyAsync();  // ... and are visible to the tensor cores' (async proxy) reads
+    __syncthreads();        // everyone's; every warpgroup has retired slice t - 2
+    const int tn = t + ST - 2;
+    if (tn < ktiles) issue(tn, tn % ST);
+    CpAsyncCommit();
+    const int st = t % ST;
+    tc::WgmmaFence();
+    if (!(fault == 1 && t == 0)) {
+#pragma unroll
+      for (int ks = 0; ks < Tl::BK / 16; ++ks) {
+        const uint64_t da =
+            tc::SmemDesc128B(a_addr + st * Tl::kStageA + wgm * 64 * 128 + ks * 32, 16, 1024);
+        if constexpr (Tl::NW == 128)
+          tc::WgmmaBf16N128<kTransB>(d, da, desc_b(st, ks));
+        else
+          tc::WgmmaBf16N256<kTransB>(d, da, desc_b(st, ks));
+      }
+    }
+    tc::WgmmaCommit();
+    tc::WgmmaWait<1>();  // slice t - 1's products are done: its stage is free after the barrier
+  }
+  tc::WgmmaWait<0>();
+  tc::WgmmaFenceOperands(d);
+}
+
+// Kernel WgmmaGemmKernel<Tl, TOut>
+//   in : (G*cg) x h x w x n   CHWN bf16, n % 8 == 0, 16-byte aligned
+//   at : G x mp x kp          bf16 filters, K contiguous, kp a multiple of 64
+//   out: (G*m) x out_h x out_w x n   CHWN, storage TOut; + bias, ReLU (forward)
+// Grid as MmaGemmKernel. Block: 256 threads = warpgroups wg = 0, 1 at (wg / WGN, wg % WGN)
+// of the block tile; B (the gathered activations) MN-major. Pipeline: WgmmaMainLoop.
+template <class Tl, class TOut>
+__global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaGemmKernel(const TcGemmParams p) {
+#if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BN = Tl::BN, BK = Tl::BK, T = Tl::T;
+  constexpr int kRowChunksB = BN / 8;
+  constexpr int kAChunks = Tl::BM * (BK / 8) / T, kBChunks = BK * kRowChunksB / T;
+  constexpr int kBRowStep = T / kRowChunksB;
+
+  COLONNADE_DYNAMIC_SMEM(smem_raw);
+  const WgStages<Tl> sm = MakeWgStages<Tl>(smem_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  const int wgm = wg / Tl::WGN, wgn = wg % Tl::WGN;
+  const int g = blockIdx.z;
+  const int j0 = blockIdx.x * BN;
+  const int m0 = blockIdx.y * Tl::BM;
+  const int hwn = p.h * p.w * p.n;
+  const __nv_bfloat16* in =
+      static_cast<const __nv_bfloat16*>(p.in) + static_cast<int64_t>(g) * p.cg * hwn;
+  const uint16_t* at =
+      static_cast<const uint16_t*>(p.at) + (static_cast<int64_t>(g) * p.mp + m0) * p.kp;
+
+  // Loaders: A chunk q = tid + T i is (row q / 8, chunk q % 8); B: a fixed column chunk (8
+  // images of one pixel) per thread, K-rows brow0 + kBRowStep i.
+  const int bcc = tid % kRowChunksB, brow0 = tid / kRowChunksB;
+  const GatherColumn col = MakeColumn(p, j0 + bcc * 8);
+  auto issue = [&](int kt, int st) {
+    unsigned char* const as = sm.a + st * Tl::kStageA;
+#pragma unroll
+    for (int i = 0; i < kAChunks; ++i) {
+      const int q = tid + T * i, row = q / 8, c = q % 8;
+      CpAsync16(as + WgOffsetA(row, c), at + static_cast<int64_t>(row) * p.kp + kt * BK + c * 8,
+                true);
+    }
+    unsigned char* const bs = sm.b + st * Tl::kStageB;
+#pragma unroll
+    for (int i = 0; i < kBChunks; ++i) {
+      const int row = brow0 + kBRowStep * i;
+      bool ok;
+      const int off = GatherOffset(p, hwn, MakeTap(p, kt * BK + row), col, &ok);
+      CpAsync16(bs + WgOffsetB(row, bcc), ok ? in + off : in, ok);
+    }
+  };
+  auto desc_b = [&](int st, int ks) {
+    return tc::SmemDesc128B(sm.b_addr + st * Tl::kStageB + wgn * (Tl::NW / 64) * 8192 + ks * 2048,
+                            8192, 1024);
+  };
+
+  float acc[1][Tl::NW / 8][4];
+  float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
+#pragma unroll
+  for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
+  WgmmaMainLoop<Tl, 1>(p.kp / BK, p.fault, sm.a_addr, wgm, issue, desc_b, d);
+  StoreAccumulators<TOut>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
+                          j0 + wgn * Tl::NW + 2 * (lane % 4));
+#endif
+}
+
+// Kernel WgmmaWgradKernel<Tl>: backward filter on wgmma (sm_90a), bf16 x and dy, n % 8 == 0,
+// both 16-byte aligned. The GEMM, grid, split-K and epilogue of MmaWgradKernel; both operands
+// K-major (the reduction index j = (oy, ox, img) is contiguous in dy's rows and, 8 images at
+// a time, in x at each tap), in the 128-byte-swizzled layout of WgOffsetA: A = dy rows, B =
+// x gathered for BN filter columns (c, ky, kx). Thread t copies chunk t % 8 (8 images of one
+// pixel) of rows t / 8 + 32 i of each. Pipeline: WgmmaMainLoop.
+template <class Tl>
+__global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaWgradKernel(const TcWgradParams p) {
+#if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BK = Tl::BK, kRowStep = Tl::T / 8;
+  constexpr int kAChunks = Tl::BM / kRowStep, kBChunks = Tl::BN / kRowStep;
+
+  COLONNADE_DYNAMIC_SMEM(smem_raw);
+  const WgStages<Tl> sm = MakeWgStages<Tl>(smem_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  const int wgm = wg / Tl::WGN, wgn = wg % Tl::WGN;
+  const int g = blockIdx.z / p.splits, split = blockIdx.z % p.splits;
+  const int c0 = blockIdx.x * Tl::BN;
+  const int m0 = blockIdx.y * Tl::BM;
+  const int kbeg = split * p.ksplit;
+  const int kend = IMin(p.jtot, kbeg + p.ksplit);
+  const int hwn = p.h * p.w * p.n;
+  const __nv_bfloat16* x =
+      static_cast<const __nv_bfloat16*>(p.x) + static_cast<int64_t>(g) * p.cg * hwn;
+  const __nv_bfloat16* dy =
+      static_cast<const __nv_bfloat16*>(p.dy) + static_cast<int64_t>(g) * p.m * p.jtot;
+
+  const int cc = tid % 8, row0 = tid / 8;
+  WgradTap bt[kBChunks];
+#pragma unroll
+  for (int i = 0; i < kBChunks; ++i) bt[i] = MakeWgradTap(p, c0 + row0 + kRowStep * i, hwn);
+  bool aok[kAChunks];
+  const __nv_bfloat16* arow[kAChunks];
+#pragma unroll
+  for (int i = 0; i < kAChunks; ++i) {
+    const int row = m0 + row0 + kRowStep * i;
+    aok[i] = row < p.m;
+    arow[i] = dy + static_cast<int64_t>(aok[i] ? row : 0) * p.jtot;
+  }
+  auto issue = [&](int kt, int st) {
+    const int jj = kbeg + kt * BK + cc * 8;
+    unsigned char* const as = sm.a + st * Tl::kStageA;
+#pragma unroll
+    for (int i = 0; i < kAChunks; ++i) {
+      const bool ok = aok[i] && jj < kend;
+      CpAsync16(as + WgOffsetA(row0 + kRowStep * i, cc), ok ? arow[i] + jj : arow[i], ok);
+    }
+    const GatherColumn col = MakeColumnBelow(p, jj, kend);
+    unsigned char* const bs = sm.b + st * Tl::kStageB;
+#pragma unroll
+    for (int i = 0; i < kBChunks; ++i) {
+      bool ok;
+      const int off = WgradOffset(p, bt[i], col, &ok);
+      CpAsync16(bs + WgOffsetA(row0 + kRowStep * i, cc), ok ? x + off : x, ok);
+    }
+  };
+  auto desc_b = [&](int st, int ks) {
+    return tc::SmemDesc128B(sm.b_addr + st * Tl::kStageB + wgn * Tl::NW * 128 + ks * 32, 16, 1024);
+  };
+
+  float acc[1][Tl::NW / 8][4];
+  float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
+#pragma unroll
+  for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
+  const int ktiles = kend > kbeg ? (kend - kbeg + BK - 1) / BK : 0;
+  WgmmaMainLoop<Tl, 0>(ktiles, p.fault, sm.a_addr, wgm, issue, desc_b, d);
+  StoreWgradAccumulators(p, (static_cast<int64_t>(g) * p.splits + split) * p.m, acc,
+                         m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
+                         c0 + wgn * Tl::NW + 2 * (lane % 4));
+#endif
+}
+
+// ---- host side ------------------------------------------------------------------------------
+
+// The kernels of configuration c: f.template operator()<Tile>() with c's tile.
+template <class F>
+auto WithTile(const ConvConfig& c, const F& f) {
+  CHECK(c.family == ConvFamily::kWgmma) << c.name << " is not a wgmma configuration";
+  auto with = [&](auto tile) {
+    using Tl = decltype(tile);
+    CHECK(c.bm == Tl::BM && c.bn == Tl::BN && c.bk == Tl::BK && c.stages == Tl::S &&
+          c.blocks_per_sm == Tl::kBlocksPerSM)
+        << c.name << ": not its kernel's tile";
+    return f.template operator()<Tl>();
+  };
+  if (c.bm == 64) return with(Wg64x256_5{});
+  if (c.bn == 256) return with(Wg128x256_4{});
+  if (c.stages == 3) return with(Wg128x128_3{});
+  return with(Wg128x128_6{});
+}
+
+struct LaunchGemm {
+  StorageType out;
+  dim3 grid;
+  cudaStream_t stream;
+  const TcGemmParams& q;
+  template <class Tl>
+  int operator()() const {
+    LaunchDynamicSmem(
+        out == StorageType::kBF16 ? WgmmaGemmKernel<Tl, __nv_bfloat16> : WgmmaGemmKernel<Tl, float>,
+        grid, dim3(Tl::T), Tl::kSmem, stream, q);
+    return 0;
+  }
+};
+struct LaunchWgrad {
+  dim3 grid;
+  cudaStream_t stream;
+  const TcWgradParams& q;
+  template <class Tl>
+  int operator()() const {
+    LaunchDynamicSmem(WgmmaWgradKernel<Tl>, grid, dim3(Tl::T), Tl::kSmem, stream, q);
+    return 0;
+  }
+};
+
+}  // namespace
+
+void LaunchWgmmaGemm(const ConvConfig& c, StorageType out, dim3 grid, cudaStream_t stream,
+                     const TcGemmParams& q) {
+  WithTile(c, LaunchGemm{out, grid, stream, q});
+}
+
+void LaunchWgmmaWgrad(const ConvConfig& c, dim3 grid, cudaStream_t stream, const TcWgradParams& q) {
+  WithTile(c, LaunchWgrad{grid, stream, q});
+}
+
+// Whether this process can run the wgmma kernels: built for sm_90a (the build defines
+// COLONNADE_WGMMA_BUILT when CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is a
+// compute capability 9.0 part (sm_90a code runs on no other). Always on the emulator.
+bool WgmmaAvailable() {
+#if defined(COLONNADE_CUDA_EMULATE)
+  return true;
+#elif defined(COLONNADE_WGMMA_BUILT)
+  static const bool ok = [] {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+}  // namespace colonnade::cuda::conv

@@ -1,2 +1,0 @@
-// The conv kernels compiled for the CPU emulator (see emu_runtime.h).
-#include "cuda/conv_kernels.cu"

@@ -1,0 +1,2 @@
+// The mma.sync convolution kernels compiled for the CPU emulator (see emu_runtime.h).
+#include "cuda/conv/mma.cu"
