@@ -30,20 +30,19 @@ std::string Dir(const std::string& path) {
 // /labels at the root, nothing else).
 int PredictionsFileKind(const std::string& path) {
   hdf5::Scope scope;
-  if (H5Fis_hdf5(path.c_str()) <= 0) return -1;
-  hdf5::Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.valid()) return 0;  // HDF5 but unreadable: not known to be ours
-  H5G_info_t info;
-  if (H5Gget_info(file.get(), &info) < 0 || info.nlinks != 2) return 0;
-  return H5Lexists(file.get(), "logits", H5P_DEFAULT) > 0 &&
-                 H5Lexists(file.get(), "labels", H5P_DEFAULT) > 0
+  if (!hdf5::IsHdf5File(path)) return -1;
+  absl::StatusOr<hdf5::Handle> file = hdf5::OpenFileReadOnly(path);
+  if (!file.ok()) return 0;  // HDF5 but unreadable: not known to be ours
+  const hdf5::Id root = file->get();
+  return hdf5::LinkCount(root) == 2 && hdf5::LinkExists(root, "logits") &&
+                 hdf5::LinkExists(root, "labels")
              ? 1
              : 0;
 }
 
 bool IsHdf5(const std::string& path) {
   hdf5::Scope scope;
-  return H5Fis_hdf5(path.c_str()) > 0;
+  return hdf5::IsHdf5File(path);
 }
 
 // Flushes a written file's data to disk (through a fresh descriptor: HDF5 has closed its).

@@ -1,12 +1,12 @@
 #include "apps/prediction.h"
 
-#include <hdf5.h>
 #include <mpi.h>
 
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "apps/evaluation.h"
 #include "apps/exit_codes.h"
@@ -29,30 +29,24 @@ absl::Status WritePredictions(const TrainConfig& cfg, const std::vector<float>& 
   return WriteOutputFile(
       cfg.predictions, "--predictions", PredictionsRule(cfg),
       [&](const std::string& tmp) -> absl::Status {
-        hdf5::Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                          H5Fclose);
-        if (!file.valid()) {
-          return absl::InternalError("cannot create " + tmp + ": " + hdf5::LastError());
+        absl::StatusOr<hdf5::Handle> file = hdf5::CreateFile(tmp);
+        if (!file.ok()) {
+          return absl::InternalError(
+              absl::StrCat("cannot create ", tmp, ": ", file.status().message()));
         }
-        const hsize_t dims[2] = {labels.size(), static_cast<hsize_t>(classes)};
-        auto write = [&](const char* name, int rank, hid_t file_type, hid_t mem_type,
-                         const void* data) {
-          hdf5::Handle space(H5Screate_simple(rank, dims, nullptr), H5Sclose);
-          hdf5::Handle ds(H5Dcreate2(file.get(), name, file_type, space.get(), H5P_DEFAULT,
-                                     H5P_DEFAULT, H5P_DEFAULT),
-                          H5Dclose);
-          return space.valid() && ds.valid() &&
-                 H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 &&
-                 ds.Close();
-        };
-        const bool ok =
-            write("logits", 2, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, logits.data()) &&
-            write("labels", 1, H5T_STD_I32LE, H5T_NATIVE_INT32, labels.data()) &&
-            hdf5::WriteIntAttr(file.get(), "eval_views", static_cast<int>(cfg.eval_views)).ok();
-        const std::string why = ok ? "" : hdf5::LastError();
-        if (!file.Close() || !ok) {
-          return absl::InternalError("writing --predictions file " + cfg.predictions + " failed" +
-                                     (why.empty() ? "" : ": " + why));
+        const int64_t n = static_cast<int64_t>(labels.size());
+        absl::Status s = hdf5::WriteDataset(file->get(), "logits", "logits", hdf5::Dtype::kFloat32,
+                                            {n, classes}, logits.data());
+        if (s.ok()) {
+          s = hdf5::WriteDataset(file->get(), "labels", "labels", hdf5::Dtype::kInt32, {n},
+                                 labels.data());
+        }
+        if (s.ok()) {
+          s = hdf5::WriteIntAttr(file->get(), "eval_views", static_cast<int>(cfg.eval_views));
+        }
+        if (!file->Close() || !s.ok()) {
+          return absl::InternalError(absl::StrCat("writing --predictions file ", cfg.predictions,
+                                                  " failed", s.ok() ? "" : ": ", s.message()));
         }
         return absl::OkStatus();
       });

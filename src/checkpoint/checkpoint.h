@@ -136,7 +136,7 @@ class DirectoryLock {
 };
 
 // Writes `entries` and `state` to <dir>/ckpt-<state.step>.h5: first to a temporary file
-// in `dir` (ckpt-<step>.h5.<host>-<pid>.tmp, see ProcessTag), then H5Fflush + close,
+// in `dir` (ckpt-<step>.h5.<host>-<pid>.tmp, see ProcessTag), then an HDF5 flush + close,
 // fsync of the file, rename over the final name, fsync of the directory. A crash at any
 // point leaves either the old set of checkpoints or the old set plus the complete new one.
 // Creates `dir` if needed.

@@ -23,6 +23,8 @@ namespace colonnade::checkpoint {
 
 using hdf5::Handle;
 using hdf5::WithLastError;
+constexpr hdf5::ObjectType kGroup = hdf5::ObjectType::kGroup;
+constexpr hdf5::ObjectType kDataset = hdf5::ObjectType::kDataset;
 using internal::Errno;
 using internal::ShapeText;
 
@@ -55,8 +57,9 @@ struct ReadContext {
 };
 
 // Integer attribute `name` of `loc`, named `label` in messages, within [lo, hi].
-absl::StatusOr<int64_t> ReadIntInRange(hid_t loc, const std::string& path, const std::string& label,
-                                       const char* name, int64_t lo, int64_t hi) {
+absl::StatusOr<int64_t> ReadIntInRange(hdf5::Id loc, const std::string& path,
+                                       const std::string& label, const char* name, int64_t lo,
+                                       int64_t hi) {
   ASSIGN_OR_RETURN(int64_t v, hdf5::ReadIntAttr(loc, name, path, label));
   if (v < lo || v > hi) {
     return Corrupt(path,
@@ -65,120 +68,23 @@ absl::StatusOr<int64_t> ReadIntInRange(hid_t loc, const std::string& path, const
   return v;
 }
 
-// Names of the links in group `g`, in creation order when the group tracks it. Every link
-// must be a hard link (no soft or external links into other files).
-absl::StatusOr<std::vector<std::string>> Children(hid_t g, const std::string& path,
-                                                  const std::string& where) {
-  H5G_info_t info;
-  if (H5Gget_info(g, &info) < 0) return Corrupt(path, WithLastError("cannot list group " + where));
-  H5_index_t index = H5_INDEX_NAME;
-  {
-    Handle gcpl = hdf5::PlistHandle(H5Gget_create_plist(g));
-    unsigned flags = 0;
-    if (gcpl.valid() && H5Pget_link_creation_order(gcpl.get(), &flags) >= 0 &&
-        (flags & H5P_CRT_ORDER_TRACKED)) {
-      index = H5_INDEX_CRT_ORDER;
-    }
-  }
-  std::vector<std::string> out;
-  for (hsize_t i = 0; i < info.nlinks; ++i) {
-    ssize_t len = H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-    if (len < 0) return Corrupt(path, WithLastError("cannot list group " + where));
-    std::string name(static_cast<size_t>(len) + 1, '\0');
-    if (H5Lget_name_by_idx(g, ".", index, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT) <
-        0) {
-      return Corrupt(path, WithLastError("cannot list group " + where));
-    }
-    name.resize(static_cast<size_t>(len));
-    H5L_info_t li;
-    if (H5Lget_info(g, name.c_str(), &li, H5P_DEFAULT) < 0) {
-      return Corrupt(path, WithLastError("cannot read link " + where + name));
-    }
-    if (li.type != H5L_TYPE_HARD) {
-      return Corrupt(
-          path, absl::StrFormat("%s%s is a soft or external link, not stored data", where, name));
-    }
-    out.push_back(std::move(name));
-  }
-  return out;
-}
-
-// Opens child `name` of `g` and checks it is a group (want_group) or a dataset.
-absl::StatusOr<Handle> OpenChild(hid_t g, const std::string& name, bool want_group,
-                                 const std::string& path, const std::string& full) {
-  Handle o = hdf5::ObjectHandle(H5Oopen(g, name.c_str(), H5P_DEFAULT));
-  if (!o.valid()) return Corrupt(path, WithLastError("cannot open " + full));
-  H5I_type_t t = H5Iget_type(o.get());
-  if (want_group && t != H5I_GROUP) return Corrupt(path, full + " is not a group");
-  if (!want_group && t != H5I_DATASET) return Corrupt(path, full + " is not a dataset");
-  return o;
-}
-
-// The checksum layout InspectFloatDataset requires: chunked, Fletcher-32 and no other
-// filter, every chunk present (a chunk never written reads back as zeros, no error).
-absl::Status CheckChecksummedChunks(hid_t d, hid_t space, const std::string& path,
-                                    const std::string& full, const std::vector<hsize_t>& dims) {
-  Handle dcpl = hdf5::PlistHandle(H5Dget_create_plist(d));
-  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) {
-    return Corrupt(path, full + " is not chunked, so it has no Fletcher-32 checksum");
-  }
-  unsigned flags = 0, config = 0;
-  size_t nelmts = 0;
-  if (H5Pget_filter_by_id2(dcpl.get(), H5Z_FILTER_FLETCHER32, &flags, &nelmts, nullptr, 0, nullptr,
-                           &config) < 0) {
-    return Corrupt(path, full + " has no Fletcher-32 checksum filter");
-  }
-  if (H5Pget_nfilters(dcpl.get()) != 1) {
-    return Corrupt(path, full +
-                             " has HDF5 filters besides Fletcher-32 (compression?); the "
-                             "format stores tensors uncompressed");
-  }
-  const int rank = static_cast<int>(dims.size());
-  std::vector<hsize_t> chunk(rank);
-  if (H5Pget_chunk(dcpl.get(), rank, chunk.data()) != rank) {
-    return Corrupt(path, WithLastError(full + ": cannot read its chunk shape"));
-  }
-  hsize_t want_chunks = 1;  // at most the element count (every chunk dim >= 1): no overflow
-  for (int i = 0; i < rank; ++i) {
-    if (chunk[i] < 1) return Corrupt(path, full + " has an empty chunk shape");
-    want_chunks *= (dims[i] + chunk[i] - 1) / chunk[i];
-  }
-  hsize_t have_chunks = 0;
-  if (H5Dget_num_chunks(d, space, &have_chunks) < 0) {
-    return Corrupt(path, WithLastError(full + ": cannot read its chunk index"));
-  }
-  if (have_chunks != want_chunks) {
-    return Corrupt(path, absl::StrFormat("%s stores %d of its %d chunks (data never written)", full,
-                                         have_chunks, want_chunks));
-  }
-  return absl::OkStatus();
-}
-
 // Checks a float32 dataset without allocating anything for its data: type, rank, shape
-// (element count with overflow checks), storage (CheckChecksummedChunks) and size: tensors
+// (element count with overflow checks), storage (hdf5::CheckChecksummedChunks) and size: tensors
 // are stored uncompressed, so all the tensors of a file together cannot claim more bytes
 // than the file has. That bounds the memory a crafted shape can make the reader take (a
-// (2^32, 2^32) shape once overflowed to 0 elements and crashed in H5Dread). Returns the
+// (2^32, 2^32) shape once overflowed to 0 elements and crashed in the read). Returns the
 // element count.
-absl::StatusOr<int64_t> InspectFloatDataset(hid_t d, ReadContext& ctx, const std::string& full,
+absl::StatusOr<int64_t> InspectFloatDataset(hdf5::Id d, ReadContext& ctx, const std::string& full,
                                             std::vector<int64_t>* shape) {
   const std::string& path = ctx.path;
-  Handle t = hdf5::TypeHandle(H5Dget_type(d));
-  if (!t.valid() || H5Tget_class(t.get()) != H5T_FLOAT || H5Tget_size(t.get()) != 4) {
-    return Corrupt(path, full + " is not float32");
-  }
-  Handle sp = hdf5::SpaceHandle(H5Dget_space(d));
-  const int rank = sp.valid() ? H5Sget_simple_extent_ndims(sp.get()) : -1;
-  if (rank < 1 || rank > H5S_MAX_RANK) {
-    return Corrupt(path, absl::StrFormat("%s is not an array of rank 1 to %d", full, H5S_MAX_RANK));
-  }
-  ASSIGN_OR_RETURN(std::vector<hsize_t> dims, hdf5::Extents(sp.get(), path, full));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> dims,
+                   hdf5::ArrayExtents(d, hdf5::Dtype::kFloat32, path, full));
   shape->clear();
-  std::vector<std::string> dims_text;  // hsize_t may exceed int64_t: print it as stored
-  for (hsize_t x : dims) dims_text.push_back(absl::StrCat(x));
+  std::vector<std::string> dims_text;  // an extent may exceed int64_t: print it as stored
+  for (uint64_t x : dims) dims_text.push_back(absl::StrCat(x));
   const std::string shape_text =
-      absl::StrCat("(", absl::StrJoin(dims_text, ", "), rank == 1 ? ",)" : ")");
-  for (hsize_t x : dims) {
+      absl::StrCat("(", absl::StrJoin(dims_text, ", "), dims.size() == 1 ? ",)" : ")");
+  for (uint64_t x : dims) {
     if (x < 1) return Corrupt(path, absl::StrFormat("%s has shape %s", full, shape_text));
   }
   int64_t bytes = 0;
@@ -186,7 +92,7 @@ absl::StatusOr<int64_t> InspectFloatDataset(hid_t d, ReadContext& ctx, const std
     return Corrupt(
         path, absl::StrFormat("%s has shape %s: its size overflows 64 bits", full, shape_text));
   }
-  for (hsize_t x : dims) shape->push_back(static_cast<int64_t>(x));
+  for (uint64_t x : dims) shape->push_back(static_cast<int64_t>(x));
   if (bytes > ctx.file_bytes - ctx.claimed_bytes) {
     return Corrupt(
         path,
@@ -196,20 +102,16 @@ absl::StatusOr<int64_t> InspectFloatDataset(hid_t d, ReadContext& ctx, const std
             full, shape_text, bytes, ctx.file_bytes, ctx.claimed_bytes));
   }
   ctx.claimed_bytes += bytes;
-  RETURN_IF_ERROR(CheckChecksummedChunks(d, sp.get(), path, full, dims));
+  RETURN_IF_ERROR(hdf5::CheckChecksummedChunks(d, dims, path, full));
   return bytes / 4;
 }
 
 // Reads the `n` elements of a dataset InspectFloatDataset accepted, with every chunk's
 // Fletcher-32 checksum verified, and checks that they are finite.
-absl::Status ReadFloatData(hid_t d, const ReadContext& ctx, const std::string& full, int64_t n,
+absl::Status ReadFloatData(hdf5::Id d, const ReadContext& ctx, const std::string& full, int64_t n,
                            std::vector<float>* values) {
-  Handle dxpl = hdf5::PlistHandle(H5Pcreate(H5P_DATASET_XFER));
-  H5Pset_edc_check(dxpl.get(), H5Z_ENABLE_EDC);
   values->assign(static_cast<size_t>(n), 0.0f);
-  if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, dxpl.get(), values->data()) < 0) {
-    return Corrupt(ctx.path, WithLastError(full + ": cannot read the data, the file is corrupt"));
-  }
+  RETURN_IF_ERROR(hdf5::ReadChecksummed(d, ctx.path, full, hdf5::Dtype::kFloat32, values->data()));
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite((*values)[i])) {
       return Corrupt(ctx.path, absl::StrFormat("%s holds a non-finite value (%g at index %d)", full,
@@ -251,18 +153,12 @@ absl::StatusOr<Handle> OpenForRead(ReadContext& ctx) {
   if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + ": not a regular file");
   ctx.file_bytes = static_cast<int64_t>(st.st_size);
   // Closing the file closes every object still open in it, even after an error.
-  Handle fapl = hdf5::PlistHandle(H5Pcreate(H5P_FILE_ACCESS));
-  H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG);
-  Handle file = hdf5::FileHandle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
-  if (!file.valid()) {
-    return Corrupt(path, WithLastError("not a readable HDF5 file (truncated or corrupt)"));
-  }
-  return file;
+  return hdf5::OpenFileReadOnlyStrongClose(path);
 }
 
 // Whether root attribute `name` exists; DataLoss when HDF5 cannot tell.
-absl::StatusOr<bool> HasAttr(hid_t root, const std::string& path, const char* name) {
-  const htri_t exists = H5Aexists(root, name);
+absl::StatusOr<bool> HasAttr(hdf5::Id root, const std::string& path, const char* name) {
+  const int exists = hdf5::AttrExists(root, name);
   if (exists < 0) return Corrupt(path, WithLastError("cannot read the root group's attributes"));
   return exists > 0;
 }
@@ -270,7 +166,7 @@ absl::StatusOr<bool> HasAttr(hid_t root, const std::string& path, const char* na
 // The root attributes "format" and "format_version": is this a checkpoint we read? Then
 // every other root attribute must be there, before any string is read (a missing string
 // attribute would otherwise show as a failed string checksum, hdf5.h).
-absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
+absl::StatusOr<int64_t> ReadFormat(hdf5::Id root, const std::string& path) {
   ASSIGN_OR_RETURN(bool has_format, HasAttr(root, path, "format"));
   if (!has_format) {
     return absl::FailedPreconditionError(
@@ -306,7 +202,8 @@ absl::StatusOr<int64_t> ReadFormat(hid_t root, const std::string& path) {
 // TrainState, num_params and has_optimizer_state; the step against the file name; then
 // against ctx.expected the model and input size (a mismatch) and the data cursor against
 // the training data (corruption).
-absl::Status ReadRootAttributes(hid_t root, ReadContext& ctx, Checkpoint& c, int64_t* num_params) {
+absl::Status ReadRootAttributes(hdf5::Id root, ReadContext& ctx, Checkpoint& c,
+                                int64_t* num_params) {
   const std::string& path = ctx.path;
   TrainState& s = c.state;
   int64_t has_opt = 0;
@@ -362,8 +259,8 @@ absl::Status ReadRootAttributes(hid_t root, ReadContext& ctx, Checkpoint& c, int
 }
 
 // Root objects: /params, and /optimizer exactly when has_optimizer_state.
-absl::Status CheckRootObjects(hid_t root, const std::string& path, const Checkpoint& c) {
-  ASSIGN_OR_RETURN(std::vector<std::string> top, Children(root, path, "/"));
+absl::Status CheckRootObjects(hdf5::Id root, const std::string& path, const Checkpoint& c) {
+  ASSIGN_OR_RETURN(std::vector<std::string> top, hdf5::ListHardLinks(root, path, "/"));
   bool saw_params = false, saw_opt = false;
   for (const std::string& n : top) {
     if (n == "params") {
@@ -404,10 +301,10 @@ absl::Status CheckExpectedShape(ReadContext& ctx, const TensorEntry& e) {
 }
 
 // Dataset /params/<layer>/<pn> into a new entry of `c`.
-absl::Status ReadParam(hid_t layer_group, const std::string& layer, const std::string& pn,
+absl::Status ReadParam(hdf5::Id layer_group, const std::string& layer, const std::string& pn,
                        ReadContext& ctx, Checkpoint& c, std::map<std::string, size_t>& index) {
   const std::string full = "/params/" + layer + "/" + pn;
-  ASSIGN_OR_RETURN(Handle d, OpenChild(layer_group, pn, false, ctx.path, full));
+  ASSIGN_OR_RETURN(Handle d, hdf5::OpenObject(layer_group, pn, kDataset, ctx.path, full));
   TensorEntry e;
   e.name = layer + "/" + pn;
   ASSIGN_OR_RETURN(int64_t learnable,
@@ -423,16 +320,18 @@ absl::Status ReadParam(hid_t layer_group, const std::string& layer, const std::s
 
 // /params/<layer>/<param> in file order, each checked and read; then the count against
 // /num_params and, with ctx.expected, the model's tensors that the file lacks.
-absl::Status ReadParams(hid_t root, ReadContext& ctx, int64_t num_params, Checkpoint& c,
+absl::Status ReadParams(hdf5::Id root, ReadContext& ctx, int64_t num_params, Checkpoint& c,
                         std::map<std::string, size_t>& index) {
   const std::string& path = ctx.path;
   {
-    ASSIGN_OR_RETURN(Handle params, OpenChild(root, "params", true, path, "/params"));
-    ASSIGN_OR_RETURN(std::vector<std::string> layers, Children(params.get(), path, "/params/"));
+    ASSIGN_OR_RETURN(Handle params, hdf5::OpenObject(root, "params", kGroup, path, "/params"));
+    ASSIGN_OR_RETURN(std::vector<std::string> layers,
+                     hdf5::ListHardLinks(params.get(), path, "/params/"));
     for (const std::string& layer : layers) {
       const std::string lpath = "/params/" + layer;
-      ASSIGN_OR_RETURN(Handle lg, OpenChild(params.get(), layer, true, path, lpath));
-      ASSIGN_OR_RETURN(std::vector<std::string> names, Children(lg.get(), path, lpath + "/"));
+      ASSIGN_OR_RETURN(Handle lg, hdf5::OpenObject(params.get(), layer, kGroup, path, lpath));
+      ASSIGN_OR_RETURN(std::vector<std::string> names,
+                       hdf5::ListHardLinks(lg.get(), path, lpath + "/"));
       if (names.empty()) return Corrupt(path, lpath + " is an empty group");
       for (const std::string& pn : names) {
         RETURN_IF_ERROR(ReadParam(lg.get(), layer, pn, ctx, c, index));
@@ -452,7 +351,7 @@ absl::Status ReadParams(hid_t root, ReadContext& ctx, int64_t num_params, Checkp
 }
 
 // /optimizer/<layer>/<pn>/velocity into the entry of <layer>/<pn>.
-absl::Status ReadVelocity(hid_t layer_group, const std::string& layer, const std::string& pn,
+absl::Status ReadVelocity(hdf5::Id layer_group, const std::string& layer, const std::string& pn,
                           ReadContext& ctx, Checkpoint& c,
                           const std::map<std::string, size_t>& index) {
   const std::string& path = ctx.path;
@@ -463,13 +362,13 @@ absl::Status ReadVelocity(hid_t layer_group, const std::string& layer, const std
         path, absl::StrFormat("%s has no learnable parameter /params/%s/%s", ppath, layer, pn));
   }
   TensorEntry& e = c.tensors[it->second];
-  ASSIGN_OR_RETURN(Handle pg, OpenChild(layer_group, pn, true, path, ppath));
-  ASSIGN_OR_RETURN(std::vector<std::string> leaf, Children(pg.get(), path, ppath + "/"));
+  ASSIGN_OR_RETURN(Handle pg, hdf5::OpenObject(layer_group, pn, kGroup, path, ppath));
+  ASSIGN_OR_RETURN(std::vector<std::string> leaf, hdf5::ListHardLinks(pg.get(), path, ppath + "/"));
   if (leaf.size() != 1 || leaf[0] != "velocity") {
     return Corrupt(path, absl::StrFormat("%s must hold exactly one dataset, 'velocity'", ppath));
   }
   const std::string vpath = ppath + "/velocity";
-  ASSIGN_OR_RETURN(Handle d, OpenChild(pg.get(), "velocity", false, path, vpath));
+  ASSIGN_OR_RETURN(Handle d, hdf5::OpenObject(pg.get(), "velocity", kDataset, path, vpath));
   std::vector<int64_t> vshape;
   ASSIGN_OR_RETURN(int64_t n, InspectFloatDataset(d.get(), ctx, vpath, &vshape));
   if (vshape != e.shape) {
@@ -480,15 +379,17 @@ absl::Status ReadVelocity(hid_t layer_group, const std::string& layer, const std
 }
 
 // /optimizer: a velocity for every learnable parameter and nothing else.
-absl::Status ReadOptimizer(hid_t root, ReadContext& ctx, Checkpoint& c,
+absl::Status ReadOptimizer(hdf5::Id root, ReadContext& ctx, Checkpoint& c,
                            const std::map<std::string, size_t>& index) {
   const std::string& path = ctx.path;
-  ASSIGN_OR_RETURN(Handle opt, OpenChild(root, "optimizer", true, path, "/optimizer"));
-  ASSIGN_OR_RETURN(std::vector<std::string> layers, Children(opt.get(), path, "/optimizer/"));
+  ASSIGN_OR_RETURN(Handle opt, hdf5::OpenObject(root, "optimizer", kGroup, path, "/optimizer"));
+  ASSIGN_OR_RETURN(std::vector<std::string> layers,
+                   hdf5::ListHardLinks(opt.get(), path, "/optimizer/"));
   for (const std::string& layer : layers) {
     const std::string lpath = "/optimizer/" + layer;
-    ASSIGN_OR_RETURN(Handle lg, OpenChild(opt.get(), layer, true, path, lpath));
-    ASSIGN_OR_RETURN(std::vector<std::string> pnames, Children(lg.get(), path, lpath + "/"));
+    ASSIGN_OR_RETURN(Handle lg, hdf5::OpenObject(opt.get(), layer, kGroup, path, lpath));
+    ASSIGN_OR_RETURN(std::vector<std::string> pnames,
+                     hdf5::ListHardLinks(lg.get(), path, lpath + "/"));
     for (const std::string& pn : pnames) {
       RETURN_IF_ERROR(ReadVelocity(lg.get(), layer, pn, ctx, c, index));
     }
@@ -504,7 +405,7 @@ absl::Status ReadOptimizer(hid_t root, ReadContext& ctx, Checkpoint& c,
 // The whole file, in the order of the checks described in checkpoint.h (Read).
 absl::StatusOr<Checkpoint> ReadFile(ReadContext& ctx) {
   ASSIGN_OR_RETURN(Handle file, OpenForRead(ctx));
-  const hid_t root = file.get();
+  const hdf5::Id root = file.get();
   Checkpoint c;
   c.path = ctx.path;
   ASSIGN_OR_RETURN(c.format_version, ReadFormat(root, ctx.path));

@@ -165,31 +165,18 @@ absl::Status InFile(const std::string& path, const absl::Status& s) {
   return s.ok() ? s : WriteError(path, std::string(s.message()));
 }
 
-// Group-creation properties: remember link creation order (so Read returns tensors in
-// the Net's order) and no timestamps (identical inputs give identical files).
-Handle GroupCreatePlist() {
-  Handle gcpl = hdf5::PlistHandle(H5Pcreate(H5P_GROUP_CREATE));
-  H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
-  H5Pset_obj_track_times(gcpl.get(), 0);
-  return gcpl;
-}
-
-absl::StatusOr<Handle> OpenOrCreateGroup(hid_t loc, const std::string& name,
+// Groups remember the creation order of their links (so Read returns tensors in the Net's
+// order) and carry no timestamps (identical inputs give identical files).
+absl::StatusOr<Handle> OpenOrCreateGroup(hdf5::Id loc, const std::string& name,
                                          const std::string& path) {
-  if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) > 0) {
-    Handle g = hdf5::GroupHandle(H5Gopen2(loc, name.c_str(), H5P_DEFAULT));
-    if (!g.valid()) return WriteError(path, hdf5::WithLastError("opening group " + name));
-    return g;
-  }
-  Handle gcpl = GroupCreatePlist();
-  Handle g = hdf5::GroupHandle(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT));
-  if (!g.valid()) return WriteError(path, hdf5::WithLastError("creating group " + name));
+  absl::StatusOr<Handle> g = hdf5::OpenOrCreateGroup(loc, name);
+  if (!g.ok()) return InFile(path, g.status());
   return g;
 }
 
 // A float32 tensor, chunked with a Fletcher-32 checksum on every chunk; `learnable` (0 or
 // 1) becomes its attribute, -1 writes none (velocities).
-absl::Status WriteTensor(hid_t loc, const std::string& path, const std::string& where,
+absl::Status WriteTensor(hdf5::Id loc, const std::string& path, const std::string& where,
                          const std::string& name, const std::vector<int64_t>& shape,
                          const std::vector<float>& data, int learnable) {
   hdf5::WriteOptions o;
@@ -200,7 +187,7 @@ absl::Status WriteTensor(hid_t loc, const std::string& path, const std::string& 
 }
 
 // The root attributes, in the order of checkpoint.h's layout.
-absl::Status WriteRootAttributes(hid_t root, const std::string& path, const TrainState& st,
+absl::Status WriteRootAttributes(hdf5::Id root, const std::string& path, const TrainState& st,
                                  size_t num_params, bool has_velocity) {
   const std::pair<const char*, int64_t> ints_before_seed[] = {
       {"format_version", kFormatVersion},
@@ -230,7 +217,7 @@ absl::Status WriteRootAttributes(hid_t root, const std::string& path, const Trai
 }
 
 // /params/<layer>/<param>, then /optimizer/<layer>/<param>/velocity when `has_velocity`.
-absl::Status WriteTensors(hid_t root, const std::string& path,
+absl::Status WriteTensors(hdf5::Id root, const std::string& path,
                           const std::vector<TensorEntry>& entries, bool has_velocity) {
   ASSIGN_OR_RETURN(Handle params, OpenOrCreateGroup(root, "params", path));
   for (const TensorEntry& e : entries) {
@@ -259,22 +246,18 @@ absl::Status WriteTensors(hid_t root, const std::string& path,
 
 absl::Status WriteFile(const std::string& path, const TrainState& st,
                        const std::vector<TensorEntry>& entries, bool has_velocity) {
-  Handle fapl = hdf5::PlistHandle(H5Pcreate(H5P_FILE_ACCESS));
   // The 1.10 format checksums all file metadata (superblock v3, object headers v2 with the
   // attributes, chunk indexes); Fletcher-32 covers the data. Readable by HDF5 >= 1.10.
-  if (H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
-    return WriteError(path, hdf5::WithLastError("file format bounds"));
-  }
-  Handle fcpl = hdf5::PlistHandle(H5Pcreate(H5P_FILE_CREATE));
-  H5Pset_link_creation_order(fcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
-  H5Pset_obj_track_times(fcpl.get(), 0);
-  Handle file = hdf5::FileHandle(H5Fcreate(path.c_str(), H5F_ACC_EXCL, fcpl.get(), fapl.get()));
-  if (!file.valid()) return WriteError(path, hdf5::WithLastError("creating the file"));
+  hdf5::FileOptions options;
+  options.exclusive = true;
+  options.format_v110 = true;
+  options.link_creation_order = true;
+  absl::StatusOr<Handle> created = hdf5::CreateFile(path, options);
+  if (!created.ok()) return InFile(path, created.status());
+  Handle file = *std::move(created);
   RETURN_IF_ERROR(WriteRootAttributes(file.get(), path, st, entries.size(), has_velocity));
   RETURN_IF_ERROR(WriteTensors(file.get(), path, entries, has_velocity));
-  if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) {
-    return WriteError(path, hdf5::WithLastError("flushing the file"));
-  }
+  RETURN_IF_ERROR(InFile(path, hdf5::Flush(file.get())));
   if (!file.Close()) return WriteError(path, hdf5::WithLastError("closing the file"));
   return absl::OkStatus();
 }

@@ -23,13 +23,20 @@ namespace {
 
 // Shard files name their attributes 'height' in messages ("<file>: attribute 'height' is
 // missing"), as docs/DATA.md and the tests spell them.
-absl::StatusOr<std::string> ReadStringAttribute(hid_t f, const std::string& path,
+absl::StatusOr<std::string> ReadStringAttribute(hdf5::Id f, const std::string& path,
                                                 const char* name) {
   return hdf5::ReadStringAttr(f, name, path, absl::StrCat("'", name, "'"));
 }
 
-absl::StatusOr<int64_t> ReadIntAttribute(hid_t f, const std::string& path, const char* name) {
+absl::StatusOr<int64_t> ReadIntAttribute(hdf5::Id f, const std::string& path, const char* name) {
   return hdf5::ReadIntAttr(f, name, path, absl::StrCat("'", name, "'"));
+}
+
+// A new shard or index file (truncating one there), with the message shards always gave.
+absl::StatusOr<hdf5::Handle> CreateShardFile(const std::string& path) {
+  absl::StatusOr<hdf5::Handle> f = hdf5::CreateFile(path);
+  if (!f.ok()) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create file"));
+  return f;
 }
 
 bool IsShardName(const std::string& n) {
@@ -129,7 +136,7 @@ absl::StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Create(
 absl::Status DatasetWriter::OpenShard() {
   std::string name = ShardFileName(static_cast<int>(shard_files_.size()));
   std::string path = JoinPath(o_.dir, name);
-  ASSIGN_OR_RETURN(file_, hdf5::CreateFile(path));
+  ASSIGN_OR_RETURN(file_, CreateShardFile(path));
   // The string attributes first, while the file is small: their checksum reads the file
   // back (hdf5.h).
   absl::Status s = hdf5::WriteStringAttr(file_.get(), "format", kShardFormat);
@@ -139,22 +146,15 @@ absl::Status DatasetWriter::OpenShard() {
   jpeg_bytes_.clear();
   offsets_.assign(1, 0);
   if (o_.encoding == "raw") {
-    hsize_t dims[4] = {static_cast<hsize_t>(o_.shard_size), static_cast<hsize_t>(o_.height),
-                       static_cast<hsize_t>(o_.width), static_cast<hsize_t>(o_.channels)};
-    hsize_t maxdims[4] = {H5S_UNLIMITED, dims[1], dims[2], dims[3]};
     // One image per chunk: a random read touches exactly one chunk, uncompressed, so it
     // is a single contiguous read of H*W*C bytes with no decompression.
-    hsize_t chunk[4] = {1, dims[1], dims[2], dims[3]};
-    hdf5::Handle space = hdf5::SpaceHandle(H5Screate_simple(4, dims, maxdims));
-    hdf5::Handle dcpl = hdf5::PlistHandle(H5Pcreate(H5P_DATASET_CREATE));
-    H5Pset_chunk(dcpl.get(), 4, chunk);
-    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-    H5Pset_obj_track_times(dcpl.get(), false);
-    images_ = hdf5::DatasetHandle(H5Dcreate2(file_.get(), "/images", H5T_STD_U8LE, space.get(),
-                                             H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
-    if (!images_.valid()) {
+    absl::StatusOr<hdf5::Handle> images =
+        hdf5::CreateGrowableDataset(file_.get(), "/images", hdf5::Dtype::kUint8,
+                                    {o_.shard_size, o_.height, o_.width, o_.channels});
+    if (!images.ok()) {
       return absl::InternalError(absl::StrCat(path, ": /images: cannot create dataset"));
     }
+    images_ = *std::move(images);
   }
   shard_files_.push_back(name);
   shard_sizes_.push_back(0);
@@ -164,12 +164,10 @@ absl::Status DatasetWriter::OpenShard() {
 absl::Status DatasetWriter::CloseShard() {
   const std::string path = JoinPath(o_.dir, shard_files_.back());
   const int64_t n = static_cast<int64_t>(labels_.size());
-  hid_t f = file_.get();
+  const hdf5::Id f = file_.get();
   absl::Status s;
   if (o_.encoding == "raw") {
-    hsize_t dims[4] = {static_cast<hsize_t>(n), static_cast<hsize_t>(o_.height),
-                       static_cast<hsize_t>(o_.width), static_cast<hsize_t>(o_.channels)};
-    if (H5Dset_extent(images_.get(), dims) < 0) {
+    if (!hdf5::SetExtent(images_.get(), {n, o_.height, o_.width, o_.channels}).ok()) {
       return absl::InternalError(absl::StrCat(path, ": /images: cannot set extent"));
     }
     images_.Reset();
@@ -194,9 +192,7 @@ absl::Status DatasetWriter::CloseShard() {
     s = hdf5::WriteIntAttr(f, "shard_index", static_cast<int64_t>(shard_files_.size()) - 1);
   }
   if (!s.ok()) return absl::InternalError(absl::StrCat(path, ": ", s.message()));
-  if (H5Fflush(f, H5F_SCOPE_LOCAL) < 0) {
-    return absl::InternalError(absl::StrCat(path, ": flush failed"));
-  }
+  if (!hdf5::Flush(f).ok()) return absl::InternalError(absl::StrCat(path, ": flush failed"));
   file_.Reset();
   jpeg_bytes_.clear();
   jpeg_bytes_.shrink_to_fit();
@@ -223,14 +219,9 @@ absl::Status DatasetWriter::Add(const uint8_t* pixels, const std::string* encode
   }
   const int64_t local = static_cast<int64_t>(labels_.size());
   if (o_.encoding == "raw") {
-    hsize_t start[4] = {static_cast<hsize_t>(local), 0, 0, 0};
-    hsize_t count[4] = {1, static_cast<hsize_t>(o_.height), static_cast<hsize_t>(o_.width),
-                        static_cast<hsize_t>(o_.channels)};
-    hdf5::Handle fspace = hdf5::SpaceHandle(H5Dget_space(images_.get()));
-    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-    hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(4, count, nullptr));
-    if (H5Dwrite(images_.get(), H5T_NATIVE_UINT8, mspace.get(), fspace.get(), H5P_DEFAULT, pixels) <
-        0) {
+    if (!hdf5::WriteBlock(images_.get(), {local, 0, 0, 0}, {1, o_.height, o_.width, o_.channels},
+                          hdf5::Dtype::kUint8, pixels)
+             .ok()) {
       return absl::InternalError(absl::StrCat(JoinPath(o_.dir, shard_files_.back()),
                                               ": /images: write failed (disk full?)"));
     }
@@ -298,8 +289,8 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
   // complete.
   const std::string tmp = TempIndexPath();
   {
-    ASSIGN_OR_RETURN(hdf5::Handle f, hdf5::CreateFile(tmp));
-    const hid_t id = f.get();
+    ASSIGN_OR_RETURN(hdf5::Handle f, CreateShardFile(tmp));
+    const hdf5::Id id = f.get();
     // The string attributes before the data: their checksum reads the file back (hdf5.h).
     absl::Status s = hdf5::WriteStringAttr(id, "format", kDatasetFormat);
     if (s.ok()) s = hdf5::WriteStringAttr(id, "encoding", o_.encoding);
@@ -328,7 +319,7 @@ absl::Status DatasetWriter::Prepare(const std::vector<float>* mean,
                              {static_cast<int64_t>(shard_sizes_.size())}, shard_sizes_.data());
     }
     if (!s.ok()) return absl::InternalError(absl::StrCat(tmp, ": ", s.message()));
-    if (H5Fflush(id, H5F_SCOPE_LOCAL) < 0 || !f.Close()) {
+    if (!hdf5::Flush(id).ok() || !f.Close()) {
       return absl::InternalError(absl::StrCat(tmp, ": flush failed (disk full?)"));
     }
   }
@@ -352,7 +343,7 @@ namespace {
 
 // The root attributes of dataset.h5 into idx.info (all but path), idx.mean_source and
 // `num_shards`, each claimed size bounded before anything is allocated for it (docs/LIMITS.md).
-absl::Status ReadIndexAttributes(hid_t f, const std::string& path, const ImageLimits& limits,
+absl::Status ReadIndexAttributes(hdf5::Id f, const std::string& path, const ImageLimits& limits,
                                  DatasetIndex& idx, int64_t* num_shards) {
   ASSIGN_OR_RETURN(std::string format, ReadStringAttribute(f, path, "format"));
   if (format != kDatasetFormat) {
@@ -418,7 +409,7 @@ absl::Status ReadIndexAttributes(hid_t f, const std::string& path, const ImageLi
 
 // Reads int64 dataset `name` of `n` entries (each >= 0) into `out` and checks that they
 // sum to `total` (attribute 'size'); `what` names an entry in messages ("count", "size").
-absl::Status ReadCounts(hid_t f, const std::string& path, const char* name, int64_t n,
+absl::Status ReadCounts(hdf5::Id f, const std::string& path, const char* name, int64_t n,
                         const char* what, const char* of, int64_t total,
                         std::vector<int64_t>* out) {
   ASSIGN_OR_RETURN(hdf5::Handle d,
@@ -444,7 +435,7 @@ absl::Status ReadCounts(hid_t f, const std::string& path, const char* name, int6
 }
 
 // The datasets of dataset.h5, after ReadIndexAttributes has bounded their shapes.
-absl::Status ReadIndexDatasets(hid_t f, const std::string& path, int64_t S, DatasetIndex& idx) {
+absl::Status ReadIndexDatasets(hdf5::Id f, const std::string& path, int64_t S, DatasetIndex& idx) {
   const int64_t H = idx.info.height, W = idx.info.width, C = idx.info.channels;
   const int64_t K = idx.info.num_classes, N = idx.info.size;
   {
@@ -521,7 +512,7 @@ absl::StatusOr<DatasetIndex> ReadDatasetIndex(const std::string& dir_in,
 namespace {
 
 // A JPEG shard's /offsets: n + 1 increasing offsets from 0 to the bytes of /images.
-absl::Status ReadJpegOffsets(hid_t f, const std::string& path, int64_t n,
+absl::Status ReadJpegOffsets(hdf5::Id f, const std::string& path, int64_t n,
                              std::vector<int64_t>* offsets) {
   std::vector<int64_t> dims;
   int64_t total = 0;
@@ -561,7 +552,7 @@ absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard
   const int64_t n = index.shard_sizes[shard_index];
   hdf5::Scope lock;
   ASSIGN_OR_RETURN(hdf5::Handle file, hdf5::OpenFileReadOnly(path));
-  const hid_t f = file.get();
+  const hdf5::Id f = file.get();
   ASSIGN_OR_RETURN(std::string format, ReadStringAttribute(f, path, "format"));
   if (format != kShardFormat) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": attribute 'format' is '", format,
@@ -615,7 +606,8 @@ absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard
 struct ShardFileCache::Open {
   int shard = -1;
   uint64_t last_use = 0;
-  hdf5::Handle file, images, space;
+  hdf5::Handle file;
+  hdf5::DatasetReader images;
 };
 
 struct ShardFileCache::Resident {
@@ -655,16 +647,13 @@ absl::StatusOr<ShardFileCache::Open*> ShardFileCache::Get(int shard) {
     return absl::DataLossError(absl::StrCat(path, ": /images: ", why));
   }
   // No chunk cache: every chunk (one image) is read straight into the caller's buffer.
-  hdf5::Handle dapl = hdf5::PlistHandle(H5Pcreate(H5P_DATASET_ACCESS));
-  H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
-  hid_t d = H5Dopen2(file.get(), "/images", dapl.get());
-  if (d < 0) return absl::DataLossError(absl::StrCat(path, ": /images: cannot open"));
+  absl::StatusOr<hdf5::DatasetReader> images = hdf5::DatasetReader::Open(file.get(), "/images");
+  if (!images.ok()) return absl::DataLossError(absl::StrCat(path, ": /images: cannot open"));
   auto o = std::make_unique<Open>();
   o->shard = shard;
   o->last_use = tick_;
   o->file = std::move(file);
-  o->images = hdf5::DatasetHandle(d);
-  o->space = hdf5::SpaceHandle(H5Dget_space(d));
+  o->images = *std::move(images);
   if (static_cast<int>(open_.size()) >= max_open_) {
     auto lru = std::min_element(open_.begin(), open_.end(), [](const auto& a, const auto& b) {
       return a->last_use < b->last_use;
@@ -683,15 +672,14 @@ absl::Status ShardFileCache::LoadResident(int shard, Resident* r) {
   ASSIGN_OR_RETURN(Open * o, Get(shard));
   // The file may have been replaced since it was validated: its /images must still hold
   // exactly the bytes the dataset's budget was reserved for.
-  const hssize_t got = H5Sget_simple_extent_npoints(o->space.get());
+  const int64_t got = o->images.Elements();
   if (got != want) {
     return absl::DataLossError(absl::StrFormat(
-        "%s: /images: holds %d bytes, expected %d (file changed since it was opened?)", path,
-        static_cast<int64_t>(got), want));
+        "%s: /images: holds %d bytes, expected %d (file changed since it was opened?)", path, got,
+        want));
   }
   r->bytes.reset(new uint8_t[std::max<int64_t>(want, 1)]);  // no zero fill: all overwritten
-  if (want > 0 && H5Dread(o->images.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                          r->bytes.get()) < 0) {
+  if (want > 0 && !o->images.ReadAll(hdf5::Dtype::kUint8, r->bytes.get()).ok()) {
     r->bytes.reset();
     return absl::DataLossError(absl::StrFormat(
         "%s: /images: reading all %d bytes failed (truncated or corrupt data)", path, want));
@@ -726,13 +714,10 @@ absl::Status ShardFileCache::ReadRaw(int shard, int64_t local, uint8_t* out) {
   }
   hdf5::Scope lock;
   ASSIGN_OR_RETURN(Open * o, Get(shard));
-  hsize_t start[4] = {static_cast<hsize_t>(local), 0, 0, 0};
-  hsize_t count[4] = {1, static_cast<hsize_t>(info.height), static_cast<hsize_t>(info.width),
-                      static_cast<hsize_t>(info.channels)};
-  H5Sselect_hyperslab(o->space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(4, count, nullptr));
-  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(), H5P_DEFAULT, out) <
-      0) {
+  if (!o->images
+           .ReadBlock({local, 0, 0, 0}, {1, info.height, info.width, info.channels},
+                      hdf5::Dtype::kUint8, out)
+           .ok()) {
     return absl::DataLossError(
         absl::StrFormat("%s: /images: reading image %d failed (truncated or corrupt data)",
                         JoinPath(info.path, index_->shard_files[shard]), local));
@@ -748,11 +733,7 @@ absl::Status ShardFileCache::ReadBytes(int shard, int64_t begin, int64_t end, st
   hdf5::Scope lock;
   ASSIGN_OR_RETURN(Open * o, Get(shard));
   out->resize(end - begin);
-  hsize_t start = static_cast<hsize_t>(begin), count = static_cast<hsize_t>(end - begin);
-  H5Sselect_hyperslab(o->space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr);
-  hdf5::Handle mspace = hdf5::SpaceHandle(H5Screate_simple(1, &count, nullptr));
-  if (H5Dread(o->images.get(), H5T_NATIVE_UINT8, mspace.get(), o->space.get(), H5P_DEFAULT,
-              out->data()) < 0) {
+  if (!o->images.ReadBlock({begin}, {end - begin}, hdf5::Dtype::kUint8, out->data()).ok()) {
     return absl::DataLossError(
         absl::StrFormat("%s: /images: reading bytes [%d, %d) failed (truncated or corrupt data)",
                         JoinPath(index_->info.path, index_->shard_files[shard]), begin, end));

@@ -138,7 +138,7 @@ absl::StatusOr<ShardContents> ValidateShard(const DatasetIndex& index, int shard
 //
 // Resident mode (`resident_bytes` non-empty: the stored bytes of each shard's /images, as
 // validated at open): on the first read of a shard, its whole /images is read into memory
-// with one H5Dread under the HDF5 lock; every later read of that shard copies from memory
+// with one HDF5 read under the HDF5 lock; every later read of that shard copies from memory
 // without taking the lock. Loading happens on first use, not at construction, so opening a
 // dataset stays as cheap as before (tools that read a few images never load the rest) and
 // the loads are spread over the reader threads; a shard loads exactly once (std::call_once),

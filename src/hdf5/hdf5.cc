@@ -1,10 +1,28 @@
 #include "hdf5/hdf5.h"
 
+#include <hdf5.h>
+
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace colonnade::hdf5 {
+
+// hdf5.h names HDF5's types without including <hdf5.h>.
+static_assert(std::is_same_v<Id, hid_t>, "hdf5::Id must be HDF5's hid_t");
+static_assert(std::is_same_v<Handle::Closer, herr_t (*)(hid_t)>, "Closer must take H5?close");
+static_assert(kMaxRank == H5S_MAX_RANK, "kMaxRank must be HDF5's H5S_MAX_RANK");
+
+Handle FileHandle(Id id) { return Handle(id, H5Fclose); }
+Handle GroupHandle(Id id) { return Handle(id, H5Gclose); }
+Handle DatasetHandle(Id id) { return Handle(id, H5Dclose); }
+Handle SpaceHandle(Id id) { return Handle(id, H5Sclose); }
+Handle TypeHandle(Id id) { return Handle(id, H5Tclose); }
+Handle PlistHandle(Id id) { return Handle(id, H5Pclose); }
+Handle AttrHandle(Id id) { return Handle(id, H5Aclose); }
+Handle ObjectHandle(Id id) { return Handle(id, H5Oclose); }
+
 namespace {
 
 std::recursive_mutex& Mutex() {
@@ -29,9 +47,9 @@ bool CheckedMul(uint64_t a, uint64_t b, uint64_t* out) {
 
 }  // namespace
 
-bool CheckedByteCount(const std::vector<hsize_t>& dims, uint64_t element_bytes, int64_t* bytes) {
+bool CheckedByteCount(const std::vector<uint64_t>& dims, uint64_t element_bytes, int64_t* bytes) {
   uint64_t n = 1;
-  for (hsize_t d : dims) {
+  for (uint64_t d : dims) {
     if (!CheckedMul(n, d, &n)) return false;
   }
   if (!CheckedMul(n, element_bytes, &n)) return false;
@@ -55,7 +73,7 @@ std::string LastError() {
   return s;
 }
 
-std::string NonHardLinkReason(hid_t loc, const char* name) {
+std::string NonHardLinkReason(Id loc, const char* name) {
   H5L_info_t info;
   if (H5Lget_info(loc, name, &info, H5P_DEFAULT) < 0) return "cannot be read as a link";
   if (info.type == H5L_TYPE_HARD) return "";
@@ -83,7 +101,7 @@ std::string NonHardLinkReason(hid_t loc, const char* name) {
   return reason + ", not data stored in this file (links are refused)";
 }
 
-std::string MissingStorageReason(hid_t dset) {
+std::string MissingStorageReason(Id dset) {
   Handle dcpl(H5Dget_create_plist(dset), H5Pclose);
   if (!dcpl.valid()) return "has unreadable creation properties";
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());

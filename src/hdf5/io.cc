@@ -1,7 +1,8 @@
-// Files, attributes and datasets of the HDF5 layer (hdf5.h): the one place that encodes
+// Attributes and whole datasets of the HDF5 layer (hdf5.h): the one place that encodes
 // strings (and checksums the string attributes) and maps HDF5 failures to absl::Status
-// codes.
+// codes. Files, groups and links: files.cc; blocks of chunked datasets: chunked.cc.
 #include <fcntl.h>
+#include <hdf5.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,41 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/paths.h"
 #include "core/status_macros.h"
 #include "hdf5/hdf5.h"
 
 namespace colonnade::hdf5 {
-
-absl::StatusOr<Handle> OpenFileReadOnly(const std::string& path) {
-  // Before HDF5 opens it: a FIFO would block in open() forever.
-  RETURN_IF_ERROR(CheckRegularFile(path));
-  if (H5Fis_hdf5(path.c_str()) <= 0) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": not an HDF5 file (no HDF5 signature; corrupt or not a shard)"));
-  }
-  Handle f = FileHandle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!f.valid()) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": HDF5 cannot open the file (truncated or corrupt)"));
-  }
-  return f;
-}
-
-absl::StatusOr<Handle> CreateFile(const std::string& path) {
-  Handle fcpl = PlistHandle(H5Pcreate(H5P_FILE_CREATE));
-  H5Pset_obj_track_times(fcpl.get(), false);  // no timestamps: byte-identical reruns
-  Handle f = FileHandle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT));
-  if (!f.valid()) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create file"));
-  return f;
-}
-
-int64_t FileSizeOf(hid_t loc) {
-  Handle file = FileHandle(H5Iget_file_id(loc));
-  hsize_t size = 0;
-  if (!file.valid() || H5Fget_filesize(file.get(), &size) < 0) return -1;
-  return static_cast<int64_t>(size);
-}
 
 std::string WithLastError(const std::string& what) {
   const std::string detail = LastError();
@@ -74,7 +44,7 @@ const char* DtypeName(Dtype t) {
   return "?";
 }
 
-hid_t MemType(Dtype t) {
+Id MemType(Dtype t) {
   switch (t) {
     case Dtype::kUint8:
       return H5T_NATIVE_UINT8;
@@ -90,7 +60,7 @@ hid_t MemType(Dtype t) {
   return -1;
 }
 
-hid_t FileType(Dtype t) {
+Id FileType(Dtype t) {
   switch (t) {
     case Dtype::kUint8:
       return H5T_STD_U8LE;
@@ -106,7 +76,7 @@ hid_t FileType(Dtype t) {
   return -1;
 }
 
-std::string DescribeType(hid_t type) {
+std::string DescribeType(Id type) {
   const size_t size = H5Tget_size(type);
   switch (H5Tget_class(type)) {
     case H5T_INTEGER:
@@ -134,15 +104,15 @@ std::string DescribeShape(const std::vector<int64_t>& dims) {
   return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
 }
 
-absl::StatusOr<std::vector<hsize_t>> Extents(hid_t space, const std::string& file,
-                                             const std::string& label) {
+absl::StatusOr<std::vector<uint64_t>> Extents(Id space, const std::string& file,
+                                              const std::string& label) {
   const int rank = H5Sget_simple_extent_ndims(space);
   std::vector<hsize_t> dims(rank > 0 ? rank : 0);
   if (rank < 0 || (rank > 0 && H5Sget_simple_extent_dims(space, dims.data(), nullptr) != rank)) {
     return absl::DataLossError(
         absl::StrCat(file, ": ", WithLastError(label + ": cannot read its shape")));
   }
-  return dims;
+  return std::vector<uint64_t>(dims.begin(), dims.end());
 }
 
 // ---- attributes ----------------------------------------------------------------------------
@@ -471,7 +441,7 @@ absl::Status UpdateStringChecksum(hid_t loc) {
   absl::StatusOr<uint32_t> crc = StringAttrsCrc(loc);
   if (!crc.ok()) return fail(std::string(crc.status().message()));
   RETURN_IF_ERROR(ReplaceIntsAttr(loc, kStringChecksumAttr, {static_cast<int64_t>(*crc)}));
-  if (H5Fflush(loc, H5F_SCOPE_LOCAL) < 0) return fail(WithLastError("flushing the file"));
+  if (absl::Status s = Flush(loc); !s.ok()) return fail(std::string(s.message()));
   absl::StatusOr<RawFile> raw = RawFile::Open(loc);
   if (!raw.ok()) return fail(std::string(raw.status().message()));
   absl::StatusOr<std::vector<HeapCollection>> heaps = FindHeapCollections(*raw);
@@ -486,7 +456,7 @@ absl::Status UpdateStringChecksum(hid_t loc) {
 
 }  // namespace
 
-absl::StatusOr<int64_t> ReadIntAttr(hid_t loc, const char* name, const std::string& file,
+absl::StatusOr<int64_t> ReadIntAttr(Id loc, const char* name, const std::string& file,
                                     const std::string& label) {
   ASSIGN_OR_RETURN(Handle a, OpenAttr(loc, name, file, label, H5T_INTEGER));
   // HDF5 clamps an unsigned value beyond INT64_MAX to INT64_MAX on conversion, so a
@@ -512,7 +482,7 @@ absl::StatusOr<int64_t> ReadIntAttr(hid_t loc, const char* name, const std::stri
   return v;
 }
 
-absl::StatusOr<uint64_t> ReadUintAttr(hid_t loc, const char* name, const std::string& file,
+absl::StatusOr<uint64_t> ReadUintAttr(Id loc, const char* name, const std::string& file,
                                       const std::string& label) {
   ASSIGN_OR_RETURN(Handle a, OpenAttr(loc, name, file, label, H5T_INTEGER));
   uint64_t v = 0;
@@ -522,7 +492,7 @@ absl::StatusOr<uint64_t> ReadUintAttr(hid_t loc, const char* name, const std::st
   return v;
 }
 
-absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const char* name, const std::string& file,
+absl::StatusOr<std::string> ReadStringAttr(Id loc, const char* name, const std::string& file,
                                            const std::string& label) {
   ASSIGN_OR_RETURN(Handle a, OpenAttr(loc, name, file, label, H5T_STRING));
   Handle type = TypeHandle(H5Aget_type(a.get()));
@@ -554,15 +524,15 @@ absl::StatusOr<std::string> ReadStringAttr(hid_t loc, const char* name, const st
   return buf;
 }
 
-absl::Status WriteIntAttr(hid_t loc, const char* name, int64_t value) {
+absl::Status WriteIntAttr(Id loc, const char* name, int64_t value) {
   return WriteScalarAttr(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
 
-absl::Status WriteUintAttr(hid_t loc, const char* name, uint64_t value) {
+absl::Status WriteUintAttr(Id loc, const char* name, uint64_t value) {
   return WriteScalarAttr(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
 }
 
-absl::Status WriteStringAttr(hid_t loc, const char* name, const std::string& value) {
+absl::Status WriteStringAttr(Id loc, const char* name, const std::string& value) {
   if (std::strcmp(name, kStringChecksumAttr) == 0 || std::strcmp(name, kStringHeapsAttr) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("attribute ", name, " holds the string attributes' checksum"));
@@ -605,12 +575,10 @@ absl::Status DatasetError(const std::string& file, const char* name, const std::
 
 }  // namespace
 
-absl::StatusOr<Handle> OpenChecked(hid_t file_id, const std::string& file, const char* name,
+absl::StatusOr<Handle> OpenChecked(Id file_id, const std::string& file, const char* name,
                                    Dtype dtype, const std::vector<int64_t>& expected_dims,
                                    std::vector<int64_t>* dims) {
-  if (H5Lexists(file_id, name, H5P_DEFAULT) <= 0) {
-    return DatasetError(file, name, "dataset is missing");
-  }
+  if (!LinkExists(file_id, name)) return DatasetError(file, name, "dataset is missing");
   // A link to another file (or a soft link) is never followed: HDF5 would open any path.
   if (std::string why = NonHardLinkReason(file_id, name); !why.empty()) {
     return DatasetError(file, name, why);
@@ -624,7 +592,7 @@ absl::StatusOr<Handle> OpenChecked(hid_t file_id, const std::string& file, const
         absl::StrCat("dtype is ", DescribeType(type.get()), ", expected ", DtypeName(dtype)));
   }
   Handle space = SpaceHandle(H5Dget_space(dset.get()));
-  ASSIGN_OR_RETURN(std::vector<hsize_t> extents, Extents(space.get(), file, name));
+  ASSIGN_OR_RETURN(std::vector<uint64_t> extents, Extents(space.get(), file, name));
   std::vector<int64_t> got(extents.begin(), extents.end());
   bool ok = got.size() == expected_dims.size();
   for (size_t i = 0; ok && i < got.size(); ++i) {
@@ -644,15 +612,29 @@ absl::StatusOr<Handle> OpenChecked(hid_t file_id, const std::string& file, const
   return dset;
 }
 
-absl::Status ReadAll(hid_t dset, const std::string& file, const char* name, Dtype dtype,
-                     void* out) {
+absl::StatusOr<std::vector<uint64_t>> ArrayExtents(Id dset, Dtype dtype, const std::string& file,
+                                                   const std::string& label) {
+  auto corrupt = [&file](const std::string& what) {
+    return absl::DataLossError(absl::StrCat(file, ": ", what));
+  };
+  Handle type = TypeHandle(H5Dget_type(dset));
+  if (!TypeMatches(type.get(), dtype)) return corrupt(label + " is not " + DtypeName(dtype));
+  Handle space = SpaceHandle(H5Dget_space(dset));
+  const int rank = space.valid() ? H5Sget_simple_extent_ndims(space.get()) : -1;
+  if (rank < 1 || rank > kMaxRank) {
+    return corrupt(absl::StrFormat("%s is not an array of rank 1 to %d", label, kMaxRank));
+  }
+  return Extents(space.get(), file, label);
+}
+
+absl::Status ReadAll(Id dset, const std::string& file, const char* name, Dtype dtype, void* out) {
   if (H5Dread(dset, MemType(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
     return DatasetError(file, name, "read failed (truncated or corrupt data)");
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> ReadStrings(hid_t dset, const std::string& file,
+absl::StatusOr<std::vector<std::string>> ReadStrings(Id dset, const std::string& file,
                                                      const char* name, int64_t count) {
   Handle ftype = TypeHandle(H5Dget_type(dset));
   Handle mem = TypeHandle(H5Tcopy(ftype.get()));  // same character set, as for attributes
@@ -728,7 +710,7 @@ absl::Status CreateAndWrite(hid_t loc, const char* name, const std::string& labe
 
 }  // namespace
 
-absl::Status WriteDataset(hid_t loc, const char* name, const std::string& label, Dtype dtype,
+absl::Status WriteDataset(Id loc, const char* name, const std::string& label, Dtype dtype,
                           const std::vector<int64_t>& dims, const void* data,
                           const WriteOptions& options) {
   if (dtype == Dtype::kString) {
@@ -740,7 +722,7 @@ absl::Status WriteDataset(hid_t loc, const char* name, const std::string& label,
   return CreateAndWrite(loc, name, label, FileType(dtype), MemType(dtype), dims, data, options);
 }
 
-absl::Status WriteStrings(hid_t loc, const char* name, const std::vector<std::string>& values) {
+absl::Status WriteStrings(Id loc, const char* name, const std::vector<std::string>& values) {
   size_t width = 1;
   for (const std::string& v : values) width = std::max(width, v.size());
   std::vector<char> buf(values.size() * width, '\0');  // null-padded, one slot per string

@@ -4,6 +4,7 @@
 // errors follow the one mapping, datasets round-trip.
 #include "hdf5/hdf5.h"
 
+#include <hdf5.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -335,6 +336,115 @@ TEST(Hdf5Datasets, RoundTripAndChecksummedChunks) {
   std::vector<float> got(6);
   ASSERT_TRUE(ReadAll(d->get(), path, "/chunked", Dtype::kFloat32, got.data()).ok());
   EXPECT_EQ(got, values);
+}
+
+// Blocks of rows (shards' raw /images): a growable dataset written row by row, cut to the
+// rows written, read back whole and block by block; a block outside it is DataLoss.
+TEST(Hdf5Datasets, BlocksOfRowsRoundTrip) {
+  TempDir dir;
+  const std::string path = dir / "rows.h5";
+  const std::vector<uint8_t> rows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};  // 3 rows of 2x2
+  {
+    Scope scope;
+    absl::StatusOr<Handle> f = CreateFile(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    absl::StatusOr<Handle> d = CreateGrowableDataset(f->get(), "/rows", Dtype::kUint8, {5, 2, 2});
+    ASSERT_TRUE(d.ok()) << d.status();
+    for (int64_t r = 0; r < 3; ++r) {
+      ASSERT_TRUE(WriteBlock(d->get(), {r, 0, 0}, {1, 2, 2}, Dtype::kUint8, &rows[4 * r]).ok());
+    }
+    ASSERT_TRUE(SetExtent(d->get(), {3, 2, 2}).ok());
+    Handle dcpl = PlistHandle(H5Dget_create_plist(d->get()));
+    hsize_t chunk[3] = {0, 0, 0};
+    ASSERT_EQ(H5Pget_chunk(dcpl.get(), 3, chunk), 3);
+    EXPECT_EQ(chunk[0], 1u) << "one row per chunk";
+    EXPECT_EQ(H5Pget_nfilters(dcpl.get()), 0) << "uncompressed";
+    ASSERT_TRUE(Flush(f->get()).ok());
+  }
+  Scope scope;
+  absl::StatusOr<Handle> f = OpenFileReadOnly(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<DatasetReader> r = DatasetReader::Open(f->get(), "/rows");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->Elements(), 12);
+  std::vector<uint8_t> all(12);
+  ASSERT_TRUE(r->ReadAll(Dtype::kUint8, all.data()).ok());
+  EXPECT_EQ(all, rows);
+  std::vector<uint8_t> row(4);
+  ASSERT_TRUE(r->ReadBlock({2, 0, 0}, {1, 2, 2}, Dtype::kUint8, row.data()).ok());
+  EXPECT_EQ(row, std::vector<uint8_t>({9, 10, 11, 12}));
+  absl::Status outside = r->ReadBlock({3, 0, 0}, {1, 2, 2}, Dtype::kUint8, row.data());
+  EXPECT_TRUE(absl::IsDataLoss(outside)) << outside;
+  EXPECT_TRUE(absl::IsDataLoss(DatasetReader::Open(f->get(), "/none").status()));
+}
+
+// Files with the checkpoints' properties and the walk of their groups: links listed in
+// creation order, a soft link refused, objects opened as the kind asked for.
+TEST(Hdf5Groups, CreationOrderHardLinksAndObjectKinds) {
+  TempDir dir;
+  const std::string path = dir / "groups.h5";
+  FileOptions o;
+  o.exclusive = true;
+  o.format_v110 = true;
+  o.link_creation_order = true;
+  {
+    Scope scope;
+    absl::StatusOr<Handle> f = CreateFile(path, o);
+    ASSERT_TRUE(f.ok()) << f.status();
+    for (const char* name : {"zeta", "alpha", "mid"}) {
+      ASSERT_TRUE(OpenOrCreateGroup(f->get(), name).ok());
+    }
+    absl::StatusOr<Handle> again = OpenOrCreateGroup(f->get(), "alpha");  // opened, not made
+    ASSERT_TRUE(again.ok()) << again.status();
+    const std::vector<float> v = {1, 2};
+    ASSERT_TRUE(WriteDataset(again->get(), "v", "/alpha/v", Dtype::kFloat32, {2}, v.data()).ok());
+    EXPECT_EQ(AttrExists(f->get(), "nothing"), 0);
+    ASSERT_TRUE(WriteIntAttr(f->get(), "n", 1).ok());
+    EXPECT_EQ(AttrExists(f->get(), "n"), 1);
+  }
+  Scope scope;
+  EXPECT_TRUE(IsHdf5File(path));
+  // Exclusive creation refuses a file that exists.
+  EXPECT_TRUE(absl::IsPermissionDenied(CreateFile(path, o).status()));
+  absl::StatusOr<Handle> f = OpenFileReadOnlyStrongClose(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(LinkCount(f->get()), 3);
+  EXPECT_TRUE(LinkExists(f->get(), "mid"));
+  EXPECT_FALSE(LinkExists(f->get(), "gone"));
+  absl::StatusOr<std::vector<std::string>> names = ListHardLinks(f->get(), path, "/");
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_EQ(*names, std::vector<std::string>({"alpha", "mid", "zeta"})) << "a file: name order";
+  {
+    absl::StatusOr<Handle> root = OpenObject(f->get(), "/", ObjectType::kGroup, path, "/");
+    ASSERT_TRUE(root.ok()) << root.status();
+    names = ListHardLinks(root->get(), path, "/");
+    ASSERT_TRUE(names.ok()) << names.status();
+    EXPECT_EQ(*names, std::vector<std::string>({"zeta", "alpha", "mid"})) << "creation order";
+  }
+  absl::StatusOr<Handle> alpha = OpenObject(f->get(), "alpha", ObjectType::kGroup, path, "/alpha");
+  ASSERT_TRUE(alpha.ok()) << alpha.status();
+  absl::StatusOr<std::vector<uint64_t>> dims;
+  {
+    absl::StatusOr<Handle> v =
+        OpenObject(alpha->get(), "v", ObjectType::kDataset, path, "/alpha/v");
+    ASSERT_TRUE(v.ok()) << v.status();
+    dims = ArrayExtents(v->get(), Dtype::kFloat32, path, "/alpha/v");
+    ASSERT_TRUE(dims.ok()) << dims.status();
+    EXPECT_EQ(*dims, std::vector<uint64_t>({2}));
+    EXPECT_EQ(ArrayExtents(v->get(), Dtype::kInt32, path, "/alpha/v").status().message(),
+              path + ": /alpha/v is not int32");
+    EXPECT_THAT(CheckChecksummedChunks(v->get(), *dims, path, "/alpha/v").message(),
+                HasSubstr("/alpha/v is not chunked, so it has no Fletcher-32 checksum"));
+  }
+  EXPECT_EQ(OpenObject(f->get(), "alpha", ObjectType::kDataset, path, "/alpha").status().message(),
+            path + ": /alpha is not a dataset");
+  // A soft link is not stored data.
+  f->Reset();
+  Handle rw = FileHandle(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+  ASSERT_GE(H5Lcreate_soft("/alpha", rw.get(), "link", H5P_DEFAULT, H5P_DEFAULT), 0);
+  names = ListHardLinks(rw.get(), path, "/");
+  EXPECT_TRUE(absl::IsDataLoss(names.status()));
+  EXPECT_EQ(names.status().message(), path + ": /link is a soft or external link, not stored data");
 }
 
 // hdf5.h's error mapping: a malformed file is DataLoss, a wrong argument InvalidArgument,
