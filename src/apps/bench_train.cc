@@ -264,6 +264,22 @@ bool ParseModeFlags(bool bf16_activations_given, Precision* precision, Fusions* 
   return true;
 }
 
+// Appends the result lines to --json (if given); refuses an HDF5 file and reports a failed
+// write (output_file.h). The exit code: 0, or 1 after one line on stderr.
+int WriteJsonLines(const std::vector<std::string>& lines) {
+  const std::string json = absl::GetFlag(FLAGS_json);
+  if (json.empty()) return 0;
+  AppendFile f;
+  absl::Status s = f.Open(json, "--json");
+  for (size_t i = 0; s.ok() && i < lines.size(); ++i) s = f.WriteLine(lines[i]);
+  if (s.ok()) s = f.Close();
+  if (!s.ok()) {
+    std::fprintf(stderr, "bench_train: error: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
 int Main(bool bf16_activations_given) {
   Precision precision;
   Fusions fusions;
@@ -372,19 +388,7 @@ int Main(bool bf16_activations_given) {
         wgmma ? "true" : "false", cuda::ConvConfigSetting(), cuda::DeviceDescription()));
     if (absl::GetFlag(FLAGS_breakdown)) Breakdown(net, batch, opt, lr);
   }
-  const std::string json = absl::GetFlag(FLAGS_json);
-  if (!json.empty()) {
-    // Appends; refuses an HDF5 file and reports a failed write (output_file.h).
-    AppendFile f;
-    absl::Status s = f.Open(json, "--json");
-    for (size_t i = 0; s.ok() && i < lines.size(); ++i) s = f.WriteLine(lines[i]);
-    if (s.ok()) s = f.Close();
-    if (!s.ok()) {
-      std::fprintf(stderr, "bench_train: error: %s\n", std::string(s.message()).c_str());
-      return 1;
-    }
-  }
-  return 0;
+  return WriteJsonLines(lines);
 }
 
 }  // namespace
