@@ -64,6 +64,7 @@ inline absl::Status RegisterBackend(int) {
 }
 inline void* ComputeStream() { return nullptr; }
 inline bool WgmmaConvolutions() { return false; }
+inline std::string DeviceDescription() { return ""; }
 
 #endif
 
