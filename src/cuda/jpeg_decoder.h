@@ -40,8 +40,13 @@ class JpegDecoder {
   virtual const char* backend() const = 0;
 };
 
-// True when this build has nvJPEG (COLONNADE_HAVE_NVJPEG at configure time).
+// True when this build has nvJPEG (COLONNADE_HAVE_NVJPEG at configure time); false in a
+// build without the CUDA backend, which links no decoder at all.
+#if defined(COLONNADE_WITH_CUDA) && COLONNADE_WITH_CUDA
 bool HaveNvjpeg();
+#else
+inline bool HaveNvjpeg() { return false; }
+#endif
 
 // A decoder for `channels` (1 or 3) and batches of up to `max_batch` images, on the current
 // CUDA device. Unavailable without nvJPEG in the build; Internal when nvJPEG cannot start.
