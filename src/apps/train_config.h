@@ -100,6 +100,9 @@ struct TrainConfig {
   int mp = 1;
   CommChoice comm = CommChoice::kAuto;
   double bucket_mb = 25.0;
+  // --collective_timeout: seconds a rank may wait in one collective (or stay silent) before
+  // the collective watchdog ends the job with exit 5 (parallel/watchdog.h); 0: off.
+  double collective_timeout = 300;
   MemoryPlanMode memory_plan = MemoryPlanMode::kOn;
   RecomputePolicy recompute = RecomputePolicy::kBatchNormReluAdd;
   bool print_memory_plan = false;  // print the plan and the predicted peak, then exit 0

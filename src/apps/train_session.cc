@@ -45,6 +45,7 @@
 #include "parallel/gradient_sync.h"
 #include "parallel/mesh.h"
 #include "parallel/model_split.h"
+#include "parallel/watchdog.h"
 
 // The job runs in phases, each a function or a class below, in this order:
 //   SetUp        configuration every rank checks alike, the mesh, the device
@@ -1326,6 +1327,7 @@ void Trainer::Recycle(data::Batch&& batch) {
 }
 
 void Trainer::Step(int64_t step, data::Batch&& batch, float lr) {
+  WatchdogSetStep(step);
   timeline_->BeginStep(step, batch.wait_seconds);
   Tensor& images = net_.blob("data");
   Tensor& labels = net_.blob("label");
@@ -1427,6 +1429,7 @@ EndCode Trainer::ReadResults() {
 }
 
 void Trainer::Agree(int64_t done, bool* stop, bool* checkpoint_due) {
+  WatchdogLabel label("the per-step agreement");
   int agree[2] = {checkpoint::StopRequested() ? 1 : 0,
                   job_.lead && policy_->Due(done, Seconds(start_, Clock::now())) ? 1 : 0};
   if (l_.world_size > 1) MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -1583,6 +1586,16 @@ int RunTrainer(const TrainConfig& cfg) {
                                             : "during --mode=" + AbslUnparseFlag(cfg.mode),
                                kExitPreempted);
 
+  // A rank that stops answering ends the job (exit 5, naming it) instead of a hang.
+  if (cfg.collective_timeout > 0 && !cfg.checkpoint_dir.empty() &&
+      cfg.collective_timeout <= cfg.checkpoint_lock_wait_s) {
+    return AgreedError(l, absl::InvalidArgumentError(absl::StrFormat(
+        "--collective_timeout=%g must exceed --checkpoint_lock_wait_s=%g (rank 0 may wait that "
+        "long for the directory's lock while the others wait for it), or be 0 (off)",
+        cfg.collective_timeout, cfg.checkpoint_lock_wait_s)), kExitUsage);
+  }
+  WatchdogOptions watch{cfg.collective_timeout, kExitRankStoppedAnswering, "trainer"};
+  if (absl::Status s = StartCollectiveWatchdog(MPI_COMM_WORLD, watch); !s.ok()) RankError(l, s);
   for (auto phase : {SetUpLayout, SetUpOptimizer, SetUpDevice, OpenData, BuildShard}) {
     if (EndCode end = phase(job)) return *end;
   }

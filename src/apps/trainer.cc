@@ -30,6 +30,7 @@ const FlagRange kRanges[] = {
     {"cpu_threads", 0, 1024},
     {"mp", 1, 65536},
     {"bucket_mb", 0.001, 65536},
+    {"collective_timeout", 0, 1e6},
     {"synthetic_size", 1, 16777216},  // its epoch permutation stays within 128 MiB
     {"crop", 0, 8192},
     {"pad", 0, 8192},
@@ -89,6 +90,13 @@ ABSL_FLAG(double, bucket_mb, 25.0,
           Help("bucket_mb",
                "Gradient all-reduce bucket size in MiB; buckets launch during backward as soon "
                "as they are complete."));
+ABSL_FLAG(double, collective_timeout, 300,
+          Help("collective_timeout",
+               "Seconds a rank may wait in one collective (gradient all-reduce, the per-step "
+               "agreement, a checkpoint gather, set-up), or stay silent, before the job ends: "
+               "then every rank prints one line naming the rank and host that stopped answering "
+               "(crashed, stopped, cut off, stuck outside MPI) and exits 5, instead of waiting "
+               "forever. 0: off. Must exceed --checkpoint_lock_wait_s (docs/OPERATIONS.md)."));
 ABSL_FLAG(colonnade::MemoryPlanMode, memory_plan, colonnade::MemoryPlanMode::kOn,
           "on: activations, gradients and gradient scratch share one arena by the static "
           "plan of the training step (buffers whose lives do not overlap share memory; "
@@ -279,7 +287,8 @@ int main(int argc, char** argv) {
           "Known models: ",
           colonnade::KnownModels(),
           ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
-          "4 --checkpoint_dir locked by another job, 75 stopped by a signal (SIGTERM, "
+          "4 --checkpoint_dir locked by another job, 5 a rank stopped answering "
+          "(--collective_timeout), 75 stopped by a signal (SIGTERM, "
           "SIGUSR1, SIGINT): after a checkpoint once training has started, at once before "
           "that; requeue and resume."),
       kRanges};
@@ -300,6 +309,7 @@ int main(int argc, char** argv) {
   c.mp = absl::GetFlag(FLAGS_mp);
   c.comm = absl::GetFlag(FLAGS_comm);
   c.bucket_mb = absl::GetFlag(FLAGS_bucket_mb);
+  c.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   c.memory_plan = absl::GetFlag(FLAGS_memory_plan);
   c.recompute = absl::GetFlag(FLAGS_recompute);
   c.print_memory_plan = absl::GetFlag(FLAGS_print_memory_plan);
