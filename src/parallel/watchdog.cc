@@ -130,15 +130,19 @@ void LocalAddresses(MonitorCard* card) {
   }
 }
 
-// Writes one line to stderr without locks (the main thread may hold stdio's), then ends the
-// process at once: no destructor, no MPI call can block it.
-[[noreturn]] void Die(const std::string& line, int code) {
+// Writes one line to stderr without locks (the main thread may hold stdio's).
+void WriteLine(const std::string& line) {
   std::string s = line + "\n";
   for (size_t off = 0; off < s.size();) {
     ssize_t n = write(2, s.data() + off, s.size() - off);
     if (n <= 0) break;
     off += static_cast<size_t>(n);
   }
+}
+
+// Writes the line, then ends the process at once: no destructor, no MPI call can block it.
+[[noreturn]] void Die(const std::string& line, int code) {
+  WriteLine(line);
   _exit(code);
 }
 
@@ -373,15 +377,16 @@ class Watchdog {
     out.kind = kVerdict;
     out.job_key = monitor_.job_key;
     std::snprintf(out.text, sizeof(out.text), "%s", verdict.c_str());
-    // Three times (UDP), then leave a moment for the others to write their line before
-    // this rank's exit makes the launcher kill them.
+    // This rank's line first (the launcher kills the others once one of them exits), then
+    // the verdict three times (UDP), then a moment for the others to write theirs.
+    WriteLine(Line(verdict));
     for (int repeat = 0; repeat < 3; ++repeat) {
       for (int r = 1; r < size_; ++r) {
         if (peers_[r].heard) SendTo(out, peers_[r].from);
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    Die(Line(verdict), o_.exit_code);
+    _exit(o_.exit_code);
   }
 
   // A rank that hears nothing from the monitor names it.
