@@ -56,7 +56,7 @@ AGENT=$HERE/rsh_agent.sh
 # And on every host (cmd_up): net.ipv4.tcp_retries2=5 (TCP_RETRIES2), so that mpirun's abort,
 # whose kill messages to a cut-off host's orted sit unacknowledged (keepalive is off while
 # data is outstanding), gives up after about 13 s instead of the default 15 retries (~15 min).
-MPIRUN_MCA=(--mca btl tcp,vader,self
+MPIRUN_MCA=(--mca btl "tcp,vader,self"
             --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24"
             --mca plm_rsh_no_tree_spawn 1)
 export OMPI_MCA_oob_tcp_keepalive_time=${OMPI_MCA_oob_tcp_keepalive_time:-${KEEPALIVE_S:-20}}
@@ -98,8 +98,8 @@ cmd_down() {
     for _ in 1 2 3; do
       pids=$(ip netns pids "$(ns_of "$name" "$k")" 2>/dev/null)
       [ -z "$pids" ] && break
-      # SIGCONT first: a stopped process only dies of SIGKILL, but keep the order clear.
-      kill -CONT $pids 2>/dev/null; kill -KILL $pids 2>/dev/null
+      # shellcheck disable=SC2086  # a list of pids
+      kill -KILL $pids 2>/dev/null
       sleep 0.2
     done
     ip link del "${name}v$k" 2>/dev/null
@@ -188,7 +188,7 @@ cmd_up() {
 
 # wait_reachable NAME FROM TO: a TCP connection from host FROM to a listener on host TO.
 wait_reachable() {
-  local name=$1 from=$2 to=$3 i
+  local name=$1 from=$2 to=$3
   on_host "$name" "$to" python3 -c '
 import socket, sys, time
 s = socket.socket(); s.bind(("0.0.0.0", 7999)); s.listen(1); s.settimeout(10)
@@ -197,7 +197,7 @@ try:
 except OSError:
     sys.exit(1)' &
   local listener=$!
-  for i in $(seq 1 50); do
+  for _ in $(seq 1 50); do
     if on_host "$name" "$from" python3 -c '
 import socket, sys
 socket.create_connection(("'"$(addr_of "$name" "$to")"'", 7999), timeout=0.5).close()' 2>/dev/null; then
@@ -221,7 +221,7 @@ cmd_hostfile() {
 
 cmd_mpirun() {
   local name=$1 slots=$2; shift 2
-  local hostfile np
+  local hostfile
   hostfile=$(cmd_hostfile "$name" "$slots") || exit 1
   # mpirun runs on host 1, as under a batch system (the first node of the allocation).
   COLONNADE_MN_CLUSTER=$(state_dir "$name") on_host "$name" 1 \
@@ -297,6 +297,7 @@ print(max(65536, int(bits / 8 * 0.004)))' "$1"
 cmd_kill_host() {
   local name=$1 k=$2 sig=${3:-KILL} pids
   pids=$(ip netns pids "$(ns_of "$name" "$k")")
+  # shellcheck disable=SC2086  # a list of pids
   [ -n "$pids" ] && kill -"$sig" $pids
   return 0
 }

@@ -22,7 +22,7 @@ run() {
   took=$(echo "$(date +%s.%N) - $start" | bc)
   echo "$out" | grep -E "error|done" | cut -c1-240
   echo "exit $code after ${took}s"
-  [ "$code" != 124 ] && [ "$code" != 137 ] || fail "the job did not end within ${limit}s (hang)"
+  if [ "$code" = 124 ] || [ "$code" = 137 ]; then fail "the job did not end within ${limit}s (hang)"; fi
 }
 
 # expect_named WHO WHY: exit 5 and every line of the survivors names WHO on this host.
