@@ -16,7 +16,9 @@
 #   cluster.sh mpirun NAME SLOTS [mpirun args...]
 #                                   mpirun on host 1 with the cluster's hostfile (SLOTS per
 #                                   host), the rsh agent, TCP restricted to the cluster's
-#                                   subnet and Open MPI's keepalive tuned (MPIRUN_MCA below)
+#                                   subnet and Open MPI's keepalive tuned (MPIRUN_MCA below);
+#                                   MN_HOSTS="2 3" limits the job to those hosts (mpirun on
+#                                   the first)
 #   cluster.sh kill-host NAME K [SIGNAL]   signal every process on host K (a node crash:
 #                                   KILL, the default, ends its orted and ranks)
 #   cluster.sh link NAME K down|up|block|unblock|loss PCT|shape RATE [DELAY]|clear
@@ -56,7 +58,10 @@ AGENT=$HERE/rsh_agent.sh
 # And on every host (cmd_up): net.ipv4.tcp_retries2=5 (TCP_RETRIES2), so that mpirun's abort,
 # whose kill messages to a cut-off host's orted sit unacknowledged (keepalive is off while
 # data is outstanding), gives up after about 13 s instead of the default 15 retries (~15 min).
-MPIRUN_MCA=(--mca btl "tcp,vader,self"
+# And mpi_yield_when_idle: the hosts share this machine's cores, so a rank that busy-polls
+# for a message takes a core from the rank that would send it; without yielding, one
+# cross-host message took ~5 ms here (a scheduler slice) instead of ~30 us.
+MPIRUN_MCA=(--mca btl "tcp,vader,self" --mca mpi_yield_when_idle 1
             --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24"
             --mca plm_rsh_no_tree_spawn 1)
 export OMPI_MCA_oob_tcp_keepalive_time=${OMPI_MCA_oob_tcp_keepalive_time:-${KEEPALIVE_S:-20}}
@@ -210,12 +215,15 @@ socket.create_connection(("'"$(addr_of "$name" "$to")"'", 7999), timeout=0.5).cl
   return 1
 }
 
+# The hostfile of the hosts in $MN_HOSTS (space-separated indices; default: all).
 cmd_hostfile() {
   local name=$1 slots=$2 dir f
   dir=$(state_dir "$name")
   [ -f "$dir/hosts" ] || die "no cluster '$name'"
-  f=$dir/hostfile-$slots
-  awk -v s="$slots" '{print $3 " slots=" s}' "$dir/hosts" >"$f"
+  f=$dir/hostfile-$slots-$(echo "${MN_HOSTS:-all}" | tr ' ' '_')
+  awk -v s="$slots" -v pick=" ${MN_HOSTS:-} " \
+    'pick == "  " || index(pick, " " $1 " ") {print $3 " slots=" s}' "$dir/hosts" >"$f"
+  [ -s "$f" ] || die "no host of '$name' in MN_HOSTS='${MN_HOSTS:-}'"
   echo "$f"
 }
 
@@ -223,8 +231,11 @@ cmd_mpirun() {
   local name=$1 slots=$2; shift 2
   local hostfile
   hostfile=$(cmd_hostfile "$name" "$slots") || exit 1
-  # mpirun runs on host 1, as under a batch system (the first node of the allocation).
-  COLONNADE_MN_CLUSTER=$(state_dir "$name") on_host "$name" 1 \
+  # mpirun runs on the first host of the list, as under a batch system (the first node of
+  # the allocation).
+  local first
+  first=$(echo "${MN_HOSTS:-1}" | awk '{print $1}')
+  COLONNADE_MN_CLUSTER=$(state_dir "$name") on_host "$name" "$first" \
     mpirun --allow-run-as-root --hostfile "$hostfile" --mca plm_rsh_agent "$AGENT" \
     "${MPIRUN_MCA[@]}" -x COLONNADE_MN_CLUSTER "$@"
 }
@@ -284,14 +295,15 @@ cmd_link() {
   esac
 }
 
-# Bytes of burst for tbf at RATE (a tc rate such as 10gbit or 1gbit): rate x 4 ms, at least
-# 64 KiB (TSO/GSO segments of veth are up to 64 KiB).
+# Bytes of burst for tbf at RATE (a tc rate such as 10gbit or 1gbit): rate x 1 ms, at least
+# 64 KiB (TSO/GSO segments of veth are up to 64 KiB); a larger burst lets messages of a few
+# MB through faster than RATE.
 burst_for() {
   python3 -c '
 import re, sys
 m = re.fullmatch(r"([0-9.]+)([kmg]?)bit", sys.argv[1].lower())
 bits = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
-print(max(65536, int(bits / 8 * 0.004)))' "$1"
+print(max(65536, int(bits / 8 * 0.001)))' "$1"
 }
 
 cmd_kill_host() {
@@ -302,18 +314,23 @@ cmd_kill_host() {
   return 0
 }
 
-[ $# -ge 1 ] || usage
-cmd=$1; shift
-case $cmd in
-up) [ $# -ge 1 ] || usage; cmd_up "$@" ;;
-down) [ $# -ge 1 ] || usage; check_tools; cmd_down "$1" ;;
-clean-stale) check_tools; cmd_clean_stale ;;
-hosts) [ $# -ge 1 ] || usage; cat "$(state_dir "$1")/hosts" ;;
-hostfile) [ $# -ge 2 ] || usage; cmd_hostfile "$1" "$2" ;;
-exec) [ $# -ge 3 ] || usage; n=$1; k=$2; shift 2; on_host "$n" "$k" "$@" ;;
-mpirun) [ $# -ge 2 ] || usage; cmd_mpirun "$@" ;;
-kill-host) [ $# -ge 2 ] || usage; cmd_kill_host "$@" ;;
-link) [ $# -ge 3 ] || usage; cmd_link "$@" ;;
-pids) [ $# -ge 2 ] || usage; ip netns pids "$(ns_of "$1" "$2")" ;;
-*) usage ;;
-esac
+# The whole command line is read before anything runs (a function, called on the last
+# line), so editing this file while a long `cluster.sh mpirun` runs cannot derail it.
+main() {
+  [ $# -ge 1 ] || usage
+  cmd=$1; shift
+  case $cmd in
+  up) [ $# -ge 1 ] || usage; cmd_up "$@" ;;
+  down) [ $# -ge 1 ] || usage; check_tools; cmd_down "$1" ;;
+  clean-stale) check_tools; cmd_clean_stale ;;
+  hosts) [ $# -ge 1 ] || usage; cat "$(state_dir "$1")/hosts" ;;
+  hostfile) [ $# -ge 2 ] || usage; cmd_hostfile "$1" "$2" ;;
+  exec) [ $# -ge 3 ] || usage; n=$1; k=$2; shift 2; on_host "$n" "$k" "$@" ;;
+  mpirun) [ $# -ge 2 ] || usage; cmd_mpirun "$@" ;;
+  kill-host) [ $# -ge 2 ] || usage; cmd_kill_host "$@" ;;
+  link) [ $# -ge 3 ] || usage; cmd_link "$@" ;;
+  pids) [ $# -ge 2 ] || usage; ip netns pids "$(ns_of "$1" "$2")" ;;
+  *) usage ;;
+  esac
+}
+main "$@"; exit $?

@@ -71,6 +71,17 @@ mn_ranks_on() {
   [ -n "$pids" ] && ps -o pid=,comm= -p $pids | awk '$2 == "trainer" {print $1}'
 }
 
+# mn_rank_pid R: the pid of world rank R of the running trainer (from its environment).
+mn_rank_pid() {
+  local p
+  for p in $(pgrep -x trainer); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+      grep -q "$MN_NAME" "/proc/$p/environ" 2>/dev/null && { echo "$p"; return 0; }
+    fi
+  done
+  return 1
+}
+
 # mn_checkpoints_valid DIR: every checkpoint in DIR reads back (checksums, shapes) and no
 # temporary file is left; prints how many.
 mn_checkpoints_valid() {
@@ -91,7 +102,8 @@ mn_checkpoints_valid() {
 # mpirun. Sets FAULT_CODE (mpirun's exit), FAULT_TOOK (seconds from the fault to mpirun's
 # end), FAULT_LINE (the first line naming the culprit), FAULT_STEP (the step logged last
 # before the fault). KIND:
-#   stop       SIGSTOP one rank of HOST
+#   stop       SIGSTOP the last rank of HOST
+#   stopmon    SIGSTOP world rank 0, the watchdog's monitor (HOST is ignored: host 1)
 #   cut        the bridge drops every packet of HOST (links stay up: a silent cut)
 #   linkdown   HOST's switch port loses carrier
 #   killranks  SIGKILL every rank of HOST (its orted survives)
@@ -121,6 +133,7 @@ mn_fault() {
   t0=$(date +%s.%N)
   case $kind in
   stop) kill -STOP "$(echo "$ranks" | tail -n 1)" ;;
+  stopmon) kill -STOP "$(mn_rank_pid 0)" ;;
   cut) "$MN_CLUSTER" link "$MN_NAME" "$host" block ;;
   linkdown) "$MN_CLUSTER" link "$MN_NAME" "$host" down ;;
   killranks) echo "$ranks" | xargs kill -KILL ;;
