@@ -281,7 +281,7 @@ part_links() {
       lat=$(awk '$1 == 8 {print $2}' "$d/pp-$link.txt"); bw=$(awk '$1 == 16777216 {print $3}' "$d/pp-$link.txt")
       # The nominal constants of the issue; unshaped: the measured ones.
       case $link in
-      none) gbs=$(echo "$bw / 1000" | bc -l); alpha=$lat ;;
+      none) gbs=$(printf "%.4f" "$(echo "$bw / 1000" | bc -l)"); alpha=$lat ;;
       10gbit) gbs=1.25; alpha=20 ;;
       1gbit) gbs=0.125; alpha=100 ;;
       esac
@@ -303,7 +303,7 @@ part_links() {
         printf '   bucket %2s MB (%2s buckets): fwd %7.1f bwd %7.1f sync %7.1f overlap %7.1f hidden %3.0f%% step %7.1f ms | trainer comm-wait %s%% wall %s ms | model step %s AR %s exposed %s\n' \
           "$B" "$buckets" "$fwd" "$bwd" "$sync" "$ovl" "$(echo "$hidden * 100" | bc -l)" \
           "$(echo "$fwd + $ovl" | bc -l)" "$cw" "$wall" "$p_step" "$p_ar" "$p_exp"
-        emit links.jsonl "{\"part\": \"links\", \"link\": \"$link\", \"hosts\": 2, \"ranks_per_host\": 1, \"dp\": 2, \"model\": \"alexnet-67\", \"global_batch\": 16, \"bucket_mb\": $B, \"buckets\": $buckets, \"grad_mb\": $grad, \"pingpong_latency_us\": $lat, \"pingpong_mb_s\": $bw, \"measured\": {\"fwd_ms\": $fwd, \"bwd_ms\": $bwd, \"sync_after_backward_ms\": $sync, \"bwd_with_overlap_ms\": $ovl, \"hidden_fraction\": $hidden, \"step_ms\": $(echo "$fwd + $ovl" | bc -l | xargs printf '%.3f'), \"trainer_comm_wait_pct\": ${cw:-null}, \"trainer_wall_step_ms\": ${wall:-null}, \"trainer_sync_wait_ms\": ${gsw:-null}, \"trainer_optimizer_ms\": ${opt:-null}}, \"one_rank\": {\"fwd_ms\": $one_fwd, \"bwd_ms\": $one_bwd, \"optimizer_ms\": ${one_opt:-null}}, \"predicted_nominal\": {\"ib_gbs\": $gbs, \"alpha_us\": $alpha, \"compute_ms\": $(printf '%.3f' "$tc"), \"overlap\": 1, \"step_ms\": $p_step, \"allreduce_ms\": $p_ar, \"exposed_ms\": $p_exp}}"
+        emit links.jsonl "{\"part\": \"links\", \"link\": \"$link\", \"hosts\": 2, \"ranks_per_host\": 1, \"dp\": 2, \"btl_tcp_links\": ${MN_TCP_LINKS:-2}, \"model\": \"alexnet-67\", \"global_batch\": 16, \"bucket_mb\": $B, \"buckets\": $buckets, \"grad_mb\": $grad, \"pingpong_latency_us\": $lat, \"pingpong_mb_s\": $bw, \"measured\": {\"fwd_ms\": $fwd, \"bwd_ms\": $bwd, \"sync_after_backward_ms\": $sync, \"bwd_with_overlap_ms\": $ovl, \"hidden_fraction\": $hidden, \"step_ms\": $(echo "$fwd + $ovl" | bc -l | xargs printf '%.3f'), \"trainer_comm_wait_pct\": ${cw:-null}, \"trainer_wall_step_ms\": ${wall:-null}, \"trainer_sync_wait_ms\": ${gsw:-null}, \"trainer_optimizer_ms\": ${opt:-null}}, \"one_rank\": {\"fwd_ms\": $one_fwd, \"bwd_ms\": $one_bwd, \"optimizer_ms\": ${one_opt:-null}}, \"predicted_nominal\": {\"ib_gbs\": $gbs, \"alpha_us\": $alpha, \"compute_ms\": $(printf '%.3f' "$tc"), \"overlap\": 1, \"step_ms\": $p_step, \"allreduce_ms\": $p_ar, \"exposed_ms\": $p_exp}}"
       done
     done
     "$MN_CLUSTER" link "$MN_NAME" 1 clear; "$MN_CLUSTER" link "$MN_NAME" 2 clear

@@ -58,10 +58,14 @@ AGENT=$HERE/rsh_agent.sh
 # And on every host (cmd_up): net.ipv4.tcp_retries2=5 (TCP_RETRIES2), so that mpirun's abort,
 # whose kill messages to a cut-off host's orted sit unacknowledged (keepalive is off while
 # data is outstanding), gives up after about 13 s instead of the default 15 retries (~15 min).
-# And mpi_yield_when_idle: the hosts share this machine's cores, so a rank that busy-polls
-# for a message takes a core from the rank that would send it; without yielding, one
-# cross-host message took ~5 ms here (a scheduler slice) instead of ~30 us.
-MPIRUN_MCA=(--mca btl "tcp,vader,self" --mca mpi_yield_when_idle 1
+# And mpi_yield_when_idle (MN_YIELD): the hosts share this machine's cores, so a rank that
+# busy-polls for a message takes a core from the rank that would send it; without yielding,
+# one cross-host message took ~5 ms here (a scheduler slice) instead of ~13 us.
+# btl_tcp_links (MN_TCP_LINKS): two TCP connections per pair of ranks; with Open MPI's one,
+# traffic in both directions at once (every all-reduce) got half a shaped link's rate per
+# direction (58 of 118 MB/s at 1 Gbit/s), with two the whole (120 MB/s each way).
+MPIRUN_MCA=(--mca btl "tcp,vader,self" --mca mpi_yield_when_idle "${MN_YIELD:-1}"
+            --mca btl_tcp_links "${MN_TCP_LINKS:-2}"
             --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24"
             --mca plm_rsh_no_tree_spawn 1)
 export OMPI_MCA_oob_tcp_keepalive_time=${OMPI_MCA_oob_tcp_keepalive_time:-${KEEPALIVE_S:-20}}
