@@ -1589,10 +1589,13 @@ int RunTrainer(const TrainConfig& cfg) {
   // A rank that stops answering ends the job (exit 5, naming it) instead of a hang.
   if (cfg.collective_timeout > 0 && !cfg.checkpoint_dir.empty() &&
       cfg.collective_timeout <= cfg.checkpoint_lock_wait_s) {
-    return AgreedError(l, absl::InvalidArgumentError(absl::StrFormat(
-        "--collective_timeout=%g must exceed --checkpoint_lock_wait_s=%g (rank 0 may wait that "
-        "long for the directory's lock while the others wait for it), or be 0 (off)",
-        cfg.collective_timeout, cfg.checkpoint_lock_wait_s)), kExitUsage);
+    return AgreedError(
+        l,
+        absl::InvalidArgumentError(absl::StrFormat(
+            "--collective_timeout=%g must exceed --checkpoint_lock_wait_s=%g (rank 0 may wait that "
+            "long for the directory's lock while the others wait for it), or be 0 (off)",
+            cfg.collective_timeout, cfg.checkpoint_lock_wait_s)),
+        kExitUsage);
   }
   WatchdogOptions watch{cfg.collective_timeout, kExitRankStoppedAnswering, "trainer"};
   if (absl::Status s = StartCollectiveWatchdog(MPI_COMM_WORLD, watch); !s.ok()) RankError(l, s);

@@ -41,9 +41,9 @@ struct MainState {
   std::atomic<const char*> call{nullptr};
   std::atomic<const char*> label{nullptr};
   std::atomic<int64_t> step{-1};
-  std::atomic<int64_t> entered{0};   // blocking calls entered while active
-  std::atomic<int64_t> wrapped{0};   // wrapped calls ever made (the wrappers are linked)
-  int depth = 0;                     // main thread only
+  std::atomic<int64_t> entered{0};  // blocking calls entered while active
+  std::atomic<int64_t> wrapped{0};  // wrapped calls ever made (the wrappers are linked)
+  int depth = 0;                    // main thread only
 };
 MainState g_main;
 
@@ -163,7 +163,12 @@ class Watchdog {
  public:
   Watchdog(const WatchdogOptions& o, int rank, int size, int fd, const MonitorCard& monitor,
            std::vector<RankCard> cards, RankCard monitor_card)
-      : o_(o), rank_(rank), size_(size), fd_(fd), monitor_(monitor), cards_(std::move(cards)),
+      : o_(o),
+        rank_(rank),
+        size_(size),
+        fd_(fd),
+        monitor_(monitor),
+        cards_(std::move(cards)),
         monitor_rank_card_(monitor_card) {
     timeout_ns_ = static_cast<int64_t>(o.timeout_s * 1e9);
     double hb = o.heartbeat_s > 0 ? o.heartbeat_s : std::clamp(o.timeout_s / 10, 0.05, 2.0);
@@ -240,8 +245,8 @@ class Watchdog {
       Packet p;
       sockaddr_in from{};
       socklen_t len = sizeof(from);
-      ssize_t n = recvfrom(fd_, &p, sizeof(p), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from),
-                           &len);
+      ssize_t n =
+          recvfrom(fd_, &p, sizeof(p), MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &len);
       if (n < 0) return;
       if (n != static_cast<ssize_t>(sizeof(p)) || p.magic != kMagic ||
           p.job_key != monitor_.job_key) {
@@ -311,21 +316,28 @@ class Watchdog {
         x.call = p.text;
       }
     }
-    // The rank that has waited longest, for the message.
+    // A rank quiet for several heartbeat intervals has stopped, whatever it said last.
+    const int64_t quiet_ns =
+        std::min(timeout_ns_, std::max<int64_t>(3 * heartbeat_ns_, 2000000000));
+    auto quiet = [&](int r) { return r != 0 && now - peers_[r].last_heard_ns > quiet_ns; };
+    // The rank that has waited longest (among those still heard), for the message.
     int waiter = 0;
     for (int r = 0; r < size_; ++r) {
-      if (!v[r].silent && v[r].waited_s > v[waiter].waited_s) waiter = r;
+      if (!quiet(r) && v[r].waited_s > v[waiter].waited_s) waiter = r;
     }
     auto waiting_note = [&]() -> std::string {
       if (v[waiter].waited_s < 0) return "";
       return absl::StrFormat(" while rank %d (host %s) waited %.1f s in %s at step %d", waiter,
-                             HostOf(waiter), v[waiter].waited_s, v[waiter].call,
-                             v[waiter].step);
+                             HostOf(waiter), v[waiter].waited_s, v[waiter].call, v[waiter].step);
     };
     std::vector<int> culprits;
     std::string why;
-    for (int r = 1; r < size_; ++r) {
-      if (v[r].silent) culprits.push_back(r);
+    bool any_silent = false;
+    for (int r = 1; r < size_; ++r) any_silent = any_silent || v[r].silent;
+    // One rank silent for the timeout ends the job; every rank gone quiet is named with it
+    // (the ranks of a lost host fall silent together, their last heartbeats apart).
+    for (int r = 1; r < size_ && any_silent; ++r) {
+      if (quiet(r)) culprits.push_back(r);
     }
     if (!culprits.empty()) {
       double longest = 0;
@@ -336,27 +348,39 @@ class Watchdog {
                                 : " (never heard from)",
                             waiting_note());
     } else if (v[waiter].waited_s * 1e9 > timeout_ns_) {
-      // Somebody waits too long. The culprits are the ranks outside any collective (busy
-      // elsewhere); if every rank waits, those in the least common call.
-      for (int r = 0; r < size_; ++r) {
-        if (v[r].waited_s < 0) culprits.push_back(r);
+      // Somebody waits too long. The culprits are the ranks that went quiet (no heartbeat
+      // for several intervals: the others may have been waiting for them since before they
+      // stopped), else the ranks outside any collective (alive, busy elsewhere), else, if
+      // every rank waits, those in the least common call.
+      for (int r = 1; r < size_; ++r) {
+        if (quiet(r)) culprits.push_back(r);
       }
       if (!culprits.empty()) {
-        why = absl::StrFormat(
-            "did not join the others' collective: outside MPI at step %d (alive: its "
-            "heartbeats arrive)%s",
-            v[culprits[0]].step, waiting_note());
+        double longest = 0;
+        for (int r : culprits) longest = std::max(longest, v[r].silent_s);
+        why = absl::StrFormat("stopped answering: no heartbeat for %.1f s (last at step %d)%s",
+                              longest, v[culprits[0]].step, waiting_note());
       } else {
-        std::map<std::string, std::vector<int>> by_call;
-        for (int r = 0; r < size_; ++r) by_call[v[r].call].push_back(r);
-        auto fewest = std::min_element(by_call.begin(), by_call.end(), [](auto& a, auto& b) {
-          return a.second.size() < b.second.size();
-        });
-        culprits = fewest->second;
-        why = absl::StrFormat(
-            "waits in %s while every rank waits in a collective (%d different calls): the "
-            "ranks disagree on the collective, or MPI's connections between them failed%s",
-            fewest->first, static_cast<int>(by_call.size()), waiting_note());
+        for (int r = 0; r < size_; ++r) {
+          if (v[r].waited_s < 0) culprits.push_back(r);
+        }
+        if (!culprits.empty()) {
+          why = absl::StrFormat(
+              "did not join the others' collective: outside MPI at step %d (alive: its "
+              "heartbeats arrive)%s",
+              v[culprits[0]].step, waiting_note());
+        } else {
+          std::map<std::string, std::vector<int>> by_call;
+          for (int r = 0; r < size_; ++r) by_call[v[r].call].push_back(r);
+          auto fewest = std::min_element(by_call.begin(), by_call.end(), [](auto& a, auto& b) {
+            return a.second.size() < b.second.size();
+          });
+          culprits = fewest->second;
+          why = absl::StrFormat(
+              "waits in %s while every rank waits in a collective (%d different calls): the "
+              "ranks disagree on the collective, or MPI's connections between them failed%s",
+              fewest->first, static_cast<int>(by_call.size()), waiting_note());
+        }
       }
     } else {
       return;
@@ -468,9 +492,9 @@ absl::Status StartCollectiveWatchdog(MPI_Comm world, const WatchdogOptions& o) {
       getsockname(fd, reinterpret_cast<sockaddr*>(&any), &len) != 0) {
     const std::string err = std::strerror(errno);
     close(fd);
-    return absl::InternalError(absl::StrFormat(
-        "the collective watchdog cannot bind a UDP port: %s (rank %d on host %s)", err, rank,
-        Hostname()));
+    return absl::InternalError(
+        absl::StrFormat("the collective watchdog cannot bind a UDP port: %s (rank %d on host %s)",
+                        err, rank, Hostname()));
   }
 
   // Every rank's host and pid to the monitor; the monitor's key, port and addresses to all.
@@ -543,7 +567,8 @@ WatchdogLabel::WatchdogLabel(const char* what)
     : previous_(g_main.label.exchange(what, std::memory_order_relaxed)) {}
 WatchdogLabel::~WatchdogLabel() { g_main.label.store(previous_, std::memory_order_relaxed); }
 
-WatchdogWait::WatchdogWait(const char* call) : armed_(g_main.active.load(std::memory_order_relaxed)) {
+WatchdogWait::WatchdogWait(const char* call)
+    : armed_(g_main.active.load(std::memory_order_relaxed)) {
   if (armed_ && g_main.depth++ == 0) {
     g_main.call.store(call, std::memory_order_relaxed);
     g_main.entered.fetch_add(1, std::memory_order_relaxed);
@@ -570,18 +595,16 @@ extern "C" {
     return PMPI_##name args;               \
   }
 
-COLONNADE_WRAP(Allreduce,
-               (const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c),
+COLONNADE_WRAP(Allreduce, (const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c),
                (s, r, n, t, op, c))
 COLONNADE_WRAP(Reduce,
                (const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, int root, MPI_Comm c),
                (s, r, n, t, op, root, c))
-COLONNADE_WRAP(Bcast, (void* b, int n, MPI_Datatype t, int root, MPI_Comm c),
-               (b, n, t, root, c))
+COLONNADE_WRAP(Bcast, (void* b, int n, MPI_Datatype t, int root, MPI_Comm c), (b, n, t, root, c))
 COLONNADE_WRAP(Barrier, (MPI_Comm c), (c))
 COLONNADE_WRAP(Gather,
-               (const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt,
-                int root, MPI_Comm c),
+               (const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt, int root,
+                MPI_Comm c),
                (s, sn, st, r, rn, rt, root, c))
 COLONNADE_WRAP(Gatherv,
                (const void* s, int sn, MPI_Datatype st, void* r, const int rn[], const int d[],
@@ -596,8 +619,8 @@ COLONNADE_WRAP(Allgatherv,
                 MPI_Datatype rt, MPI_Comm c),
                (s, sn, st, r, rn, d, rt, c))
 COLONNADE_WRAP(Scatter,
-               (const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt,
-                int root, MPI_Comm c),
+               (const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt, int root,
+                MPI_Comm c),
                (s, sn, st, r, rn, rt, root, c))
 COLONNADE_WRAP(Scatterv,
                (const void* s, const int sn[], const int d[], MPI_Datatype st, void* r, int rn,
@@ -630,8 +653,7 @@ COLONNADE_WRAP(Send, (const void* b, int n, MPI_Datatype t, int dest, int tag, M
                (b, n, t, dest, tag, c))
 COLONNADE_WRAP(Ssend, (const void* b, int n, MPI_Datatype t, int dest, int tag, MPI_Comm c),
                (b, n, t, dest, tag, c))
-COLONNADE_WRAP(Recv,
-               (void* b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Status* st),
+COLONNADE_WRAP(Recv, (void* b, int n, MPI_Datatype t, int src, int tag, MPI_Comm c, MPI_Status* st),
                (b, n, t, src, tag, c, st))
 COLONNADE_WRAP(Sendrecv,
                (const void* s, int sn, MPI_Datatype st, int dest, int stag, void* r, int rn,
@@ -639,8 +661,7 @@ COLONNADE_WRAP(Sendrecv,
                (s, sn, st, dest, stag, r, rn, rt, src, rtag, c, status))
 COLONNADE_WRAP(Probe, (int src, int tag, MPI_Comm c, MPI_Status* st), (src, tag, c, st))
 COLONNADE_WRAP(Comm_dup, (MPI_Comm c, MPI_Comm* out), (c, out))
-COLONNADE_WRAP(Comm_split, (MPI_Comm c, int color, int key, MPI_Comm* out),
-               (c, color, key, out))
+COLONNADE_WRAP(Comm_split, (MPI_Comm c, int color, int key, MPI_Comm* out), (c, color, key, out))
 COLONNADE_WRAP(Comm_split_type, (MPI_Comm c, int type, int key, MPI_Info info, MPI_Comm* out),
                (c, type, key, info, out))
 COLONNADE_WRAP(Comm_create, (MPI_Comm c, MPI_Group g, MPI_Comm* out), (c, g, out))

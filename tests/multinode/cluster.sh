@@ -85,7 +85,6 @@ check_tools() {
 
 valid_name() { [[ "$1" =~ ^cmn[0-9a-z]{1,8}$ ]] || die "bad cluster name '$1' (cmn + 1-8 of [0-9a-z])"; }
 state_dir() { echo "$STATE_ROOT/$1"; }
-nhosts() { cat "$(state_dir "$1")/n" 2>/dev/null || die "no cluster '$1'"; }
 ns_of() { echo "$1-h$2"; }
 uts_of() { echo "$(state_dir "$1")/uts-h$2"; }
 addr_of() { echo "$SUBNET.$2"; }

@@ -51,8 +51,10 @@ bool MpGroupsFitNodes(int mp) {
   for (int r = 0; r < world; ++r) {
     if (ids[r] != ids[r - r % mp]) {
       if (rank == 0) {
-        std::printf("[equivalence] mp %d skipped: a group of %d consecutive ranks would span "
-                    "two nodes\n", mp, mp);
+        std::printf(
+            "[equivalence] mp %d skipped: a group of %d consecutive ranks would span "
+            "two nodes\n",
+            mp, mp);
       }
       return false;
     }
