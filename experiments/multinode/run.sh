@@ -148,8 +148,9 @@ fault_case() {
   fi
   local named_lines
   named_lines=$(grep -c "^trainer: error on rank" "$MN_WORK/$kind.log")
-  local valid n newest written lost=false resumed=false
-  n=$(mn_checkpoints_valid "$dir") && valid=true || valid=false
+  local valid n newest written lost=false resumed=false partial after=""
+  n=$(mn_checkpoints_valid "$dir") && valid=true || { valid=false; echo "   $n"; n=null; }
+  partial=$(mn_partial_writes "$dir" | tr '\n' ' ' | sed 's/ $//')
   newest=$(last_ckpt "$dir")
   written=$(grep -oE "^checkpoint step [0-9]+" "$MN_WORK/$kind.log" | tail -n 1 | grep -oE '[0-9]+$')
   [ -n "$newest" ] && [ "$(ckpt_step "$newest")" -ge "${written:-0}" ] || lost=true
@@ -161,10 +162,11 @@ fault_case() {
          --checkpoint_lock_wait_s=1 && grep -q "resumed    from $newest at step $at" "$MN_WORK/resume.log"; then
       resumed=true
     fi
+    after=$(mn_partial_writes "$dir" | tr '\n' ' ' | sed 's/ $//')
   fi
-  printf '   %-9s host %d %-8s exit %-4s %5ss  ckpts %s valid=%s lost=%s resumed=%s\n     %s\n' \
-    "$kind" "$host" "$model" "$FAULT_CODE" "$FAULT_TOOK" "$n" "$valid" "$lost" "$resumed" "${line:0:200}"
-  echo "{\"part\": \"fault\", \"round\": $round, \"kind\": \"$kind\", \"host\": $host, \"hostname\": \"$(mn_host "$host")\", \"model\": \"$model\", \"dp\": $((4 / mp)), \"mp\": $mp, \"collective_timeout_s\": $T, \"after_step\": ${FAULT_STEP:-0}, \"exit\": \"$FAULT_CODE\", \"seconds_to_end\": $FAULT_TOOK, \"within_bound\": $within, \"bound_s\": $((T + 30)), \"lines_naming_culprit\": $named_lines, \"message\": $(json_str "$line"), \"checkpoints\": ${n:-0}, \"checkpoints_valid\": $valid, \"newest_checkpoint_step\": $( [ -n "$newest" ] && ckpt_step "$newest" || echo null), \"last_written_step\": ${written:-null}, \"checkpoint_lost\": $lost, \"resumed\": $resumed}" >>"$OUT/faults.jsonl"
+  printf '   %-9s host %d %-8s exit %-4s %5ss  ckpts %s valid=%s lost=%s resumed=%s partial=[%s] after=[%s]\n     %s\n' \
+    "$kind" "$host" "$model" "$FAULT_CODE" "$FAULT_TOOK" "$n" "$valid" "$lost" "$resumed" "$partial" "$after" "${line:0:200}"
+  echo "{\"part\": \"fault\", \"round\": $round, \"kind\": \"$kind\", \"host\": $host, \"hostname\": \"$(mn_host "$host")\", \"model\": \"$model\", \"dp\": $((4 / mp)), \"mp\": $mp, \"collective_timeout_s\": $T, \"after_step\": ${FAULT_STEP:-0}, \"exit\": \"$FAULT_CODE\", \"seconds_to_end\": $FAULT_TOOK, \"within_bound\": $within, \"bound_s\": $((T + 30)), \"lines_naming_culprit\": $named_lines, \"message\": $(json_str "$line"), \"checkpoints\": ${n:-0}, \"checkpoints_valid\": $valid, \"partial_writes_left\": $(json_str "$partial"), \"partial_writes_after_resume\": $(json_str "$after"), \"newest_checkpoint_step\": $( [ -n "$newest" ] && ckpt_step "$newest" || echo null), \"last_written_step\": ${written:-null}, \"checkpoint_lost\": $lost, \"resumed\": $resumed}" >>"$OUT/faults.jsonl"
 }
 
 part_faults() {

@@ -75,13 +75,14 @@ main() {
     newest=$(last_ckpt "$MN_WORK/ckpt")
     last_written=$(grep -oE "^checkpoint step [0-9]+" "$MN_WORK/log" | tail -n 1 | grep -oE '[0-9]+$')
     [ "$(ckpt_step "$newest")" = "$last_written" ] || mn_fail "the newest checkpoint is not the last one written"
-    echo "$n valid checkpoint(s), newest $newest"
+    echo "$n valid checkpoint(s), newest $newest; partial writes left: $(mn_partial_writes "$MN_WORK/ckpt" | wc -l)"
     # The job resumes from it on the same hosts.
     at=$(ckpt_step "$newest")
     mn_train 2 4 "$MN_WORK/log2" "${MN_CIFAR[@]}" --steps=$((at + 2)) --checkpoint_dir="$MN_WORK/ckpt" \
       --checkpoint_lock_wait_s=1 || { tail "$MN_WORK/log2"; mn_fail "the resumed job failed"; }
     grep -q "resumed    from $newest at step $at" "$MN_WORK/log2" || mn_fail "did not resume from $newest"
     grep -q "^done: $((at + 2)) steps" "$MN_WORK/log2" || mn_fail "the resumed job did not finish"
+    [ -z "$(mn_partial_writes "$MN_WORK/ckpt")" ] || mn_fail "partial writes left after the resumed job's checkpoint"
     ;;
   *) mn_fail "unknown case $case_name" ;;
   esac
