@@ -13,6 +13,7 @@
 #                   --collective_timeout + 30 s; checkpoints checked after every one
 #     restart       a lost host: resume on half the hosts and on the original count
 #     links         tc-shaped links: step time, comm-wait, overlap; the cost model beside
+#     untuned       one link cut with Open MPI's and Linux's TCP defaults (mpirun hangs)
 #     all           every part
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -313,10 +314,28 @@ part_links() {
   python3 "$HERE/calibrate.py" --build="$BUILD" "$OUT/links.jsonl" "$OUT/calibration.jsonl"
 }
 
+# The same link cut with Open MPI's and Linux's defaults (keepalive 300 s + 9 x 20 s,
+# tcp_retries2 15): the watchdog still ends every rank it can reach, but mpirun's abort then
+# waits for the lost host; recorded as a hang past the bound (the job is killed then).
+part_untuned() {
+  (
+    export TCP_RETRIES2=15 KEEPALIVE_S=300 OMPI_MCA_oob_tcp_keepalive_intvl=20 \
+      OMPI_MCA_oob_tcp_keepalive_probes=9
+    mn_cluster 2
+    echo "== a cut link with Open MPI's and Linux's defaults ($MN_NAME)"
+    local dir=$MN_WORK/untuned
+    mn_fault cut 2 "$T" "$dir" "$MN_WORK/untuned.log" 2 4 "${MN_CIFAR[@]}"
+    local named
+    named=$(grep -c "^trainer: error on rank" "$MN_WORK/untuned.log")
+    echo "   exit $FAULT_CODE after ${FAULT_TOOK}s; $named rank line(s): ${FAULT_LINE:0:160}"
+    emit faults_untuned.jsonl "{\"part\": \"fault_untuned\", \"kind\": \"cut\", \"host\": 2, \"model\": \"cifar10\", \"collective_timeout_s\": $T, \"tcp_retries2\": 15, \"oob_tcp_keepalive\": \"300 s + 9 x 20 s\", \"exit\": \"$FAULT_CODE\", \"seconds_watched\": $FAULT_TOOK, \"bound_s\": $((T + 30)), \"lines_naming_culprit\": $named, \"message\": $(json_str "$FAULT_LINE")}"
+  )
+}
+
 main() {
   for p in "${parts[@]}"; do
     case $p in
-    equivalence | alexnet | resume | faults | restart | links) "part_$p" ;;
+    equivalence | alexnet | resume | faults | restart | links | untuned) "part_$p" ;;
     *) echo "run.sh: unknown part $p" >&2; exit 2 ;;
     esac
   done

@@ -51,8 +51,9 @@ AGENT=$HERE/rsh_agent.sh
 # stops answering", explains them for real clusters):
 #   * TCP only on the cluster's network;
 #   * keepalive on the runtime's own connections (mpirun <-> orted): an idle connection to a
-#     host whose link is cut is found dead within KEEPALIVE_S + 5 x 3 s (20 to 35 s after
-#     the cut) instead of Open MPI's default 300 + 9 x 20 = 480 s; its lower bound (15 s)
+#     host whose link is cut is found dead 15 to 35 s after the cut (the next probe comes
+#     within KEEPALIVE_S = 20 s, then 5 probes 3 s apart) instead of up to 300 + 9 x 20 = 480 s
+#     (Open MPI's default); its lower bound (15 s)
 #     stays above the tests' --collective_timeout=10, so the trainer's watchdog names the
 #     silent rank first. Environment variables, so that an explicit --mca overrides them.
 # And on every host (cmd_up): net.ipv4.tcp_retries2=5 (TCP_RETRIES2), so that mpirun's abort,
