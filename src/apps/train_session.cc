@@ -99,6 +99,7 @@ struct Layout {
 // Sums `n` doubles over the data-parallel group (loss sums, correct counts); the mp ranks
 // of a group hold identical copies of these.
 void SumOverDp(const Layout& l, double* v, int n) {
+  WatchdogLabel label("summing the results over the dp group");
   if (l.dp_size > 1) MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, l.dp_comm);
 }
 

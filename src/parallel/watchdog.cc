@@ -173,6 +173,7 @@ class Watchdog {
     timeout_ns_ = static_cast<int64_t>(o.timeout_s * 1e9);
     double hb = o.heartbeat_s > 0 ? o.heartbeat_s : std::clamp(o.timeout_s / 10, 0.05, 2.0);
     heartbeat_ns_ = static_cast<int64_t>(hb * 1e9);
+    quiet_ns_ = std::min(timeout_ns_, std::max<int64_t>(3 * heartbeat_ns_, 2000000000));
     start_ns_ = NowNs();
     peers_.resize(size);
     for (PeerState& p : peers_) p.last_heard_ns = start_ns_;
@@ -181,12 +182,23 @@ class Watchdog {
   }
 
   void Run() {
-    int64_t next_tick = NowNs();
+    int64_t next_tick = NowNs(), last_loop = NowNs();
     while (!stop_.load(std::memory_order_acquire)) {
       const int64_t now = NowNs();
+      if (now - last_loop > quiet_ns_) {
+        // This process was stopped (SIGSTOP, a debugger) or starved of the CPU: what it
+        // knows of the others is stale, and they have been judging it meanwhile. Read what
+        // came (a verdict naming it ends it here), then start counting again; the monitor
+        // also holds its verdicts for a timeout, as the others may be naming it now.
+        Receive();
+        for (PeerState& p : peers_) p.last_heard_ns = now;
+        last_reply_ns_ = now;
+        hold_until_ns_ = now + timeout_ns_;
+      }
+      last_loop = now;
       if (now >= next_tick) {
         if (rank_ == 0) {
-          Judge(now);
+          if (now >= hold_until_ns_) Judge(now);
         } else {
           SendHeartbeat();
           if (now - last_reply_ns_ > timeout_ns_) MonitorSilent(now);
@@ -317,9 +329,7 @@ class Watchdog {
       }
     }
     // A rank quiet for several heartbeat intervals has stopped, whatever it said last.
-    const int64_t quiet_ns =
-        std::min(timeout_ns_, std::max<int64_t>(3 * heartbeat_ns_, 2000000000));
-    auto quiet = [&](int r) { return r != 0 && now - peers_[r].last_heard_ns > quiet_ns; };
+    auto quiet = [&](int r) { return r != 0 && now - peers_[r].last_heard_ns > quiet_ns_; };
     // The rank that has waited longest (among those still heard), for the message.
     int waiter = 0;
     for (int r = 0; r < size_; ++r) {
@@ -342,11 +352,12 @@ class Watchdog {
     if (!culprits.empty()) {
       double longest = 0;
       for (int r : culprits) longest = std::max(longest, v[r].silent_s);
-      why = absl::StrFormat("stopped answering: no heartbeat for %.1f s%s%s", longest,
-                            peers_[culprits[0]].heard
-                                ? absl::StrFormat(" (last at step %d)", v[culprits[0]].step)
-                                : " (never heard from)",
-                            waiting_note());
+      why = absl::StrFormat(
+          "stopped answering: no heartbeat for %.1f s%s%s", longest,
+          peers_[culprits[0]].heard
+              ? absl::StrFormat(" (its last heartbeat: step %d)", v[culprits[0]].step)
+              : " (never heard from)",
+          waiting_note());
     } else if (v[waiter].waited_s * 1e9 > timeout_ns_) {
       // Somebody waits too long. The culprits are the ranks that went quiet (no heartbeat
       // for several intervals: the others may have been waiting for them since before they
@@ -358,8 +369,9 @@ class Watchdog {
       if (!culprits.empty()) {
         double longest = 0;
         for (int r : culprits) longest = std::max(longest, v[r].silent_s);
-        why = absl::StrFormat("stopped answering: no heartbeat for %.1f s (last at step %d)%s",
-                              longest, v[culprits[0]].step, waiting_note());
+        why = absl::StrFormat(
+            "stopped answering: no heartbeat for %.1f s (its last heartbeat: step %d)%s", longest,
+            v[culprits[0]].step, waiting_note());
       } else {
         for (int r = 0; r < size_; ++r) {
           if (v[r].waited_s < 0) culprits.push_back(r);
@@ -421,11 +433,15 @@ class Watchdog {
       note = absl::StrFormat(" while this rank waited %.1f s in %s at step %d",
                              own.waited_ms * 1e-3, own.text, own.step);
     }
-    Die(Line(absl::StrFormat(
-            "rank 0 on host %s (the watchdog's monitor) stopped answering: no reply for %.1f s%s; "
-            "it, or the network between this host and it, failed",
-            monitor_rank_card_.host, Secs(now - last_reply_ns_), note)),
-        o_.exit_code);
+    WriteLine(Line(absl::StrFormat(
+        "rank 0 on host %s (the watchdog's monitor) stopped answering: no reply for %.1f s%s; "
+        "it, or the network between this host and it, failed",
+        monitor_rank_card_.host, Secs(now - last_reply_ns_), note)));
+    // The other ranks' clocks run out within a heartbeat of this one: give them time to
+    // write their line before this rank's exit makes the launcher end them.
+    std::this_thread::sleep_for(std::chrono::nanoseconds(heartbeat_ns_) +
+                                std::chrono::milliseconds(300));
+    _exit(o_.exit_code);
   }
 
   const WatchdogOptions o_;
@@ -435,6 +451,8 @@ class Watchdog {
   const RankCard monitor_rank_card_;
   std::string me_;
   int64_t timeout_ns_ = 0, heartbeat_ns_ = 0, start_ns_ = 0;
+  int64_t quiet_ns_ = 0;          // silence that means stopped: several heartbeats, 2 s at least
+  int64_t hold_until_ns_ = 0;     // the monitor judges again from then (after its own freeze)
   std::vector<PeerState> peers_;  // the monitor's view of the others
   int64_t last_reply_ns_ = 0;     // the others: the monitor's last ack
   int locked_ = -1;               // the others: the monitor address that answered
