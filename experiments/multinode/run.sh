@@ -14,6 +14,7 @@
 #     restart       a lost host: resume on half the hosts and on the original count
 #     links         tc-shaped links: step time, comm-wait, overlap; the cost model beside
 #     untuned       one link cut with Open MPI's and Linux's TCP defaults (mpirun hangs)
+#     algorithms    Open MPI's all-reduce at 1 Gbit/s: TCP connections, libnbc algorithms
 #     all           every part
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -332,10 +333,36 @@ part_untuned() {
   )
 }
 
+# Open MPI's all-reduce between two hosts at 1 Gbit/s: blocking and non-blocking (the
+# gradient buckets'), for one and two TCP connections per pair of ranks and for each of
+# libnbc's algorithms; and both directions at once.
+part_algorithms() {
+  (
+    mn_cluster 2
+    local d=$MN_WORK links alg out
+    mpicc -O2 -o "$d/probe" "$HERE/allreduce_probe.c" || mn_fail "mpicc allreduce_probe.c"
+    "$MN_CLUSTER" link "$MN_NAME" 1 shape 1gbit; "$MN_CLUSTER" link "$MN_NAME" 2 shape 1gbit
+    echo "== all-reduce of 93.4 MB between 2 hosts at 1 Gbit/s ($MN_NAME)"
+    for links in 1 2; do
+      for alg in default 1 2 3 4; do
+        local extra=()
+        [ "$alg" = default ] || extra=(--mca coll_libnbc_iallreduce_algorithm "$alg")
+        out=$(MN_TCP_LINKS=$links MN_IALLREDUCE= mn_mpirun 1 2 "${extra[@]}" "$d/probe" 2>&1) || mn_fail "probe: $out"
+        local b nb bi
+        b=$(echo "$out" | awk '$1 == "blocking" {print $2}')
+        nb=$(echo "$out" | awk '$1 == "nonblocking" {print $2}')
+        bi=$(echo "$out" | awk '$1 == "bidirectional" {print $2}')
+        echo "   tcp links $links, libnbc algorithm $alg: blocking $b ms, non-blocking $nb ms, both ways at once $bi MB/s each"
+        emit algorithms.jsonl "{\"part\": \"algorithms\", \"link\": \"1gbit\", \"hosts\": 2, \"ranks_per_host\": 1, \"bytes\": 93419048, \"btl_tcp_links\": $links, \"libnbc_iallreduce_algorithm\": \"$alg\", \"blocking_allreduce_ms\": $b, \"nonblocking_allreduce_ms\": $nb, \"sendrecv_both_ways_mb_s_each\": $bi}"
+      done
+    done
+  )
+}
+
 main() {
   for p in "${parts[@]}"; do
     case $p in
-    equivalence | alexnet | resume | faults | restart | links | untuned) "part_$p" ;;
+    equivalence | alexnet | resume | faults | restart | links | untuned | algorithms) "part_$p" ;;
     *) echo "run.sh: unknown part $p" >&2; exit 2 ;;
     esac
   done

@@ -19,8 +19,8 @@
 //     A started all-reduce progresses at the full rate once backward is done, and at
 //     `overlap` times that rate while backward still computes (1: a progress engine of
 //     its own, as NCCL's kernels; Open MPI without a progress thread moves data only inside
-//     MPI calls, which the gradient hook makes once per layer: measured 0.2-0.3 over TCP,
-//     experiments/multinode);
+//     MPI calls, which the gradient hook makes once per layer: fitted 0.08-0.20 over TCP,
+//     experiments/multinode, docs/PARALLELISM.md section 8);
 //   * the step ends when backward and the last bucket are both done.
 // Weak scaling: every GPU keeps `per_gpu_batch` images of work (a replica of mp GPUs
 // takes mp x per_gpu_batch images), so efficiency = t_c / predicted step time.
