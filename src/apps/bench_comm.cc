@@ -80,7 +80,7 @@ ABSL_FLAG(double, alpha_inter_us, 6, "latency per tree level between nodes, us")
 ABSL_FLAG(double, bwd_fraction, 2.0 / 3, "backward's share of --compute_ms");
 ABSL_FLAG(double, overlap, 1.0,
           "rate at which a started all-reduce progresses while backward computes, relative to "
-          "after backward: 1 for NCCL; fitted 0.08-0.20 for Open MPI over TCP without a "
+          "after backward: 1 for NCCL; fitted 0.08-0.22 for Open MPI over TCP without a "
           "progress thread (docs/PARALLELISM.md section 8)");
 
 namespace colonnade {

@@ -19,7 +19,7 @@
 //     A started all-reduce progresses at the full rate once backward is done, and at
 //     `overlap` times that rate while backward still computes (1: a progress engine of
 //     its own, as NCCL's kernels; Open MPI without a progress thread moves data only inside
-//     MPI calls, which the gradient hook makes once per layer: fitted 0.08-0.20 over TCP,
+//     MPI calls, which the gradient hook makes once per layer: fitted 0.08-0.22 over TCP,
 //     experiments/multinode, docs/PARALLELISM.md section 8);
 //   * the step ends when backward and the last bucket are both done.
 // Weak scaling: every GPU keeps `per_gpu_batch` images of work (a replica of mp GPUs

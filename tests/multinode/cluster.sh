@@ -63,8 +63,9 @@ AGENT=$HERE/rsh_agent.sh
 # busy-polls for a message takes a core from the rank that would send it; without yielding,
 # one cross-host message took ~5 ms here (a scheduler slice) instead of ~13 us.
 # btl_tcp_links (MN_TCP_LINKS): two TCP connections per pair of ranks; with Open MPI's one,
-# traffic in both directions at once (every all-reduce) got half a shaped link's rate per
-# direction (58 of 118 MB/s at 1 Gbit/s), with two the whole (120 MB/s each way).
+# traffic in both directions at once got about half a shaped link's rate per direction
+# (58-68 of 118 MB/s at 1 Gbit/s; the blocking MPI_Allreduce 1.3 s for 93 MB), with two the
+# whole (111-120 MB/s each way, 0.82 s).
 # MN_IALLREDUCE: the algorithm of the non-blocking all-reduce the gradient buckets use
 # (coll_libnbc_iallreduce_algorithm: 1 ring, 3 rabenseifner; unset: Open MPI's choice, which
 # for two ranks is binomial, a reduce then a broadcast that moves the data twice: 1.73 s for
