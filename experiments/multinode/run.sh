@@ -16,6 +16,7 @@
 #     untuned       one link cut with Open MPI's and Linux's TCP defaults (mpirun hangs)
 #     algorithms    Open MPI's all-reduce at 1 Gbit/s: TCP connections, libnbc algorithms
 #     all           every part
+# shellcheck disable=SC2317,SC2086  # part_* are called as "part_$p"; unquoted values are numbers
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -28,7 +29,7 @@ for a in "$@"; do
   case $a in
   --build=*) BUILD=${a#*=} ;;
   --out=*) OUT=${a#*=} ;;
-  all) parts+=(equivalence alexnet resume faults restart links) ;;
+  all) parts+=(equivalence alexnet resume faults restart links untuned algorithms) ;;
   *) parts+=("$a") ;;
   esac
 done
@@ -43,7 +44,6 @@ fi
 . "$ROOT/tests/multinode/lib.sh"
 EQUIV=$BUILD/tests/parallel/parallel_equivalence_test
 
-# shellcheck disable=SC2317  # the part_* functions are called as "part_$p"
 # emit FILE JSON: one record (the commit is added at the end by record_commit.py).
 emit() { echo "$2" >>"$OUT/$1"; echo "  $2"; }
 json_str() { python3 -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$1"; }
@@ -117,7 +117,7 @@ part_resume() {
   for hosts in 2 4; do
     (
       mn_cluster "$hosts"
-      local np=$((2 * hosts)) last mid
+      local np=$((2 * hosts)) last
       last=$(printf 'ckpt-%09d.h5' $steps)
       echo "== resume across $hosts hosts (dp $hosts x mp 2): $steps straight vs $at + resume"
       mn_train 2 $np "$MN_WORK/a.log" "${MN_ALEX[@]}" --mp=2 --steps=$steps --checkpoint_dir="$MN_WORK/a" \
@@ -151,7 +151,7 @@ fault_case() {
   local named_lines
   named_lines=$(grep -c "^trainer: error on rank" "$MN_WORK/$kind.log")
   local valid n newest written lost=false resumed=false partial after=""
-  n=$(mn_checkpoints_valid "$dir") && valid=true || { valid=false; echo "   $n"; n=null; }
+  if n=$(mn_checkpoints_valid "$dir"); then valid=true; else valid=false; echo "   $n"; n=null; fi
   partial=$(mn_partial_writes "$dir" | tr '\n' ' ' | sed 's/ $//')
   newest=$(last_ckpt "$dir")
   written=$(grep -oE "^checkpoint step [0-9]+" "$MN_WORK/$kind.log" | tail -n 1 | grep -oE '[0-9]+$')
@@ -275,7 +275,7 @@ part_links() {
     one_fwd=$(awk -F, 'NR == 2 {print $4}' "$d/one.csv"); one_bwd=$(awk -F, 'NR == 2 {print $5}' "$d/one.csv")
     one_opt=$(awk '$1 == "optimizer" {print $2}' "$d/one_train.log")
     echo "   one rank, 8 images: forward $one_fwd ms, backward $one_bwd ms, optimizer $one_opt ms"
-    local link rate alpha gbs lat bw B
+    local link alpha gbs lat bw B
     for link in none 10gbit 1gbit; do
       case $link in
       none) "$MN_CLUSTER" link "$MN_NAME" 1 clear; "$MN_CLUSTER" link "$MN_NAME" 2 clear ;;
@@ -347,7 +347,7 @@ part_algorithms() {
       for alg in default 1 2 3 4; do
         local extra=()
         [ "$alg" = default ] || extra=(--mca coll_libnbc_iallreduce_algorithm "$alg")
-        out=$(MN_TCP_LINKS=$links MN_IALLREDUCE= mn_mpirun 1 2 "${extra[@]}" "$d/probe" 2>&1) || mn_fail "probe: $out"
+        out=$(MN_TCP_LINKS=$links MN_IALLREDUCE='' mn_mpirun 1 2 "${extra[@]}" "$d/probe" 2>&1) || mn_fail "probe: $out"
         local b nb bi
         b=$(echo "$out" | awk '$1 == "blocking" {print $2}')
         nb=$(echo "$out" | awk '$1 == "nonblocking" {print $2}')

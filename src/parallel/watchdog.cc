@@ -397,7 +397,12 @@ class Watchdog {
     } else {
       return;
     }
-    // Name the culprits grouped by host: "ranks 2, 3 on host n2 stopped answering: ...".
+    Announce(culprits, why);
+  }
+
+  // The monitor's verdict: the culprits grouped by host ("ranks 2, 3 on host n2 stopped
+  // answering: ..."), this rank's line, the verdict to every rank, then the exit.
+  [[noreturn]] void Announce(const std::vector<int>& culprits, const std::string& why) {
     std::map<std::string, std::vector<int>> by_host;
     std::vector<std::string> order;
     for (int r : culprits) {
