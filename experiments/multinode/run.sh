@@ -41,6 +41,7 @@ COMMIT=${COMMIT:-$(git -C "$ROOT" rev-parse HEAD)}
 if [ -n "$(git -C "$ROOT" status --porcelain -- src tests)" ]; then
   echo "run.sh: warning: src/ or tests/ have uncommitted changes; the results name $COMMIT" >&2
 fi
+# shellcheck source=../../tests/multinode/lib.sh
 . "$ROOT/tests/multinode/lib.sh"
 EQUIV=$BUILD/tests/parallel/parallel_equivalence_test
 
