@@ -16,13 +16,16 @@
 //     themselves bounded by the timeout). The main thread alone calls MPI
 //     (MPI_THREAD_FUNNELED); the watchdog thread never does.
 //   * The monitor decides: a rank that has sent nothing for `timeout_s` (dead, stopped,
-//     unreachable), or, when some rank has waited in one call for `timeout_s`, the ranks
-//     that are outside any collective (busy elsewhere) is the culprit. It sends every rank
-//     the verdict; every rank that gets it writes one line naming the culprit rank(s) and
-//     host(s) and ends with _exit(exit_code), so no rank is left waiting and mpirun (or
-//     srun) sees the job fail. A rank that hears nothing from the monitor for `timeout_s`
-//     names the monitor itself (it, or the network to it, failed) and ends the same way.
-//   * A job therefore ends within about timeout_s + 2 heartbeats of the fault.
+//     unreachable), with every rank silent for three heartbeats; or, when some rank has
+//     waited in one call for `timeout_s`, the ranks silent for three heartbeats, else those
+//     outside any collective (busy elsewhere), else those in the least common call, are the
+//     culprits. It sends every rank the verdict; every rank that gets it writes one line
+//     naming the culprit rank(s) and host(s) and ends with _exit(exit_code), so no rank is
+//     left waiting and mpirun (or srun) sees the job fail. A rank that hears nothing from
+//     the monitor for `timeout_s` names the monitor itself (it, or the network to it,
+//     failed) and ends the same way. A rank whose own thread was stopped or starved for
+//     three heartbeats first reads what came meanwhile and starts counting again.
+//   * A job therefore ends within about timeout_s + 2-3 heartbeats of the fault.
 #pragma once
 
 #include <mpi.h>
