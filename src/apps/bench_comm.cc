@@ -78,6 +78,10 @@ ABSL_FLAG(double, ib_gbs, 45, "achieved InfiniBand bandwidth per GPU, GB/s");
 ABSL_FLAG(double, alpha_intra_us, 15, "latency of one collective inside a node, us");
 ABSL_FLAG(double, alpha_inter_us, 6, "latency per tree level between nodes, us");
 ABSL_FLAG(double, bwd_fraction, 2.0 / 3, "backward's share of --compute_ms");
+ABSL_FLAG(double, overlap, 1.0,
+          "rate at which a started all-reduce progresses while backward computes, relative to "
+          "after backward: 1 for NCCL; fitted 0.08-0.22 for Open MPI over TCP without a "
+          "progress thread (docs/PARALLELISM.md section 8)");
 
 namespace colonnade {
 namespace {
@@ -230,6 +234,11 @@ int Predict() {
   cl.ib_gbs = absl::GetFlag(FLAGS_ib_gbs);
   cl.alpha_intra_us = absl::GetFlag(FLAGS_alpha_intra_us);
   cl.alpha_inter_us = absl::GetFlag(FLAGS_alpha_inter_us);
+  cl.overlap = absl::GetFlag(FLAGS_overlap);
+  if (!(cl.overlap >= 0 && cl.overlap <= 1)) {
+    std::fprintf(stderr, "bench_comm: error: --overlap=%g must be from 0 to 1\n", cl.overlap);
+    return 2;
+  }
   ComputeModel cm;
   cm.compute_ms = absl::GetFlag(FLAGS_compute_ms);
   cm.per_gpu_batch = absl::GetFlag(FLAGS_per_gpu_batch);
@@ -248,11 +257,11 @@ int Predict() {
   std::printf(
       "cost model: %s %lldx%lld, %d column(s); t_c = %.2f ms for %lld images on one GPU "
       "(backward %.0f%%); %d GPUs/node, NVLink %.1f GB/s, InfiniBand %.1f GB/s per GPU, "
-      "latency %.0f us (node) + %.0f us/level; buckets %.3g MB\n",
+      "latency %.0f us (node) + %.0f us/level; buckets %.3g MB; overlap %.2f\n",
       absl::GetFlag(FLAGS_model).c_str(), static_cast<long long>(in[1]),
       static_cast<long long>(in[2]), columns, cm.compute_ms,
       static_cast<long long>(cm.per_gpu_batch), cm.bwd_fraction * 100, cl.gpus_per_node,
-      cl.nvlink_gbs, cl.ib_gbs, cl.alpha_intra_us, cl.alpha_inter_us, cm.bucket_mb);
+      cl.nvlink_gbs, cl.ib_gbs, cl.alpha_intra_us, cl.alpha_inter_us, cm.bucket_mb, cl.overlap);
   std::printf("%5s %5s %-8s %8s %8s %8s %7s %8s %8s %8s %6s %11s %8s %8s\n", "GPUs", "nodes",
               "dp x mp", "batch", "fwd ms", "bwd ms", "mp ms", "AR ms", "exposed", "step ms", "eff",
               "no-overlap", "mp MB", "dp MB");

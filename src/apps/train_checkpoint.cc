@@ -16,6 +16,7 @@
 #include "apps/cli.h"
 #include "apps/exit_codes.h"
 #include "parallel/param_shards.h"
+#include "parallel/watchdog.h"
 
 namespace colonnade {
 namespace {
@@ -122,6 +123,7 @@ std::optional<NothingToTrain> CheckStepsLeft(const std::string& checkpoint_path,
 absl::Status SaveCheckpoint(Net& net, const Mesh& mesh, Communicator* mp_comm,
                             const checkpoint::TrainState& state, const std::string& dir, int keep,
                             std::string* path, const checkpoint::DirectoryLock* lock) {
+  WatchdogLabel label("checkpoint: gather and write");
   absl::Status status;
   if (mesh.dp_rank() == 0) {
     // Every rank of replica 0 takes part in the gathers of its mp group; rank 0 keeps them.
@@ -146,6 +148,7 @@ absl::Status SaveCheckpoint(Net& net, const Mesh& mesh, Communicator* mp_comm,
 absl::StatusOr<std::optional<checkpoint::Checkpoint>> LoadForResume(
     const std::string& resume, const std::string& dir, const Mesh& mesh,
     const checkpoint::ExpectedModel& expected) {
+  WatchdogLabel label("resume: find and read the checkpoint");
   if (resume == "none") return std::optional<checkpoint::Checkpoint>();
   std::string path;
   absl::Status status;
@@ -214,6 +217,7 @@ std::vector<std::string> ChangedFlags(const std::string& saved, const std::strin
                                                                      "device",
                                                                      "comm",
                                                                      "bucket_mb",
+                                                                     "collective_timeout",
                                                                      "mp"};
   absl::StatusOr<std::map<std::string, std::string>> before = FlagValues(saved);
   absl::StatusOr<std::map<std::string, std::string>> after = FlagValues(now);

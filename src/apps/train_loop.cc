@@ -17,6 +17,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/jpeg_decoder.h"
 #include "data/augment.h"
+#include "parallel/watchdog.h"
 
 namespace colonnade {
 
@@ -370,6 +371,7 @@ void Trainer::Recycle(data::Batch&& batch) {
 }
 
 void Trainer::Step(int64_t step, data::Batch&& batch, float lr) {
+  WatchdogSetStep(step);
   timeline_->BeginStep(step, batch.wait_seconds);
   Tensor& images = net_.blob("data");
   StepScalars values;
@@ -437,6 +439,7 @@ EndCode Trainer::ReadResults() {
 }
 
 void Trainer::Agree(int64_t done, bool* stop, bool* checkpoint_due) {
+  WatchdogLabel label("the per-step agreement");
   int agree[2] = {checkpoint::StopRequested() ? 1 : 0,
                   job_.lead && policy_->Due(done, Seconds(start_, Clock::now())) ? 1 : 0};
   if (l_.world_size > 1) MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -4,6 +4,9 @@
 
 #include <mpi.h>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
 #include "apps/evaluation.h"
 #include "apps/exit_codes.h"
 #include "apps/prediction.h"
@@ -11,6 +14,7 @@
 #include "apps/train_setup.h"
 #include "checkpoint/signals.h"
 #include "core/log.h"
+#include "parallel/watchdog.h"
 
 namespace colonnade {
 
@@ -21,6 +25,21 @@ int RunTrainer(const TrainConfig& given) {
   Layout first;
   MPI_Comm_rank(MPI_COMM_WORLD, &first.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &first.world_size);
+  // A rank that stops answering ends the job (exit 5, naming it) instead of a hang.
+  if (cfg.collective_timeout > 0 && !cfg.checkpoint_dir.empty() &&
+      cfg.collective_timeout <= cfg.checkpoint_lock_wait_s) {
+    return AgreedError(
+        first,
+        absl::InvalidArgumentError(absl::StrFormat(
+            "--collective_timeout=%g must exceed --checkpoint_lock_wait_s=%g (rank 0 may wait that "
+            "long for the directory's lock while the others wait for it), or be 0 (off)",
+            cfg.collective_timeout, cfg.checkpoint_lock_wait_s)),
+        kExitUsage);
+  }
+  WatchdogOptions watch{cfg.collective_timeout, kExitRankStoppedAnswering, "trainer"};
+  if (absl::Status s = StartCollectiveWatchdog(MPI_COMM_WORLD, watch); !s.ok()) {
+    RankError(first, s);
+  }
   if (cfg.mode != RunMode::kTrain) {
     if (EndCode end = ModelFromCheckpoint(first, cfg)) return *end;
   }

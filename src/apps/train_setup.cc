@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "core/status_macros.h"
 #include "cuda/cuda_backend.h"
+#include "parallel/watchdog.h"
 
 namespace colonnade {
 namespace {
@@ -93,6 +94,7 @@ std::string WithCommas(int64_t v) {
 // Sums `n` doubles over the data-parallel group (loss sums, correct counts); the mp ranks
 // of a group hold identical copies of these.
 void SumOverDp(const Layout& l, double* v, int n) {
+  WatchdogLabel label("summing the results over the dp group");
   if (l.dp_size > 1) MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, l.dp_comm);
 }
 

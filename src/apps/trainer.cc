@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
           "Known models: ",
           colonnade::KnownModels(),
           ".\nExit codes: 0 done, 1 runtime error, 2 usage error, 3 loss became NaN/Inf, "
-          "4 --checkpoint_dir locked by another job, 75 stopped by a signal (SIGTERM, "
+          "4 --checkpoint_dir locked by another job, 5 a rank stopped answering "
+          "(--collective_timeout), 75 stopped by a signal (SIGTERM, "
           "SIGUSR1, SIGINT): after a checkpoint once training has started, at once before "
           "that; requeue and resume."),
       colonnade::TrainerFlagRanges()};

@@ -171,6 +171,12 @@ constexpr int64_t kMaxGlobalBatch = 65536;
   X(kParallel, double, bucket_mb, 25.0, Range(0.001, 65536),                                \
     "Gradient all-reduce bucket size in MiB; buckets launch during backward as soon as "    \
     "they are complete.")                                                                   \
+  X(kParallel, double, collective_timeout, 300, Range(0, 1e6),                              \
+    "Seconds a rank may wait in one collective (gradient all-reduce, the per-step "         \
+    "agreement, a checkpoint gather, set-up), or stay silent, before the job ends: then "   \
+    "every rank prints one line naming the rank and host that stopped answering "           \
+    "(crashed, stopped, cut off, stuck outside MPI) and exits 5, instead of waiting "       \
+    "forever. 0: off. Must exceed --checkpoint_lock_wait_s (docs/OPERATIONS.md).")          \
   X(kParallel, int, cpu_threads, 0, Range(0, 1024),                                         \
     "Threads for CPU ops per rank; 0: cores / ranks on the node.")                          \
   /* ---- device and memory ---- */                                                         \

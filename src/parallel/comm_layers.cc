@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/log.h"
+#include "parallel/watchdog.h"
 
 namespace colonnade {
 namespace {
@@ -37,6 +38,7 @@ absl::StatusOr<std::vector<Shape>> AllGatherChannelsLayer::Setup(const std::vect
 
 void AllGatherChannelsLayer::Forward(Ops&, const RunContext&, const std::vector<const Tensor*>& x,
                                      const std::vector<Tensor*>& y) {
+  WatchdogLabel label("column exchange in the mp group");
   CheckComm(comm_->AllGather(*x[0], *y[0]), *this);
 }
 
@@ -50,6 +52,7 @@ void AllGatherChannelsLayer::Backward(Ops& ops, const RunContext&,
   if (mode_ == kSlice) {
     ops.CopyChannelsOut(*dy[0], comm_->rank() * x[0]->c(), *dx[0]);
   } else {
+    WatchdogLabel label("column exchange in the mp group");
     CheckComm(comm_->ReduceScatterSum(*dy[0], *dx[0]), *this);
   }
 }
@@ -80,6 +83,7 @@ void SliceChannelsLayer::Backward(Ops&, const RunContext&, const std::vector<con
                                   const std::vector<const Tensor*>& dy,
                                   const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
+  WatchdogLabel label("column exchange in the mp group");
   CheckComm(comm_->AllGather(*dy[0], *dx[0]), *this);
 }
 
@@ -102,6 +106,7 @@ void GradSumLayer::Backward(Ops& ops, const RunContext&, const std::vector<const
                             const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
   ops.Copy(*dy[0], *dx[0]);
+  WatchdogLabel label("column exchange in the mp group");
   CheckComm(comm_->AllReduceSum(*dx[0]), *this);
 }
 

@@ -149,11 +149,20 @@ absl::StatusOr<StepPrediction> PredictStep(const std::string& model, const Model
   p.bwd_ms = t - p.fwd_ms;
   p.mp_mb = wire / 1e6;
   double end = 0, grad_bytes = 0;
+  // Buckets one after another, each from when its last layer is done; until backward ends
+  // (at t) an all-reduce moves at `overlap` times its full rate.
+  const double rate = std::clamp(cl.overlap, 0.0, 1.0);
+  auto finish = [&](double start, double cost) {
+    if (start >= t) return start + cost;
+    const double during = rate * (t - start);  // work done before backward ends
+    if (during >= cost) return start + cost / rate;
+    return t + (cost - during);
+  };
   if (p.dp > 1) {
     for (const GradientSync::BucketInfo& bucket : built.buckets) {
       const double bytes = 4.0 * bucket.elements;
       const double cost = allreduce_ms(bytes);
-      end = std::max(end, done[bucket.ready_layer]) + cost;
+      end = finish(std::max(end, done[bucket.ready_layer]), cost);
       p.dp_comm_ms += cost;
       grad_bytes += bytes;
     }

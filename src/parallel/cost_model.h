@@ -16,6 +16,11 @@
 //            + [N>1] (2 log2(N) alpha_inter + 2(N-1)/N * (S/d) / B_ib)
 //     with d = dp ranks per node (GPUs per node / mp) and N nodes; each GPU has its own
 //     InfiniBand port (rail-optimised fabric), so S/d crosses each port;
+//     A started all-reduce progresses at the full rate once backward is done, and at
+//     `overlap` times that rate while backward still computes (1: a progress engine of
+//     its own, as NCCL's kernels; Open MPI without a progress thread moves data only inside
+//     MPI calls, which the gradient hook makes once per layer: fitted 0.08-0.22 over TCP,
+//     experiments/multinode, docs/PARALLELISM.md section 8);
 //   * the step ends when backward and the last bucket are both done.
 // Weak scaling: every GPU keeps `per_gpu_batch` images of work (a replica of mp GPUs
 // takes mp x per_gpu_batch images), so efficiency = t_c / predicted step time.
@@ -35,6 +40,9 @@ struct ClusterModel {
   double ib_gbs = 45;          // achieved per-GPU InfiniBand bandwidth, GB/s
   double alpha_intra_us = 15;  // latency of one collective inside a node
   double alpha_inter_us = 6;   // latency per tree level between nodes
+  // Rate at which an all-reduce progresses while backward computes, relative to its rate
+  // after backward (see above); 1: fully concurrent.
+  double overlap = 1;
 };
 
 struct ComputeModel {

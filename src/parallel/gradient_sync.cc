@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "core/log.h"
 #include "core/ops.h"
+#include "parallel/watchdog.h"
 
 namespace colonnade {
 namespace {
@@ -121,6 +122,7 @@ absl::Status GradientSync::Finish() {
     stats_.steps++;
     return absl::OkStatus();
   }
+  WatchdogLabel label("gradient all-reduce");
   auto t0 = std::chrono::steady_clock::now();
   while (next_ < buckets_.size()) Launch(next_++);
   for (Bucket& b : buckets_) {

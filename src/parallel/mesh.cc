@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "parallel/watchdog.h"
 
 namespace colonnade {
 
@@ -55,6 +56,7 @@ Mesh::Comms::~Comms() {
 }
 
 absl::StatusOr<Mesh> Mesh::Create(MPI_Comm world, int mp) {
+  WatchdogLabel label("mesh set-up");
   Mesh m;
   MPI_Comm_rank(world, &m.world_rank_);
   MPI_Comm_size(world, &m.world_size_);
@@ -165,7 +167,8 @@ void FinalizeMpi() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Finalize();
+  if (initialized && !finalized) MPI_Finalize();  // watched, like every blocking call
+  StopCollectiveWatchdog();
 }
 
 int LocalRankFromEnvironment() {

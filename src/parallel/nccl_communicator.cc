@@ -23,6 +23,7 @@
 #include "core/backend.h"
 #include "cuda/cuda_backend.h"
 #include "parallel/mesh.h"
+#include "parallel/watchdog.h"
 
 namespace colonnade {
 namespace {
@@ -61,6 +62,7 @@ class NcclRequest : public CommRequest {
   }
   absl::Status Wait() override {
     if (done_) return status_;
+    WatchdogWait watched("an NCCL collective");
     auto t0 = Clock::now();
     // Poll rather than block so that an NCCL failure on a peer (reported asynchronously)
     // ends the wait with an error instead of a hang.

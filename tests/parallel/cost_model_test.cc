@@ -113,5 +113,26 @@ TEST(CostModel, Monotone) {
   EXPECT_FALSE(PredictStep("alexnet", Small(), 1, 3, Cluster(), Compute(4)).ok());
 }
 
+// The overlap rate: 1 is the model as before, 0 puts every all-reduce after backward (the
+// no-overlap figure), values between lie between and never beat 1.
+TEST(CostModel, OverlapRate) {
+  for (double bucket : {1.0, 4.0}) {
+    ClusterModel c = Cluster();
+    auto full = PredictStep("alexnet", Small(), 2, 1, c, Compute(bucket));
+    c.overlap = 0;
+    auto none = PredictStep("alexnet", Small(), 2, 1, c, Compute(bucket));
+    c.overlap = 0.3;
+    auto some = PredictStep("alexnet", Small(), 2, 1, c, Compute(bucket));
+    ASSERT_TRUE(full.ok() && none.ok() && some.ok());
+    EXPECT_GT(full->buckets, 1);
+    EXPECT_NEAR(none->step_ms, none->fwd_ms + none->bwd_ms + none->dp_comm_ms, 1e-9);
+    EXPECT_NEAR(none->efficiency, full->efficiency_no_overlap, 1e-12);
+    EXPECT_LE(full->step_ms, some->step_ms + 1e-12);
+    EXPECT_LE(some->step_ms, none->step_ms + 1e-12);
+    EXPECT_LT(full->step_ms, none->step_ms);  // something was hidden
+    EXPECT_EQ(full->dp_comm_ms, some->dp_comm_ms);
+  }
+}
+
 }  // namespace
 }  // namespace colonnade::testing_parallel
