@@ -243,9 +243,58 @@ void WriteImageCHWN(const uint8_t* hwc, const AugmentConfig& cfg, const ImageAug
   }
 }
 
+namespace {
+
+constexpr int kChunkMax = 16;  // images per WriteChunkCHWN pass: a 64-byte line of floats
+
+// Cutout in WriteChunkCHWN's row buffer tmp[c][x][j] (kChunkMax images innermost): the
+// cut columns of output row y are 0, after crop, resize and mirror.
+void ZeroCutoutRow(const ImageAugment* augs, int count, int y, int C, int cw, float* tmp) {
+  for (int j = 0; j < count; ++j) {
+    const ImageAugment& a = augs[j];
+    if (!CutRow(a, y)) continue;
+    for (int c = 0; c < C; ++c) {
+      float* t = tmp + static_cast<size_t>(c) * cw * kChunkMax + j;
+      for (int x = a.cut_x0; x < a.cut_x1; ++x) t[x * kChunkMax] = 0.0f;
+    }
+  }
+}
+
+// WriteChunkCHWN's second step for one output row: for each (c, x) the `count` values of
+// tmp go to `count` consecutive floats of the CHWN row (row_out: the row of channel 0,
+// `plane` floats apart per channel, images from n0); a whole cache line of 16 aligned images
+// with streaming stores.
+void StoreChunkRow(const float* tmp, int count, int C, int cw, float* row_out, int64_t N,
+                   int64_t plane, int64_t n0) {
+  for (int c = 0; c < C; ++c) {
+    const float* t = tmp + static_cast<size_t>(c) * cw * kChunkMax;
+    float* dst = row_out + c * plane + n0;
+#if defined(__SSE2__)
+    if (count == kChunkMax && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 && (N & 3) == 0) {
+      for (int x = 0; x < cw; ++x) {
+        float* d = dst + static_cast<int64_t>(x) * N;
+        const float* s = t + x * kChunkMax;
+        _mm_stream_ps(d, _mm_loadu_ps(s));
+        _mm_stream_ps(d + 4, _mm_loadu_ps(s + 4));
+        _mm_stream_ps(d + 8, _mm_loadu_ps(s + 8));
+        _mm_stream_ps(d + 12, _mm_loadu_ps(s + 12));
+      }
+      continue;
+    }
+#endif
+    for (int x = 0; x < cw; ++x) {
+      float* d = dst + static_cast<int64_t>(x) * N;
+      const float* s = t + x * kChunkMax;
+      for (int j = 0; j < count; ++j) d[j] = s[j];
+    }
+  }
+}
+
+}  // namespace
+
 void WriteChunkCHWN(const uint8_t* const* hwc, const ImageAugment* augs, int count,
                     const AugmentConfig& cfg, float* out, int64_t N, int64_t n0) {
-  constexpr int kMax = 16;
+  constexpr int kMax = kChunkMax;
   if (count > kMax) {
     for (int i = 0; i < count; i += kMax) {
       WriteChunkCHWN(hwc + i, augs + i, std::min(kMax, count - i), cfg, out, N, n0 + i);
@@ -344,36 +393,9 @@ void WriteChunkCHWN(const uint8_t* const* hwc, const ImageAugment* augs, int cou
         }
       }
     }
-    for (int j = 0; j < count; ++j) {  // cutout: after crop, resize and mirror
-      const ImageAugment& a = augs[j];
-      if (!CutRow(a, y)) continue;
-      for (int c = 0; c < C; ++c) {
-        float* t = tmp.data() + static_cast<size_t>(c) * cw * kMax + j;
-        for (int x = a.cut_x0; x < a.cut_x1; ++x) t[x * kMax] = 0.0f;
-      }
-    }
-    for (int c = 0; c < C; ++c) {
-      const float* t = tmp.data() + static_cast<size_t>(c) * cw * kMax;
-      float* dst = out + (static_cast<int64_t>(c) * ch + y) * cw * N + n0;
-#if defined(__SSE2__)
-      if (count == kMax && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 && (N & 3) == 0) {
-        for (int x = 0; x < cw; ++x) {
-          float* d = dst + static_cast<int64_t>(x) * N;
-          const float* s = t + x * kMax;
-          _mm_stream_ps(d, _mm_loadu_ps(s));
-          _mm_stream_ps(d + 4, _mm_loadu_ps(s + 4));
-          _mm_stream_ps(d + 8, _mm_loadu_ps(s + 8));
-          _mm_stream_ps(d + 12, _mm_loadu_ps(s + 12));
-        }
-        continue;
-      }
-#endif
-      for (int x = 0; x < cw; ++x) {
-        float* d = dst + static_cast<int64_t>(x) * N;
-        const float* s = t + x * kMax;
-        for (int j = 0; j < count; ++j) d[j] = s[j];
-      }
-    }
+    ZeroCutoutRow(augs, count, y, C, cw, tmp.data());
+    StoreChunkRow(tmp.data(), count, C, cw, out + static_cast<int64_t>(y) * cw * N, N,
+                  static_cast<int64_t>(ch) * cw * N, n0);
   }
 #if defined(__SSE2__)
   _mm_sfence();  // streaming stores are weakly ordered: publish them before returning
