@@ -8,7 +8,7 @@ where the installed PyTorch can write it).
   logits = m(x)                                      # x: see "Inputs" below
 
 Models: alexnet (any --columns), cifar10-18pct, cifar10-80sec, resnet18-cifar, resnet18,
-resnet34, resnet50, resnet152. The network is rebuilt in PyTorch from the checkpoint's
+resnet34, resnet50, resnet152, resnet18d, resnet50d (ResNet-D), resnet9 (Page's ResNet-9). The network is rebuilt in PyTorch from the checkpoint's
 attributes (model, columns, input_size, num_classes, input_channels) and the canonical
 tensors under /params (docs/CHECKPOINTS.md), with Colonnade's layer semantics
 (src/core/models.cc, zoo_imagenet.cc, core/ops/lrn.cc and the other ops; docs/MODELS.md):
@@ -31,7 +31,8 @@ transposed to NCHW: float32 [N][C][S][S], S = the checkpoint's input_size, each 
 (pixel - mean) * scale, where pixel is the stored 0..255 value, mean the training set's
 mean image at the source pixel (before the centre crop; `--mean=image`, the default), and
 scale the model recipe's: 1 for alexnet and the cifar10 nets (raw pixel units, as
-cuda-convnet), 1/255 for the ResNets. That is what `trainer --mode=predict` computes.
+cuda-convnet), 1/64 for resnet9, 1/255 for the other ResNets. That is what `trainer
+--mode=predict` computes.
 
 With --dataset DIR (a shard directory written by make_shards, normally the training split
 or a val split that stores the training mean) the preprocessing goes inside the model: it
@@ -39,7 +40,10 @@ then takes the images as make_shards stores them, uint8 (or float) [N][H][W][C] 
 the dataset's size, subtracts DIR/dataset.h5's /mean_image (or its per-channel mean when
 the checkpoint was trained with --mean=channel; nothing with --mean=none), multiplies by
 the recipe's scale, and takes the centre S x S crop (offset (H - S) / 2, rounded down), as
-the trainer's evaluation pipeline does.
+the trainer's evaluation pipeline does; when the checkpoint was trained with
+--random_resized_crop or --eval_crop_fraction, the centre square of that fraction (0.875 by
+default with --random_resized_crop) resized to S x S by the trainer's fixed-point bilinear
+(src/core/bilinear.h; the mean image read at each output pixel's nearer tap).
 
 Outputs: logits float32 [N][num_classes] (no softmax), the trainer's --predictions /logits.
 
@@ -56,6 +60,7 @@ model, a file that is not a checkpoint).
 
 import argparse
 import json
+import math
 import os
 import sys
 import warnings
@@ -76,10 +81,11 @@ except ImportError as e:
 from typing import List
 
 SUPPORTED = ("alexnet", "cifar10-18pct", "cifar10-80sec", "resnet18-cifar", "resnet18",
-             "resnet34", "resnet50", "resnet152")
+             "resnet34", "resnet50", "resnet152", "resnet18d", "resnet50d", "resnet9")
 # Recipe::input_scale of src/core/models.cc: raw pixel units for AlexNet and cuda-convnet's
-# nets, 0..1 for the ResNets (the Recipe default 1/255, a float32 constant).
-INPUT_SCALE = {"alexnet": 1.0, "cifar10-18pct": 1.0, "cifar10-80sec": 1.0}
+# nets, 1/64 for ResNet-9 (Page's per-channel std, about 0.25 of 255), 0..1 for the other
+# ResNets (the Recipe default 1/255, a float32 constant).
+INPUT_SCALE = {"alexnet": 1.0, "cifar10-18pct": 1.0, "cifar10-80sec": 1.0, "resnet9": 1.0 / 64}
 DEFAULT_SCALE = float(np.float32(1.0) / np.float32(255.0))
 
 
@@ -268,9 +274,11 @@ class ConvBN(nn.Module):
 class Block(nn.Module):
     """A residual block as BuildResNet (zoo_imagenet.cc) makes it: basic (3x3, 3x3) or
     bottleneck (1x1, 3x3 with the stride, 1x1 x4), a 1x1 projection when the shape changes,
-    add, ReLU."""
+    add, ReLU. ResNet-D (d_variant): the projection of a strided block averages 2x2/2 (ceil
+    mode, in-image divisor) and then convolves 1x1 with stride 1."""
 
-    def __init__(self, cin: int, width: int, stride: int, bottleneck: bool):
+    def __init__(self, cin: int, width: int, stride: int, bottleneck: bool,
+                 d_variant: bool = False):
         super().__init__()
         cout = width * 4 if bottleneck else width
         if bottleneck:
@@ -281,10 +289,14 @@ class Block(nn.Module):
             self.body = nn.Sequential(ConvBN(cin, width, 3, stride, 1, True),
                                       ConvBN(width, width, 3, 1, 1, False))
         self.has_proj = stride != 1 or cin != cout
-        self.proj = ConvBN(cin, cout, 1, stride, 0, False) if self.has_proj else nn.Identity()
+        proj_stride = 1 if d_variant else stride
+        self.proj_pool = (Pool("avg", 2, 2, 0, True) if d_variant and stride != 1
+                          else nn.Identity())
+        self.proj = (ConvBN(cin, cout, 1, proj_stride, 0, False) if self.has_proj
+                     else nn.Identity())
 
     def forward(self, x):
-        return F.relu(self.body(x) + self.proj(x))
+        return F.relu(self.body(x) + self.proj(self.proj_pool(x)))
 
 
 class ResNet(nn.Module):
@@ -301,43 +313,94 @@ class ResNet(nn.Module):
 
 RESNETS = {"resnet18": ([2, 2, 2, 2], False), "resnet34": ([3, 4, 6, 3], False),
            "resnet50": ([3, 4, 6, 3], True), "resnet152": ([3, 8, 36, 3], True),
-           "resnet18-cifar": ([2, 2, 2, 2], False)}
+           "resnet18-cifar": ([2, 2, 2, 2], False), "resnet18d": ([2, 2, 2, 2], False),
+           "resnet50d": ([3, 4, 6, 3], True)}
+
+
+def add_convbn(names, colonnade, key):
+    """names[] of a ConvBN unit: Colonnade's <conv>/weight and <conv>_bn/* -> key.conv/.bn."""
+    names[colonnade + "/weight"] = key + ".conv.weight"
+    for p in ("gamma", "beta", "running_mean", "running_var"):
+        torch_name = {"gamma": "weight", "beta": "bias"}.get(p, p)
+        names[colonnade + "_bn/" + p] = key + ".bn." + torch_name
 
 
 def resnet(a, model):
     counts, bottleneck = RESNETS[model]
+    d_variant = model.endswith("d")
     cin = a["input_channels"]
     names = {}
-
-    def add_convbn(colonnade, key):
-        names[colonnade + "/weight"] = key + ".conv.weight"
-        for p in ("gamma", "beta", "running_mean", "running_var"):
-            torch_name = {"gamma": "weight", "beta": "bias"}.get(p, p)
-            names[colonnade + "_bn/" + p] = key + ".bn." + torch_name
-
     if model == "resnet18-cifar":
         stem = nn.Sequential(ConvBN(cin, 64, 3, 1, 1, True))
+        add_convbn(names, "conv1", "stem.0")
+    elif d_variant:  # ResNet-D's deep stem (zoo_imagenet.cc): 3x3/2 32, 3x3 32, 3x3 64, pool
+        stem = nn.Sequential(ConvBN(cin, 32, 3, 2, 1, True), ConvBN(32, 32, 3, 1, 1, True),
+                             ConvBN(32, 64, 3, 1, 1, True), Pool("max", 3, 2, 1, False))
+        for i in range(3):
+            add_convbn(names, "conv1_%d" % (i + 1), "stem.%d" % i)
     else:
         stem = nn.Sequential(ConvBN(cin, 64, 7, 2, 3, True), Pool("max", 3, 2, 1, False))
-    add_convbn("conv1", "stem.0")
+        add_convbn(names, "conv1", "stem.0")
     blocks = []
     c = 64
     for stage, n in enumerate(counts):
         width = 64 << stage
         for b in range(n):
             stride = 2 if (b == 0 and stage > 0) else 1
-            blk = Block(c, width, stride, bottleneck)
+            blk = Block(c, width, stride, bottleneck, d_variant)
             i = len(blocks)
             pre = "layer%d_%d" % (stage + 1, b)
             for j in range(3 if bottleneck else 2):
-                add_convbn("%s_conv%d" % (pre, j + 1), "blocks.%d.body.%d" % (i, j))
+                add_convbn(names, "%s_conv%d" % (pre, j + 1), "blocks.%d.body.%d" % (i, j))
             if blk.has_proj:
-                add_convbn(pre + "_downsample", "blocks.%d.proj" % i)
+                add_convbn(names, pre + "_downsample", "blocks.%d.proj" % i)
             blocks.append(blk)
             c = width * (4 if bottleneck else 1)
     m = ResNet(stem, nn.Sequential(*blocks), c, a["num_classes"])
     names["fc/weight"] = "fc.weight"
     names["fc/bias"] = "fc.bias"
+    return m, names
+
+
+RESNET9_OUT_SCALE = 0.125  # FullyConnectedLayer::output_scale of resnet9's fc
+
+
+class ResNet9(nn.Module):
+    """David Page's ResNet-9 as BuildResNet9 (zoo_imagenet.cc) makes it: conv_bn units (3x3
+    p1 conv without bias, batch norm, ReLU), max 2x2/2 pools in floor mode, residual layers 1
+    and 3 (two conv_bn added to the pooled map, no ReLU after the sum), a max over the whole
+    map, and fc whose product is scaled by 0.125 before its bias (Colonnade's bias is frozen
+    at 0; Page's Linear has none)."""
+
+    def __init__(self, cin: int, classes: int):
+        super().__init__()
+        self.prep = ConvBN(cin, 64, 3, 1, 1, True)
+        self.layer1_conv = ConvBN(64, 128, 3, 1, 1, True)
+        self.layer1_res1 = ConvBN(128, 128, 3, 1, 1, True)
+        self.layer1_res2 = ConvBN(128, 128, 3, 1, 1, True)
+        self.layer2_conv = ConvBN(128, 256, 3, 1, 1, True)
+        self.layer3_conv = ConvBN(256, 512, 3, 1, 1, True)
+        self.layer3_res1 = ConvBN(512, 512, 3, 1, 1, True)
+        self.layer3_res2 = ConvBN(512, 512, 3, 1, 1, True)
+        self.fc = nn.Linear(512, classes)
+        self.out_scale = RESNET9_OUT_SCALE
+
+    def forward(self, x):
+        x = F.max_pool2d(self.layer1_conv(self.prep(x)), 2)
+        x = x + self.layer1_res2(self.layer1_res1(x))
+        x = F.max_pool2d(self.layer2_conv(x), 2)
+        x = F.max_pool2d(self.layer3_conv(x), 2)
+        x = x + self.layer3_res2(self.layer3_res1(x))
+        x = torch.amax(x, dim=[2, 3])
+        return F.linear(x, self.fc.weight) * self.out_scale + self.fc.bias
+
+
+def resnet9(a):
+    m = ResNet9(a["input_channels"], a["num_classes"])
+    names = {"fc/weight": "fc.weight", "fc/bias": "fc.bias"}
+    for unit in ("prep", "layer1_conv", "layer1_res1", "layer1_res2", "layer2_conv",
+                 "layer3_conv", "layer3_res1", "layer3_res2"):
+        add_convbn(names, unit, unit)
     return m, names
 
 
@@ -347,28 +410,70 @@ def build(a):
         return alexnet(a)
     if model in ("cifar10-18pct", "cifar10-80sec"):
         return cifar_net(a, model == "cifar10-18pct")
+    if model == "resnet9":
+        return resnet9(a)
     return resnet(a, model)
 
 
 # ---- preprocessing inside the model (--dataset) -------------------------------------------
 
+def bilinear_taps(out, box, origin):
+    """core/bilinear.h's taps of `out` output pixels over a box of `box` source pixels that
+    starts at `origin`: absolute source indices i0, i1 and i1's weight f (of 256), and the
+    nearer tap, in integers exactly as the trainer computes them."""
+    i0, i1, f, near = [], [], [], []
+    for o in range(out):
+        num = (2 * o + 1) * box - out
+        s = 0 if num <= 0 else (num * 256) // (2 * out)
+        a = s >> 8
+        b = min(a + 1, box - 1)
+        i0.append(origin + a)
+        i1.append(origin + b)
+        f.append(s & 255)
+        near.append(origin + (b if (s & 255) >= 128 else a))
+    return i0, i1, f, near
+
+
 class WithPreprocessing(nn.Module):
     """images [N][H][W][C] (uint8 or float, 0..255) -> (x - mean) * scale, NCHW, centre crop,
-    then the network: the trainer's evaluation pipeline (data/augment.cc)."""
+    then the network: the trainer's evaluation pipeline (data/augment.cc). With `box` > 0
+    (the checkpoint's evaluation crop fraction, data::EvalBoxOf) the centre box x box square
+    is resized to crop x crop by core/bilinear.h's fixed-point bilinear, exact in float32 for
+    integer pixels as in the trainer, and the mean is read at each output pixel's nearer tap."""
 
-    def __init__(self, net: nn.Module, mean_hwc: torch.Tensor, scale: float, crop: int):
+    def __init__(self, net: nn.Module, mean_hwc: torch.Tensor, scale: float, crop: int,
+                 box: int = 0):
         super().__init__()
         self.net = net
         self.register_buffer("mean", mean_hwc)
         self.scale = scale
         self.crop = crop
+        self.resize = box > 0
+        h, w = mean_hwc.shape[0], mean_hwc.shape[1]
+        r0, r1, fy, ny = bilinear_taps(crop, max(box, 1), (h - box) // 2)
+        c0, c1, fx, nx = bilinear_taps(crop, max(box, 1), (w - box) // 2)
+        for name, v in (("r0", r0), ("r1", r1), ("c0", c0), ("c1", c1)):
+            self.register_buffer(name, torch.tensor(v, dtype=torch.long))
+        self.register_buffer("fy", torch.tensor(fy, dtype=torch.float32).reshape(1, crop, 1, 1))
+        self.register_buffer("fx", torch.tensor(fx, dtype=torch.float32).reshape(1, 1, crop, 1))
+        near = mean_hwc[torch.tensor(ny, dtype=torch.long)][:, torch.tensor(nx, dtype=torch.long)]
+        self.register_buffer("mean_near", near.contiguous())
 
     def forward(self, images):
-        x = (images.to(torch.float32) - self.mean) * self.scale
-        h, w = x.shape[1], x.shape[2]
-        y0 = (h - self.crop) // 2
-        x0 = (w - self.crop) // 2
-        x = x[:, y0:y0 + self.crop, x0:x0 + self.crop, :]
+        if self.resize:
+            x = images.to(torch.float32)
+            top, bottom = x.index_select(1, self.r0), x.index_select(1, self.r1)
+            p00, p01 = top.index_select(2, self.c0), top.index_select(2, self.c1)
+            p10, p11 = bottom.index_select(2, self.c0), bottom.index_select(2, self.c1)
+            gx, gy = 256.0 - self.fx, 256.0 - self.fy
+            v = ((p00 * gx + p01 * self.fx) * gy + (p10 * gx + p11 * self.fx) * self.fy) / 65536.0
+            x = (v - self.mean_near) * self.scale
+        else:
+            x = (images.to(torch.float32) - self.mean) * self.scale
+            h, w = x.shape[1], x.shape[2]
+            y0 = (h - self.crop) // 2
+            x0 = (w - self.crop) // 2
+            x = x[:, y0:y0 + self.crop, x0:x0 + self.crop, :]
         return self.net(x.permute(0, 3, 1, 2).contiguous())
 
 
@@ -407,6 +512,32 @@ def flag_value(flags_text, name, default):
         if line.startswith("--" + name + "="):
             v = line.split("=", 1)[1]
     return v
+
+
+def bool_flag(flags_text, name):
+    """A boolean flag of the checkpoint's flags: the last of --name, --name=true|false|1|0,
+    --noname."""
+    v = False
+    for line in flags_text.splitlines():
+        if line == "--" + name:
+            v = True
+        elif line == "--no" + name:
+            v = False
+        elif line.startswith("--" + name + "="):
+            v = line.split("=", 1)[1].lower() in ("true", "1", "yes", "t", "y")
+    return v
+
+
+def eval_box(flags_text, h, w):
+    """data::EvalBoxOf for the checkpoint's flags (train_config.h's EvalCropFraction):
+    --eval_crop_fraction, else 0.875 with --random_resized_crop, else 0 (no resize)."""
+    fraction = float(flag_value(flags_text, "eval_crop_fraction", "0"))
+    if not fraction > 0 and bool_flag(flags_text, "random_resized_crop"):
+        fraction = 0.875
+    if not fraction > 0:
+        return 0
+    x = fraction * min(h, w)  # std::lround: halves away from zero
+    return int(math.floor(x + 0.5))
 
 
 def load_params(m, names, tensors, a, path):
@@ -466,11 +597,16 @@ def export(path, out, onnx, dataset):
             mean_image = np.broadcast_to(ch.astype(np.float32), mean_image.shape).copy()
         elif mode == "none":
             mean_image = np.zeros_like(mean_image)
-        net = WithPreprocessing(net, torch.from_numpy(mean_image), scale, s)
+        box = eval_box(a["flags"], h, w)
+        if box == s:
+            box = 0  # the centre square is the crop itself: no resize, as in the trainer
+        net = WithPreprocessing(net, torch.from_numpy(mean_image), scale, s, box)
+        crop_text = ("resizes the centre %dx%d to %d (bilinear, docs/DATA.md)" % (box, box, s)
+                     if box else "centre-crops to %d" % s)
         info.update({"input": "images uint8 or float [N][%d][%d][%d] (0..255, RGB, as "
                               "make_shards stores them); the model subtracts the mean (%s), "
-                              "scales by %r and centre-crops to %d" % (h, w, c, mode, scale, s),
-                     "mean": mode, "dataset": os.path.abspath(dataset)})
+                              "scales by %r and %s" % (h, w, c, mode, scale, crop_text),
+                     "mean": mode, "dataset": os.path.abspath(dataset), "eval_box": box})
         example = torch.zeros(1, h, w, c, dtype=torch.uint8)
     else:
         info["input"] = ("float32 [N][%d][%d][%d] NCHW: (pixel - training mean image) * %r, "

@@ -14,6 +14,7 @@ PACKAGES=(build-essential cmake pkg-config git
   libjpeg-dev libpng-dev libopenblas-dev
   python3 python3-h5py python3-numpy python3-matplotlib python3-pil
   python3-torch python3-onnx  # torch, onnx: scripts/export_torch.py and its test
+  python3-torchvision  # tests/data/rrc_distribution_test.py: RandomResizedCrop.get_params
   clang-format)  # scripts/check_format.sh (test house.format)
 
 missing=()

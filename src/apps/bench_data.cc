@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, data_dir, "/tmp/colonnade_bench_data",
 ABSL_FLAG(int64_t, images, 4096, "Images per benchmark dataset");
 ABSL_FLAG(int32_t, image_size, 256, "Stored image height = width");
 ABSL_FLAG(int32_t, crop, 224, "Output crop (random, with mirror)");
+ABSL_FLAG(bool, random_resized_crop, false,
+          "Crop as the trainer's --random_resized_crop does (a random box of the image resized "
+          "to the crop, docs/DATA.md section 5) instead of at a random offset");
 ABSL_FLAG(int64_t, batch, 128, "Global batch size (dp = 1)");
 ABSL_FLAG(std::string, threads_list, "",
           "Comma-separated reader thread counts to measure; empty = 1, 2, 4, ... up to the "
@@ -268,9 +271,10 @@ int main(int argc, char** argv) {
     return output == "float" ? static_cast<size_t>(3) * crop * crop * sizeof(float)
                              : static_cast<size_t>(3) * size * size;
   };
-  std::printf("bench_data: %lld images %dx%d -> crop %d, batch %lld, %d cores\n",
-              static_cast<long long>(images), size, size, crop, static_cast<long long>(batch),
-              cores);
+  const bool resized_crop = absl::GetFlag(FLAGS_random_resized_crop);
+  std::printf("bench_data: %lld images %dx%d -> %scrop %d, batch %lld, %d cores\n",
+              static_cast<long long>(images), size, size, resized_crop ? "random-resized " : "",
+              crop, static_cast<long long>(batch), cores);
   std::map<std::string, double> memcpy_rate;
   for (const std::string& o : settings->outputs) {
     memcpy_rate[o] = MemcpyImagesPerSecond(out_bytes_of(o), batch);
@@ -301,6 +305,7 @@ int main(int argc, char** argv) {
         po.global_batch = batch;
         po.seed = 7;
         po.crop = crop;
+        po.resized_crop.on = resized_crop;
         po.mirror = true;
         po.lighting = 0.1f;
         po.threads = t;

@@ -21,16 +21,22 @@ cuda::FeedMean FeedMeanOf(data::MeanMode m) {
   return cuda::FeedMean::kNone;
 }
 
+}  // namespace
+
 cuda::FeedAugment FeedAugmentOf(const data::ImageAugment& a) {
   cuda::FeedAugment f;
   f.y0 = a.y0;
   f.x0 = a.x0;
   f.mirror = a.mirror ? 1 : 0;
   for (int c = 0; c < 3; ++c) f.light[c] = a.light[c];
+  f.box_h = a.box_h;
+  f.box_w = a.box_w;
+  f.cut_y0 = a.cut_y0;
+  f.cut_x0 = a.cut_x0;
+  f.cut_y1 = a.cut_y1;
+  f.cut_x1 = a.cut_x1;
   return f;
 }
-
-}  // namespace
 
 cuda::SyntheticGeometry SyntheticGeometryOf(const data::SyntheticRecipe& r) {
   cuda::SyntheticGeometry g;
@@ -59,6 +65,7 @@ absl::StatusOr<std::unique_ptr<DeviceFeed>> DeviceFeed::Create(const data::Datas
   cfg.crop_w = a.crop_w;
   cfg.mean = FeedMeanOf(a.mean);
   cfg.scale = a.scale;
+  cfg.resize = a.resized_crop.on || a.eval_box > 0;
   if (a.mean == data::MeanMode::kImage) cfg.mean_image = a.mean_image;
   if (a.mean == data::MeanMode::kChannel) cfg.channel_mean = a.channel_mean;
   cfg.max_batch = static_cast<int>(pipe->local_batch());
@@ -132,6 +139,13 @@ void DeviceFeed::EndProduce() {
 
 absl::Status DeviceFeed::ProduceView(int view, bool last, Tensor* images, Tensor* labels) {
   RETURN_IF_ERROR(feed_->ProduceView(view, last, images, labels));
+  if (last) RecycleCopied(/*wait=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status DeviceFeed::ProduceView(const data::ImageAugment& view, bool last, Tensor* images,
+                                     Tensor* labels) {
+  RETURN_IF_ERROR(feed_->ProduceView(FeedAugmentOf(view), last, images, labels));
   if (last) RecycleCopied(/*wait=*/false);
   return absl::OkStatus();
 }

@@ -30,6 +30,9 @@
 
 namespace colonnade {
 
+// An image's augmentation as the GPU feed's kernels take it (data -> cuda types).
+cuda::FeedAugment FeedAugmentOf(const data::ImageAugment& a);
+
 // The device generator's description of the synthetic dataset `r` (data -> cuda types);
 // `grid` stays null: the caller uploads r.grid and points it there (BatchFeed does).
 cuda::SyntheticGeometry SyntheticGeometryOf(const data::SyntheticRecipe& r);
@@ -62,6 +65,10 @@ class DeviceFeed {
   // pipeline whose crop is the views' side; its augments are ignored) into `images` and
   // `labels`; `last` consumes the batch (cuda::BatchFeed::ProduceView).
   absl::Status ProduceView(int view, bool last, Tensor* images, Tensor* labels);
+  // The same with one augmentation for every image (--eval_views=2: the eval pipeline's
+  // centre view, then that view mirrored).
+  absl::Status ProduceView(const data::ImageAugment& view, bool last, Tensor* images,
+                           Tensor* labels);
   // Takes a consumed batch (one that was staged) and returns it to the pipeline as soon
   // as the device has copied it: now, or in a later call.
   void Recycle(data::Batch&& b);

@@ -16,23 +16,40 @@
 namespace colonnade {
 namespace {
 
-// Runs the ten views of `batch` (n > 0 images, already the net's batch size) through `net`
-// into `avg`: cut on the GPU by `feed` from the batch's uint8 images when there is a feed,
-// else by data::TenCrops from the host batch of full images.
-absl::Status ForwardTenViews(Net& net, const data::Batch& batch, int side, DeviceFeed* feed,
-                             const RunContext& ctx, ViewAverage* avg) {
+// Runs the views of `batch` (n > 0 images, already the net's batch size) through `net` into
+// `avg`: ten crops, or the centre crop and its mirror (`centre`: the eval pipeline's view).
+// With a feed they are cut on the GPU from the batch's uint8 images (staged once); else the
+// host cuts them from the batch's float images (full images for ten crops, data::TenCrops;
+// the centre crop and data::MirrorCHWN of it for two).
+absl::Status ForwardViews(Net& net, const data::Batch& batch, int side, EvalViews views,
+                          const data::ImageAugment& centre, DeviceFeed* feed, const RunContext& ctx,
+                          ViewAverage* avg) {
+  const int count = static_cast<int>(views);
   std::vector<Tensor> crops;
   if (feed != nullptr) {
     RETURN_IF_ERROR(feed->Stage(batch));
   } else {
-    ASSIGN_OR_RETURN(crops, data::TenCrops(batch.images, side));
+    if (views == EvalViews::kTen) {
+      ASSIGN_OR_RETURN(crops, data::TenCrops(batch.images, side));
+    } else {
+      ASSIGN_OR_RETURN(Tensor mirrored, data::MirrorCHWN(batch.images));
+      crops.push_back(batch.images);  // a handle: the batch's storage, not a copy
+      crops.push_back(std::move(mirrored));
+    }
     net.blob("label").CopyFrom(batch.labels);
   }
+  data::ImageAugment mirrored = centre;
+  mirrored.mirror = true;
   avg->Start(net.blob("probs").c(), net.batch());
-  for (int v = 0; v < cuda::kTenCropViews; ++v) {
+  for (int v = 0; v < count; ++v) {
     if (feed != nullptr) {
-      RETURN_IF_ERROR(feed->ProduceView(v, v == cuda::kTenCropViews - 1, &net.blob("data"),
-                                        &net.blob("label")));
+      const bool last = v == count - 1;
+      if (views == EvalViews::kTen) {
+        RETURN_IF_ERROR(feed->ProduceView(v, last, &net.blob("data"), &net.blob("label")));
+      } else {
+        RETURN_IF_ERROR(
+            feed->ProduceView(v ? mirrored : centre, last, &net.blob("data"), &net.blob("label")));
+      }
     } else {
       net.blob("data").CopyFrom(crops[v]);
     }
@@ -70,20 +87,26 @@ absl::Status ForEachEvalBatch(Net& net, data::Dataset& val, data::PipelineOption
   o.pinned = false;
   o.pinned_allocator = nullptr;
   o.output = data::BatchOutput::kFloatCHWN;  // the centre crop takes the host path
-  const bool ten = spec.views == EvalViews::kTen;
+  const bool several = spec.views != EvalViews::kOne;
   const int side = static_cast<int>(net.input_shape("data")[1]);
-  if (ten) {
-    o.crop = spec.views_on_gpu ? side : 0;
-    if (spec.views_on_gpu) {
-      o.output = val.synthetic_recipe() ? data::BatchOutput::kIndicesOnly
-                                        : data::BatchOutput::kSourceUint8;
-    }
+  if (spec.views == EvalViews::kTen) {
+    o.crop = spec.views_on_gpu ? side : 0;  // the host cuts ten crops from the full images
+    o.eval_crop_fraction = 0;               // never resized (checked at start-up)
+  } else if (several && spec.views_on_gpu) {
+    o.crop = side;
+  }
+  if (several && spec.views_on_gpu) {
+    o.output =
+        val.synthetic_recipe() ? data::BatchOutput::kIndicesOnly : data::BatchOutput::kSourceUint8;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<data::BatchPipeline> pipe, data::BatchPipeline::Create(&val, o));
   std::unique_ptr<DeviceFeed> feed;  // declared after pipe: destroyed first, it recycles into it
-  if (ten && spec.views_on_gpu) {
+  if (several && spec.views_on_gpu) {
     ASSIGN_OR_RETURN(feed, DeviceFeed::Create(val, pipe.get()));
   }
+  // The eval pipeline's centre view (resized when the crop fraction asks), for two views.
+  const data::ImageAugment centre =
+      data::DrawAugment(pipe->augment_config(), o.seed, 0, 0, /*train=*/false, false, 0.f);
   RunContext ctx;
   ctx.phase = Phase::kEval;
   ViewAverage avg;
@@ -96,15 +119,15 @@ absl::Status ForEachEvalBatch(Net& net, data::Dataset& val, data::PipelineOption
     const int64_t n = batch.labels.n();
     if (n > 0) {
       if (n != net.batch()) RETURN_IF_ERROR(net.Build(n, net.device()));
-      if (ten) {
-        RETURN_IF_ERROR(ForwardTenViews(net, batch, side, feed.get(), ctx, &avg));
+      if (several) {
+        RETURN_IF_ERROR(ForwardViews(net, batch, side, spec.views, centre, feed.get(), ctx, &avg));
       } else {
         net.blob("data").CopyFrom(batch.images);
         net.blob("label").CopyFrom(batch.labels);
         net.Forward(ctx);
       }
     }
-    RETURN_IF_ERROR(visit(batch, n, ten ? &avg : nullptr));
+    RETURN_IF_ERROR(visit(batch, n, several ? &avg : nullptr));
     if (const auto now = Clock::now();
         progress.print && b + 1 < batches && Seconds(last_line, now) >= progress.every_secs) {
       last_line = now;
@@ -178,6 +201,7 @@ data::PipelineOptions EvalPipelineOptions(Job& job) {
   o.crop = side == job.data->info().height ? 0 : side;
   o.mean = data::AbslUnparseFlag(job.cfg.mean);  // the pipeline takes the word
   o.scale = job.info->recipe.input_scale;
+  o.eval_crop_fraction = EvalCropFraction(job.cfg);
   return o;
 }
 
@@ -191,7 +215,15 @@ PassProgress ProgressOf(const Job& job, const char* what) {
 
 // The eval line's note of the views: nothing for the centre crop.
 const char* ViewsNote(EvalViews views) {
-  return views == EvalViews::kTen ? " (10 views averaged)" : "";
+  switch (views) {
+    case EvalViews::kTwo:
+      return " (2 views averaged)";
+    case EvalViews::kTen:
+      return " (10 views averaged)";
+    case EvalViews::kOne:
+      break;
+  }
+  return "";
 }
 
 // --mode=eval: top-1/top-5 error of a checkpoint on --val_data.

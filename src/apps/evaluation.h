@@ -1,7 +1,8 @@
 // Evaluation of a model on a held-out dataset (--val_data while training, --mode=eval):
-// the batch loop shared with prediction (prediction.h) over the centre crop or AlexNet's
-// ten views (docs/DATA.md, "Ten crops"), the views' average, the progress lines of a long
-// pass, and the loss and top-1/top-5 error summed over the data-parallel group.
+// the batch loop shared with prediction (prediction.h) over the centre crop, the centre crop
+// and its mirror, or AlexNet's ten views (docs/DATA.md, "Ten crops"), the views' average, the
+// progress lines of a long pass, and the loss and top-1/top-5 error summed over the data-parallel
+// group.
 #pragma once
 
 #include <cmath>
@@ -21,14 +22,16 @@ namespace colonnade {
 // How evaluation cuts and scores its views (--eval_views, docs/DATA.md "Ten crops").
 struct EvalSpec {
   EvalViews views = EvalViews::kOne;
-  bool views_on_gpu = false;  // ten crops cut on the GPU by the feed (CUDA, --gpu_augment
-                              // not off); else by data::TenCrops on the host
+  bool views_on_gpu = false;  // several views cut on the GPU by the feed (CUDA,
+                              // --gpu_augment not off); else on the host (data::TenCrops,
+                              // data::MirrorCHWN)
 };
 
-// The ten views' average of one evaluation batch (--eval_views=10), the AlexNet paper's
-// recipe: pbar = the mean of the ten views' softmax probabilities. Accumulated on the host in
-// double, view by view in TenCrops' order, from the net's own "probs" and "loss" blobs, so a
-// CPU run and a GPU run with the same probabilities get the same average.
+// The views' average of one evaluation batch (--eval_views=2 or 10), the AlexNet paper's
+// recipe: pbar = the mean of the views' softmax probabilities. Accumulated on the host in
+// double, view by view (TenCrops' order; for two views the centre crop, then its mirror),
+// from the net's own "probs" and "loss" blobs, so a CPU run and a GPU run with the same
+// probabilities get the same average.
 class ViewAverage {
  public:
   void Start(int64_t classes, int64_t n) {
@@ -71,7 +74,7 @@ class ViewAverage {
 };
 
 // What the batch loop hands on for each batch after its forward pass(es): the batch, its
-// n images on this rank, and with ten views their average (null for one view: the net's
+// n images on this rank, and with several views their average (null for one view: the net's
 // blobs hold the outputs).
 using EvalVisitor =
     std::function<absl::Status(const data::Batch& batch, int64_t n, const ViewAverage* avg)>;

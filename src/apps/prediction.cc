@@ -19,10 +19,9 @@ namespace colonnade {
 namespace {
 
 // Writes predictions.h5: /logits float32 [N][classes] and /labels int32 [N], in dataset
-// order, and the attribute eval_views (1 or 10: /logits is then ln of the ten views' mean
-// probabilities), through a unique temporary file renamed into place (WriteOutputFile). Runs in
-// the project's HDF5 scope: the data pipeline's reader threads may still be reading
-// shards.
+// order, and the attribute eval_views (1, 2 or 10: with 2 or 10 /logits is ln of the views'
+// mean probabilities), through a unique temporary file renamed into place (WriteOutputFile). Runs
+// in the project's HDF5 scope: the data pipeline's reader threads may still be reading shards.
 absl::Status WritePredictions(const TrainConfig& cfg, const std::vector<float>& logits,
                               const std::vector<int32_t>& labels, int64_t classes) {
   hdf5::Scope scope;
@@ -100,7 +99,7 @@ class PredictionGather {
   std::vector<int32_t> labels_;
 };
 
-// The ten views' "logits" for --predictions: ln pbar in float (softmax gives pbar back; -inf
+// The views' "logits" for --predictions: ln pbar in float (softmax gives pbar back; -inf
 // where every view's probability of a class underflowed to 0).
 std::vector<float> LogOf(const std::vector<double>& mean_probs) {
   std::vector<float> out(mean_probs.size());
@@ -111,7 +110,7 @@ std::vector<float> LogOf(const std::vector<double>& mean_probs) {
 }  // namespace
 
 // --mode=predict: the logits of every image on --val_data, written to --predictions (with
-// ten views: the log of their average probabilities).
+// several views: the log of their average probabilities).
 int RunPredict(Job& job, const std::string& checkpoint_path) {
   Net& net = job.net();
   // The classifier's logits (replicated on every mp rank by the column split).
@@ -138,9 +137,11 @@ int RunPredict(Job& job, const std::string& checkpoint_path) {
   if (job.lead) {
     std::printf("predict %s on %s: wrote %s of %zu images to %s\n", checkpoint_path.c_str(),
                 job.data->info().path.c_str(),
-                job.cfg.eval_views == EvalViews::kTen
-                    ? "the log of the 10-view average probabilities as logits"
-                    : "logits",
+                job.cfg.eval_views == EvalViews::kOne
+                    ? "logits"
+                    : absl::StrFormat("the log of the %d-view average probabilities as logits",
+                                      static_cast<int>(job.cfg.eval_views))
+                          .c_str(),
                 gather.labels().size(), job.cfg.predictions.c_str());
   }
   return kExitOk;

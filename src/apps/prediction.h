@@ -1,5 +1,5 @@
-// --mode=predict: the logits of every image of --val_data (with --eval_views=10 the log of
-// the ten views' mean probabilities) gathered in dataset order and written to
+// --mode=predict: the logits of every image of --val_data (with --eval_views=2 or 10 the log
+// of the views' mean probabilities) gathered in dataset order and written to
 // --predictions (docs/OPERATIONS.md §8 for the file's rules).
 #pragma once
 

@@ -1,9 +1,14 @@
 #include "apps/train_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 
 namespace colonnade {
@@ -54,8 +59,8 @@ constexpr std::pair<const char*, CudaGraphs> kCudaGraphs[] = {
     {"auto", CudaGraphs::kAuto}, {"on", CudaGraphs::kOn}, {"off", CudaGraphs::kOff}};
 constexpr std::pair<const char*, MemoryPlanMode> kPlans[] = {{"on", MemoryPlanMode::kOn},
                                                              {"off", MemoryPlanMode::kOff}};
-constexpr std::pair<const char*, EvalViews> kEvalViews[] = {{"1", EvalViews::kOne},
-                                                            {"10", EvalViews::kTen}};
+constexpr std::pair<const char*, EvalViews> kEvalViews[] = {
+    {"1", EvalViews::kOne}, {"2", EvalViews::kTwo}, {"10", EvalViews::kTen}};
 constexpr std::pair<const char*, RecomputePolicy> kRecomputes[] = {
     {"bn_relu_add", RecomputePolicy::kBatchNormReluAdd},
     {"bn_relu", RecomputePolicy::kBatchNormRelu},
@@ -64,7 +69,63 @@ constexpr std::pair<const char*, data::MeanMode> kMeans[] = {{"image", data::Mea
                                                              {"channel", data::MeanMode::kChannel},
                                                              {"none", data::MeanMode::kNone}};
 
+// One number of a range flag: a decimal or a fraction p/q, finite.
+bool ParseNumber(absl::string_view text, double* v) {
+  const size_t slash = text.find('/');
+  if (slash == absl::string_view::npos) return absl::SimpleAtod(text, v) && std::isfinite(*v);
+  double p = 0, q = 0;
+  if (!absl::SimpleAtod(text.substr(0, slash), &p) ||
+      !absl::SimpleAtod(text.substr(slash + 1), &q) || q == 0) {
+    return false;
+  }
+  *v = p / q;
+  return std::isfinite(*v);
+}
+
+// A number as the shortest text that reads back to it: p/q when it is one with q <= 16 (4/3),
+// else a decimal (0.08).
+std::string NumberText(double v) {
+  for (int q = 2; q <= 16; ++q) {
+    const double p = std::nearbyint(v * q);
+    if (p / q == v && std::fmod(p, q) != 0) return absl::StrFormat("%.0f/%d", p, q);
+  }
+  for (int precision = 1; precision <= 17; ++precision) {
+    const std::string s = absl::StrFormat("%.*g", precision, v);
+    double back = 0;
+    if (absl::SimpleAtod(s, &back) && back == v) return s;
+  }
+  return absl::StrFormat("%.17g", v);
+}
+
+// "MIN,MAX" with 0 < MIN <= MAX (<= 1 when `at_most_one`).
+bool ParseRange(absl::string_view text, bool at_most_one, double* lo, double* hi,
+                std::string* error) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
+  if (parts.size() != 2 || !ParseNumber(parts[0], lo) || !ParseNumber(parts[1], hi)) {
+    *error = "must be MIN,MAX: two numbers (decimals or fractions like 3/4)";
+    return false;
+  }
+  if (!(*lo > 0 && *lo <= *hi && (!at_most_one || *hi <= 1))) {
+    *error = at_most_one ? "must satisfy 0 < MIN <= MAX <= 1" : "must satisfy 0 < MIN <= MAX";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+bool AbslParseFlag(absl::string_view text, RrcScale* range, std::string* error) {
+  return ParseRange(text, true, &range->min, &range->max, error);
+}
+std::string AbslUnparseFlag(RrcScale range) {
+  return absl::StrCat(NumberText(range.min), ",", NumberText(range.max));
+}
+bool AbslParseFlag(absl::string_view text, RrcRatio* range, std::string* error) {
+  return ParseRange(text, false, &range->min, &range->max, error);
+}
+std::string AbslUnparseFlag(RrcRatio range) {
+  return absl::StrCat(NumberText(range.min), ",", NumberText(range.max));
+}
 
 bool AbslParseFlag(absl::string_view text, RunMode* mode, std::string* error) {
   return ParseWord<RunMode>(text, kModes, mode, error);

@@ -44,7 +44,17 @@ enum class MemoryPlanMode { kOn, kOff };
 // training, --mode=eval, --mode=predict). 1: the centre crop; 10: AlexNet's ten crops
 // (data::TenCrops: centre, four corners, their mirrors), the softmax probabilities of the
 // ten averaged (docs/DATA.md, "Ten crops"). The value is the number of views.
-enum class EvalViews { kOne = 1, kTen = 10 };
+enum class EvalViews { kOne = 1, kTwo = 2, kTen = 10 };
+// --rrc_scale and --rrc_ratio: a range MIN,MAX of the random-resized crop (data::AugmentConfig::
+// ResizedCrop), each number a decimal or a fraction p/q. Scale: the box's area fraction,
+// 0 < MIN <= MAX <= 1 (torchvision's default 0.08,1); ratio: its width / height,
+// 0 < MIN <= MAX, finite (3/4,4/3). A range outside that is a bad flag value (exit 2).
+struct RrcScale {
+  double min = 0.08, max = 1.0;
+};
+struct RrcRatio {
+  double min = 3.0 / 4.0, max = 4.0 / 3.0;
+};
 // --recompute (trainer, bench_train) takes core's RecomputePolicy (core/memory_plan.h):
 // off, bn_relu (batch-norm outputs with their ReLU are written again just before their
 // first backward reader instead of kept from the forward pass) or bn_relu_add (also
@@ -69,6 +79,10 @@ bool AbslParseFlag(absl::string_view text, MemoryPlanMode* plan, std::string* er
 std::string AbslUnparseFlag(MemoryPlanMode plan);
 bool AbslParseFlag(absl::string_view text, EvalViews* views, std::string* error);
 std::string AbslUnparseFlag(EvalViews views);
+bool AbslParseFlag(absl::string_view text, RrcScale* range, std::string* error);
+std::string AbslUnparseFlag(RrcScale range);
+bool AbslParseFlag(absl::string_view text, RrcRatio* range, std::string* error);
+std::string AbslUnparseFlag(RrcRatio range);
 bool AbslParseFlag(absl::string_view text, RecomputePolicy* policy, std::string* error);
 std::string AbslUnparseFlag(RecomputePolicy policy);
 
@@ -97,5 +111,12 @@ struct TrainConfig {
   // The command line as "--flag=value" lines, stored in checkpoints.
   std::string flags_text;
 };
+
+// The evaluation crop fraction in force (data::PipelineOptions::eval_crop_fraction):
+// --eval_crop_fraction, or when it is 0, 0.875 with --random_resized_crop (the ImageNet
+// recipes' Resize(256) + CenterCrop(224)) and 0 (the plain centre crop) without.
+inline double EvalCropFraction(const TrainConfig& c) {
+  return c.eval_crop_fraction > 0 ? c.eval_crop_fraction : c.random_resized_crop ? 0.875 : 0.0;
+}
 
 }  // namespace colonnade

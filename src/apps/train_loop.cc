@@ -68,6 +68,13 @@ EndCode Trainer::CreatePipeline() {
   po_.crop = job_.mo.input_size == dinfo.height ? 0 : job_.mo.input_size;
   po_.pad = cfg_.pad;  // training pipeline only; Evaluate's pipelines are never padded
   po_.mirror = cfg_.mirror;
+  po_.resized_crop.on = cfg_.random_resized_crop;
+  po_.resized_crop.scale_min = cfg_.rrc_scale.min;
+  po_.resized_crop.scale_max = cfg_.rrc_scale.max;
+  po_.resized_crop.ratio_min = cfg_.rrc_ratio.min;
+  po_.resized_crop.ratio_max = cfg_.rrc_ratio.max;
+  po_.cutout = cfg_.cutout;
+  po_.eval_crop_fraction = EvalCropFraction(cfg_);  // Evaluate's pipelines (train = false)
   po_.mean = data::AbslUnparseFlag(cfg_.mean);
   po_.lighting = cfg_.lighting;
   po_.scale = job_.info->recipe.input_scale;
@@ -186,6 +193,7 @@ void Trainer::PrintBanner() {
   std::printf("  data       %s: %lld images %dx%dx%d, %d classes (%s)\n", dinfo.path.c_str(),
               static_cast<long long>(dinfo.size), dinfo.height, dinfo.width, dinfo.channels,
               dinfo.num_classes, dinfo.encoding.c_str());
+  std::printf("  augment    %s\n", AugmentDescription().c_str());
   if (const int64_t resident = data::ResidentShardBytes(); resident > 0) {
     std::printf("  host cache %.1f MiB of shard images in memory (COLONNADE_SHARD_CACHE_MB)\n",
                 resident / 1048576.0);
@@ -244,6 +252,40 @@ void Trainer::PrintBanner() {
         cfg_.keep_checkpoints);
     std::fflush(stdout);
   }
+}
+
+// The banner's augmentation line: what training draws and how evaluation crops, e.g.
+// "train: random-resized crop (area 0.08,1, ratio 3/4,4/3) to 224x224, mirror, cutout 8;
+// eval: the centre 196x196 resized to 224x224 (fraction 0.875), 2 views".
+std::string Trainer::AugmentDescription() const {
+  const data::AugmentConfig& a = pipeline_->augment_config();
+  std::vector<std::string> train;
+  if (cfg_.random_resized_crop) {
+    train.push_back(absl::StrFormat("random-resized crop (area %s, ratio %s) to %dx%d",
+                                    AbslUnparseFlag(cfg_.rrc_scale),
+                                    AbslUnparseFlag(cfg_.rrc_ratio), a.crop_h, a.crop_w));
+  } else if (a.crop_h < a.height || a.crop_w < a.width || a.pad > 0) {
+    train.push_back(absl::StrFormat(
+        "random %dx%d crop%s", a.crop_h, a.crop_w,
+        a.pad > 0 ? absl::StrFormat(" of the image padded by %d", a.pad) : std::string()));
+  } else {
+    train.push_back("the whole image");
+  }
+  if (cfg_.mirror) train.push_back("mirror");
+  if (cfg_.lighting > 0) train.push_back(absl::StrFormat("PCA lighting %g", cfg_.lighting));
+  if (cfg_.cutout > 0) train.push_back(absl::StrFormat("cutout %d", cfg_.cutout));
+  std::string eval = "no --val_data";
+  if (const data::Dataset* val = job_.val_data.get()) {
+    data::PipelineOptions o = po_;
+    const int box = data::EvalBoxOf(o, val->info());
+    eval = box > 0 ? absl::StrFormat("the centre %dx%d resized to %dx%d (fraction %g)", box, box,
+                                     a.crop_h, a.crop_w, o.eval_crop_fraction)
+                   : absl::StrFormat("the centre %dx%d crop", a.crop_h, a.crop_w);
+    if (cfg_.eval_views != EvalViews::kOne) {
+      absl::StrAppend(&eval, ", ", static_cast<int>(cfg_.eval_views), " views");
+    }
+  }
+  return absl::StrCat("train: ", absl::StrJoin(train, ", "), "; eval: ", eval);
 }
 
 // Graphs are legal where the step never waits on the host: one rank, so no gradient

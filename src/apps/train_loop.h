@@ -50,6 +50,7 @@ class Trainer {
   EndCode CountParameters();
   EndCode OpenMetrics();
   void PrintBanner();
+  std::string AugmentDescription() const;
   EndCode OpenRankLog();
   // --cuda_graphs: the step graph where it is legal and asked for (graph_).
   EndCode SetUpGraphs();

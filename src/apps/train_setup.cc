@@ -303,6 +303,61 @@ EndCode SetUpDevice(Job& job) {
   return std::nullopt;
 }
 
+namespace {
+
+// The recipes' augmentation flags (--random_resized_crop, --rrc_scale, --rrc_ratio,
+// --cutout, --eval_crop_fraction) against each other, the model's input side and the
+// evaluation images, with messages that name the flags (the pipeline checks them again).
+EndCode CheckRecipeAugmentation(Job& job, const data::Dataset* eval_set) {
+  const TrainConfig& cfg = job.cfg;
+  auto usage = [&](const std::string& m) {
+    return AgreedError(job.l, absl::InvalidArgumentError(m), kExitUsage);
+  };
+  if (!cfg.random_resized_crop && (cfg.Given("rrc_scale") || cfg.Given("rrc_ratio"))) {
+    return usage(
+        "--rrc_scale and --rrc_ratio shape the boxes of --random_resized_crop: add "
+        "--random_resized_crop, or drop them");
+  }
+  if (cfg.random_resized_crop && cfg.pad > 0) {
+    return usage(absl::StrFormat(
+        "--pad=%d and --random_resized_crop exclude each other (the resized crop's box lies "
+        "inside the image): give one of them",
+        cfg.pad));
+  }
+  if (cfg.cutout > job.mo.input_size) {
+    return usage(absl::StrFormat("--cutout=%d is larger than the input side %d", cfg.cutout,
+                                 job.mo.input_size));
+  }
+  const double fraction = EvalCropFraction(cfg);
+  if (fraction > 0 && eval_set != nullptr) {
+    data::PipelineOptions o;
+    o.eval_crop_fraction = fraction;
+    const int box = data::EvalBoxOf(o, eval_set->info());
+    const std::string what =
+        cfg.eval_crop_fraction > 0
+            ? absl::StrFormat("--eval_crop_fraction=%g", fraction)
+            : absl::StrFormat("the evaluation crop fraction %g of --random_resized_crop", fraction);
+    if (box < 1) {
+      return usage(absl::StrFormat("%s of the %dx%d images of %s is less than one pixel", what,
+                                   eval_set->info().height, eval_set->info().width,
+                                   eval_set->info().path));
+    }
+    if (cfg.eval_views == EvalViews::kTen && box != job.mo.input_size) {
+      return usage(absl::StrFormat(
+          "--eval_views=10 cuts unresized crops, but %s takes the centre %dx%d of the images "
+          "of %s and resizes it to %dx%d: use --eval_views=1 or 2, or --eval_crop_fraction=%g "
+          "(%d pixels)",
+          what, box, box, eval_set->info().path, job.mo.input_size, job.mo.input_size,
+          static_cast<double>(job.mo.input_size) /
+              std::min(eval_set->info().height, eval_set->info().width),
+          job.mo.input_size));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 // The datasets, and the model's input size and classes from them. In eval and predict
 // modes the validation set is the only data.
 EndCode OpenData(Job& job) {
@@ -379,8 +434,9 @@ EndCode OpenData(Job& job) {
                            mo.input_size, dinfo.height, dinfo.width, dinfo.path)),
                        kExitUsage);
   }
-  // --eval_views=10 cuts its crops of the input side from the full evaluation images.
   const data::Dataset* eval_set = job.training ? job.val_data.get() : job.data.get();
+  if (EndCode end = CheckRecipeAugmentation(job, eval_set)) return end;
+  // --eval_views=10 cuts its crops of the input side from the full evaluation images.
   if (cfg.eval_views == EvalViews::kTen && eval_set != nullptr &&
       (mo.input_size > eval_set->info().height || mo.input_size > eval_set->info().width)) {
     return AgreedError(l,

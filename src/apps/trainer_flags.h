@@ -88,6 +88,26 @@ constexpr int64_t kMaxGlobalBatch = 65536;
     "Training: pad every side by P mean-valued pixels before the random crop (CIFAR: "      \
     "--pad=4 with 32x32 crops); evaluation is not padded.")                                 \
   X(kData, bool, mirror, false, NoRange(), "Random horizontal mirroring in training.")      \
+  X(kData, bool, random_resized_crop, false, NoRange(),                                     \
+    "Training: Inception's random-resized crop (torchvision's RandomResizedCrop) instead "  \
+    "of --crop's crop at a random offset: a box of random area (--rrc_scale) and aspect "   \
+    "ratio (--rrc_ratio) resized bilinearly to the input side. Excludes --pad. Evaluation " \
+    "then resizes the centre square (--eval_crop_fraction, default 0.875; docs/DATA.md).")  \
+  X(kData, colonnade::RrcScale, rrc_scale, colonnade::RrcScale(), NoRange(),               \
+    "--random_resized_crop's range of the box's area as a fraction of the image, MIN,MAX "  \
+    "with 0 < MIN <= MAX <= 1 (numbers or fractions like 1/2).")                            \
+  X(kData, colonnade::RrcRatio, rrc_ratio, colonnade::RrcRatio(), NoRange(),               \
+    "--random_resized_crop's range of the box's aspect ratio (width / height), MIN,MAX "    \
+    "with 0 < MIN <= MAX; drawn uniformly in log.")                                         \
+  X(kData, int, cutout, 0, Range(0, 8192),                                                  \
+    "Training: one S x S square of mean-valued pixels (zeros after normalisation) at a "    \
+    "random centre of every image, after crop and mirror, clipped at the border (DeVries "  \
+    "& Taylor 2017; the DAWNBench ResNet-9 recipe: 8). At most the input side; 0: off.")    \
+  X(kData, double, eval_crop_fraction, 0, Range(0, 1),                                      \
+    "Evaluation: the centre square of this fraction of the image's side, resized to the "   \
+    "input side (torchvision's Resize(input / f) + CenterCrop(input); ImageNet recipes: "   \
+    "0.875). 0: with --random_resized_crop 0.875, else the plain centre crop of the input " \
+    "side. Pass it (or --random_resized_crop) again with --mode=eval|predict.")            \
   X(kData, colonnade::data::MeanMode, mean, colonnade::data::MeanMode::kImage, NoRange(),                         \
     "Mean subtraction: image (the dataset's mean image), channel (per-channel mean), "      \
     "none.")                                                                                \
@@ -98,12 +118,13 @@ constexpr int64_t kMaxGlobalBatch = 65536;
     "rank), the rest compute the step; GPU runs: every core of the rank's share).")        \
   X(kData, colonnade::EvalViews, eval_views, colonnade::EvalViews::kOne, NoRange(),                               \
     "How evaluation (--val_data during training, --mode=eval, --mode=predict) scores each " \
-    "image: 1 (the centre crop) or 10 (AlexNet's test: the centre and four corner crops of " \
-    "the full image and their mirrors, the ten softmax outputs averaged; top-1/top-5 rank " \
-    "the average, the loss is the cross-entropy of the average, --predictions holds its "   \
-    "log). The views' side is the model's input side (--crop, else the image size) and "   \
-    "must fit the validation images. On a CUDA run the views are cut on the GPU "           \
-    "(docs/DATA.md, 'Ten crops').")                                                         \
+    "image: 1 (the centre crop), 2 (the centre crop and its mirror) or 10 (AlexNet's "     \
+    "test: the centre and four corner crops of the full image and their mirrors); with "    \
+    "several views their softmax outputs are averaged: top-1/top-5 rank the average, the "  \
+    "loss is the cross-entropy of the average, --predictions holds its log. The views' "    \
+    "side is the model's input side (--crop, else the image size) and must fit the "        \
+    "validation images; 10 views cannot be resized (--eval_crop_fraction). On a CUDA run "  \
+    "the views are cut on the GPU (docs/DATA.md, 'Ten crops').")                            \
   /* ---- optimisation ---- */                                                              \
   X(kOptimisation, int64_t, batch_size, 0, Range(0, kMaxGlobalBatch),                       \
     "GLOBAL batch size, split evenly over the data-parallel replicas; 0: the model's "      \

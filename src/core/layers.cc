@@ -154,8 +154,8 @@ void FullyConnectedLayer::Forward(Ops& ops, const RunContext&, const std::vector
                                   const std::vector<Tensor*>& y) {
   // y[F][N] = W[F][I] * x[I][N]: a CHWN activation is already the (I x N) matrix.
   const int64_t n = x[0]->n();
-  ops.Gemm(false, false, outputs_, n, inputs_, 1.0f, weight_.value.data(), x[0]->data(), 0.0f,
-           y[0]->data());
+  ops.Gemm(false, false, outputs_, n, inputs_, output_scale_, weight_.value.data(), x[0]->data(),
+           0.0f, y[0]->data());
   ops.AddBias(*y[0], bias_.value);
 }
 
@@ -164,13 +164,13 @@ void FullyConnectedLayer::Backward(Ops& ops, const RunContext&, const std::vecto
                                    const std::vector<const Tensor*>& dy,
                                    const std::vector<Tensor*>& dx) {
   const int64_t n = x[0]->n();
-  // dW[F][I] = dy[F][N] * x[I][N]^T; dx[I][N] = W^T[I][F] * dy[F][N].
-  ops.Gemm(false, true, outputs_, inputs_, n, 1.0f, dy[0]->data(), x[0]->data(), 0.0f,
+  // dW[F][I] = s dy[F][N] * x[I][N]^T; dx[I][N] = s W^T[I][F] * dy[F][N] (s: the output scale).
+  ops.Gemm(false, true, outputs_, inputs_, n, output_scale_, dy[0]->data(), x[0]->data(), 0.0f,
            weight_.grad.data());
   ops.BiasBackward(*dy[0], bias_.grad);
   if (dx[0]) {
-    ops.Gemm(true, false, inputs_, n, outputs_, 1.0f, weight_.value.data(), dy[0]->data(), 0.0f,
-             dx[0]->data());
+    ops.Gemm(true, false, inputs_, n, outputs_, output_scale_, weight_.value.data(), dy[0]->data(),
+             0.0f, dx[0]->data());
   }
 }
 
@@ -188,6 +188,7 @@ std::unique_ptr<Layer> FullyConnectedLayer::MakeOutputBlock(int part, int parts)
   auto block = std::make_unique<FullyConnectedLayer>(name(), outputs, columns, bias_init_);
   block->weight_.CopySettingsFrom(weight_);
   block->bias_.CopySettingsFrom(bias_);
+  block->output_scale_ = output_scale_;
   block->weight_.MarkShard(static_cast<int64_t>(part) * outputs, outputs_);
   block->bias_.MarkShard(static_cast<int64_t>(part) * outputs, outputs_);
   return block;

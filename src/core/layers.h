@@ -53,6 +53,7 @@ class ConvLayer : public Layer {
 };
 
 // Fully connected: x (C*H*W) x N -> y F x 1 x 1 x N; weight [F][C*H*W], bias [F].
+// y = s * (W x) + b with the output scale s (1 unless set_output_scale; ResNet-9's 0.125).
 class FullyConnectedLayer : public Layer {
  public:
   FullyConnectedLayer(std::string name, int outputs, ColumnInfo columns = {},
@@ -73,11 +74,17 @@ class FullyConnectedLayer : public Layer {
     weight_.init.kind = InitSpec::kGaussian;
     weight_.init.value = std;
   }
+  // y = scale * (W x) + b: the products' alpha (Ops::Gemm) forward, and for dW and dx
+  // backward; db is the sum of dy as without it. David Page's ResNet-9 multiplies its
+  // classifier's output by 0.125 (a power of two: exactly the unscaled product scaled).
+  void set_output_scale(float scale) { output_scale_ = scale; }
+  float output_scale() const { return output_scale_; }
 
  private:
   int outputs_;
   ColumnInfo columns_;
   float bias_init_;
+  float output_scale_ = 1.0f;
   int64_t inputs_ = 0;
   Param weight_, bias_;
 };

@@ -87,6 +87,8 @@ enum class RandomPurpose : uint64_t {
   kMirror = 5,
   kLighting = 6,
   kSynthetic = 7,
+  kResizedCrop = 8,  // the random-resized crop's box (data/augment.h)
+  kCutout = 9,       // the cutout square's centre
 };
 
 inline uint64_t StringHash(const char* s) {  // FNV-1a, stable across platforms

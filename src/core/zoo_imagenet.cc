@@ -3,6 +3,8 @@
 // 224x224 and 1000 classes match the published / torchvision figures (tests/core).
 #include "core/zoo_imagenet.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "core/layers.h"
 #include "core/zoo_builders.h"
@@ -178,13 +180,26 @@ std::unique_ptr<Net> BuildGoogLeNet(const ModelOptions& o) {
 
 // He et al. (2015), ResNet v1.5 as torchvision builds it: the stride of a downsampling
 // bottleneck sits on its 3x3 conv. `cifar_stem` replaces the 7x7/2 conv and max-pool by
-// one 3x3/1 conv, the usual stem for 32x32 images.
+// one 3x3/1 conv, the usual stem for 32x32 images. `d_variant`: ResNet-D of He et al.
+// (2019), "Bag of Tricks", as timm's resnet18d/resnet50d: the 7x7/2 stem conv becomes three
+// 3x3 convs (32/2, 32, 64; ResNet-C), and a downsampling shortcut averages 2x2/2 (ceil mode,
+// dividing by the pixels inside the image: count_include_pad=False) before a 1x1/1 conv
+// instead of a 1x1/2 conv that skips three quarters of its input.
 static std::unique_ptr<Net> BuildResNet(const ModelOptions& o, const std::string& name,
-                                        const int (&blocks)[4], bool bottleneck, bool cifar_stem) {
+                                        const int (&blocks)[4], bool bottleneck, bool cifar_stem,
+                                        bool d_variant = false) {
   auto net = NewNet(name, o);
   std::string x;
   if (cifar_stem) {
     x = ConvBn(*net, "conv1", "data", 64, Conv(3, 1, 1), true);
+  } else if (d_variant) {
+    x = ConvBn(*net, "conv1_1", "data", 32, Conv(3, 2, 1), true);
+    x = ConvBn(*net, "conv1_2", x, 32, Conv(3, 1, 1), true);
+    x = ConvBn(*net, "conv1_3", x, 64, Conv(3, 1, 1), true);
+    PoolParams stem = Pool(PoolParams::kMax, 3, 2, 1);
+    stem.ceil_mode = false;  // as torchvision's: padding 1, floor mode, 112 -> 56
+    net->Emplace<PoolLayer>({x}, {"pool1"}, "pool1", stem);
+    x = "pool1";
   } else {
     x = ConvBn(*net, "conv1", "data", 64, Conv(7, 2, 3), true);
     PoolParams stem = Pool(PoolParams::kMax, 3, 2, 1);
@@ -211,7 +226,16 @@ static std::unique_ptr<Net> BuildResNet(const ModelOptions& o, const std::string
       }
       std::string shortcut = x;
       if (stride != 1 || in_channels != out_channels) {
-        shortcut = ConvBn(*net, n + "_downsample", x, out_channels, Conv(1, stride, 0), false);
+        if (d_variant) {
+          std::string pooled = x;
+          if (stride != 1) {  // ceil mode, the in-image divisor: PoolParams' defaults
+            pooled = n + "_downsample_pool";
+            net->Emplace<PoolLayer>({x}, {pooled}, pooled, Pool(PoolParams::kAvg, 2, 2));
+          }
+          shortcut = ConvBn(*net, n + "_downsample", pooled, out_channels, Conv(1, 1, 0), false);
+        } else {
+          shortcut = ConvBn(*net, n + "_downsample", x, out_channels, Conv(1, stride, 0), false);
+        }
       }
       net->Emplace<AddLayer>({y, shortcut}, {n}, n);
       net->Emplace<ReluLayer>({n}, {n}, n + "_relu");
@@ -241,6 +265,63 @@ std::unique_ptr<Net> BuildResNet50(const ModelOptions& o) {
   static const int kBlocks[4] = {3, 4, 6, 3};
   return BuildResNet(o, "resnet50", kBlocks, true, false);
 }
+std::unique_ptr<Net> BuildResNet18D(const ModelOptions& o) {
+  static const int kBlocks[4] = {2, 2, 2, 2};
+  return BuildResNet(o, "resnet18d", kBlocks, false, false, true);
+}
+std::unique_ptr<Net> BuildResNet50D(const ModelOptions& o) {
+  static const int kBlocks[4] = {3, 4, 6, 3};
+  return BuildResNet(o, "resnet50d", kBlocks, true, false, true);
+}
+
+// David Page's CIFAR-10 ResNet-9 ("How to train your ResNet", the DAWNBench submission):
+// conv_bn = 3x3/1 p1 conv (no bias) + batch norm + ReLU; prep 64; layer1 conv_bn 128, max
+// 2x2/2, + residual (two conv_bn 128, added to the pooled map, no ReLU after the sum);
+// layer2 conv_bn 256, max 2x2/2; layer3 conv_bn 512, max 2x2/2, + residual (512); a max pool
+// over the whole map (Page's MaxPool2d(4) at 32x32); fc classes without a bias (ours: a bias
+// frozen at 0, not learnable), its output multiplied by 0.125 (FullyConnectedLayer's output
+// scale). Max pools in floor mode, as PyTorch's. Weights start as PyTorch's defaults do in
+// spread: N(0, 1 / (3 fan_in)), the variance of kaiming_uniform(a = sqrt 5); batch-norm
+// gamma 1, beta 0, eps 1e-5, momentum 0.1.
+std::unique_ptr<Net> BuildResNet9(const ModelOptions& o) {
+  auto net = NewNet("resnet9", o);
+  int channels = o.input_channels;
+  auto conv_bn = [&](const std::string& name, const std::string& in, int filters) {
+    auto* conv = net->Emplace<ConvLayer>({in}, {name}, name, filters, Conv(3, 1, 1), false);
+    conv->set_weight_std(static_cast<float>(1.0 / std::sqrt(3.0 * channels * 9)));
+    channels = filters;
+    const std::string bn = name + "_bn";
+    net->Emplace<BatchNormLayer>({name}, {bn}, bn, BatchNormParams{});
+    net->Emplace<ReluLayer>({bn}, {bn}, bn + "_relu");
+    return bn;
+  };
+  PoolParams half = Pool(PoolParams::kMax, 2, 2);
+  half.ceil_mode = false;
+  int side = o.input_size;
+  auto pool = [&](const std::string& name, const std::string& in) {
+    net->Emplace<PoolLayer>({in}, {name}, name, half);
+    side = static_cast<int>(PoolOutSize(side, 2, 2, 0, false));
+    return name;
+  };
+  auto residual = [&](const std::string& name, const std::string& in) {
+    const std::string r1 = conv_bn(name + "_res1", in, channels);
+    const std::string r2 = conv_bn(name + "_res2", r1, channels);
+    net->Emplace<AddLayer>({r2, in}, {name}, name);
+    return name;
+  };
+  std::string x = conv_bn("prep", "data", 64);
+  x = residual("layer1", pool("layer1_pool", conv_bn("layer1_conv", x, 128)));
+  x = pool("layer2", conv_bn("layer2_conv", x, 256));
+  x = residual("layer3", pool("layer3_pool", conv_bn("layer3_conv", x, 512)));
+  net->Emplace<PoolLayer>({x}, {"pool"}, "pool", Pool(PoolParams::kMax, side, side));
+  auto* fc = net->Emplace<FullyConnectedLayer>({"pool"}, {kLogitsBlob}, "fc", o.num_classes);
+  fc->set_weight_std(static_cast<float>(1.0 / std::sqrt(3.0 * channels)));
+  fc->set_output_scale(0.125f);
+  fc->bias().learnable = false;  // Page's Linear has no bias: ours stays at its initial 0
+  AddLoss(*net);
+  return net;
+}
+
 std::unique_ptr<Net> BuildResNet152(const ModelOptions& o) {
   static const int kBlocks[4] = {3, 8, 36, 3};
   return BuildResNet(o, "resnet152", kBlocks, true, false);

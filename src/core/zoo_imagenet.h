@@ -1,4 +1,5 @@
-// Builders of the ImageNet-era models (zoo_imagenet.cc); registered in models.cc.
+// Builders of the ImageNet-era models and the ResNets of the fast recipes (ResNet-D, David
+// Page's ResNet-9) (zoo_imagenet.cc); registered in models.cc.
 #pragma once
 
 #include <memory>
@@ -16,5 +17,8 @@ std::unique_ptr<Net> BuildResNet18Cifar(const ModelOptions& o);
 std::unique_ptr<Net> BuildResNet34(const ModelOptions& o);
 std::unique_ptr<Net> BuildResNet50(const ModelOptions& o);
 std::unique_ptr<Net> BuildResNet152(const ModelOptions& o);
+std::unique_ptr<Net> BuildResNet18D(const ModelOptions& o);
+std::unique_ptr<Net> BuildResNet50D(const ModelOptions& o);
+std::unique_ptr<Net> BuildResNet9(const ModelOptions& o);
 
 }  // namespace colonnade

@@ -89,6 +89,7 @@ BatchFeed::BatchFeed(const FeedConfig& cfg) : cfg_(cfg) {
   geometry_.crop_w = cfg.crop_w;
   geometry_.mean = cfg.mean;
   geometry_.scale = cfg.scale;
+  geometry_.resize = cfg.resize ? 1 : 0;
   // The constant inputs, uploaded once (synchronously: they are small and used by every
   // batch).
   std::vector<float> means = cfg.mean_image;
@@ -314,14 +315,31 @@ absl::Status BatchFeed::ProduceView(int view, bool last, Tensor* images, Tensor*
         absl::StrFormat("GPU feed: ten crops of %dx%d do not fit images of %dx%d", cfg_.crop_h,
                         cfg_.crop_w, cfg_.height, cfg_.width));
   }
+  return ProduceView(TenCropView(view, cfg_.height, cfg_.width, cfg_.crop_h, cfg_.crop_w), last,
+                     images, labels);
+}
+
+absl::Status BatchFeed::ProduceView(const FeedAugment& view, bool last, Tensor* images,
+                                    Tensor* labels) {
+  const int box_h = view.box_h > 0 ? view.box_h : cfg_.crop_h;
+  const int box_w = view.box_w > 0 ? view.box_w : cfg_.crop_w;
+  if (view.y0 < 0 || view.x0 < 0 || view.y0 + box_h > cfg_.height || view.x0 + box_w > cfg_.width) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("GPU feed: the view's box %dx%d at (%d, %d) does not fit images of %dx%d",
+                        box_h, box_w, view.y0, view.x0, cfg_.height, cfg_.width));
+  }
+  if ((box_h != cfg_.crop_h || box_w != cfg_.crop_w) && !cfg_.resize) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "GPU feed: a view box of %dx%d resized to %dx%d needs a feed made with resize", box_h,
+        box_w, cfg_.crop_h, cfg_.crop_w));
+  }
   if (staged_ == 0) return absl::FailedPreconditionError("GPU feed: no batch is staged");
   const Slot& s = *slots_[produced_ % slots_.size()];
   RETURN_IF_ERROR(CheckOutputs(s.n, images, labels));  // a refused view consumes nothing
   RETURN_IF_ERROR(BeginProduce(s.n).status());
   FeedSource src;
   src.direct = s.buffers();
-  TenCropViewGpu(AsStream(compute_stream_), geometry_, src, view, s.n, images->data(),
-                 labels->data());
+  ViewGpu(AsStream(compute_stream_), geometry_, src, view, s.n, images->data(), labels->data());
   // Released after every view (the slot is free for Stage after the last one's kernel);
   // only the last consumes the batch.
   Release(/*consume=*/last);

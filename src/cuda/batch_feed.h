@@ -14,8 +14,9 @@
 //               labels (one kernel); records `consumed`. In a graphed training step the
 //               kernel is part of the graph and finds the step's slot through the graph's
 //               device block (BeginProduce / Augment / EndProduce below).
-//   ProduceView(v, last)  the same with ten-crop view v (0..9) in place of the batch's
-//               augments; the batch stays staged for its next view until `last`.
+//   ProduceView(v, last)  the same with ten-crop view v (0..9), or any one augmentation
+//               (an --eval_views=2 view), in place of the batch's augments; the batch stays
+//               staged for its next view until `last`.
 //   HostBatchDone(ticket)  whether the copy of the batch staged with that ticket has
 //               finished, i.e. its host buffers may be refilled (BatchPipeline::Recycle).
 //
@@ -50,8 +51,11 @@ struct FeedConfig {
   float scale = 1.0f;
   std::vector<float> mean_image;    // height*width*channels for kImage
   std::vector<float> channel_mean;  // channels for kChannel
-  int max_batch = 0;                // largest n a batch may have
-  int slots = 2;                    // device slots (>= 2 for the copy/compute overlap)
+  // The augments' boxes are resized to the crop (random-resized crops, a resized eval crop:
+  // FeedGeometry::resize); else every box is the crop's size.
+  bool resize = false;
+  int max_batch = 0;  // largest n a batch may have
+  int slots = 2;      // device slots (>= 2 for the copy/compute overlap)
   // Set to generate the images on the device from indices (SyntheticGeometry without the
   // grid pointer; the feed uploads `synthetic_grid`).
   bool synthetic = false;
@@ -116,6 +120,10 @@ class BatchFeed {
   // staged, so its next view can be produced, until a call with `last` consumes it.
   // InvalidArgument for a view outside 0..9 or crops larger than the images.
   absl::Status ProduceView(int view, bool last, Tensor* images, Tensor* labels);
+  // The same with any one augmentation for every image (--eval_views=2: the centre crop,
+  // resized or not, then its mirror). InvalidArgument for a box outside the images, or a
+  // resized box on a feed made without FeedConfig::resize.
+  absl::Status ProduceView(const FeedAugment& view, bool last, Tensor* images, Tensor* labels);
   // Whether the host buffers of the batch staged with `ticket` may be reused (never
   // blocks); WaitHostBatch blocks until they may.
   bool HostBatchDone(uint64_t ticket);
@@ -169,6 +177,9 @@ class BatchFeed {
   }
   void EndProduce() {}
   absl::Status ProduceView(int, bool, Tensor*, Tensor*) {
+    return absl::UnavailableError("no CUDA");
+  }
+  absl::Status ProduceView(const FeedAugment&, bool, Tensor*, Tensor*) {
     return absl::UnavailableError("no CUDA");
   }
   bool HostBatchDone(uint64_t) { return true; }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/bilinear.h"
 #include "core/philox.h"
 #include "cuda/feed_kernels.h"
 #include "cuda/port.h"
@@ -46,17 +47,22 @@ __device__ __forceinline__ void CopyLabels(const AugmentParams& p, const FeedBat
   for (int j = thread; j < p.n; j += threads) p.labels_out[j] = in.labels[j];
 }
 
-// One output value from its source byte: WriteImageCHWN's arithmetic, v = pixel;
-// v -= mean (image mode); (v + offset) * scale, offset = light (- channel mean), with
-// `mean` the pixel's C mean-image values (read in kImage mode only). Both augmentation
-// kernels call this, so their values are the same expression, operation for operation.
-__device__ __forceinline__ float AugmentValue(const FeedGeometry& g, const FeedAugment& a,
-                                              uint8_t byte, const float* mean, int c) {
+// One output value from its source value `v` (the byte, or the bilinear value of four:
+// exact floats): WriteImageCHWN's arithmetic, v -= mean (image mode); (v + offset) * scale,
+// offset = light (- channel mean), with `mean` the pixel's C mean-image values (read in
+// kImage mode only). Every augmentation kernel calls this, so their values are the same
+// expression, operation for operation.
+__device__ __forceinline__ float AugmentValue(const FeedGeometry& g, const FeedAugment& a, float v,
+                                              const float* mean, int c) {
   float offset = c < 3 ? a.light[c] : 0.0f;
   if (g.mean == FeedMean::kChannel) offset = __fsub_rn(offset, g.channel_mean[c]);
-  float v = static_cast<float>(byte);
   if (g.mean == FeedMean::kImage) v = __fsub_rn(v, mean[c]);
   return __fmul_rn(__fadd_rn(v, offset), g.scale);
+}
+
+// Whether output pixel (y, x) lies in the image's cutout square (then it is 0).
+__device__ __forceinline__ bool InCutout(const FeedAugment& a, int y, int x) {
+  return y >= a.cut_y0 && y < a.cut_y1 && x >= a.cut_x0 && x < a.cut_x1;
 }
 
 // The general kernel (any channel count; the tiled kernel below covers C <= 4).
@@ -75,14 +81,60 @@ __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentPar
   const FeedAugment a = p.use_same ? p.same : in.augs[j];
   const int sy = a.y0 + y;
   const int sx = a.mirror ? a.x0 + g.crop_w - 1 - x : a.x0 + x;
-  const bool inside = sy >= 0 && sy < g.height && sx >= 0 && sx < g.width;
+  const bool inside = sy >= 0 && sy < g.height && sx >= 0 && sx < g.width && !InCutout(a, y, x);
   const int64_t plane = static_cast<int64_t>(g.crop_h) * g.crop_w * p.n;  // one channel
   float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + j;
   const int64_t e = inside ? (static_cast<int64_t>(sy) * g.width + sx) * g.channels : 0;
   const uint8_t* px = in.pixels + static_cast<int64_t>(j) * g.height * g.width * g.channels + e;
   const float* mean = g.mean == FeedMean::kImage ? g.mean_image + e : nullptr;
-  for (int c = 0; c < g.channels; ++c) {
-    dst[c * plane] = inside ? AugmentValue(g, a, px[c], mean, c) : 0.0f;  // 0: padding
+  for (int c = 0; c < g.channels; ++c) {  // 0: padding or cutout
+    dst[c * plane] = inside ? AugmentValue(g, a, static_cast<float>(px[c]), mean, c) : 0.0f;
+  }
+}
+
+// Resized crops (FeedGeometry::resize: random-resized crops, a resized eval crop), any
+// channel count. Block (32, 8), grid (ceil(crop_w / 8), crop_h, ceil(n / 32)) as
+// AugmentKernel: thread (j, x) of block (bx, y, bz) writes output pixel (y, bx * 8 + x) of
+// image bz * 32 + j. Its value is core/bilinear.h's interpolation of the four source bytes
+// around the box position it samples (mirrored: the position of column crop_w - 1 - x),
+// exact in float, minus the mean image at the nearest of them: data::WriteImageCHWN's
+// resize path, operation for operation. The box lies inside the image (checked on the host),
+// so nothing is padding. Gathers four pixels of 32 images per warp: not tiled (yet).
+__global__ void __launch_bounds__(kAugImages* kAugCols) AugmentResizeKernel(AugmentParams p) {
+  const FeedGeometry& g = p.g;
+  const int j = blockIdx.z * kAugImages + threadIdx.x;
+  const int x = blockIdx.x * kAugCols + threadIdx.y;
+  const int y = blockIdx.y;
+  const FeedBatchBuffers in = BatchOf(p);
+  CopyLabels(p, in, threadIdx.y * kAugImages + threadIdx.x, kAugImages * kAugCols);
+  if (j >= p.n || x >= g.crop_w) return;
+  const FeedAugment a = p.use_same ? p.same : in.augs[j];
+  const int64_t plane = static_cast<int64_t>(g.crop_h) * g.crop_w * p.n;  // one channel
+  float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + j;
+  if (InCutout(a, y, x)) {
+    for (int c = 0; c < g.channels; ++c) dst[c * plane] = 0.0f;
+    return;
+  }
+  const BilinearTap ty = BilinearTapOf(y, g.crop_h, a.box_h > 0 ? a.box_h : g.crop_h);
+  const BilinearTap tx =
+      BilinearTapOf(a.mirror ? g.crop_w - 1 - x : x, g.crop_w, a.box_w > 0 ? a.box_w : g.crop_w);
+  const int C = g.channels;
+  const int64_t row0 = static_cast<int64_t>(a.y0 + ty.i0) * g.width;
+  const int64_t row1 = static_cast<int64_t>(a.y0 + ty.i1) * g.width;
+  const int c0 = a.x0 + tx.i0, c1 = a.x0 + tx.i1;
+  const uint8_t* img = in.pixels + static_cast<int64_t>(j) * g.height * g.width * C;
+  const uint8_t* p00 = img + (row0 + c0) * C;
+  const uint8_t* p01 = img + (row0 + c1) * C;
+  const uint8_t* p10 = img + (row1 + c0) * C;
+  const uint8_t* p11 = img + (row1 + c1) * C;
+  const float* mean =
+      g.mean == FeedMean::kImage
+          ? g.mean_image +
+                ((static_cast<int64_t>(a.y0 + ty.nearest()) * g.width) + a.x0 + tx.nearest()) * C
+          : nullptr;
+  for (int c = 0; c < C; ++c) {
+    const float v = BilinearValue(BilinearFixed(p00[c], p01[c], p10[c], p11[c], tx.f, ty.f));
+    dst[c * plane] = AugmentValue(g, a, v, mean, c);
   }
 }
 
@@ -119,7 +171,7 @@ __device__ __forceinline__ TileTexel LocateTexel(const FeedGeometry& g, const Fe
   const int sy = a.y0 + y;
   const int sx = a.mirror ? a.x0 + g.crop_w - 1 - x : a.x0 + x;
   TileTexel t;
-  t.inside = sy >= 0 && sy < g.height && sx >= 0 && sx < g.width;
+  t.inside = sy >= 0 && sy < g.height && sx >= 0 && sx < g.width && !InCutout(a, y, x);
   t.k = a.mirror ? kTileCols - 1 - xx : xx;
   return t;
 }
@@ -173,7 +225,8 @@ __global__ void __launch_bounds__(kTileThreads) AugmentTileKernel(AugmentParams 
       for (int c = 0; c < C; ++c) {
         float v[4];
         for (int q = 0; q < 4; ++q) {
-          v[q] = tx[q].inside ? AugmentValue(g, s_aug[j0 + q], s_px[j0 + q][tx[q].k * C + c],
+          v[q] = tx[q].inside ? AugmentValue(g, s_aug[j0 + q],
+                                             static_cast<float>(s_px[j0 + q][tx[q].k * C + c]),
                                              &s_mean[j0 + q][tx[q].k * C], c)
                               : 0.0f;
         }
@@ -188,8 +241,9 @@ __global__ void __launch_bounds__(kTileThreads) AugmentTileKernel(AugmentParams 
       const TileTexel tx = LocateTexel(g, a, y, x, xx);
       float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + jb + jj;
       for (int c = 0; c < C; ++c) {
-        dst[c * plane] =
-            tx.inside ? AugmentValue(g, a, s_px[jj][tx.k * C + c], &s_mean[jj][tx.k * C], c) : 0.0f;
+        dst[c * plane] = tx.inside ? AugmentValue(g, a, static_cast<float>(s_px[jj][tx.k * C + c]),
+                                                  &s_mean[jj][tx.k * C], c)
+                                   : 0.0f;
       }
     }
   }
@@ -325,6 +379,13 @@ __global__ void __launch_bounds__(kSynthBlock) SyntheticKernel(SynthParams p) {
 // 16-byte aligned), the general one otherwise.
 void LaunchAugment(cudaStream_t stream, const AugmentParams& p) {
   if (p.n <= 0 || p.g.crop_h <= 0 || p.g.crop_w <= 0) return;
+  if (p.g.resize) {
+    const dim3 grid(static_cast<unsigned>(CeilDiv(p.g.crop_w, kAugCols)),
+                    static_cast<unsigned>(p.g.crop_h),
+                    static_cast<unsigned>(CeilDiv(p.n, kAugImages)));
+    Launch(AugmentResizeKernel, grid, dim3(kAugImages, kAugCols), stream, p);
+    return;
+  }
   if (p.g.channels >= 1 && p.g.channels <= kTileMaxChannels) {
     const dim3 grid(static_cast<unsigned>(CeilDiv(p.g.crop_w, kTileCols)),
                     static_cast<unsigned>(p.g.crop_h),
@@ -349,8 +410,13 @@ void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSourc
 
 void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource& src, int view,
                     int n, float* out, float* labels_out) {
-  const FeedAugment same = TenCropView(view, g.height, g.width, g.crop_h, g.crop_w);
-  LaunchAugment(stream, AugmentParams{g, src, true, same, n, out, labels_out});
+  ViewGpu(stream, g, src, TenCropView(view, g.height, g.width, g.crop_h, g.crop_w), n, out,
+          labels_out);
+}
+
+void ViewGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource& src,
+             const FeedAugment& view, int n, float* out, float* labels_out) {
+  LaunchAugment(stream, AugmentParams{g, src, true, view, n, out, labels_out});
 }
 
 // out[j] = pool[indices[j]] for images of `bytes` bytes (a multiple of 16 with 16-byte

@@ -16,7 +16,10 @@ namespace colonnade::cuda {
 // `src` (FeedSource: direct buffers, or a graphed step's slot):
 //   out[c][y][x][j] = (src_j[sy][sx][c] - mean[sy][sx][c] + light_j[c]) * scale
 // with sy = y0 + y, sx = x0 + x (x0 + crop_w - 1 - x mirrored), 0.0f where (sy, sx) is
-// outside the image; the kChannel mean enters as (light - channel_mean) like the CPU's.
+// outside the image or in the cutout square; the kChannel mean enters as (light -
+// channel_mean) like the CPU's. With g.resize the source value is the bilinear value of
+// the augment's box at the output pixel (core/bilinear.h) and the mean is read at the
+// nearest source pixel.
 // Bitwise equal to data::WriteImageCHWN / WriteChunkCHWN (each operation rounded on its
 // own). The same launch copies the batch's n labels to `labels_out` (unless null).
 // Queued on `stream`.
@@ -28,6 +31,11 @@ void AugmentBatchGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSourc
 // full images, bit for bit; labels as AugmentBatchGpu. Queued on `stream`.
 void TenCropViewGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource& src, int view,
                     int n, float* out, float* labels_out);
+// out (C x crop_h x crop_w x n) = every source image under the one augmentation `view`
+// (an evaluation view: the centre crop, resized or not, and its mirror for --eval_views=2;
+// a ten-crop view) instead of the batch's augments; labels as AugmentBatchGpu.
+void ViewGpu(cudaStream_t stream, const FeedGeometry& g, const FeedSource& src,
+             const FeedAugment& view, int n, float* out, float* labels_out);
 // out (n x H x W x C uint8) = the synthetic images indices[0..n) (device, n), bitwise
 // equal to SyntheticDataset::Read. Queued on `stream`.
 void SyntheticImagesGpu(cudaStream_t stream, const SyntheticGeometry& g, const int64_t* indices,

@@ -12,6 +12,12 @@ struct FeedAugment {
                        // with padding)
   int mirror = 0;
   float light[3] = {0.f, 0.f, 0.f};  // lighting delta per channel, pixel units
+  // The source box [y0, y0 + box_h) x [x0, x0 + box_w) resized to the crop (read only when
+  // FeedGeometry::resize); 0: the crop's own size.
+  int box_h = 0, box_w = 0;
+  // Cutout: output rows [cut_y0, cut_y1) x columns [cut_x0, cut_x1) are 0 (empty when
+  // cut_y0 >= cut_y1).
+  int cut_y0 = 0, cut_x0 = 0, cut_y1 = 0, cut_x1 = 0;
 };
 
 // AlexNet's ten test views of a full image, in data::TenCrops' order: 0 centre, 1 top-left,
@@ -64,6 +70,10 @@ struct FeedGeometry {
   float scale = 1.0f;
   const float* mean_image = nullptr;    // height x width x channels (kImage)
   const float* channel_mean = nullptr;  // channels (kChannel)
+  // The augments' boxes are resized to the crop (random-resized crops, a resized eval crop;
+  // core/bilinear.h): a kernel that reads four source pixels per output pixel. Boxes of the
+  // crop's size give the unresized crop's values either way, bit for bit.
+  int resize = 0;
 };
 
 // The synthetic dataset's recipe (data::SyntheticRecipe); `grid` is device memory,

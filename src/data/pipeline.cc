@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -11,7 +12,50 @@
 
 namespace colonnade::data {
 
+int EvalBoxOf(const PipelineOptions& o, const DatasetInfo& info) {
+  if (!(o.eval_crop_fraction > 0)) return 0;
+  return static_cast<int>(std::lround(o.eval_crop_fraction * std::min(info.height, info.width)));
+}
+
 namespace {
+
+// The random-resized crop, cutout and resized eval crop options against the dataset (checked
+// for every pipeline, also where a mode ignores them, as pad is).
+absl::Status CheckRecipeAugment(const PipelineOptions& o, const DatasetInfo& info, int crop_side) {
+  const AugmentConfig::ResizedCrop& rc = o.resized_crop;
+  if (rc.on) {
+    if (!(rc.scale_min > 0 && rc.scale_min <= rc.scale_max && rc.scale_max <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("random-resized crop scale %g,%g must satisfy 0 < min <= max <= 1",
+                          rc.scale_min, rc.scale_max));
+    }
+    if (!(rc.ratio_min > 0 && rc.ratio_min <= rc.ratio_max && std::isfinite(rc.ratio_max))) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("random-resized crop ratio %g,%g must satisfy 0 < min <= max (finite)",
+                          rc.ratio_min, rc.ratio_max));
+    }
+    if (o.pad != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pad %d and the random-resized crop exclude each other (its box lies inside the image)",
+          o.pad));
+    }
+  }
+  if (o.cutout < 0 || o.cutout > crop_side) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cutout %d must be >= 0 and at most the crop side %d", o.cutout, crop_side));
+  }
+  if (!(o.eval_crop_fraction >= 0 && o.eval_crop_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("eval crop fraction %g must be in [0, 1]", o.eval_crop_fraction));
+  }
+  if (o.eval_crop_fraction > 0 && EvalBoxOf(o, info) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("eval crop fraction %g of the %dx%d images of %s is less than one pixel",
+                        o.eval_crop_fraction, info.height, info.width, info.path));
+  }
+  return absl::OkStatus();
+}
+
 // Images per work item. 16 floats = one 64-byte cache line of a CHWN row, so with
 // chunk-aligned starts two threads rarely write the same line.
 constexpr int64_t kChunk = 16;
@@ -58,6 +102,8 @@ absl::StatusOr<std::unique_ptr<BatchPipeline>> BatchPipeline::Create(Dataset* ds
                         "%dx%d images of %s",
                         o.pad, crop_side, info.height, info.width, info.path));
   }
+  if (absl::Status s = CheckRecipeAugment(o, info, crop_side); !s.ok())
+    return bad(std::string(s.message()));
   absl::StatusOr<MeanMode> mean = ParseMeanMode(o.mean);
   if (!mean.ok()) return bad(std::string(mean.status().message()));
   if (!(o.lighting >= 0.f)) return bad("lighting sigma must be >= 0");
@@ -142,6 +188,12 @@ BatchPipeline::BatchPipeline(Dataset* ds, const PipelineOptions& o, Cursor start
   cfg_.crop_h = o.crop > 0 ? o.crop : info.height;
   cfg_.crop_w = o.crop > 0 ? o.crop : info.width;
   cfg_.pad = o.train ? o.pad : 0;  // eval crops are never padded
+  if (o.train) {
+    cfg_.resized_crop = o.resized_crop;
+    cfg_.cutout = o.cutout;
+  } else if (o.eval_crop_fraction > 0) {
+    cfg_.eval_box = EvalBoxOf(o, info);
+  }
   cfg_.scale = o.scale;
   cfg_.mean = ParseMeanMode(o.mean).value_or(MeanMode::kNone);
   if (cfg_.mean != MeanMode::kNone) {

@@ -63,12 +63,22 @@ struct PipelineOptions {
   bool train = true;
   bool shuffle = true;
   bool drop_last = true;
-  int crop = 0;                   // output height = width (0 = the full image); train: random crop,
-                                  // eval: centre crop
-  int pad = 0;                    // train: pad every side by `pad` pixels whose output is 0 (mean-
-                                  // valued; no lighting) before the random crop, so crop offsets
-                                  // range over [-pad, H-crop+pad]. CIFAR: pad 4 with 32x32 crops of
-                                  // 32x32 images. Must be in [0, crop side). Eval: ignored.
+  int crop = 0;  // output height = width (0 = the full image); train: random crop,
+                 // eval: centre crop
+  int pad = 0;   // train: pad every side by `pad` pixels whose output is 0 (mean-
+                 // valued; no lighting) before the random crop, so crop offsets
+                 // range over [-pad, H-crop+pad]. CIFAR: pad 4 with 32x32 crops of
+                 // 32x32 images. Must be in [0, crop side). Eval: ignored.
+  // train: Inception's random-resized crop instead of the crop at a random offset (a box of
+  // random area fraction and aspect ratio resized to the crop, AugmentConfig::ResizedCrop;
+  // docs/DATA.md §5); needs pad 0. Eval: ignored.
+  AugmentConfig::ResizedCrop resized_crop;
+  int cutout = 0;                 // train: one square of this side of zeros (mean-valued
+                                  // pixels) per image at a random centre; 0 = off. Eval: ignored.
+  double eval_crop_fraction = 0;  // eval: the centre square of round(f * shorter side) source
+                                  // pixels resized to the crop (the resize-then-centre-crop
+                                  // convention, 0.875 for ImageNet recipes); 0 = the plain centre
+                                  // crop. Train: ignored.
   bool mirror = false;            // train: horizontal flip with probability 1/2
   std::string mean = "image";     // "image": subtract the mean image; "channel": its per-channel
                                   // average; "none"
@@ -109,6 +119,10 @@ struct Batch {
   std::vector<int64_t> indices;
   int64_t global_count = 0;  // images in the whole global batch (all dp ranks)
 };
+
+// The side of evaluation's centre square for `o.eval_crop_fraction` on `info`'s images:
+// round(f * min(height, width)) (half away from zero); 0 when the fraction is 0.
+int EvalBoxOf(const PipelineOptions& o, const DatasetInfo& info);
 
 class BatchPipeline {
  public:

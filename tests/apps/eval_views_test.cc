@@ -1,8 +1,9 @@
-// --eval_views (src/apps/train_session.cc, docs/DATA.md "Ten crops") end to end: the
-// trainer's ten-view metrics and predictions against a direct computation on the same
-// checkpoint: data::TenCrops of the eval pipeline's full images, Net::Forward of each
-// view, the ten softmax outputs averaged. And --eval_views=1 is the centre crop, as
-// before the flag existed.
+// --eval_views (src/apps/evaluation.cc, docs/DATA.md "Ten crops") end to end: the
+// trainer's ten-view and two-view metrics and predictions against a direct computation on
+// the same checkpoint: data::TenCrops of the eval pipeline's full images, or its centre crop
+// (resized with --eval_crop_fraction) and data::MirrorCHWN of it, Net::Forward of each view,
+// the softmax outputs averaged. And --eval_views=1 is the centre crop, as before the flag
+// existed.
 //
 // The trainer runs as a user runs it (the binary of COLONNADE_BUILD_DIR) on the CPU: it
 // trains cifar10-80sec for 3 steps on 37x37 synthetic shards with 32x32 crops (an odd
@@ -34,7 +35,7 @@
 namespace colonnade {
 namespace {
 
-constexpr int kBatch = 16, kCrop = 32, kViews = 10;
+constexpr int kBatch = 16, kCrop = 32;
 constexpr char kModel[] = "cifar10-80sec";
 
 std::string BuildDir() {
@@ -100,7 +101,7 @@ struct Reference {
   int64_t classes = 0;
   std::vector<int> labels;
   std::vector<std::vector<float>> centre_logits;    // per image: view 0 (the centre crop)
-  std::vector<std::vector<double>> mean_probs;      // per image: the ten views' average
+  std::vector<std::vector<double>> mean_probs;      // per image: the views' average
   double loss = 0, top1_error = 0, top5_error = 0;  // of the average
 };
 
@@ -114,7 +115,10 @@ int RankOf(const std::vector<double>& p, int label) {
   return better;
 }
 
-Reference Compute(const std::string& checkpoint_path, const std::string& val_dir) {
+// `views` 10: TenCrops of the full images; 2: the centre crop (the centre square of
+// `fraction` of the image resized, when > 0) and its mirror.
+Reference Compute(const std::string& checkpoint_path, const std::string& val_dir, int views = 10,
+                  double fraction = 0) {
   Reference ref;
   absl::StatusOr<const ModelInfo*> info = FindModel(kModel);
   EXPECT_TRUE(info.ok());
@@ -131,11 +135,12 @@ Reference Compute(const std::string& checkpoint_path, const std::string& val_dir
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
   EXPECT_TRUE(checkpoint::LoadIntoNet(*ckpt, **net).ok());
 
-  data::PipelineOptions o;  // the eval pipeline, full images
+  data::PipelineOptions o;  // the eval pipeline: full images, or the centre crop for two views
   o.global_batch = kBatch;
   o.train = false;
   o.epochs = 1;
-  o.crop = 0;
+  o.crop = views == 10 ? 0 : kCrop;
+  o.eval_crop_fraction = fraction;
   o.mean = "image";
   o.scale = (*info)->recipe.input_scale;
   auto pipe = data::BatchPipeline::Create(ds->get(), o);
@@ -149,22 +154,29 @@ Reference Compute(const std::string& checkpoint_path, const std::string& val_dir
     const int64_t n = batch->images.n();
     Net& m = **net;
     if (m.batch() != n) EXPECT_TRUE(m.Build(n, Device::kCPU).ok());
-    absl::StatusOr<std::vector<Tensor>> views = data::TenCrops(batch->images, kCrop);
-    EXPECT_TRUE(views.ok());
+    absl::StatusOr<std::vector<Tensor>> crops;
+    if (views == 10) {
+      crops = data::TenCrops(batch->images, kCrop);
+    } else {
+      absl::StatusOr<Tensor> mirrored = data::MirrorCHWN(batch->images);
+      EXPECT_TRUE(mirrored.ok());
+      crops = std::vector<Tensor>{batch->images, *mirrored};
+    }
+    EXPECT_TRUE(crops.ok());
     const std::vector<float> labels = batch->labels.ToHost();
     m.blob("label").CopyFrom(batch->labels);
     const int64_t k = m.blob("probs").c();
     ref.classes = k;
     std::vector<std::vector<double>> mean(n, std::vector<double>(k, 0.0));
     std::vector<std::vector<float>> centre(n, std::vector<float>(k));
-    for (int v = 0; v < kViews; ++v) {
-      m.blob("data").CopyFrom((*views)[v]);
+    for (int v = 0; v < views; ++v) {
+      m.blob("data").CopyFrom((*crops)[v]);
       m.Forward(ctx);
       const std::vector<float> probs = m.blob("probs").ToHost();
       const std::vector<float> logits = m.blob(kLogitsBlob).ToHost();
       for (int64_t j = 0; j < n; ++j) {
         for (int64_t c = 0; c < k; ++c) {
-          mean[j][c] += probs[c * n + j] / kViews;
+          mean[j][c] += probs[c * n + j] / views;
           if (v == 0) centre[j][c] = logits[c * n + j];
         }
       }
@@ -308,6 +320,46 @@ TEST_F(EvalViewsTest, TenViewsAverageTheSoftmaxOfTenCrops) {
       << train_->output;
 }
 
+// Two views (--eval_views=2, test-time flips): the average of the centre crop's and its
+// mirror's probabilities, the centre crop plain or resized from the centre square of
+// --eval_crop_fraction (0.75 of 37: 28 pixels, resized to 32), in --mode=predict's /logits
+// and --mode=eval's line.
+TEST_F(EvalViewsTest, TwoViewsAverageTheCentreCropAndItsMirror) {
+  for (double fraction : {0.0, 0.75}) {
+    SCOPED_TRACE(absl::StrFormat("--eval_crop_fraction=%g", fraction));
+    const std::string flags = absl::StrFormat("--eval_views=2 --eval_crop_fraction=%g", fraction);
+    const Reference ref = Compute(Checkpoint(), Val(), 2, fraction);
+    const Reference ten = Compute(Checkpoint(), Val(), 10);
+    ASSERT_EQ(ref.labels.size(), 37u);
+    double most = 0;  // not vacuous: two views are not ten
+    for (size_t j = 0; j < ref.labels.size(); ++j) {
+      for (int64_t c = 0; c < ref.classes; ++c) {
+        most = std::max(most, std::abs(ref.mean_probs[j][c] - ten.mean_probs[j][c]));
+      }
+    }
+    EXPECT_GT(most, 1e-4);
+    const Predictions p = Predict(absl::StrFormat("p2_%g.h5", fraction), flags);
+    EXPECT_EQ(p.eval_views, 2);
+    ASSERT_EQ(p.logits.size(), ref.labels.size() * ref.classes);
+    for (size_t j = 0; j < ref.labels.size(); ++j) {
+      EXPECT_EQ(p.labels[j], ref.labels[j]);
+      for (int64_t c = 0; c < ref.classes; ++c) {
+        const double want = ref.mean_probs[j][c];
+        EXPECT_NEAR(std::exp(static_cast<double>(p.logits[j * ref.classes + c])), want,
+                    1e-6 + 1e-5 * want)
+            << "image " << j << " class " << c;
+      }
+    }
+    const Process eval = Eval(flags);
+    ASSERT_EQ(eval.code, 0) << eval.output;
+    const EvalLine e = ParseEvalLine(eval.output, "37 images \\(2 views averaged\\)");
+    ASSERT_TRUE(e.found) << eval.output;
+    EXPECT_NEAR(e.loss, ref.loss, 6e-5);
+    EXPECT_NEAR(e.top1, ref.top1_error, 6e-5);
+    EXPECT_NEAR(e.top5, ref.top5_error, 6e-5);
+  }
+}
+
 // One view (the default, or said explicitly) is the centre crop: the logits of TenCrops'
 // view 0, and the eval line of a run without the flag.
 TEST_F(EvalViewsTest, OneViewIsTheCentreCrop) {
@@ -335,13 +387,13 @@ TEST_F(EvalViewsTest, OneViewIsTheCentreCrop) {
   EXPECT_EQ(ea.top5, eb.top5);
 }
 
-// A value outside 1 | 10, and ten crops larger than the validation images, are usage
+// A value outside 1 | 2 | 10, and ten crops larger than the validation images, are usage
 // errors (exit 2) with a message that says why, before anything trains.
 TEST_F(EvalViewsTest, RefusesBadValuesAndCropsThatDoNotFit) {
   const Process three = Execute(Trainer("--data=synthetic --steps=1 --eval_views=3"));
   EXPECT_EQ(three.code, 2) << three.output;
   EXPECT_TRUE(std::regex_search(three.output,
-                                std::regex("bad value '3' for --eval_views: .*must be 1 or 10")))
+                                std::regex("bad value '3' for --eval_views: .*must be 1, 2 or 10")))
       << three.output;
 
   Process ms = Execute(absl::StrCat(BuildDir(), "/make_shards --source=synthetic --output=", Work(),

@@ -32,6 +32,11 @@ TEST(Models, PublishedParameterCounts) {
   EXPECT_EQ(CountParams("resnet34"), 21797672);
   EXPECT_EQ(CountParams("resnet50"), 25557032);
   EXPECT_EQ(CountParams("resnet152"), 60192808);
+  // timm's resnet18d / resnet50d (deep stem 3x3 32, 32, 64 + BN: 19,232 more than the 7x7 stem).
+  EXPECT_EQ(CountParams("resnet18d"), 11708744);
+  EXPECT_EQ(CountParams("resnet50d"), 25576264);
+  // David Page's ResNet-9 (his fc has no bias; ours is frozen at 0 and not counted).
+  EXPECT_EQ(CountParams("resnet9"), 6573120);
   // Zeiler & Fergus: conv1 96x3x7x7, conv2 256x96x5x5, 384, 384, 256 3x3, fc 9216-4096-4096-1000.
   const int64_t zf = (96 * 3 * 49 + 96) + (256 * 96 * 25 + 256) + (384 * 256 * 9 + 384) +
                      (384 * 384 * 9 + 384) + (256 * 384 * 9 + 256) + (9216LL * 4096 + 4096) +
@@ -119,6 +124,79 @@ TEST(Models, EveryModelWritesLogits) {
   for (const NamedParam& p : (*alexnet)->params()) names.push_back(p.name);
   EXPECT_NE(std::find(names.begin(), names.end(), "fc8/weight"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "fc8/bias"), names.end());
+}
+
+// ResNet-9 at 32x32: 32 -> 16 -> 8 -> 4 -> a max over the whole 4x4 map; the classifier's
+// output scale 0.125 and its bias frozen at 0; weights N(0, 1 / (3 fan_in)).
+TEST(Models, ResNet9ShapesScaleAndInit) {
+  auto net = BuildModel("resnet9", {});
+  ASSERT_TRUE(net.ok()) << net.status();
+  ASSERT_TRUE((*net)->Build(2, Device::kCPU).ok());
+  Net& m = **net;
+  EXPECT_EQ(m.blob("prep_bn").shape(), Shape::CHWN(64, 32, 32, 2));
+  EXPECT_EQ(m.blob("layer1").shape(), Shape::CHWN(128, 16, 16, 2));
+  EXPECT_EQ(m.blob("layer2").shape(), Shape::CHWN(256, 8, 8, 2));
+  EXPECT_EQ(m.blob("layer3").shape(), Shape::CHWN(512, 4, 4, 2));
+  EXPECT_EQ(m.blob("pool").shape(), Shape::CHWN(512, 1, 1, 2));
+  EXPECT_EQ(m.blob(kLogitsBlob).shape(), Shape::CHWN(10, 1, 1, 2));
+  m.InitParams(3);
+  int fc = 0;
+  for (const LayerEntry& e : m.layers()) {
+    auto* l = dynamic_cast<FullyConnectedLayer*>(e.layer.get());
+    if (l == nullptr) continue;
+    ++fc;
+    EXPECT_EQ(l->output_scale(), 0.125f);
+    EXPECT_FALSE(l->bias().learnable);
+    for (float b : l->bias().value.ToHost()) EXPECT_EQ(b, 0.0f);
+  }
+  EXPECT_EQ(fc, 1);
+  for (const NamedParam& p : m.params()) {
+    if (p.name != "layer3_res1/weight") continue;
+    const std::vector<float> w = p.param->value.ToHost();
+    double sq = 0;
+    for (float v : w) sq += static_cast<double>(v) * v;
+    const double want = 1.0 / std::sqrt(3.0 * 512 * 9);
+    EXPECT_NEAR(std::sqrt(sq / w.size()), want, 0.01 * want);  // 2.4M values
+  }
+  // At 64x64 the last pool still covers the whole (8x8) map.
+  ModelOptions o;
+  o.input_size = 64;
+  auto big = BuildModel("resnet9", o);
+  ASSERT_TRUE(big.ok());
+  auto shapes = (*big)->InferShapes(1);
+  ASSERT_TRUE(shapes.ok());
+  EXPECT_EQ(shapes->at("layer3"), Shape::CHWN(512, 8, 8, 1));
+  EXPECT_EQ(shapes->at("pool"), Shape::CHWN(512, 1, 1, 1));
+}
+
+// ResNet-D: the deep stem (3x3/2 32, 3x3 32, 3x3 64, max 3x3/2) and a 2x2/2 average before
+// the 1x1/1 shortcut conv of every downsampling block; stride-1 projections stay 1x1.
+TEST(Models, ResNetDStemAndShortcuts) {
+  auto net = BuildModel("resnet50d", {});
+  ASSERT_TRUE(net.ok()) << net.status();
+  auto shapes = (*net)->InferShapes(1);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_EQ(shapes->at("conv1_1_bn"), Shape::CHWN(32, 112, 112, 1));
+  EXPECT_EQ(shapes->at("conv1_3_bn"), Shape::CHWN(64, 112, 112, 1));
+  EXPECT_EQ(shapes->at("pool1"), Shape::CHWN(64, 56, 56, 1));
+  EXPECT_EQ(shapes->count("layer1_0_downsample_pool"), 0u);  // stride 1: no pool
+  EXPECT_EQ(shapes->at("layer1_0_downsample_bn"), Shape::CHWN(256, 56, 56, 1));
+  EXPECT_EQ(shapes->at("layer2_0_downsample_pool"), Shape::CHWN(256, 28, 28, 1));
+  EXPECT_EQ(shapes->at("layer4_0_downsample_bn"), Shape::CHWN(2048, 7, 7, 1));
+  for (const LayerEntry& e : (*net)->layers()) {
+    if (e.layer->name() == "layer2_0_downsample") {
+      auto* conv = dynamic_cast<ConvLayer*>(e.layer.get());
+      ASSERT_NE(conv, nullptr);
+      EXPECT_EQ(conv->conv_params().stride, 1);
+      EXPECT_EQ(conv->conv_params().kernel_h, 1);
+    }
+    if (e.layer->name() == "layer2_0_downsample_pool") {
+      auto* pool = dynamic_cast<PoolLayer*>(e.layer.get());
+      ASSERT_NE(pool, nullptr);
+      EXPECT_EQ(pool->pool_params().kind, PoolParams::kAvg);
+      EXPECT_TRUE(pool->pool_params().ceil_mode);
+    }
+  }
 }
 
 TEST(Models, CifarNetsPoolCoverTheBorder) {
@@ -285,7 +363,8 @@ namespace {
 class ZooTrainsTest : public ::testing::TestWithParam<std::string> {
  protected:
   bool IsCifarNet() const {
-    return GetParam().rfind("cifar", 0) == 0 || GetParam() == "resnet18-cifar";
+    return GetParam().rfind("cifar", 0) == 0 || GetParam() == "resnet18-cifar" ||
+           GetParam() == "resnet9";
   }
   // The parameter's model for `classes` classes at `input_size`, built for `batch` images
   // on the CPU and initialised from `seed`; check HasFatalFailure() after the call.
@@ -367,7 +446,8 @@ TEST_P(ZooTrainsTest, StartsNearChanceAtTheRecipesInputScale) {
 INSTANTIATE_TEST_SUITE_P(Zoo, ZooTrainsTest,
                          ::testing::Values("alexnet", "cifar10-18pct", "cifar10-80sec", "zfnet",
                                            "vgg16", "vgg19", "googlenet", "resnet18",
-                                           "resnet18-cifar", "resnet34", "resnet50", "resnet152"),
+                                           "resnet18-cifar", "resnet34", "resnet50", "resnet152",
+                                           "resnet18d", "resnet50d", "resnet9"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            for (char& c : s)

@@ -14,7 +14,8 @@ and checks it with onnx.checker. Each --perturb NAME rebuilds the model with one
 changed and requires the comparison to FAIL for it (the test must see a drift):
 lrn_k (LRN k 2 -> 1), lrn_columns (LRN window across columns), rnorm_alpha (rnorm's alpha
 not divided by size^2), avg_divisor (average pooling divides by the whole window),
-stem_pool_ceil (ResNet's stem max-pool in ceil mode).
+stem_pool_ceil (ResNet's stem max-pool in ceil mode), resnet9_out_scale (ResNet-9's fc
+without its 0.125), d_shortcut_stride (ResNet-D's shortcut as a 1x1/2 conv, no average).
 Exit 0 pass, 1 fail, 77 skip (no torch; a failure when COLONNADE_NO_SKIP=1).
 """
 import importlib.util
@@ -108,6 +109,12 @@ def perturbed_logits(name, ckpt, dataset, images, plain_input):
                                                       ceil_mode=True,
                                                       divisor_override=self.size * self.size)
         patch("Pool", WholeWindowAvg)
+    elif name == "resnet9_out_scale":  # ResNet-9's classifier without its x0.125
+        patch("RESNET9_OUT_SCALE", 1.0)
+    elif name == "d_shortcut_stride":  # ResNet-D's shortcut as plain ResNet's 1x1/2 conv
+        orig_block = et.Block
+        patch("Block", lambda cin, width, stride, bottleneck, d_variant=False:
+              orig_block(cin, width, stride, bottleneck, False))
     elif name == "stem_pool_ceil":
         patch("Pool", lambda kind, size, stride, pad=0, ceil_mode=True:
               orig_pool(kind, size, stride, pad, True))

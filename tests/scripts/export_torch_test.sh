@@ -3,8 +3,10 @@
 # checkpoint for two CPU steps, predict a few images with `trainer --mode=predict`, export
 # the checkpoint and compare the exported model's logits with the trainer's (max relative
 # difference <= 1e-4, tests/scripts/export_compare.py). Semantics are perturbed on purpose
-# for alexnet, cifar10-18pct and resnet18 (LRN k, LRN columns, rnorm alpha, the average
-# pooling divisor, the stem pool's rounding): each must be detected as a drift.
+# for alexnet, cifar10-18pct, resnet18, resnet9 and ResNet-D (LRN k, LRN columns, rnorm alpha,
+# the average pooling divisor, the stem pool's rounding, ResNet-9's output scale, ResNet-D's
+# averaging shortcut): each must be detected as a drift. resnet9-rrc is resnet9 trained with
+# --random_resized_crop: its evaluation (and the export) resizes the centre square.
 #   export_torch_test.sh TRAINER MAKE_SHARDS [PYTHON] [MODEL...]
 # PYTHON defaults to /usr/bin/python3 (Debian's python3-torch); MODELs default to all.
 set -uo pipefail
@@ -35,7 +37,7 @@ shards() {  # SIDE
 check() {
   local model=$1 input=$2 side=$3 flags=$4 cmp=$5 t0=$SECONDS
   shards "$side"
-  local ck=$work/$model
+  local ck=$work/$model.$side
   # shellcheck disable=SC2086
   "$TRAINER" --model="$model" --device=cpu --data="$work/syn$side/train" --input_size="$input" \
     --steps=2 --batch_size=4 --checkpoint_dir="$ck" --log_every=1 $flags >"$work/$model.train.log" 2>&1 ||
@@ -61,7 +63,8 @@ check() {
 
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(alexnet cifar10-18pct cifar10-80sec resnet18-cifar resnet18
-                                   resnet34 resnet50 resnet152)
+                                   resnet34 resnet50 resnet152 resnet18d resnet50d resnet9
+                                   resnet9-rrc)
 for m in "${models[@]}"; do
   case $m in
     alexnet) check alexnet 67 71 "--columns=2" "--onnx --perturb lrn_k --perturb lrn_columns" ;;
@@ -77,6 +80,12 @@ for m in "${models[@]}"; do
     resnet18-cifar) check resnet18-cifar 32 32 "--lr=1e-4" "--plain" ;;
     resnet18) check resnet18 32 36 "--lr=1e-4" "--perturb stem_pool_ceil" ;;
     resnet34|resnet50|resnet152) check "$m" 32 32 "--lr=1e-4" "" ;;
+    resnet18d) check resnet18d 32 36 "--lr=1e-4" "--perturb d_shortcut_stride" ;;
+    resnet50d) check resnet50d 32 32 "--lr=1e-4" "--onnx --perturb d_shortcut_stride" ;;
+    resnet9) check resnet9 32 32 "--lr=1e-4 --mean=channel" "--plain --perturb resnet9_out_scale" ;;
+    # Trained with the random-resized crop: evaluation and the export resize the centre 35x35
+    # of the 40x40 images (fraction 0.875) to 32x32 with the same fixed-point bilinear.
+    resnet9-rrc) check resnet9 32 40 "--lr=1e-4 --random_resized_crop --cutout=8" "" ;;
     *) fail "unknown model $m" ;;
   esac
 done
