@@ -31,7 +31,7 @@ for mode in plain act; do
     { cat "$work/train_$mode.log"; fail "training, $mode"; }
   grep "first interval loss" "$work/train_$mode.log"
 done
-grep -q "device cuda (bf16, bf16 activations)" "$work/train_act.log" ||
+grep -qE "device cuda \(bf16, bf16 activations[,)]" "$work/train_act.log" ||
   { grep layout "$work/train_act.log"; fail "the banner does not name bf16 activations"; }
 grep -q "bf16 activations" "$work/train_plain.log" &&
   { grep layout "$work/train_plain.log"; fail "--nobf16_activations: the banner names them"; }

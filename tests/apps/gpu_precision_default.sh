@@ -12,7 +12,7 @@ if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU"; then echo "SKIP: no GPU"; exit 
 RUN=(--model=cifar10-80sec --device=cuda --data=synthetic --synthetic_size=256 --batch_size=32
      --steps=2 --log_every=1 --resume=none)
 "$build/trainer" "${RUN[@]}" --checkpoint_dir="$work/auto" > "$work/auto.log" 2>&1 || { cat "$work/auto.log"; fail "default run"; }
-grep -q "device cuda (bf16, auto, bf16 activations)" "$work/auto.log" ||
+grep -qE "device cuda \(bf16, auto, bf16 activations[,)]" "$work/auto.log" ||
   { grep layout "$work/auto.log"; fail "the default on a GPU is not bf16 with bf16 activations"; }
 "$build/trainer" "${RUN[@]}" --checkpoint_dir="$work/fp32" --precision=fp32 > "$work/fp32.log" 2>&1 ||
   { cat "$work/fp32.log"; fail "--precision=fp32 run"; }

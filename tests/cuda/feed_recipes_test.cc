@@ -315,7 +315,9 @@ TEST_F(FeedRecipeTest, TwoViewsEqualTheHostsCentreCropAndItsMirror) {
       o.train = false;
       o.epochs = 1;
       o.mean = "image";
-      o.crop = so.height - 5;
+      // A crop well inside the centre square, so that the fraction's square (0.875 of
+      // the side, rounded) differs from it on both sizes and is resized.
+      o.crop = so.height - 9;
       o.eval_crop_fraction = fraction;
       auto float_pipe = data::BatchPipeline::Create(ds->get(), o);
       ASSERT_TRUE(float_pipe.ok()) << float_pipe.status();
