@@ -181,7 +181,7 @@ void Trainer::PrintBanner() {
   const Communicator* comm = job_.dp_comm ? job_.dp_comm.get() : job_.mp_comm.get();
   std::printf("Colonnade trainer\n");
   const bool wgmma = job_.device == Device::kCUDA && job_.precision == Precision::kBF16 &&
-                     cuda::WgmmaConvolutions();  // Hopper, unless COLONNADE_TC_WGMMA=0
+                     cuda::WgmmaConvolutions();  // Hopper, unless COLONNADE_CONV_CONFIG=mma
   std::printf("  layout     %s, device %s (%s%s%s%s), comm %s\n", job_.mesh->ToString().c_str(),
               DeviceName(job_.device), PrecisionName(job_.precision),
               cfg_.precision == "auto" ? ", auto" : "",
