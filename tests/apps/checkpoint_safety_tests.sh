@@ -99,8 +99,9 @@ lock_timeout)
     --checkpoint_lock_wait_s=1 >"$work/c.log" 2>&1; code=$?
   [ "$code" = 4 ] || { cat "$work/c.log"; fail "two ranks: exit $code, expected 4"; }
   # SIGTERM (scancel, preemption) ends a wait at once: nothing was lost, exit 75.
+  # (--collective_timeout must exceed the lock wait: OPERATIONS.md §7.)
   "$T" "${CIFAR[@]}" --steps=4 --checkpoint_dir="$d" --checkpoint_lock_wait_s=300 \
-    >"$work/e.log" 2>&1 &
+    --collective_timeout=600 >"$work/e.log" 2>&1 &
   e=$!; pids+=("$e")
   wait_for "$work/e.log" "waiting up to 300 s" || fail "no waiting message"
   kill -TERM "$e"; wait "$e"; code=$?
