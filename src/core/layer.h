@@ -33,6 +33,10 @@ struct RunContext {
   // Non-null in a step captured as a CUDA graph: the device copy of this step's scalars
   // (`step` above holds the same value), read by the kernels that need them (ops.h).
   const StepScalars* device_scalars = nullptr;
+  // Label smoothing of the softmax loss (--label_smoothing, Ops::SoftmaxCrossEntropyForward):
+  // set by the trainer for training steps only, so evaluation reports the plain
+  // cross-entropy. 0: none.
+  float label_smoothing = 0.0f;
 };
 
 // How a parameter is initialised. Draws are Philox-keyed by (seed, layer, param, element
