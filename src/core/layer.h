@@ -54,6 +54,9 @@ struct Param {
   Tensor value;
   Tensor grad;
   Tensor velocity;  // optimiser state
+  // The exponential moving average of `value` (--ema_decay, optimizer.h: InitEma), laid out
+  // as `value` (a shard like it); empty when the run keeps none.
+  Tensor ema;
   InitSpec init;
   float lr_mult = 1.0f;
   // Multiplier of the base weight decay when this parameter is decayed (cuda-convnet's
