@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/log.h"
 #include "core/ops.h"
 
 namespace colonnade {
@@ -33,26 +34,33 @@ void SgdOptimizer::Step(Net& net, float lr, const float* lr_on_device) {
   for (const NamedParam& np : net.params()) {
     Param& p = *np.param;
     if (!p.learnable) continue;
-    SgdParams s;
-    s.lr = lr * p.lr_mult;
-    s.lr_on_device = lr_on_device;
-    s.lr_mult = p.lr_mult;
-    s.momentum = o_.momentum;
-    s.nesterov = o_.nesterov;
-    const bool decayed = p.is_weight || o_.decay_on == DecayOn::kAll;
-    s.weight_decay = decayed ? o_.weight_decay * p.wd_mult : 0.0f;
-    // LARS adapts the weights only; biases and batch-norm parameters keep the plain rate.
+    Tensor* norms = nullptr;
     if (o_.lars && p.is_weight) {
-      if (lars_index == lars_norms_.size()) {
-        lars_norms_.emplace_back(Shape{2}, p.value.device());
-      }
-      Tensor& norms = lars_norms_[lars_index++];
-      ops.SquaredNorms(p.value, p.grad, norms);
-      s.lars_norms = norms.data();
-      s.lars_eta = o_.lars_eta;
+      if (lars_index == lars_norms_.size()) lars_norms_.emplace_back(Shape{2}, p.value.device());
+      norms = &lars_norms_[lars_index++];
     }
-    ops.SgdUpdate(p.value, p.grad, p.velocity, s);
+    StepParam(ops, p, lr, lr_on_device, norms);
   }
+}
+
+void SgdOptimizer::StepParam(Ops& ops, Param& p, float lr, const float* lr_on_device,
+                             Tensor* lars_norms) const {
+  SgdParams s;
+  s.lr = lr * p.lr_mult;
+  s.lr_on_device = lr_on_device;
+  s.lr_mult = p.lr_mult;
+  s.momentum = o_.momentum;
+  s.nesterov = o_.nesterov;
+  const bool decayed = p.is_weight || o_.decay_on == DecayOn::kAll;
+  s.weight_decay = decayed ? o_.weight_decay * p.wd_mult : 0.0f;
+  // LARS adapts the weights only; biases and batch-norm parameters keep the plain rate.
+  if (o_.lars && p.is_weight) {
+    CHECK(lars_norms != nullptr) << "LARS needs the norms' buffer";
+    ops.SquaredNorms(p.value, p.grad, *lars_norms);
+    s.lars_norms = lars_norms->data();
+    s.lars_eta = o_.lars_eta;
+  }
+  ops.SgdUpdate(p.value, p.grad, p.velocity, s);
 }
 
 void InitEma(Net& net) {
@@ -73,10 +81,11 @@ bool HasEma(const Net& net) {
 
 void UpdateEma(Net& net, float decay) {
   Ops& ops = net.ops();
-  for (const NamedParam& np : net.params()) {
-    Param& p = *np.param;
-    ops.Axpby(1.0f - decay, p.value, decay, p.ema);
-  }
+  for (const NamedParam& np : net.params()) UpdateEmaOf(ops, *np.param, decay);
+}
+
+void UpdateEmaOf(Ops& ops, Param& p, float decay) {
+  ops.Axpby(1.0f - decay, p.value, decay, p.ema);
 }
 
 void SwapInEma(Net& net, std::vector<Tensor>& saved) {

@@ -49,6 +49,10 @@ class SgdOptimizer {
   // `lr_on_device` (StepScalars::lr, equal to `lr`) at every replay.
   void Step(Net& net, float lr, const float* lr_on_device);
   const SgdOptions& options() const { return o_; }
+  // The update of one learnable parameter, as Step does it (a test's reference harness
+  // drives it on bare tensors); `lars_norms` a 2-float buffer on the device with LARS.
+  void StepParam(Ops& ops, Param& p, float lr, const float* lr_on_device,
+                 Tensor* lars_norms) const;
 
  private:
   SgdOptions o_;
@@ -73,6 +77,8 @@ void InitEma(Net& net);
 bool HasEma(const Net& net);
 // ema = decay * ema + (1 - decay) * value for every parameter: queued on the net's device.
 void UpdateEma(Net& net, float decay);
+// The same for one parameter.
+void UpdateEmaOf(Ops& ops, Param& p, float decay);
 // Evaluation with the averaged weights: SwapInEma keeps the trained values in `saved` and
 // copies each shadow into its parameter; RestoreFromEma copies `saved` back. Device copies
 // only, so the buffers (and a captured step graph) stay where they are.
