@@ -153,7 +153,7 @@ constexpr int64_t kMaxGlobalBatch = 65536;
     "tensor takes lr x eta ||w|| / (||g|| + wd ||w||), --lars_eta; biases and batch-norm "  \
     "gamma/beta are excluded from the adaptation and from weight decay). lars needs "       \
     "--weight_decay_on=weights and --mp=1 (docs/MODELS.md, 'Optimisation options').")       \
-  X(kOptimisation, double, lars_eta, 0.001, Range(1e-9, 1e6),                               \
+  X(kOptimisation, double, lars_eta, 0.001, Range(1e-6, 1000),                              \
     "With --optimizer=lars: the trust coefficient eta.")                                    \
   X(kOptimisation, bool, nesterov, false, NoRange(),                                        \
     "Nesterov momentum: the weights take the look-ahead step w += momentum v - lr (g + wd " \
