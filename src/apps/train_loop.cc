@@ -223,10 +223,10 @@ void Trainer::PrintBanner() {
               static_cast<long long>(per_epoch_));
   std::printf("  memory     %s\n", MemoryLine(job_.net()).c_str());
   std::printf("  optimiser  %s lr %s (%s: %s), %smomentum %g, weight decay %g on %s, seed %llu\n",
-              job_.sgd.lars ? "LARS" : "SGD", job_.lr_rule.c_str(),
-              job_.schedule->spec().c_str(), job_.schedule->Describe().c_str(),
-              job_.sgd.nesterov ? "Nesterov " : "", job_.sgd.momentum, job_.sgd.weight_decay,
-              DecayOnDescription(job_.sgd.decay_on), static_cast<unsigned long long>(cfg_.seed));
+              job_.sgd.lars ? "LARS" : "SGD", job_.lr_rule.c_str(), job_.schedule->spec().c_str(),
+              job_.schedule->Describe().c_str(), job_.sgd.nesterov ? "Nesterov " : "",
+              job_.sgd.momentum, job_.sgd.weight_decay, DecayOnDescription(job_.sgd.decay_on),
+              static_cast<unsigned long long>(cfg_.seed));
   if (job_.sgd.lars || job_.label_smoothing > 0 || job_.ema.decay > 0) {
     std::printf("  options    %s\n", OptionsDescription().c_str());
   }
@@ -598,15 +598,14 @@ void Trainer::EvaluateNow(int64_t done) {
   if (!r.ok()) RankError(l_, r.status());
   if (job_.lead) {
     // Only runs with a moving average name the weights: other runs' lines stay as they were.
-    const std::string weights = job_.ema.decay > 0 ? (ema ? "  (ema weights)" : "  (raw weights)")
-                                                   : "";
+    const std::string weights =
+        job_.ema.decay > 0 ? (ema ? "  (ema weights)" : "  (raw weights)") : "";
     const std::string weights_json =
         job_.ema.decay > 0 ? absl::StrFormat(",\"weights\":\"%s\"", ema ? "ema" : "raw") : "";
-    std::printf(
-        "eval  step %lld  %s: %lld images%s  loss %.4f  top1-err %.4f  top5-err %.4f%s\n",
-        static_cast<long long>(done), job_.val_data->info().path.c_str(),
-        static_cast<long long>(r->images), ViewsNote(cfg_.eval_views), r->loss, r->top1_error,
-        r->top5_error, weights.c_str());
+    std::printf("eval  step %lld  %s: %lld images%s  loss %.4f  top1-err %.4f  top5-err %.4f%s\n",
+                static_cast<long long>(done), job_.val_data->info().path.c_str(),
+                static_cast<long long>(r->images), ViewsNote(cfg_.eval_views), r->loss,
+                r->top1_error, r->top5_error, weights.c_str());
     std::fflush(stdout);
     WriteMetrics(absl::StrFormat(
         "{\"kind\":\"eval\",\"step\":%d,\"epoch\":%.4f,\"loss\":%s,\"top1_error\":%.5f,"

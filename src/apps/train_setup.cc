@@ -613,9 +613,10 @@ EndCode Resume(Job& job, ResumePoint& at) {
       for (checkpoint::TensorEntry& e : c.tensors) e.value.swap(e.ema);
       at.eval_ema = true;
       if (job.lead) {
-        std::printf("trainer: %s with the checkpoint's moving-average weights "
-                    "(--eval_weights=raw: the trained ones)\n",
-                    cfg.mode == RunMode::kEval ? "evaluating" : "predicting");
+        std::printf(
+            "trainer: %s with the checkpoint's moving-average weights "
+            "(--eval_weights=raw: the trained ones)\n",
+            cfg.mode == RunMode::kEval ? "evaluating" : "predicting");
       }
     }
   }

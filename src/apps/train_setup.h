@@ -97,8 +97,8 @@ struct Job {
   int columns = 0;
   std::optional<Mesh> mesh;
   std::optional<LrSchedule> schedule;
-  float base_lr = 0;     // after --lr_scaling
-  std::string lr_rule;   // the base lr's rule for the banner: "0.1 x 1024/256 = 0.4"
+  float base_lr = 0;    // after --lr_scaling
+  std::string lr_rule;  // the base lr's rule for the banner: "0.1 x 1024/256 = 0.4"
   SgdOptions sgd;
   float label_smoothing = 0;  // --label_smoothing (training steps only)
   EmaOptions ema;             // --ema_decay, --ema_every

@@ -429,7 +429,8 @@ absl::Status ReadEma(hdf5::Id root, ReadContext& ctx, Checkpoint& c,
       const std::string epath = lpath + "/" + pn;
       auto it = index.find(layer + "/" + pn);
       if (it == index.end()) {
-        return Corrupt(path, absl::StrFormat("%s has no parameter /params/%s/%s", epath, layer, pn));
+        return Corrupt(path,
+                       absl::StrFormat("%s has no parameter /params/%s/%s", epath, layer, pn));
       }
       TensorEntry& e = c.tensors[it->second];
       ASSIGN_OR_RETURN(Handle d, hdf5::OpenObject(lg.get(), pn, kDataset, path, epath));

@@ -117,8 +117,8 @@ absl::Status ValidateEntry(const TensorEntry& e) {
     }
   }
   if (!e.ema.empty() && static_cast<int64_t>(e.ema.size()) != n) {
-    return NotWritten(absl::StrFormat("%s has %d values but %d moving-average values", e.name, n,
-                                      e.ema.size()));
+    return NotWritten(
+        absl::StrFormat("%s has %d values but %d moving-average values", e.name, n, e.ema.size()));
   }
   for (size_t i = 0; i < e.ema.size(); ++i) {
     if (!std::isfinite(e.ema[i])) {
@@ -165,8 +165,8 @@ absl::Status ValidateForWrite(const TrainState& state, const std::vector<TensorE
   size_t with_ema = 0;
   for (const TensorEntry& e : entries) with_ema += e.ema.empty() ? 0 : 1;
   if (with_ema != 0 && with_ema != entries.size()) {
-    return NotWritten(absl::StrFormat(
-        "%d of %d tensors have a moving average: give all or none", with_ema, entries.size()));
+    return NotWritten(absl::StrFormat("%d of %d tensors have a moving average: give all or none",
+                                      with_ema, entries.size()));
   }
   return absl::OkStatus();
 }
@@ -291,8 +291,8 @@ absl::Status WriteFile(const std::string& path, const TrainState& st,
   absl::StatusOr<Handle> created = hdf5::CreateFile(path, options);
   if (!created.ok()) return InFile(path, created.status());
   Handle file = *std::move(created);
-  RETURN_IF_ERROR(
-      WriteRootAttributes(file.get(), path, st, entries.size(), has_velocity, EntriesHaveEma(entries)));
+  RETURN_IF_ERROR(WriteRootAttributes(file.get(), path, st, entries.size(), has_velocity,
+                                      EntriesHaveEma(entries)));
   RETURN_IF_ERROR(WriteTensors(file.get(), path, entries, has_velocity));
   RETURN_IF_ERROR(InFile(path, hdf5::Flush(file.get())));
   if (!file.Close()) return WriteError(path, hdf5::WithLastError("closing the file"));

@@ -522,8 +522,8 @@ ChannelSplit SoftmaxLossLayer::channel_split() const {
   return s;
 }
 
-void SoftmaxLossLayer::Forward(Ops& ops, const RunContext& ctx,
-                               const std::vector<const Tensor*>& x, const std::vector<Tensor*>& y) {
+void SoftmaxLossLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
+                               const std::vector<Tensor*>& y) {
   ops.SoftmaxCrossEntropyForward(*x[0], *x[1], *y[1], *y[0], ctx.label_smoothing);
 }
 

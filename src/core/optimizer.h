@@ -51,8 +51,7 @@ class SgdOptimizer {
   const SgdOptions& options() const { return o_; }
   // The update of one learnable parameter, as Step does it (a test's reference harness
   // drives it on bare tensors); `lars_norms` a 2-float buffer on the device with LARS.
-  void StepParam(Ops& ops, Param& p, float lr, const float* lr_on_device,
-                 Tensor* lars_norms) const;
+  void StepParam(Ops& ops, Param& p, float lr, const float* lr_on_device, Tensor* lars_norms) const;
 
  private:
   SgdOptions o_;

@@ -113,12 +113,11 @@ TEST(CheckpointWrite, EmaRoundTrip) {
   for (size_t i = 0; i < entries.size(); ++i) {
     EXPECT_TRUE(SameBits(c->tensors[i].ema, entries[i].ema)) << entries[i].name;
   }
-  absl::StatusOr<Checkpoint> plain = Read(
-      [&] {
-        std::string p2;
-        EXPECT_TRUE(Write(dir.path(), SmallState(6), SmallEntries(7), 3, &p2).ok());
-        return p2;
-      }());
+  absl::StatusOr<Checkpoint> plain = Read([&] {
+    std::string p2;
+    EXPECT_TRUE(Write(dir.path(), SmallState(6), SmallEntries(7), 3, &p2).ok());
+    return p2;
+  }());
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_FALSE(plain->has_ema);
   for (const TensorEntry& e : plain->tensors) EXPECT_TRUE(e.ema.empty()) << e.name;

@@ -1,6 +1,6 @@
-// The SGD update (core/ops/sgd.h: plain, Nesterov, LARS), the LARS norms, and the step's scalars block a graphed step reads
-// (StepScalars, core/ops.h: the learning rate here, dropout's and the results' step). Kernels,
-// launchers (ops/sgd.h) and the CudaOps method.
+// The SGD update (core/ops/sgd.h: plain, Nesterov, LARS), the LARS norms, and the step's scalars
+// block a graphed step reads (StepScalars, core/ops.h: the learning rate here, dropout's and the
+// results' step). Kernels, launchers (ops/sgd.h) and the CudaOps method.
 //
 // Shapes: w, grad, velocity n floats (a parameter, any layout). Mapping: a grid-stride loop, one
 // thread per element; each product and sum rounded separately (__fmul_rn, __fadd_rn; and the

@@ -31,7 +31,7 @@ struct XentParams {
   float* dlogits;
   int k, n;
   float scale;
-  double eps;                // label smoothing (forward); 0: the plain loss
+  double eps;                   // label smoothing (forward); 0: the plain loss
   float target_off, target_on;  // the smoothed targets (backward, SmoothTargets); 0 and 1 plain
 };
 __global__ void SoftmaxXentForwardKernel(const XentParams p) {
@@ -93,8 +93,8 @@ void SoftmaxCrossEntropyForwardGpu(const DeviceContext& ctx, const float* logits
 }
 
 void SoftmaxCrossEntropyBackwardGpu(const DeviceContext& ctx, const float* probs,
-                                    const float* labels, float scale, float* dlogits, int k,
-                                    int n, float label_smoothing) {
+                                    const float* labels, float scale, float* dlogits, int k, int n,
+                                    float label_smoothing) {
   XentParams p{};
   p.target_off = 0.0f;
   p.target_on = 1.0f;
