@@ -71,6 +71,7 @@ std::vector<std::string> DifferingAttributes(const colonnade::checkpoint::Checkp
       {"input_channels", {std::to_string(x.input_channels), std::to_string(y.input_channels)}},
       {"has_optimizer_state",
        {std::to_string(a.has_optimizer_state), std::to_string(b.has_optimizer_state)}},
+      {"has_ema", {std::to_string(a.has_ema), std::to_string(b.has_ema)}},
   };
   std::vector<std::string> out;
   for (const auto& [name, values] : attrs) {
@@ -137,14 +138,19 @@ int main(int argc, char** argv) {
       differ = true;
       continue;
     }
-    bool same_v = false, same_m = true;
+    bool same_v = false, same_m = true, same_e = true;
     double dv = RelDiff(ta.value, tb->value, &same_v), dm = 0;
     if (absl::GetFlag(FLAGS_velocity)) dm = RelDiff(ta.velocity, tb->velocity, &same_m);
-    worst = std::max({worst, dv, dm});
-    if (same_v && same_m) ++identical_count;
-    const bool bad = rtol == 0 ? !(same_v && same_m) : (dv > rtol || dm > rtol);
+    // The moving average (/ema) is compared whenever a file has one (has_ema differs
+    // otherwise, above).
+    const double de = RelDiff(ta.ema, tb->ema, &same_e);
+    worst = std::max({worst, dv, dm, de});
+    if (same_v && same_m && same_e) ++identical_count;
+    const bool bad =
+        rtol == 0 ? !(same_v && same_m && same_e) : (dv > rtol || dm > rtol || de > rtol);
     if (bad) {
-      std::printf("%s: value rel diff %.3g, velocity rel diff %.3g\n", ta.name.c_str(), dv, dm);
+      std::printf("%s: value rel diff %.3g, velocity rel diff %.3g, ema rel diff %.3g\n",
+                  ta.name.c_str(), dv, dm, de);
       differ = true;
     }
   }

@@ -65,6 +65,12 @@ constexpr std::pair<const char*, RecomputePolicy> kRecomputes[] = {
     {"bn_relu_add", RecomputePolicy::kBatchNormReluAdd},
     {"bn_relu", RecomputePolicy::kBatchNormRelu},
     {"off", RecomputePolicy::kOff}};
+constexpr std::pair<const char*, OptimizerChoice> kOptimizers[] = {
+    {"sgd", OptimizerChoice::kSgd}, {"lars", OptimizerChoice::kLars}};
+constexpr std::pair<const char*, EvalWeights> kEvalWeights[] = {
+    {"auto", EvalWeights::kAuto}, {"ema", EvalWeights::kEma}, {"raw", EvalWeights::kRaw}};
+constexpr std::pair<const char*, LrScaling> kLrScalings[] = {{"none", LrScaling::kNone},
+                                                             {"linear", LrScaling::kLinear}};
 constexpr std::pair<const char*, data::MeanMode> kMeans[] = {{"image", data::MeanMode::kImage},
                                                              {"channel", data::MeanMode::kChannel},
                                                              {"none", data::MeanMode::kNone}};
@@ -170,6 +176,23 @@ bool AbslParseFlag(absl::string_view text, RecomputePolicy* policy, std::string*
 std::string AbslUnparseFlag(RecomputePolicy policy) {
   return WordOf<RecomputePolicy>(policy, kRecomputes);
 }
+
+bool AbslParseFlag(absl::string_view text, OptimizerChoice* choice, std::string* error) {
+  return ParseWord<OptimizerChoice>(text, kOptimizers, choice, error);
+}
+std::string AbslUnparseFlag(OptimizerChoice choice) {
+  return WordOf<OptimizerChoice>(choice, kOptimizers);
+}
+bool AbslParseFlag(absl::string_view text, EvalWeights* weights, std::string* error) {
+  return ParseWord<EvalWeights>(text, kEvalWeights, weights, error);
+}
+std::string AbslUnparseFlag(EvalWeights weights) {
+  return WordOf<EvalWeights>(weights, kEvalWeights);
+}
+bool AbslParseFlag(absl::string_view text, LrScaling* scaling, std::string* error) {
+  return ParseWord<LrScaling>(text, kLrScalings, scaling, error);
+}
+std::string AbslUnparseFlag(LrScaling scaling) { return WordOf<LrScaling>(scaling, kLrScalings); }
 
 namespace data {
 

@@ -45,6 +45,13 @@ enum class MemoryPlanMode { kOn, kOff };
 // (data::TenCrops: centre, four corners, their mirrors), the softmax probabilities of the
 // ten averaged (docs/DATA.md, "Ten crops"). The value is the number of views.
 enum class EvalViews { kOne = 1, kTwo = 2, kTen = 10 };
+// --optimizer: momentum SGD, or LARS on top of it (core/optimizer.h, SgdOptions::lars).
+enum class OptimizerChoice { kSgd, kLars };
+// --eval_weights: the weights evaluation uses when the run keeps a moving average (auto: it
+// when there is one).
+enum class EvalWeights { kAuto, kEma, kRaw };
+// --lr_scaling: none, or linear (base lr x global batch / --lr_reference_batch).
+enum class LrScaling { kNone, kLinear };
 // --rrc_scale and --rrc_ratio: a range MIN,MAX of the random-resized crop (data::AugmentConfig::
 // ResizedCrop), each number a decimal or a fraction p/q. Scale: the box's area fraction,
 // 0 < MIN <= MAX <= 1 (torchvision's default 0.08,1); ratio: its width / height,
@@ -83,6 +90,12 @@ bool AbslParseFlag(absl::string_view text, RrcScale* range, std::string* error);
 std::string AbslUnparseFlag(RrcScale range);
 bool AbslParseFlag(absl::string_view text, RrcRatio* range, std::string* error);
 std::string AbslUnparseFlag(RrcRatio range);
+bool AbslParseFlag(absl::string_view text, OptimizerChoice* choice, std::string* error);
+std::string AbslUnparseFlag(OptimizerChoice choice);
+bool AbslParseFlag(absl::string_view text, EvalWeights* weights, std::string* error);
+std::string AbslUnparseFlag(EvalWeights weights);
+bool AbslParseFlag(absl::string_view text, LrScaling* scaling, std::string* error);
+std::string AbslUnparseFlag(LrScaling scaling);
 bool AbslParseFlag(absl::string_view text, RecomputePolicy* policy, std::string* error);
 std::string AbslUnparseFlag(RecomputePolicy policy);
 

@@ -40,7 +40,9 @@ EndCode Trainer::Start() {
   parts.graph = graph_.get();
   parts.timeline = &*timeline_;
   parts.context = [this](int64_t step) {
-    return job_.mesh->MakeRunContext(Phase::kTrain, cfg_.seed, step, job_.global_batch);
+    RunContext ctx = job_.mesh->MakeRunContext(Phase::kTrain, cfg_.seed, step, job_.global_batch);
+    ctx.label_smoothing = job_.label_smoothing;
+    return ctx;
   };
   step_.emplace(std::move(parts));
   // After the banner, which shows what was resumed: a checkpoint at or past the last step.
@@ -220,10 +222,14 @@ void Trainer::PrintBanner() {
               static_cast<long long>(job_.global_batch), static_cast<long long>(job_.local_batch),
               static_cast<long long>(per_epoch_));
   std::printf("  memory     %s\n", MemoryLine(job_.net()).c_str());
-  std::printf("  optimiser  SGD lr %g (%s: %s), momentum %g, weight decay %g on %s, seed %llu\n",
-              job_.base_lr, job_.schedule->spec().c_str(), job_.schedule->Describe().c_str(),
+  std::printf("  optimiser  %s lr %s (%s: %s), %smomentum %g, weight decay %g on %s, seed %llu\n",
+              job_.sgd.lars ? "LARS" : "SGD", job_.lr_rule.c_str(), job_.schedule->spec().c_str(),
+              job_.schedule->Describe().c_str(), job_.sgd.nesterov ? "Nesterov " : "",
               job_.sgd.momentum, job_.sgd.weight_decay, DecayOnDescription(job_.sgd.decay_on),
               static_cast<unsigned long long>(cfg_.seed));
+  if (job_.sgd.lars || job_.label_smoothing > 0 || job_.ema.decay > 0) {
+    std::printf("  options    %s\n", OptionsDescription().c_str());
+  }
   std::printf("  run        %lld steps (%.2f epochs)\n", static_cast<long long>(total_steps_),
               total_epochs_);
   std::fflush(stdout);
@@ -349,6 +355,27 @@ EndCode Trainer::OpenRankLog() {
   return std::nullopt;
 }
 
+// The banner's line for LARS, label smoothing and the moving average (docs/MODELS.md).
+std::string Trainer::OptionsDescription() const {
+  std::vector<std::string> parts;
+  if (job_.sgd.lars) {
+    parts.push_back(absl::StrFormat(
+        "LARS eta %g on conv/fc weights (biases, BN gamma/beta: plain lr, no decay)",
+        job_.sgd.lars_eta));
+  }
+  if (job_.label_smoothing > 0) {
+    parts.push_back(absl::StrFormat("label smoothing %g", job_.label_smoothing));
+  }
+  if (job_.ema.decay > 0) {
+    parts.push_back(absl::StrFormat(
+        "weight EMA decay %g every %d step%s (weights and BN statistics; evaluation uses %s)%s",
+        job_.ema.decay, job_.ema.every, job_.ema.every == 1 ? "" : "s",
+        cfg_.eval_weights == EvalWeights::kRaw ? "the raw weights" : "the EMA",
+        at_.ema_restarted ? "; the checkpoint had none: it restarts from its weights" : ""));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
 int Trainer::Run() {
   start_ = Clock::now();
   policy_.emplace(cfg_.checkpoint_every, cfg_.checkpoint_secs, at_.start_step, 0.0);
@@ -432,6 +459,9 @@ void Trainer::Step(int64_t step, data::Batch&& batch, float lr) {
     timeline_->Mark(StepPhase::kCopyIn);
   }
   if (absl::Status s = step_->Enqueue(values, &interval_.comm_wait_s); !s.ok()) RankError(l_, s);
+  // The moving average after the optimizer, outside a step graph (it runs every N steps
+  // only), queued behind the step on the same stream.
+  if (job_.ema.decay > 0 && (step + 1) % job_.ema.every == 0) UpdateEma(net_, job_.ema.decay);
   if (feed_) feed_->EndProduce();
   interval_.images += job_.global_batch;
   PendingStep& p = pending_[step % kPendingSteps];
@@ -558,20 +588,30 @@ void Trainer::Log(int64_t done, float lr) {
 // Evaluation on --val_data during training; its time is kept out of the next img/s.
 void Trainer::EvaluateNow(int64_t done) {
   const auto eval_start = Clock::now();
+  // --eval_weights: the moving average in place of the weights for the pass (device copies;
+  // the trained weights come back after it).
+  const bool ema = job_.ema.decay > 0 && cfg_.eval_weights != EvalWeights::kRaw;
+  if (ema) SwapInEma(net_, ema_saved_);
   absl::StatusOr<EvalResult> r = Evaluate(net_, *job_.val_data, po_, EvalSpecOf(job_), l_,
                                           job_.local_batch, ProgressOf(job_, "eval"));
+  if (ema) RestoreFromEma(net_, ema_saved_);
   if (!r.ok()) RankError(l_, r.status());
   if (job_.lead) {
-    std::printf("eval  step %lld  %s: %lld images%s  loss %.4f  top1-err %.4f  top5-err %.4f\n",
+    // Only runs with a moving average name the weights: other runs' lines stay as they were.
+    const std::string weights =
+        job_.ema.decay > 0 ? (ema ? "  (ema weights)" : "  (raw weights)") : "";
+    const std::string weights_json =
+        job_.ema.decay > 0 ? absl::StrFormat(",\"weights\":\"%s\"", ema ? "ema" : "raw") : "";
+    std::printf("eval  step %lld  %s: %lld images%s  loss %.4f  top1-err %.4f  top5-err %.4f%s\n",
                 static_cast<long long>(done), job_.val_data->info().path.c_str(),
                 static_cast<long long>(r->images), ViewsNote(cfg_.eval_views), r->loss,
-                r->top1_error, r->top5_error);
+                r->top1_error, r->top5_error, weights.c_str());
     std::fflush(stdout);
     WriteMetrics(absl::StrFormat(
         "{\"kind\":\"eval\",\"step\":%d,\"epoch\":%.4f,\"loss\":%s,\"top1_error\":%.5f,"
-        "\"top5_error\":%.5f,\"images\":%d,\"views\":%d}",
+        "\"top5_error\":%.5f,\"images\":%d,\"views\":%d%s}",
         done, DataEpoch(), JsonNumber(r->loss, 6), r->top1_error, r->top5_error, r->images,
-        static_cast<int>(cfg_.eval_views)));
+        static_cast<int>(cfg_.eval_views), weights_json));
   }
   interval_.start += Clock::now() - eval_start;
 }

@@ -51,6 +51,7 @@ class Trainer {
   EndCode OpenMetrics();
   void PrintBanner();
   std::string AugmentDescription() const;
+  std::string OptionsDescription() const;
   EndCode OpenRankLog();
   // --cuda_graphs: the step graph where it is legal and asked for (graph_).
   EndCode SetUpGraphs();
@@ -110,6 +111,7 @@ class Trainer {
   AppendFile metrics_;   // rank 0 only
   AppendFile rank_log_;  // every rank's own, with --rank_log_dir
   SgdOptimizer optimizer_;
+  std::vector<Tensor> ema_saved_;  // the trained weights while evaluation uses the EMA
   // --cuda_graphs: forward, backward, sync and optimizer as one CUDA graph (null: plain
   // steps; always on a CPU run).
   std::unique_ptr<cuda::StepGraph> graph_;

@@ -239,6 +239,55 @@ EndCode SetUpLayout(Job& job) {
   return std::nullopt;
 }
 
+// The options of issue 35 on top of the recipe's SGD (docs/MODELS.md, "Optimisation
+// options"): Nesterov, LARS, label smoothing, the moving average, the linear lr scaling. A
+// combination that cannot mean what it says is a usage error (exit 2).
+EndCode SetUpOptimizerOptions(Job& job) {
+  const TrainConfig& cfg = job.cfg;
+  auto usage = [&job](const std::string& why) {
+    return AgreedError(job.l, absl::InvalidArgumentError(why), kExitUsage);
+  };
+  job.sgd.nesterov = cfg.nesterov;
+  if (cfg.nesterov && !(job.sgd.momentum > 0)) {
+    return usage(absl::StrFormat(
+        "--nesterov needs a momentum above 0 (this run: %g): give --momentum or drop --nesterov",
+        job.sgd.momentum));
+  }
+  job.sgd.lars = cfg.optimizer == OptimizerChoice::kLars;
+  job.sgd.lars_eta = static_cast<float>(cfg.lars_eta);
+  if (job.sgd.lars && job.sgd.decay_on != DecayOn::kWeights) {
+    return usage(
+        "--optimizer=lars excludes biases and batch-norm parameters from weight decay: "
+        "--weight_decay_on must be 'weights'");
+  }
+  if (job.sgd.lars && job.l.mp_size > 1) {
+    // A shard's norms are not the tensor's: the trust ratio would depend on the layout.
+    return usage(absl::StrFormat(
+        "--optimizer=lars needs --mp=1 (this run: --mp=%d): LARS's per-tensor norms are not "
+        "summed over a column split yet (docs/MODELS.md)",
+        job.l.mp_size));
+  }
+  if (cfg.Given("lars_eta") && !job.sgd.lars) return usage("--lars_eta needs --optimizer=lars");
+  job.label_smoothing = static_cast<float>(cfg.label_smoothing);
+  job.ema.decay = static_cast<float>(cfg.ema_decay);
+  job.ema.every = cfg.ema_every;
+  if (cfg.Given("ema_every") && job.ema.decay == 0) return usage("--ema_every needs --ema_decay");
+  if (job.training && cfg.eval_weights == EvalWeights::kEma && job.ema.decay == 0) {
+    return usage("--eval_weights=ema needs a moving average: give --ema_decay");
+  }
+  job.lr_rule = absl::StrFormat("%g", job.base_lr);
+  if (cfg.lr_scaling == LrScaling::kLinear) {
+    const double scaled =
+        job.base_lr * static_cast<double>(job.global_batch) / cfg.lr_reference_batch;
+    job.lr_rule = absl::StrFormat("%g x %d/%d = %g", job.base_lr, job.global_batch,
+                                  cfg.lr_reference_batch, static_cast<float>(scaled));
+    job.base_lr = static_cast<float>(scaled);
+  } else if (cfg.Given("lr_reference_batch")) {
+    return usage("--lr_reference_batch needs --lr_scaling=linear");
+  }
+  return std::nullopt;
+}
+
 // The optimiser's settings: the model's recipe unless the flags say otherwise.
 EndCode SetUpOptimizer(Job& job) {
   const TrainConfig& cfg = job.cfg;
@@ -256,6 +305,7 @@ EndCode SetUpOptimizer(Job& job) {
     if (!on.ok()) return AgreedError(job.l, on.status(), kExitUsage);
     job.sgd.decay_on = *on;
   }
+  if (EndCode end = SetUpOptimizerOptions(job)) return end;
   if (cfg.precision != "auto" && !ParsePrecision(cfg.precision, &job.precision)) {
     return AgreedError(
         job.l,
@@ -482,6 +532,8 @@ EndCode BuildShard(Job& job) {
     return AgreedError(l, s, kExitUsage);
   }
   if (absl::Status s = InitShardParams(*job.shard, cfg.seed); !s.ok()) RankError(l, s);
+  // The moving average starts as the initial weights; a resume loads it (LoadIntoParam).
+  if (job.training && job.ema.decay > 0) InitEma(net);
   absl::StatusOr<std::unique_ptr<GradientSync>> sync =
       GradientSync::Create(net, job.dp_comm.get(), cfg.bucket_mb);
   if (!sync.ok()) return AgreedError(l, sync.status(), kExitUsage);
@@ -545,7 +597,29 @@ EndCode Resume(Job& job, ResumePoint& at) {
     }
     return std::nullopt;
   }
-  const checkpoint::Checkpoint& c = **ckpt;
+  checkpoint::Checkpoint& c = **ckpt;
+  if (!job.training) {
+    // --eval_weights: evaluation and prediction read the moving average in place of the
+    // weights (auto: when the checkpoint has one).
+    if (cfg.eval_weights == EvalWeights::kEma && !c.has_ema) {
+      return AgreedError(l,
+                         absl::InvalidArgumentError(absl::StrFormat(
+                             "--eval_weights=ema: %s holds no moving average (trained without "
+                             "--ema_decay); use --eval_weights=raw or auto",
+                             c.path)),
+                         kExitUsage);
+    }
+    if (c.has_ema && cfg.eval_weights != EvalWeights::kRaw) {
+      for (checkpoint::TensorEntry& e : c.tensors) e.value.swap(e.ema);
+      at.eval_ema = true;
+      if (job.lead) {
+        std::printf(
+            "trainer: %s with the checkpoint's moving-average weights "
+            "(--eval_weights=raw: the trained ones)\n",
+            cfg.mode == RunMode::kEval ? "evaluating" : "predicting");
+      }
+    }
+  }
   if (absl::Status s = checkpoint::LoadIntoNet(c, job.net()); !s.ok()) {
     return AgreedError(l, s, kExitError);
   }
@@ -562,6 +636,7 @@ EndCode Resume(Job& job, ResumePoint& at) {
   at.start_cursor.position = c.state.cursor_position;
   at.from = c.path;
   at.weights_only = !c.has_optimizer_state;
+  at.ema_restarted = job.training && job.ema.decay > 0 && !c.has_ema;
   at.changed_flags = ChangedFlags(c.state.flags, cfg.flags_text);
   return std::nullopt;
 }

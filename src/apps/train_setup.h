@@ -97,8 +97,11 @@ struct Job {
   int columns = 0;
   std::optional<Mesh> mesh;
   std::optional<LrSchedule> schedule;
-  float base_lr = 0;
+  float base_lr = 0;    // after --lr_scaling
+  std::string lr_rule;  // the base lr's rule for the banner: "0.1 x 1024/256 = 0.4"
   SgdOptions sgd;
+  float label_smoothing = 0;  // --label_smoothing (training steps only)
+  EmaOptions ema;             // --ema_decay, --ema_every
   Precision precision = Precision::kFP32;
   bool bf16_storage = false;  // --bf16_activations resolved against the precision
   int cores = 1;              // this process may use (a Slurm allocation or taskset may give fewer)
@@ -120,6 +123,11 @@ struct ResumePoint {
   data::Cursor start_cursor;
   std::string from;  // the checkpoint's path; empty for a fresh start
   bool weights_only = false;
+  // Training with --ema_decay from a checkpoint without a moving average: it restarts from
+  // the loaded weights (banner note).
+  bool ema_restarted = false;
+  // --mode=eval|predict: the net holds the checkpoint's moving average (--eval_weights).
+  bool eval_ema = false;
   std::vector<std::string> changed_flags;  // since the checkpoint, printed with the banner
 };
 
@@ -133,6 +141,9 @@ EndCode ModelFromCheckpoint(const Layout& l, TrainConfig& cfg);
 // The set-up phases, in the order train_session.cc runs them (see the top of this file).
 EndCode SetUpLayout(Job& job);
 EndCode SetUpOptimizer(Job& job);
+// The part of SetUpOptimizer for Nesterov, LARS, label smoothing, the moving average and the
+// lr scaling, with their usage errors.
+EndCode SetUpOptimizerOptions(Job& job);
 EndCode SetUpDevice(Job& job);
 EndCode OpenData(Job& job);
 EndCode BuildShard(Job& job);

@@ -147,6 +147,40 @@ constexpr int64_t kMaxGlobalBatch = 65536;
     "biases or batch-norm gamma/beta: the cuda-convnet/Caffe rule, every recipe's) or "     \
     "'all' (every learnable parameter, as PyTorch's SGD(model.parameters(), "               \
     "weight_decay=...)). Empty: the model's recipe.")                                       \
+  X(kOptimisation, colonnade::OptimizerChoice, optimizer, colonnade::OptimizerChoice::kSgd,  \
+    NoRange(),                                                                              \
+    "sgd (momentum SGD) or lars (You et al. 2017, MLPerf's LARS: every conv/fc weight "     \
+    "tensor takes lr x eta ||w|| / (||g|| + wd ||w||), --lars_eta; biases and batch-norm "  \
+    "gamma/beta are excluded from the adaptation and from weight decay). lars needs "       \
+    "--weight_decay_on=weights and --mp=1 (docs/MODELS.md, 'Optimisation options').")       \
+  X(kOptimisation, double, lars_eta, 0.001, Range(1e-6, 1000),                              \
+    "With --optimizer=lars: the trust coefficient eta.")                                    \
+  X(kOptimisation, bool, nesterov, false, NoRange(),                                        \
+    "Nesterov momentum: the weights take the look-ahead step w += momentum v - lr (g + wd " \
+    "w), as torch.optim.SGD(nesterov=True). Needs a momentum above 0.")                     \
+  X(kOptimisation, double, label_smoothing, 0, Range(0, 1),                                 \
+    "Training loss with label smoothing eps: target eps/K on each of the K classes plus "   \
+    "1 - eps on the label (PyTorch's CrossEntropyLoss(label_smoothing=eps)). Evaluation "   \
+    "reports the plain cross-entropy. 0: off.")                                             \
+  X(kOptimisation, double, ema_decay, 0, RangeOpen(0, 1),                                   \
+    "Keep an exponential moving average of the weights and batch-norm statistics, "         \
+    "ema = d ema + (1 - d) w after every --ema_every steps (torchvision's "                 \
+    "ExponentialMovingAverage); checkpoints hold it and evaluation uses it "                \
+    "(--eval_weights). 0: off.")                                                            \
+  X(kOptimisation, int64_t, ema_every, 1, Range(1, kMaxTrainingSteps),                      \
+    "With --ema_decay: update the average after every N optimizer steps.")                  \
+  X(kOptimisation, colonnade::EvalWeights, eval_weights, colonnade::EvalWeights::kAuto,     \
+    NoRange(),                                                                              \
+    "Which weights evaluation (--val_data during training, --mode=eval|predict) uses: ema " \
+    "(the moving average; an error without one), raw (the trained weights), or auto (ema "  \
+    "when the run or checkpoint has one, else raw). Usually the average scores better "     \
+    "late in training; compare both with --mode=eval.")                                     \
+  X(kOptimisation, colonnade::LrScaling, lr_scaling, colonnade::LrScaling::kNone,           \
+    NoRange(),                                                                              \
+    "none, or linear: the base lr (--lr or the recipe's) is multiplied by global batch / "  \
+    "--lr_reference_batch (Goyal et al. 2017), before the schedule and its warm-up.")       \
+  X(kOptimisation, int64_t, lr_reference_batch, 256, Range(1, kMaxGlobalBatch),             \
+    "With --lr_scaling=linear: the batch the base lr is meant for.")                        \
   X(kOptimisation, uint64_t, seed, 1, NoRange(),                                            \
     "Seed of every random draw (init, data order, augmentation, dropout). The same seed "   \
     "and global batch give the same run for any (dp, mp) layout.")                          \

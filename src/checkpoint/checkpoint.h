@@ -9,6 +9,8 @@
 //                             has_optimizer_state
 //   /params/<layer>/<param>   float32, full (unsharded) canonical shape; attribute learnable
 //   /optimizer/<layer>/<param>/velocity   float32, same shape (learnable params only)
+//   /ema/<layer>/<param>      float32, same shape, every param (only with the root attribute
+//                             has_ema = 1: the weights' moving average, --ema_decay)
 //
 // Parameters are stored unsharded, so a checkpoint written under one (dp, mp) layout
 // resumes under any other. One rank writes; ranks that hold shards gather them first (the
@@ -66,6 +68,9 @@ struct TensorEntry {
   std::vector<int64_t> shape;
   std::vector<float> value;
   std::vector<float> velocity;
+  // The exponential moving average of the value (Param::ema), or empty; all entries have it
+  // or none (has_ema).
+  std::vector<float> ema;
   bool learnable = true;
 };
 
@@ -76,6 +81,9 @@ struct Checkpoint {
   TrainState state;
   // True when every learnable entry carries its velocity (what an exact resume needs).
   bool has_optimizer_state = false;
+  // True when every entry carries its moving average (/ema; files without the attribute
+  // has_ema, written before it existed, have none).
+  bool has_ema = false;
   std::vector<TensorEntry> tensors;  // in the order they were written (the Net's order)
 
   // The entry named `name` ("conv1/weight"), or nullptr.

@@ -38,6 +38,13 @@ absl::Status CollectFromNet(const Net& net, const GatherFn& gather, std::vector<
       }
       ASSIGN_OR_RETURN(e.velocity, gather(p, p.velocity));
     }
+    if (!p.ema.empty()) {  // the moving average, made whole as the value is
+      if (p.ema.size() != p.value.size()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s has %d values but a moving average of %d", np.name, p.value.size(), p.ema.size()));
+      }
+      ASSIGN_OR_RETURN(e.ema, gather(p, p.ema));
+    }
     // Dropped at once when `out` is null: a rank that only takes part in the gathers never
     // holds more than one full tensor.
     if (out) out->push_back(std::move(e));
@@ -75,6 +82,18 @@ absl::Status LoadIntoParam(const TensorEntry& entry, Param& p) {
     p.velocity.CopyFromHost(entry.velocity.data() + begin, count);
   } else if (!p.velocity.empty()) {
     p.velocity.Fill(0.0f);
+  }
+  // The moving average, where the run keeps one: the file's, else (a checkpoint without one)
+  // the loaded weights, which is where a fresh average starts.
+  if (!p.ema.empty()) {
+    if (p.ema.size() != p.value.size()) {
+      return absl::FailedPreconditionError(entry.name + ": the moving average has another size");
+    }
+    const std::vector<float>& src = entry.ema.empty() ? entry.value : entry.ema;
+    if (static_cast<int64_t>(src.size()) < begin + count) {
+      return absl::FailedPreconditionError(entry.name + ": checkpoint moving average too short");
+    }
+    p.ema.CopyFromHost(src.data() + begin, count);
   }
   return absl::OkStatus();
 }

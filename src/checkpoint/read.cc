@@ -230,6 +230,12 @@ absl::Status ReadRootAttributes(hdf5::Id root, ReadContext& ctx, Checkpoint& c,
                                          absl::CHexEscape(s.model), internal::kModelNameRule));
   }
   c.has_optimizer_state = has_opt == 1;
+  // has_ema is optional: files written before moving averages existed lack it (none).
+  ASSIGN_OR_RETURN(bool has_ema_attr, HasAttr(root, path, "has_ema"));
+  if (has_ema_attr) {
+    ASSIGN_OR_RETURN(int64_t has_ema, ReadIntInRange(root, path, "/has_ema", "has_ema", 0, 1));
+    c.has_ema = has_ema == 1;
+  }
   const int64_t name_step = ParseCheckpointStep(BaseName(path));
   if (name_step >= 0 && name_step != s.step) {
     return Corrupt(path, absl::StrFormat("the file name says step %d but attribute /step is %d",
@@ -261,12 +267,14 @@ absl::Status ReadRootAttributes(hdf5::Id root, ReadContext& ctx, Checkpoint& c,
 // Root objects: /params, and /optimizer exactly when has_optimizer_state.
 absl::Status CheckRootObjects(hdf5::Id root, const std::string& path, const Checkpoint& c) {
   ASSIGN_OR_RETURN(std::vector<std::string> top, hdf5::ListHardLinks(root, path, "/"));
-  bool saw_params = false, saw_opt = false;
+  bool saw_params = false, saw_opt = false, saw_ema = false;
   for (const std::string& n : top) {
     if (n == "params") {
       saw_params = true;
     } else if (n == "optimizer") {
       saw_opt = true;
+    } else if (n == "ema") {
+      saw_ema = true;
     } else {
       return Corrupt(path, absl::StrFormat("unexpected object /%s", n));
     }
@@ -276,6 +284,10 @@ absl::Status CheckRootObjects(hdf5::Id root, const std::string& path, const Chec
     return Corrupt(path, c.has_optimizer_state
                              ? "attribute /has_optimizer_state is 1 but group /optimizer is missing"
                              : "group /optimizer is present but /has_optimizer_state is 0");
+  }
+  if (saw_ema != c.has_ema) {
+    return Corrupt(path, c.has_ema ? "attribute /has_ema is 1 but group /ema is missing"
+                                   : "group /ema is present but /has_ema is 0 or absent");
   }
   return absl::OkStatus();
 }
@@ -402,6 +414,41 @@ absl::Status ReadOptimizer(hdf5::Id root, ReadContext& ctx, Checkpoint& c,
   return absl::OkStatus();
 }
 
+// /ema/<layer>/<pn> for every parameter /params/<layer>/<pn>, of its shape, and nothing else.
+absl::Status ReadEma(hdf5::Id root, ReadContext& ctx, Checkpoint& c,
+                     const std::map<std::string, size_t>& index) {
+  const std::string& path = ctx.path;
+  ASSIGN_OR_RETURN(Handle ema, hdf5::OpenObject(root, "ema", kGroup, path, "/ema"));
+  ASSIGN_OR_RETURN(std::vector<std::string> layers, hdf5::ListHardLinks(ema.get(), path, "/ema/"));
+  for (const std::string& layer : layers) {
+    const std::string lpath = "/ema/" + layer;
+    ASSIGN_OR_RETURN(Handle lg, hdf5::OpenObject(ema.get(), layer, kGroup, path, lpath));
+    ASSIGN_OR_RETURN(std::vector<std::string> pnames,
+                     hdf5::ListHardLinks(lg.get(), path, lpath + "/"));
+    for (const std::string& pn : pnames) {
+      const std::string epath = lpath + "/" + pn;
+      auto it = index.find(layer + "/" + pn);
+      if (it == index.end()) {
+        return Corrupt(path,
+                       absl::StrFormat("%s has no parameter /params/%s/%s", epath, layer, pn));
+      }
+      TensorEntry& e = c.tensors[it->second];
+      ASSIGN_OR_RETURN(Handle d, hdf5::OpenObject(lg.get(), pn, kDataset, path, epath));
+      std::vector<int64_t> eshape;
+      ASSIGN_OR_RETURN(int64_t n, InspectFloatDataset(d.get(), ctx, epath, &eshape));
+      if (eshape != e.shape) {
+        return Corrupt(path, absl::StrFormat("%s has shape %s but /params/%s has %s", epath,
+                                             ShapeText(eshape), e.name, ShapeText(e.shape)));
+      }
+      RETURN_IF_ERROR(ReadFloatData(d.get(), ctx, epath, n, &e.ema));
+    }
+  }
+  for (const TensorEntry& e : c.tensors) {
+    if (e.ema.empty()) return Corrupt(path, absl::StrFormat("/ema/%s is missing", e.name));
+  }
+  return absl::OkStatus();
+}
+
 // The whole file, in the order of the checks described in checkpoint.h (Read).
 absl::StatusOr<Checkpoint> ReadFile(ReadContext& ctx) {
   ASSIGN_OR_RETURN(Handle file, OpenForRead(ctx));
@@ -415,6 +462,7 @@ absl::StatusOr<Checkpoint> ReadFile(ReadContext& ctx) {
   std::map<std::string, size_t> index;  // entry name -> position in c.tensors
   RETURN_IF_ERROR(ReadParams(root, ctx, num_params, c, index));
   if (c.has_optimizer_state) RETURN_IF_ERROR(ReadOptimizer(root, ctx, c, index));
+  if (c.has_ema) RETURN_IF_ERROR(ReadEma(root, ctx, c, index));
   return c;
 }
 

@@ -116,6 +116,16 @@ absl::Status ValidateEntry(const TensorEntry& e) {
                           e.name, e.value[i], i));
     }
   }
+  if (!e.ema.empty() && static_cast<int64_t>(e.ema.size()) != n) {
+    return NotWritten(
+        absl::StrFormat("%s has %d values but %d moving-average values", e.name, n, e.ema.size()));
+  }
+  for (size_t i = 0; i < e.ema.size(); ++i) {
+    if (!std::isfinite(e.ema[i])) {
+      return NotWritten(absl::StrFormat("%s holds a non-finite moving average (%g at index %d)",
+                                        e.name, e.ema[i], i));
+    }
+  }
   for (size_t i = 0; i < e.velocity.size(); ++i) {
     if (!std::isfinite(e.velocity[i])) {
       return NotWritten(absl::StrFormat("%s holds a non-finite velocity (%g at index %d)", e.name,
@@ -152,7 +162,18 @@ absl::Status ValidateForWrite(const TrainState& state, const std::vector<TensorE
         "%d of %d learnable tensors have a velocity: give all or none", with_velocity, learnable));
   }
   *has_velocity = with_velocity > 0;
+  size_t with_ema = 0;
+  for (const TensorEntry& e : entries) with_ema += e.ema.empty() ? 0 : 1;
+  if (with_ema != 0 && with_ema != entries.size()) {
+    return NotWritten(absl::StrFormat("%d of %d tensors have a moving average: give all or none",
+                                      with_ema, entries.size()));
+  }
   return absl::OkStatus();
+}
+
+// Whether the entries carry moving averages (ValidateForWrite: all or none).
+bool EntriesHaveEma(const std::vector<TensorEntry>& entries) {
+  return !entries.empty() && !entries[0].ema.empty();
 }
 
 // ---- the file ----------------------------------------------------------------------------
@@ -188,7 +209,7 @@ absl::Status WriteTensor(hdf5::Id loc, const std::string& path, const std::strin
 
 // The root attributes, in the order of checkpoint.h's layout.
 absl::Status WriteRootAttributes(hdf5::Id root, const std::string& path, const TrainState& st,
-                                 size_t num_params, bool has_velocity) {
+                                 size_t num_params, bool has_velocity, bool has_ema) {
   const std::pair<const char*, int64_t> ints_before_seed[] = {
       {"format_version", kFormatVersion},
       {"step", st.step},
@@ -213,10 +234,15 @@ absl::Status WriteRootAttributes(hdf5::Id root, const std::string& path, const T
   RETURN_IF_ERROR(InFile(path, hdf5::WriteStringAttr(root, "flags", st.flags)));
   RETURN_IF_ERROR(
       InFile(path, hdf5::WriteIntAttr(root, "num_params", static_cast<int64_t>(num_params))));
-  return InFile(path, hdf5::WriteIntAttr(root, "has_optimizer_state", has_velocity ? 1 : 0));
+  RETURN_IF_ERROR(
+      InFile(path, hdf5::WriteIntAttr(root, "has_optimizer_state", has_velocity ? 1 : 0)));
+  // Only when there is one: a file without moving averages is the same as before they existed.
+  if (has_ema) RETURN_IF_ERROR(InFile(path, hdf5::WriteIntAttr(root, "has_ema", 1)));
+  return absl::OkStatus();
 }
 
-// /params/<layer>/<param>, then /optimizer/<layer>/<param>/velocity when `has_velocity`.
+// /params/<layer>/<param>, then /optimizer/<layer>/<param>/velocity when `has_velocity`, then
+// /ema/<layer>/<param> when the entries have moving averages.
 absl::Status WriteTensors(hdf5::Id root, const std::string& path,
                           const std::vector<TensorEntry>& entries, bool has_velocity) {
   ASSIGN_OR_RETURN(Handle params, OpenOrCreateGroup(root, "params", path));
@@ -240,6 +266,16 @@ absl::Status WriteTensors(hdf5::Id root, const std::string& path,
     }
     opt.Close();
   }
+  if (EntriesHaveEma(entries)) {
+    ASSIGN_OR_RETURN(Handle ema, OpenOrCreateGroup(root, "ema", path));
+    for (const TensorEntry& e : entries) {
+      std::string layer, param;
+      SplitName(e.name, &layer, &param);
+      ASSIGN_OR_RETURN(Handle lg, OpenOrCreateGroup(ema.get(), layer, path));
+      RETURN_IF_ERROR(WriteTensor(lg.get(), path, "/ema/" + e.name, param, e.shape, e.ema, -1));
+    }
+    ema.Close();
+  }
   params.Close();
   return absl::OkStatus();
 }
@@ -255,7 +291,8 @@ absl::Status WriteFile(const std::string& path, const TrainState& st,
   absl::StatusOr<Handle> created = hdf5::CreateFile(path, options);
   if (!created.ok()) return InFile(path, created.status());
   Handle file = *std::move(created);
-  RETURN_IF_ERROR(WriteRootAttributes(file.get(), path, st, entries.size(), has_velocity));
+  RETURN_IF_ERROR(WriteRootAttributes(file.get(), path, st, entries.size(), has_velocity,
+                                      EntriesHaveEma(entries)));
   RETURN_IF_ERROR(WriteTensors(file.get(), path, entries, has_velocity));
   RETURN_IF_ERROR(InFile(path, hdf5::Flush(file.get())));
   if (!file.Close()) return WriteError(path, hdf5::WithLastError("closing the file"));

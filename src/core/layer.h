@@ -33,6 +33,10 @@ struct RunContext {
   // Non-null in a step captured as a CUDA graph: the device copy of this step's scalars
   // (`step` above holds the same value), read by the kernels that need them (ops.h).
   const StepScalars* device_scalars = nullptr;
+  // Label smoothing of the softmax loss (--label_smoothing, Ops::SoftmaxCrossEntropyForward):
+  // set by the trainer for training steps only, so evaluation reports the plain
+  // cross-entropy. 0: none.
+  float label_smoothing = 0.0f;
 };
 
 // How a parameter is initialised. Draws are Philox-keyed by (seed, layer, param, element
@@ -50,6 +54,9 @@ struct Param {
   Tensor value;
   Tensor grad;
   Tensor velocity;  // optimiser state
+  // The exponential moving average of `value` (--ema_decay, optimizer.h: InitEma), laid out
+  // as `value` (a shard like it); empty when the run keeps none.
+  Tensor ema;
   InitSpec init;
   float lr_mult = 1.0f;
   // Multiplier of the base weight decay when this parameter is decayed (cuda-convnet's

@@ -522,16 +522,18 @@ ChannelSplit SoftmaxLossLayer::channel_split() const {
   return s;
 }
 
-void SoftmaxLossLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
+void SoftmaxLossLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                                const std::vector<Tensor*>& y) {
-  ops.SoftmaxCrossEntropyForward(*x[0], *x[1], *y[1], *y[0]);
+  ops.SoftmaxCrossEntropyForward(*x[0], *x[1], *y[1], *y[0], ctx.label_smoothing);
 }
 
 void SoftmaxLossLayer::Backward(Ops& ops, const RunContext& ctx,
                                 const std::vector<const Tensor*>& x,
                                 const std::vector<const Tensor*>& y,
                                 const std::vector<const Tensor*>&, const std::vector<Tensor*>& dx) {
-  if (dx[0]) ops.SoftmaxCrossEntropyBackward(*y[1], *x[1], ctx.loss_scale, *dx[0]);
+  if (dx[0]) {
+    ops.SoftmaxCrossEntropyBackward(*y[1], *x[1], ctx.loss_scale, *dx[0], ctx.label_smoothing);
+  }
 }
 
 }  // namespace colonnade

@@ -197,11 +197,24 @@ class Ops {
   // ---- loss (core/ops/softmax.h) ----------------------------------------------------------
   // logits K x 1 x 1 x N (or K x N), labels 1 x N (class indices stored as floats).
   // probs receives the softmax; loss_per_image (N) the cross-entropy -log p[label].
+  // With label_smoothing eps > 0 (--label_smoothing; PyTorch's
+  // CrossEntropyLoss(label_smoothing=eps)) the target is eps/K on every class plus 1 - eps on
+  // the label: loss = (1 - eps) (-log p[label]) + eps/K sum_k -log p[k]. eps == 0 is the plain
+  // cross-entropy, bit for bit (softmax.h: SmoothedTargets).
   virtual void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,
-                                          Tensor& loss_per_image) = 0;
-  // dlogits = scale * (probs - onehot(labels)); scale is usually 1 / global batch.
+                                          Tensor& loss_per_image, float label_smoothing) = 0;
+  void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,
+                                  Tensor& loss_per_image) {
+    SoftmaxCrossEntropyForward(logits, labels, probs, loss_per_image, 0.0f);
+  }
+  // dlogits = scale * (probs - target), target = onehot(labels) (smoothed as above); scale is
+  // usually 1 / global batch.
   virtual void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
-                                           Tensor& dlogits) = 0;
+                                           Tensor& dlogits, float label_smoothing) = 0;
+  void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
+                                   Tensor& dlogits) {
+    SoftmaxCrossEntropyBackward(probs, labels, scale, dlogits, 0.0f);
+  }
 
   // ---- results (core/ops/results.h, core/results.h) ---------------------------------------
   // Adds one step's results to `totals` (a kResultTotalsFloats tensor holding a
@@ -217,7 +230,15 @@ class Ops {
   // ---- optimiser (core/ops/sgd.h) ---------------------------------------------------------
   // Fused SGD with momentum and L2 weight decay (Krizhevsky et al. 2012, sec. 5):
   //   v = momentum * v - lr * (grad + weight_decay * w);  w = w + v
+  // With p.nesterov the weights take the look-ahead step w = w + momentum * v - lr * (grad +
+  // weight_decay * w) (v the new velocity); with p.lars_norms the rate is lr * the LARS trust
+  // ratio of the tensor (core/ops/sgd.h).
   virtual void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) = 0;
+  // norms2[0] = sum of w^2, norms2[1] = sum of grad^2 (a 2-element tensor on this device),
+  // each accumulated in double and rounded once to float, in an order fixed by the sizes
+  // alone (deterministic; no host synchronisation, so a graphed step may hold it): the LARS
+  // trust ratio's inputs (SgdParams::lars_norms).
+  virtual void SquaredNorms(const Tensor& w, const Tensor& grad, Tensor& norms2) = 0;
 
   // Waits until all work queued by this Ops has finished.
   virtual void Synchronize() = 0;

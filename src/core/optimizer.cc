@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/log.h"
 #include "core/ops.h"
 
 namespace colonnade {
@@ -29,17 +30,81 @@ void SgdOptimizer::Step(Net& net, float lr) { Step(net, lr, nullptr); }
 
 void SgdOptimizer::Step(Net& net, float lr, const float* lr_on_device) {
   Ops& ops = net.ops();
+  size_t lars_index = 0;
   for (const NamedParam& np : net.params()) {
     Param& p = *np.param;
     if (!p.learnable) continue;
-    SgdParams s;
-    s.lr = lr * p.lr_mult;
-    s.lr_on_device = lr_on_device;
-    s.lr_mult = p.lr_mult;
-    s.momentum = o_.momentum;
-    const bool decayed = p.is_weight || o_.decay_on == DecayOn::kAll;
-    s.weight_decay = decayed ? o_.weight_decay * p.wd_mult : 0.0f;
-    ops.SgdUpdate(p.value, p.grad, p.velocity, s);
+    Tensor* norms = nullptr;
+    if (o_.lars && p.is_weight) {
+      if (lars_index == lars_norms_.size()) lars_norms_.emplace_back(Shape{2}, p.value.device());
+      norms = &lars_norms_[lars_index++];
+    }
+    StepParam(ops, p, lr, lr_on_device, norms);
+  }
+}
+
+void SgdOptimizer::StepParam(Ops& ops, Param& p, float lr, const float* lr_on_device,
+                             Tensor* lars_norms) const {
+  SgdParams s;
+  s.lr = lr * p.lr_mult;
+  s.lr_on_device = lr_on_device;
+  s.lr_mult = p.lr_mult;
+  s.momentum = o_.momentum;
+  s.nesterov = o_.nesterov;
+  const bool decayed = p.is_weight || o_.decay_on == DecayOn::kAll;
+  s.weight_decay = decayed ? o_.weight_decay * p.wd_mult : 0.0f;
+  // LARS adapts the weights only; biases and batch-norm parameters keep the plain rate.
+  if (o_.lars && p.is_weight) {
+    CHECK(lars_norms != nullptr) << "LARS needs the norms' buffer";
+    ops.SquaredNorms(p.value, p.grad, *lars_norms);
+    s.lars_norms = lars_norms->data();
+    s.lars_eta = o_.lars_eta;
+  }
+  ops.SgdUpdate(p.value, p.grad, p.velocity, s);
+}
+
+void InitEma(Net& net) {
+  Ops& ops = net.ops();
+  for (const NamedParam& np : net.params()) {
+    Param& p = *np.param;
+    p.ema = Tensor(p.value.shape(), p.value.device());
+    ops.Copy(p.value, p.ema);
+  }
+}
+
+bool HasEma(const Net& net) {
+  for (const NamedParam& np : net.params()) {
+    if (np.param->ema.size() != np.param->value.size()) return false;
+  }
+  return !net.params().empty();
+}
+
+void UpdateEma(Net& net, float decay) {
+  Ops& ops = net.ops();
+  for (const NamedParam& np : net.params()) UpdateEmaOf(ops, *np.param, decay);
+}
+
+void UpdateEmaOf(Ops& ops, Param& p, float decay) {
+  ops.Axpby(1.0f - decay, p.value, decay, p.ema);
+}
+
+void SwapInEma(Net& net, std::vector<Tensor>& saved) {
+  Ops& ops = net.ops();
+  const auto& params = net.params();
+  if (saved.size() != params.size()) saved.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    Param& p = *params[i].param;
+    if (saved[i].shape() != p.value.shape()) saved[i] = Tensor(p.value.shape(), p.value.device());
+    ops.Copy(p.value, saved[i]);
+    ops.Copy(p.ema, p.value);
+  }
+}
+
+void RestoreFromEma(Net& net, std::vector<Tensor>& saved) {
+  Ops& ops = net.ops();
+  const auto& params = net.params();
+  for (size_t i = 0; i < params.size() && i < saved.size(); ++i) {
+    ops.Copy(saved[i], params[i].param->value);
   }
 }
 

@@ -27,6 +27,15 @@ struct SgdOptions {
   float momentum = 0.9f;
   float weight_decay = 5e-4f;
   DecayOn decay_on = DecayOn::kWeights;
+  // --nesterov: Nesterov momentum (SgdParams::nesterov; torch.optim.SGD(nesterov=True)).
+  bool nesterov = false;
+  // --optimizer=lars: every conv/fc weight (Param::is_weight) takes lr x its LARS trust ratio
+  // eta ||w|| / (||g|| + wd ||w||) (SgdParams::lars_norms); biases and batch-norm gamma/beta
+  // are excluded from the adaptation and from weight decay (You et al. 2017; MLPerf), so
+  // decay_on must be kWeights. The norms are of this rank's tensor: a column-split (mp > 1)
+  // run is refused by the trainer.
+  bool lars = false;
+  float lars_eta = 0.001f;
 };
 
 // Applies one update to every learnable parameter of `net` with its lr and weight-decay
@@ -40,10 +49,40 @@ class SgdOptimizer {
   // `lr_on_device` (StepScalars::lr, equal to `lr`) at every replay.
   void Step(Net& net, float lr, const float* lr_on_device);
   const SgdOptions& options() const { return o_; }
+  // The update of one learnable parameter, as Step does it (a test's reference harness
+  // drives it on bare tensors); `lars_norms` a 2-float buffer on the device with LARS.
+  void StepParam(Ops& ops, Param& p, float lr, const float* lr_on_device, Tensor* lars_norms) const;
 
  private:
   SgdOptions o_;
+  // LARS: each learnable weight's squared norms (Ops::SquaredNorms), 2 floats on the net's
+  // device, made at the first step (a plain step before any CUDA-graph capture) and reused.
+  std::vector<Tensor> lars_norms_;
 };
+
+// An exponential moving average of the weights (--ema_decay, --ema_every): every parameter,
+// learnable or not, keeps an FP32 shadow Param::ema, updated after every `every`-th optimizer
+// step as ema = decay * ema + (1 - decay) * value (Ops::Axpby). Batch-norm running statistics
+// are averaged alongside the weights, as torchvision's reference ExponentialMovingAverage
+// (AveragedModel with use_buffers=True) does. The shadow starts as a copy of the weights.
+struct EmaOptions {
+  float decay = 0.0f;  // 0: off
+  int64_t every = 1;
+};
+
+// Gives every parameter of `net` (built) its shadow: a copy of the current values.
+void InitEma(Net& net);
+// Whether every parameter of `net` has its shadow.
+bool HasEma(const Net& net);
+// ema = decay * ema + (1 - decay) * value for every parameter: queued on the net's device.
+void UpdateEma(Net& net, float decay);
+// The same for one parameter.
+void UpdateEmaOf(Ops& ops, Param& p, float decay);
+// Evaluation with the averaged weights: SwapInEma keeps the trained values in `saved` and
+// copies each shadow into its parameter; RestoreFromEma copies `saved` back. Device copies
+// only, so the buffers (and a captured step graph) stay where they are.
+void SwapInEma(Net& net, std::vector<Tensor>& saved);
+void RestoreFromEma(Net& net, std::vector<Tensor>& saved);
 
 // Learning rate as a function of progress. Specs (all lr values are multiples of --lr):
 //   "constant"

@@ -33,6 +33,8 @@ class CudaOps : public Ops {
   using Ops::Add;
   using Ops::PoolBackward;
   using Ops::PoolForward;
+  using Ops::SoftmaxCrossEntropyBackward;
+  using Ops::SoftmaxCrossEntropyForward;
   CudaOps(const DeviceContext& ctx, cublasHandle_t blas) : ctx_(ctx), blas_(blas) {}
   Device device() const override { return Device::kCUDA; }
   const DeviceContext& context() const { return ctx_; }
@@ -91,12 +93,13 @@ class CudaOps : public Ops {
   void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) override;
   void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
   void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,
-                                  Tensor& loss_per_image) override;
+                                  Tensor& loss_per_image, float label_smoothing) override;
   void SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
-                                   Tensor& dlogits) override;
+                                   Tensor& dlogits, float label_smoothing) override;
   void AccumulateResults(const Tensor& probs, const Tensor& labels, const Tensor& loss_per_image,
                          int64_t step, const int64_t* step_on_device, Tensor& totals) override;
   void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) override;
+  void SquaredNorms(const Tensor& w, const Tensor& grad, Tensor& norms2) override;
   void Synchronize() override;
   // kFP32: the FP32 kernels and cuBLAS in pedantic FP32 (bitwise as always); kTF32 / kBF16:
   // convolutions on the tensor-core kernels in that math mode, fully connected products

@@ -6,7 +6,8 @@
 #        rank_logs, changed_flags, predictions_no_clobber, metrics_file_no_clobber,
 #        rank_log_write_error, stop_before_training, stop_at_start, rank_log_dir_refused,
 #        num_classes_too_few, layout_error_quiet, resume_other_batch, eval_progress,
-#        eval_from_checkpoint
+#        eval_from_checkpoint, resume_bitwise_options, resume_other_layout_options,
+#        ema_checkpoints
 set -uo pipefail
 case_name=$1; build=$2
 T="$build/trainer"; DIFF="$build/checkpoint_diff"
@@ -51,6 +52,56 @@ resume_bitwise)
   "$T" "${CIFAR[@]}" --steps=8 --checkpoint_dir="$work/b" > "$work/log" || fail "resume run"
   expect_resumed "$work/log" "$work/b/ckpt-000000003.h5" 3 96
   "$DIFF" "$work/a/ckpt-000000008.h5" "$work/b/ckpt-000000008.h5" || fail "not bitwise"
+  ;;
+resume_bitwise_options)
+  # resume_bitwise with issue 35's options on: Nesterov, LARS, label smoothing and the weight
+  # EMA (its shadow in the checkpoint, compared by checkpoint_diff). Only the interrupted
+  # run evaluates (with the EMA, every 2 steps), so equality also shows that evaluation puts
+  # the trained weights back.
+  OPT=(--nesterov --optimizer=lars --lars_eta=0.02 --label_smoothing=0.1 --ema_decay=0.9
+       --ema_every=2)
+  EVAL=(--val_data=synthetic --eval_every=2)
+  "$T" "${CIFAR[@]}" "${OPT[@]}" --steps=8 --checkpoint_dir="$work/a" >/dev/null || fail "straight run"
+  "$T" "${CIFAR[@]}" "${OPT[@]}" "${EVAL[@]}" --steps=3 --checkpoint_dir="$work/b" >/dev/null \
+    || fail "first part"
+  "$T" "${CIFAR[@]}" "${OPT[@]}" "${EVAL[@]}" --steps=8 --checkpoint_dir="$work/b" > "$work/log" \
+    || fail "resume run"
+  expect_resumed "$work/log" "$work/b/ckpt-000000003.h5" 3 96
+  grep -q "LARS lr .*Nesterov momentum" "$work/log" || fail "banner: no LARS/Nesterov"
+  grep -q "(ema weights)" "$work/log" || fail "evaluation did not use the EMA"
+  "$DIFF" "$work/a/ckpt-000000008.h5" "$work/b/ckpt-000000008.h5" || fail "not bitwise"
+  ;;
+resume_other_layout_options)
+  # The EMA shadow reshards like the velocity: written by one rank, resumed as (2, 2).
+  OPT=(--nesterov --label_smoothing=0.1 --ema_decay=0.5)
+  "$T" "${ALEX[@]}" "${OPT[@]}" --steps=4 --checkpoint_dir="$work/a" >/dev/null || fail "straight run"
+  "$T" "${ALEX[@]}" "${OPT[@]}" --steps=2 --checkpoint_dir="$work/b" >/dev/null || fail "first part"
+  "${MPIRUN[@]}" -np 4 "$T" "${ALEX[@]}" "${OPT[@]}" --mp=2 --steps=4 \
+    --checkpoint_dir="$work/b" > "$work/log" || fail "resume run"
+  grep -q "dp 2 x mp 2" "$work/log" || fail "not a (2, 2) layout"
+  "$DIFF" --rtol=1e-5 "$work/a/ckpt-000000004.h5" "$work/b/ckpt-000000004.h5" \
+    || fail "layouts disagree"
+  # LARS's norms are per rank: refused under a column split.
+  "${MPIRUN[@]}" -np 2 "$T" "${ALEX[@]}" --mp=2 --optimizer=lars --steps=1 > "$work/lars" 2>&1
+  [ $? = 2 ] && grep -q "optimizer=lars needs --mp=1" "$work/lars" || fail "lars with mp=2 not refused"
+  ;;
+ema_checkpoints)
+  # A checkpoint without an EMA resumes with --ema_decay (the shadow restarts from its
+  # weights); eval and predict use the shadow by default, the raw weights on request; asking
+  # for the shadow of a checkpoint that has none is a usage error.
+  "$T" "${CIFAR[@]}" --steps=2 --checkpoint_dir="$work/a" >/dev/null || fail "plain run"
+  "$T" "${CIFAR[@]}" --steps=4 --ema_decay=0.5 --checkpoint_dir="$work/a" > "$work/log" \
+    || fail "resume with --ema_decay"
+  grep -q "the checkpoint had none: it restarts" "$work/log" || fail "no restart note"
+  ck=$work/a/ckpt-000000004.h5
+  E=(--mode=eval --device=cpu --val_data=synthetic --synthetic_size=512 --batch_size=32)
+  "$T" "${E[@]}" --resume="$ck" > "$work/ema" 2>&1 || fail "eval (ema)"
+  grep -q "evaluating with the checkpoint's moving-average weights" "$work/ema" || fail "eval ignored the EMA"
+  "$T" "${E[@]}" --resume="$ck" --eval_weights=raw > "$work/raw" 2>&1 || fail "eval (raw)"
+  grep -q "moving-average" "$work/raw" && fail "--eval_weights=raw used the EMA"
+  [ "$(grep -o 'top1-err [0-9.]*' "$work/ema")" != "" ] || fail "no eval result"
+  "$T" "${E[@]}" --resume="$work/a/ckpt-000000002.h5" --eval_weights=ema > "$work/none" 2>&1
+  [ $? = 2 ] && grep -q "holds no moving average" "$work/none" || fail "--eval_weights=ema not refused"
   ;;
 resume_bitwise_mpi)
   # The same under (dp, mp) = (2, 2): four ranks.

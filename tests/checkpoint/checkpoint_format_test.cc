@@ -96,6 +96,41 @@ TEST(CheckpointWrite, RoundTripIsBitwise) {
   EXPECT_EQ(c->Find("nope/weight"), nullptr);
 }
 
+// The weights' moving average (--ema_decay): /ema round-trips bit for bit with has_ema = 1;
+// a file without it reads has_ema false and empty averages; all or none on write.
+TEST(CheckpointWrite, EmaRoundTrip) {
+  TempDir dir;
+  std::vector<TensorEntry> entries = SmallEntries(7);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    entries[i].ema = RandomValues(entries[i].value.size(), 100 + static_cast<uint32_t>(i));
+  }
+  std::string path;
+  ASSERT_TRUE(Write(dir.path(), SmallState(5), entries, 3, &path).ok());
+  absl::StatusOr<Checkpoint> c = Read(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->has_ema);
+  ASSERT_EQ(c->tensors.size(), entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_TRUE(SameBits(c->tensors[i].ema, entries[i].ema)) << entries[i].name;
+  }
+  absl::StatusOr<Checkpoint> plain = Read([&] {
+    std::string p2;
+    EXPECT_TRUE(Write(dir.path(), SmallState(6), SmallEntries(7), 3, &p2).ok());
+    return p2;
+  }());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->has_ema);
+  for (const TensorEntry& e : plain->tensors) EXPECT_TRUE(e.ema.empty()) << e.name;
+  entries[0].ema.clear();
+  absl::Status partial = Write(dir.path(), SmallState(7), entries, 3, &path);
+  EXPECT_FALSE(partial.ok());
+  EXPECT_THAT(std::string(partial.message()), HasSubstr("have a moving average: give all or none"));
+  entries = SmallEntries(7);
+  for (TensorEntry& e : entries) e.ema = e.value;
+  entries[1].ema[0] = NAN;
+  EXPECT_FALSE(Write(dir.path(), SmallState(8), entries, 3, &path).ok()) << "non-finite average";
+}
+
 TEST(CheckpointWrite, WeightsOnlyRoundTrip) {
   TempDir dir;
   const TrainState s = SmallState(7);

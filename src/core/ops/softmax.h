@@ -18,3 +18,18 @@ SoftmaxDims Softmax(const Tensor& scores, const Tensor& labels, const Tensor& sa
                     const Tensor* loss, const char* what);
 
 }  // namespace colonnade::op_shapes
+
+namespace colonnade {
+
+// The gradient's targets of label smoothing eps over K classes, in float, the same on every
+// backend: off = eps / K on every class, on = (1 - eps) + off on the label (PyTorch's
+// CrossEntropyLoss(label_smoothing=eps)).
+struct SmoothedTargets {
+  float off, on;
+};
+inline SmoothedTargets SmoothTargets(float eps, int64_t classes) {
+  const float off = eps / static_cast<float>(classes);
+  return {off, (1.0f - eps) + off};
+}
+
+}  // namespace colonnade

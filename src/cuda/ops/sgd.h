@@ -12,6 +12,9 @@ namespace colonnade::cuda {
 
 void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* v, int64_t n,
                   const SgdParams& p);
+// out[0] = sum of w^2, out[1] = sum of grad^2 (n each), deterministic (Ops::SquaredNorms).
+void SquaredNormsGpu(const DeviceContext& ctx, const float* w, const float* grad, int64_t n,
+                     float* out);
 // *out = v, queued on `stream` (a step graph's scalars, written before each replay).
 void SetStepScalarsGpu(cudaStream_t stream, StepScalars* out, const StepScalars& v);
 

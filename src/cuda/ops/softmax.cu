@@ -31,6 +31,8 @@ struct XentParams {
   float* dlogits;
   int k, n;
   float scale;
+  double eps;                   // label smoothing (forward); 0: the plain loss
+  float target_off, target_on;  // the smoothed targets (backward, SmoothTargets); 0 and 1 plain
 };
 __global__ void SoftmaxXentForwardKernel(const XentParams p) {
   __shared__ double shd[kBlock];
@@ -46,18 +48,29 @@ __global__ void SoftmaxXentForwardKernel(const XentParams p) {
     const int64_t o = int64_t(k) * p.n + img;
     p.probs[o] = static_cast<float>(static_cast<double>(expf(p.logits[o] - mx)) / s);
   }
+  // Label smoothing: sum_k (z_k - max) in double, only when asked (the plain loss keeps its
+  // arithmetic); the CPU's formula, with the block's summation order.
+  double zs = 0.0;
+  if (p.eps != 0.0) {
+    for (int k = threadIdx.x; k < p.k; k += kBlock)
+      zs += static_cast<double>(p.logits[int64_t(k) * p.n + img]) - mx;
+    zs = BlockSum(zs, shd);
+  }
   if (threadIdx.x == 0) {
     const int label = static_cast<int>(p.labels[img]);
     const float z = (label >= 0 && label < p.k) ? p.logits[int64_t(label) * p.n + img] : NAN;
-    p.loss[img] = static_cast<float>(log(s) - (static_cast<double>(z) - mx));
+    const double zl = static_cast<double>(z) - mx;
+    p.loss[img] = p.eps == 0.0 ? static_cast<float>(log(s) - zl)
+                               : static_cast<float>(log(s) - (1.0 - p.eps) * zl - p.eps / p.k * zs);
   }
 }
-// Kernel SoftmaxXentBackwardKernel: dlogits[k][n] = scale * (probs[k][n] - [k == label[n]]).
+// Kernel SoftmaxXentBackwardKernel: dlogits[k][n] = scale * (probs[k][n] - target), target
+// target_on when k == label[n], else target_off (1 and 0 without label smoothing).
 __global__ void SoftmaxXentBackwardKernel(const XentParams p) {
   GRID_STRIDE_LOOP(i, int64_t(p.k) * p.n) {
     const int64_t k = i / p.n, img = i % p.n;
-    const float onehot = static_cast<int64_t>(p.labels[img]) == k ? 1.0f : 0.0f;
-    p.dlogits[i] = p.scale * (p.probs_in[i] - onehot);
+    const float target = static_cast<int64_t>(p.labels[img]) == k ? p.target_on : p.target_off;
+    p.dlogits[i] = p.scale * (p.probs_in[i] - target);
   }
 }
 
@@ -66,8 +79,10 @@ __global__ void SoftmaxXentBackwardKernel(const XentParams p) {
 // ---- launchers -------------------------------------------------------------------------------
 
 void SoftmaxCrossEntropyForwardGpu(const DeviceContext& ctx, const float* logits,
-                                   const float* labels, float* probs, float* loss, int k, int n) {
+                                   const float* labels, float* probs, float* loss, int k, int n,
+                                   float label_smoothing) {
   XentParams p{};
+  p.eps = label_smoothing;
   p.logits = logits;
   p.labels = labels;
   p.probs = probs;
@@ -78,9 +93,16 @@ void SoftmaxCrossEntropyForwardGpu(const DeviceContext& ctx, const float* logits
 }
 
 void SoftmaxCrossEntropyBackwardGpu(const DeviceContext& ctx, const float* probs,
-                                    const float* labels, float scale, float* dlogits, int k,
-                                    int n) {
+                                    const float* labels, float scale, float* dlogits, int k, int n,
+                                    float label_smoothing) {
   XentParams p{};
+  p.target_off = 0.0f;
+  p.target_on = 1.0f;
+  if (label_smoothing != 0.0f) {
+    const SmoothedTargets t = SmoothTargets(label_smoothing, k);
+    p.target_off = t.off;
+    p.target_on = t.on;
+  }
   p.probs_in = probs;
   p.labels = labels;
   p.dlogits = dlogits;
@@ -93,22 +115,22 @@ void SoftmaxCrossEntropyBackwardGpu(const DeviceContext& ctx, const float* probs
 // ---- CudaOps methods ---------------------------------------------------------------------------
 
 void CudaOps::SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,
-                                         Tensor& loss_per_image) {
+                                         Tensor& loss_per_image, float label_smoothing) {
   const op_shapes::SoftmaxDims d =
       op_shapes::Softmax(logits, labels, probs, &loss_per_image, "SoftmaxCrossEntropyForward");
   if (d.batch == 0) return;  // nothing to launch (as on the CPU)
   SoftmaxCrossEntropyForwardGpu(ctx_, logits.data(), labels.data(), probs.data(),
                                 loss_per_image.data(), I32(d.classes, "classes"),
-                                I32(d.batch, "batch"));
+                                I32(d.batch, "batch"), label_smoothing);
 }
 
 void CudaOps::SoftmaxCrossEntropyBackward(const Tensor& probs, const Tensor& labels, float scale,
-                                          Tensor& dlogits) {
+                                          Tensor& dlogits, float label_smoothing) {
   const op_shapes::SoftmaxDims d =
       op_shapes::Softmax(probs, labels, dlogits, nullptr, "SoftmaxCrossEntropyBackward");
   if (d.batch == 0) return;
   SoftmaxCrossEntropyBackwardGpu(ctx_, probs.data(), labels.data(), scale, dlogits.data(),
-                                 I32(d.classes, "classes"), I32(d.batch, "batch"));
+                                 I32(d.classes, "classes"), I32(d.batch, "batch"), label_smoothing);
 }
 
 }  // namespace colonnade::cuda
