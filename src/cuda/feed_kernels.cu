@@ -65,6 +65,26 @@ __device__ __forceinline__ bool InCutout(const FeedAugment& a, int y, int x) {
   return y >= a.cut_y0 && y < a.cut_y1 && x >= a.cut_x0 && x < a.cut_x1;
 }
 
+// What one thread of the per-pixel kernels (AugmentKernel, AugmentResizeKernel; block (32,
+// 8), grid (ceil(crop_w / 8), crop_h, ceil(n / 32))) works on: output pixel (y, x) of image
+// j, with that image's augment. Every thread first takes its share of the label copy; false
+// for a thread past the batch or the crop's width, which then has nothing more to do.
+struct PixelTask {
+  int j, x, y;
+  FeedBatchBuffers in;
+  FeedAugment a;
+};
+__device__ __forceinline__ bool BeginPixel(const AugmentParams& p, PixelTask* t) {
+  t->j = blockIdx.z * kAugImages + threadIdx.x;
+  t->x = blockIdx.x * kAugCols + threadIdx.y;
+  t->y = blockIdx.y;
+  t->in = BatchOf(p);
+  CopyLabels(p, t->in, threadIdx.y * kAugImages + threadIdx.x, kAugImages * kAugCols);
+  if (t->j >= p.n || t->x >= p.g.crop_w) return false;
+  t->a = p.use_same ? p.same : t->in.augs[t->j];
+  return true;
+}
+
 // The general kernel (any channel count; the tiled kernel below covers C <= 4).
 // Block (32, 8), grid (ceil(crop_w / 8), crop_h, ceil(n / 32)): thread (j, x) of block
 // (bx, y, bz) writes output pixel (y, bx * 8 + x) of image bz * 32 + j for every channel.
@@ -72,13 +92,11 @@ __device__ __forceinline__ bool InCutout(const FeedAugment& a, int y, int x) {
 // each load instruction gathers one byte from 32 different images (32 sectors).
 __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentParams p) {
   const FeedGeometry& g = p.g;
-  const int j = blockIdx.z * kAugImages + threadIdx.x;
-  const int x = blockIdx.x * kAugCols + threadIdx.y;
-  const int y = blockIdx.y;
-  const FeedBatchBuffers in = BatchOf(p);
-  CopyLabels(p, in, threadIdx.y * kAugImages + threadIdx.x, kAugImages * kAugCols);
-  if (j >= p.n || x >= g.crop_w) return;
-  const FeedAugment a = p.use_same ? p.same : in.augs[j];
+  PixelTask t;
+  if (!BeginPixel(p, &t)) return;
+  const int j = t.j, x = t.x, y = t.y;
+  const FeedBatchBuffers& in = t.in;
+  const FeedAugment& a = t.a;
   const int sy = a.y0 + y;
   const int sx = a.mirror ? a.x0 + g.crop_w - 1 - x : a.x0 + x;
   const bool inside = sy >= 0 && sy < g.height && sx >= 0 && sx < g.width && !InCutout(a, y, x);
@@ -102,13 +120,11 @@ __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentKernel(AugmentPar
 // so nothing is padding. Gathers four pixels of 32 images per warp: not tiled (yet).
 __global__ void __launch_bounds__(kAugImages* kAugCols) AugmentResizeKernel(AugmentParams p) {
   const FeedGeometry& g = p.g;
-  const int j = blockIdx.z * kAugImages + threadIdx.x;
-  const int x = blockIdx.x * kAugCols + threadIdx.y;
-  const int y = blockIdx.y;
-  const FeedBatchBuffers in = BatchOf(p);
-  CopyLabels(p, in, threadIdx.y * kAugImages + threadIdx.x, kAugImages * kAugCols);
-  if (j >= p.n || x >= g.crop_w) return;
-  const FeedAugment a = p.use_same ? p.same : in.augs[j];
+  PixelTask t;
+  if (!BeginPixel(p, &t)) return;
+  const int j = t.j, x = t.x, y = t.y;
+  const FeedBatchBuffers& in = t.in;
+  const FeedAugment& a = t.a;
   const int64_t plane = static_cast<int64_t>(g.crop_h) * g.crop_w * p.n;  // one channel
   float* dst = p.out + (static_cast<int64_t>(y) * g.crop_w + x) * p.n + j;
   if (InCutout(a, y, x)) {

@@ -23,6 +23,7 @@
 #include "data/augment.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
+#include "device_buffers.h"
 #include "gpu_test.h"
 #include "gtest/gtest.h"
 
@@ -32,40 +33,6 @@ namespace {
 class FeedRecipeTest : public GpuTest {
  protected:
   cudaStream_t Stream() { return static_cast<cudaStream_t>(cuda::ComputeStream()); }
-};
-
-// Device copies of host vectors, freed at the end of the test.
-class DeviceBuffers {
- public:
-  ~DeviceBuffers() {
-    for (void* p : ptrs_) COLONNADE_CUDA_CHECK(cudaFree(p));
-  }
-  template <typename T>
-  T* Upload(const std::vector<T>& v) {
-    T* p = Alloc<T>(v.size());
-    COLONNADE_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-    COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy may still be landing
-    return p;
-  }
-  template <typename T>
-  T* Alloc(size_t n) {  // 0xFF bytes: NaN floats
-    void* p = nullptr;
-    COLONNADE_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    COLONNADE_CUDA_CHECK(cudaMemset(p, 0xFF, std::max<size_t>(n, 1) * sizeof(T)));
-    COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());
-    ptrs_.push_back(p);
-    return static_cast<T*>(p);
-  }
-  template <typename T>
-  std::vector<T> Download(const T* p, size_t n) {
-    std::vector<T> v(n);
-    COLONNADE_CUDA_CHECK(cudaDeviceSynchronize());
-    COLONNADE_CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return v;
-  }
-
- private:
-  std::vector<void*> ptrs_;
 };
 
 // ---- the kernels against WriteImageCHWN -------------------------------------------------------

@@ -26,12 +26,8 @@ TOLERANCE = 1e-4
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def skip_or_fail(msg):
-    if os.environ.get("COLONNADE_NO_SKIP") == "1":
-        print("FAIL (COLONNADE_NO_SKIP=1, nothing may be skipped): " + msg, file=sys.stderr)
-        sys.exit(1)
-    print("SKIP: " + msg)
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from skip_policy import skip_or_fail  # noqa: E402  (tests/skip_policy.py)
 
 
 try:
