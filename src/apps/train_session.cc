@@ -25,8 +25,9 @@ int RunTrainer(const TrainConfig& given) {
   Layout first;
   MPI_Comm_rank(MPI_COMM_WORLD, &first.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &first.world_size);
-  // A rank that stops answering ends the job (exit 5, naming it) instead of a hang.
-  if (cfg.collective_timeout > 0 && !cfg.checkpoint_dir.empty() &&
+  // A rank that stops answering ends the job (exit 5, naming it) instead of a hang. Alone a
+  // rank waits in no collective (the watchdog does not start), so the lock wait may be longer.
+  if (first.world_size > 1 && cfg.collective_timeout > 0 && !cfg.checkpoint_dir.empty() &&
       cfg.collective_timeout <= cfg.checkpoint_lock_wait_s) {
     return AgreedError(
         first,

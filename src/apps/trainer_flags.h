@@ -231,7 +231,8 @@ constexpr int64_t kMaxGlobalBatch = 65536;
     "agreement, a checkpoint gather, set-up), or stay silent, before the job ends: then "   \
     "every rank prints one line naming the rank and host that stopped answering "           \
     "(crashed, stopped, cut off, stuck outside MPI) and exits 5, instead of waiting "       \
-    "forever. 0: off. Must exceed --checkpoint_lock_wait_s (docs/OPERATIONS.md).")          \
+    "forever. 0: off. With several ranks it must exceed --checkpoint_lock_wait_s "         \
+    "(docs/OPERATIONS.md).")                                                                 \
   X(kParallel, int, cpu_threads, 0, Range(0, 1024),                                         \
     "Threads for CPU ops per rank; 0: cores / ranks on the node.")                          \
   /* ---- device and memory ---- */                                                         \
