@@ -23,7 +23,7 @@
 #include "data/augment.h"
 #include "data/dataset.h"
 #include "data/pipeline.h"
-#include "device_buffers.h"
+#include "feed_test_util.h"
 #include "gpu_test.h"
 #include "gtest/gtest.h"
 
@@ -87,14 +87,8 @@ TEST_P(RecipeKernelTest, EqualsTheCpuWriterBitwise) {
   cfg.resized_crop.on = k.resized_crop;
   cfg.cutout = k.cutout;
   std::mt19937 rng(k.n * 17 + k.h);
-  std::uniform_real_distribution<float> u(0.f, 255.f);
   const size_t image = static_cast<size_t>(k.h) * k.w * k.c;
-  cfg.mean_image.resize(image);
-  for (float& m : cfg.mean_image) m = u(rng);
-  cfg.channel_mean.resize(k.c);
-  for (float& m : cfg.channel_mean) m = u(rng);
-  std::vector<uint8_t> pixels(image * k.n);
-  for (uint8_t& p : pixels) p = static_cast<uint8_t>(rng() & 0xFF);
+  const std::vector<uint8_t> pixels = RandomMeansAndPixels(&cfg, k.n, &rng);
   std::vector<data::ImageAugment> augs(k.n);
   std::vector<cuda::FeedAugment> feed_augs(k.n);
   int resized = 0;

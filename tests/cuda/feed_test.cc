@@ -25,7 +25,7 @@
 #include "data/dataset.h"
 #include "data/pipeline.h"
 #include "gtest/gtest.h"
-#include "device_buffers.h"
+#include "feed_test_util.h"
 #include "gpu_test.h"
 
 namespace colonnade {
@@ -104,14 +104,8 @@ TEST_P(AugmentKernelTest, EqualsTheCpuWriterBitwise) {
   cfg.mean = k.mean;
   cfg.scale = k.scale;
   std::mt19937 rng(k.n * 131 + k.h);
-  std::uniform_real_distribution<float> u(0.f, 255.f);
   const size_t image = static_cast<size_t>(k.h) * k.w * k.c;
-  cfg.mean_image.resize(image);
-  for (float& m : cfg.mean_image) m = u(rng);
-  cfg.channel_mean.resize(k.c);
-  for (float& m : cfg.channel_mean) m = u(rng);
-  std::vector<uint8_t> pixels(image * k.n);
-  for (uint8_t& p : pixels) p = static_cast<uint8_t>(rng() & 0xFF);
+  const std::vector<uint8_t> pixels = RandomMeansAndPixels(&cfg, k.n, &rng);
   std::vector<data::ImageAugment> augs(k.n);
   std::vector<cuda::FeedAugment> feed_augs(k.n);
   for (int j = 0; j < k.n; ++j) {
@@ -204,14 +198,8 @@ TEST_P(TenCropViewTest, EqualsTenCropsBitwise) {
   full.mean = k.mean;
   full.scale = k.scale;
   std::mt19937 rng(k.n * 7 + k.w);
-  std::uniform_real_distribution<float> u(0.f, 255.f);
   const size_t image = static_cast<size_t>(k.h) * k.w * k.c;
-  full.mean_image.resize(image);
-  for (float& m : full.mean_image) m = u(rng);
-  full.channel_mean.resize(k.c);
-  for (float& m : full.channel_mean) m = u(rng);
-  std::vector<uint8_t> pixels(image * k.n);
-  for (uint8_t& p : pixels) p = static_cast<uint8_t>(rng() & 0xFF);
+  const std::vector<uint8_t> pixels = RandomMeansAndPixels(&full, k.n, &rng);
   Tensor images(Shape::CHWN(k.c, k.h, k.w, k.n));
   const data::ImageAugment centre = data::DrawAugment(full, 1, 0, 0, false, false, 0.f);
   for (int j = 0; j < k.n; ++j) {

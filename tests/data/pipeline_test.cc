@@ -16,6 +16,7 @@
 #include "core/philox.h"
 #include "data/converters.h"
 #include "data/image.h"
+#include "pipeline_test_util.h"
 #include "test_util.h"
 #include "gtest/gtest.h"
 
@@ -41,20 +42,6 @@ PipelineOptions TrainOptions(int64_t batch) {
   o.lighting = 0.1f;
   o.mean = "image";
   return o;
-}
-
-std::vector<Batch> Take(Dataset* ds, const PipelineOptions& o, int n, Cursor start = {}) {
-  absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(ds, o, start);
-  EXPECT_TRUE(p.ok()) << p.status();
-  std::vector<Batch> out;
-  if (!p.ok()) return out;
-  for (int i = 0; i < n; ++i) {
-    absl::StatusOr<Batch> b = (*p)->Next();
-    EXPECT_TRUE(b.ok()) << b.status();
-    if (!b.ok()) break;
-    out.push_back(std::move(*b));
-  }
-  return out;
 }
 
 // Bitwise equality of images [n0, n0 + a.n()) of `whole` with `part`.

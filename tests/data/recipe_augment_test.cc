@@ -14,6 +14,7 @@
 #include "core/bilinear.h"
 #include "data/augment.h"
 #include "data/pipeline.h"
+#include "pipeline_test_util.h"
 #include "gtest/gtest.h"
 
 namespace colonnade::data {
@@ -40,20 +41,6 @@ PipelineOptions RecipeOptions(int64_t batch, int crop) {
   o.cutout = 5;
   o.threads = 2;
   return o;
-}
-
-std::vector<Batch> Take(Dataset* ds, const PipelineOptions& o, int n, Cursor start = {}) {
-  absl::StatusOr<std::unique_ptr<BatchPipeline>> p = BatchPipeline::Create(ds, o, start);
-  EXPECT_TRUE(p.ok()) << p.status();
-  std::vector<Batch> out;
-  if (!p.ok()) return out;
-  for (int i = 0; i < n; ++i) {
-    absl::StatusOr<Batch> b = (*p)->Next();
-    EXPECT_TRUE(b.ok()) << b.status();
-    if (!b.ok()) break;
-    out.push_back(std::move(*b));
-  }
-  return out;
 }
 
 bool SameBits(const Tensor& a, const Tensor& b) {

@@ -1,11 +1,15 @@
-// Device buffers for the GPU tests: copies of host vectors, poisoned allocations (0xFF bytes:
-// NaN floats) and read-backs, freed at the end of the test. Shared by the feed suites.
+// What the feed suites (feed_test.cc, feed_recipes_test.cc) share: device buffers (copies of
+// host vectors, poisoned allocations of 0xFF bytes: NaN floats, read-backs, freed at the end
+// of the test) and random inputs for an augmentation.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <random>
 #include <vector>
 
 #include "cuda/port.h"
+#include "data/augment.h"
 
 namespace colonnade {
 
@@ -43,5 +47,20 @@ class DeviceBuffers {
  private:
   std::vector<void*> ptrs_;
 };
+
+// A random mean image and channel mean (not integral, so the subtraction rounds) for `cfg`'s
+// image size, then `n` random images of that size, drawn from `rng` in that order.
+inline std::vector<uint8_t> RandomMeansAndPixels(data::AugmentConfig* cfg, int n,
+                                                 std::mt19937* rng) {
+  std::uniform_real_distribution<float> u(0.f, 255.f);
+  const size_t image = static_cast<size_t>(cfg->height) * cfg->width * cfg->channels;
+  cfg->mean_image.resize(image);
+  for (float& m : cfg->mean_image) m = u(*rng);
+  cfg->channel_mean.resize(cfg->channels);
+  for (float& m : cfg->channel_mean) m = u(*rng);
+  std::vector<uint8_t> pixels(image * n);
+  for (uint8_t& p : pixels) p = static_cast<uint8_t>((*rng)() & 0xFF);
+  return pixels;
+}
 
 }  // namespace colonnade
