@@ -124,11 +124,11 @@ TRAINER=$BUILD/trainer
 HELP=$("$TRAINER" --help 2>&1)
 has() { grep -q -- "--$1[=\" ]" <<< "$HELP"; }
 
-# Flags from the optimisation branch (wip-opt): used where this trainer has them, and the
+# The optimisation options (label smoothing, Nesterov, LARS): used where this trainer has them, and the
 # records' flags say what actually ran.
 LS_CIFAR=() LS_IMG=() NESTEROV=()
 if has label_smoothing; then LS_CIFAR=(--label_smoothing=0.2); LS_IMG=(--label_smoothing=0.1)
-else say "NOTE: this trainer has no --label_smoothing (merge wip-opt): runs without it"; fi
+else say "NOTE: this trainer has no --label_smoothing (an older tree): runs without it"; fi
 if has nesterov; then NESTEROV=(--nesterov); fi
 
 # run_colonnade WHAT NAME LIMIT TARGET EPOCHS BATCH DATA_DIR VAL_DIR FLAGS...
@@ -286,7 +286,7 @@ part_largebatch() {
   run_colonnade largebatch "colonnade_${MODEL}_b256_sgd" 150 "" "$e" "$(bs 256)" "$IMG/train" "$IMG/val" \
     "${IMG_COMMON[@]}" --lr="${LR:-0.1}" --lr_schedule="cosine+warmup:$w" "${LS_IMG[@]}"
   if ! has optimizer || ! has lr_scaling; then
-    say "this trainer has no --optimizer=lars / --lr_scaling (merge wip-opt): large-batch runs skipped"
+    say "this trainer has no --optimizer=lars / --lr_scaling (an older tree): large-batch runs skipped"
     return
   fi
   for b in ${LB_BATCHES:-2048 4096}; do
