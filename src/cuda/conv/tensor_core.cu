@@ -100,6 +100,8 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   q.fault = fault;
   const size_t ob = StorageBytes(out.type);
   q.pair_out = ((q.plain ? q.j % 2 == 0 : q.n % 2 == 0) && Aligned(q.out, 2 * ob)) ? 1 : 0;
+  const int64_t row_bytes = int64_t(q.out_h) * q.out_w * q.n * int64_t(ob);
+  q.staged = (q.plain && Aligned(q.out, 16) && row_bytes % 16 == 0 && (q.j * ob) % 16 == 0) ? 1 : 0;
   const int64_t elems = int64_t(groups) * q.kp * q.mp;
   Scratch at(ctx.alloc, (bf16 ? 2 : 4) * size_t(elems));
   gemm.arrange.at = at.f();

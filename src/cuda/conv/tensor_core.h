@@ -24,6 +24,15 @@ struct TcGemmParams : GemmGeometry {
   const float* bias;  // G*m biases added in the epilogue, or null
   int relu;           // 1: max(., 0) in the epilogue (after the bias)
   int pair_out;       // 1: output columns j, j+1 (j even) are adjacent and 2-element aligned
+  // wgmma: 1 when the output columns are plain (p.plain), and the output, its rows and j are
+  // 16-byte aligned: the tile then leaves through shared memory in whole 16-byte chunks of
+  // each row (StoreTileStaged) instead of the accumulator layout's scattered 4-byte pairs.
+  int staged;
+  // Staged tiles only, may be null: stats[(tile_x * G*m + g*m + row) * 2 + {0, 1}] = the sum
+  // and the sum of squares (FP32, in column order) of the values this column tile stored in
+  // output row row of group g, as stored (after bias, ReLU and rounding to TOut): the
+  // per-channel partial sums of a batch norm reading this output (BnStatsFromTiles).
+  float* stats;
   int fault;          // tests: 1 skips the first K slice
 };
 

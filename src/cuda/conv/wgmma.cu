@@ -10,6 +10,7 @@
 // other builds and devices (WgmmaAvailable) the kernels are traps that nothing launches.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/log.h"
 #include "cuda/conv/tensor_core.h"
@@ -122,6 +123,75 @@ __device__ __forceinline__ void WgmmaMainLoop(int ktiles, int fault, uint32_t a_
   tc::WgmmaFenceOperands(d);
 }
 
+// The epilogue of WgmmaGemmKernel for staged outputs (TcGemmParams::staged): the block's
+// BM x BN tile goes through shared memory (the pipeline's stages, free once every warpgroup
+// has retired its last wgmma) so that each row leaves in whole 16-byte chunks, a warp writing
+// 512 contiguous bytes per instruction. Why: the accumulator layout stores 4-byte pairs, 16
+// contiguous bytes per row and warp instruction, and the short-K 1 x 1 GEMMs (one or two K
+// slices, output-bound) wrote at about a third of the copy bandwidth that way
+// (experiments/mixed_precision, layer1_0_conv3). Rows are padded by 8 elements (16 or 32
+// bytes), so the 8 rows a warp writes per accumulator pair fall on distinct banks. With
+// p.stats, thread t < BM then sums row t of the stored tile (its own column order, FP32) for
+// the batch norm that reads this output.
+template <class Tl, class TOut>
+__device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
+                                                const float (&acc)[1][Tl::NW / 8][4],
+                                                unsigned char* smem, int r0, int c0, int m0,
+                                                int j0) {
+  constexpr int kPitch = Tl::BN + 8;  // elements
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(TOut));
+  constexpr int kRowChunks = Tl::BN / kChunk;
+  static_assert(size_t(Tl::BM) * kPitch * sizeof(TOut) <= size_t(Tl::S) * (Tl::kStageA + Tl::kStageB),
+                "the staged tile fits in the stages");
+  TOut* const tile = reinterpret_cast<TOut*>(smem);
+  __syncthreads();  // every warpgroup's wgmma has read its last stage
+#pragma unroll
+  for (int nt = 0; nt < Tl::NW / 8; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r0 + 8 * h, grow = m0 + row;
+      float v0 = acc[0][nt][2 * h], v1 = acc[0][nt][2 * h + 1];
+      if (p.bias != nullptr && grow < p.m) {
+        const float b = p.bias[g * p.m + grow];
+        v0 += b;
+        v1 += b;
+      }
+      if (p.relu) {
+        v0 = fmaxf(v0, 0.0f);
+        v1 = fmaxf(v1, 0.0f);
+      }
+      StoreOut2(tile + row * kPitch + c0 + nt * 8, v0, v1);
+    }
+  __syncthreads();
+  const int64_t row_stride = static_cast<int64_t>(p.out_h) * p.out_w * p.n;
+  TOut* const out = static_cast<TOut*>(p.out) + static_cast<int64_t>(g) * p.m * row_stride;
+  for (int q = threadIdx.x; q < Tl::BM * kRowChunks; q += Tl::T) {
+    const int row = q / kRowChunks, col = (q % kRowChunks) * kChunk;
+    if (m0 + row < p.m && j0 + col < p.j)
+      *reinterpret_cast<uint4*>(out + (m0 + row) * row_stride + j0 + col) =
+          *reinterpret_cast<const uint4*>(tile + row * kPitch + col);
+  }
+  if (p.stats != nullptr && threadIdx.x < Tl::BM && m0 + static_cast<int>(threadIdx.x) < p.m) {
+    const int row = threadIdx.x, cols = IMin(Tl::BN, p.j - j0);
+    const TOut* const r = tile + row * kPitch;
+    float s = 0.0f, s2 = 0.0f;
+    for (int c = 0; c < cols; ++c) {
+      float v;
+      if constexpr (std::is_same<TOut, float>::value) {
+        v = r[c];
+      } else {
+        v = tc::Bf16ToFloat(*reinterpret_cast<const uint16_t*>(r + c));
+      }
+      s += v;
+      s2 += v * v;
+    }
+    float* const st =
+        p.stats + (static_cast<int64_t>(blockIdx.x) * gridDim.z * p.m + g * p.m + m0 + row) * 2;
+    st[0] = s;
+    st[1] = s2;
+  }
+}
+
 // Kernel WgmmaGemmKernel<Tl, TOut>
 //   in : (G*cg) x h x w x n   CHWN bf16, n % 8 == 0, 16-byte aligned
 //   at : G x mp x kp          bf16 filters, K contiguous, kp a multiple of 64
@@ -180,8 +250,13 @@ __global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaGemmKernel(const T
 #pragma unroll
   for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
   WgmmaMainLoop<Tl, 1>(p.kp / BK, p.fault, sm.a_addr, wgm, issue, desc_b, d);
-  StoreAccumulators<TOut>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
-                          j0 + wgn * Tl::NW + 2 * (lane % 4));
+  if (p.staged) {
+    StoreTileStaged<Tl, TOut>(p, g, acc, sm.a, wgm * 64 + (warp % 4) * 16 + lane / 4,
+                              wgn * Tl::NW + 2 * (lane % 4), m0, j0);
+  } else {
+    StoreAccumulators<TOut>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
+                            j0 + wgn * Tl::NW + 2 * (lane % 4));
+  }
 #endif
 }
 
