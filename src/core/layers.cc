@@ -79,10 +79,10 @@ void ConvLayer::AllocateParams(Device d) {
   if (has_bias_) AllocParam(bias_, Shape{filters_}, d);
 }
 
-void ConvLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
+void ConvLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                         const std::vector<Tensor*>& y) {
   ops.ConvLayerForward(*x[0], weight_.value, has_bias_ ? &bias_.value : nullptr, fused_relu_, *y[0],
-                       p_);
+                       p_, bn_sums_ && ctx.phase == Phase::kTrain);
 }
 
 void ConvLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,

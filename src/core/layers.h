@@ -35,6 +35,10 @@ class ConvLayer : public Layer {
   // through the ReLU (Ops::ConvLayerForward / ConvLayerBackward).
   void set_fused_relu(bool on) { fused_relu_ = on; }
   bool fused_relu() const { return fused_relu_; }
+  // A batch norm reads this layer's output next (Net::Fusions::conv_bn): the training Forward
+  // asks the backend for y's per-channel sums (Ops::ConvLayerForward's bn_sums).
+  void set_bn_sums(bool on) { bn_sums_ = on; }
+  bool bn_sums() const { return bn_sums_; }
   // Gaussian N(0, std^2) initial weights (AlexNet: 0.01) instead of the default He normal.
   void set_weight_std(float std) {
     weight_.init.kind = InitSpec::kGaussian;
@@ -49,6 +53,7 @@ class ConvLayer : public Layer {
   float bias_init_;
   int64_t in_channels_ = 0;
   bool fused_relu_ = false;
+  bool bn_sums_ = false;
   Param weight_, bias_;
 };
 

@@ -94,7 +94,10 @@ void Net::MarkFusions() {
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer* l = layers_[i].layer.get();
     if (auto* relu = dynamic_cast<ReluLayer*>(l)) relu->set_fused(false);
-    if (auto* conv = dynamic_cast<ConvLayer*>(l)) conv->set_fused_relu(false);
+    if (auto* conv = dynamic_cast<ConvLayer*>(l)) {
+      conv->set_fused_relu(false);
+      conv->set_bn_sums(false);
+    }
     if (auto* bn = dynamic_cast<BatchNormLayer*>(l)) bn->set_fused_relu(false);
     if (auto* add = dynamic_cast<AddLayer*>(l)) add->set_fused_relu(false);
   }
@@ -103,6 +106,11 @@ void Net::MarkFusions() {
     auto* conv = dynamic_cast<ConvLayer*>(l);
     auto* bn = dynamic_cast<BatchNormLayer*>(l);
     auto* add = dynamic_cast<AddLayer*>(l);
+    // conv_bn: the batch norm reads the convolution's only output as its only input, right
+    // after it (nothing between them changes the blob the sums describe).
+    if (conv && fusions_.conv_bn && dynamic_cast<BatchNormLayer*>(layers_[i + 1].layer.get()) &&
+        layers_[i].outputs.size() == 1 && layers_[i + 1].inputs == layers_[i].outputs)
+      conv->set_bn_sums(true);
     auto* relu = dynamic_cast<ReluLayer*>(layers_[i + 1].layer.get());
     const bool wanted = conv  ? fusions_.conv_relu
                         : bn  ? fusions_.bn_relu
@@ -121,9 +129,9 @@ void Net::MarkFusions() {
 }
 
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
-  Fusions f{false, false, false};
+  Fusions f{false, false, false, false};
   if (text == "default") return Fusions{};
-  if (text == "all") return Fusions{true, true, true};
+  if (text == "all") return Fusions{true, true, true, true};
   if (text == "none") return f;
   for (absl::string_view name : absl::StrSplit(text, ',')) {
     if (name == "conv_relu") {
@@ -132,14 +140,16 @@ absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
       f.bn_relu = true;
     } else if (name == "add_relu") {
       f.add_relu = true;
+    } else if (name == "conv_bn") {
+      f.conv_bn = true;
     } else if (name == "lrn_pool") {
       return absl::InvalidArgumentError(
           "fusion 'lrn_pool' is gone: the LRN + max-pool fusion measured slower and left the main "
-          "path (dev/lrn_pool); use a comma list of conv_relu, bn_relu, add_relu, or default, "
+          "path (dev/lrn_pool); use a comma list of conv_relu, bn_relu, add_relu, conv_bn, or default, "
           "all, or none");
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, or default, "
+          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, conv_bn, or default, "
           "all, or none",
           name));
     }
@@ -152,6 +162,7 @@ std::string FusionsName(const Fusions& f) {
   if (f.conv_relu) on.push_back("conv_relu");
   if (f.bn_relu) on.push_back("bn_relu");
   if (f.add_relu) on.push_back("add_relu");
+  if (f.conv_bn) on.push_back("conv_bn");
   return on.empty() ? "none" : absl::StrJoin(on, ",");
 }
 

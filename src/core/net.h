@@ -47,10 +47,15 @@ struct Fusions {
   // A residual sum (AddLayer) whose output the next layer rectifies in place (the ResNets'
   // block ends) writes max(a + b, 0) itself (AddLayer::set_fused_relu).
   bool add_relu = true;
+  // A convolution whose only output a batch norm reads next, as its only input, leaves that
+  // batch norm the per-channel sums of its output (ConvLayer::set_bn_sums; the CUDA backend's
+  // wgmma epilogue), so the training forward skips two passes over it. Not bitwise: the
+  // variance then comes from the sum of squares (docs/PRECISION.md).
+  bool conv_bn = true;
   // (A cross-channel LRN fused into the max pool after it measured slower and left the main
   // path: dev/lrn_pool.)
 };
-// "conv_relu,bn_relu,add_relu" (any subset, comma-separated), "default" (Fusions{}), "all" or
+// "conv_relu,bn_relu,add_relu,conv_bn" (any subset, comma-separated), "default" (Fusions{}), "all" or
 // "none". "lrn_pool" is refused with a note that it is gone.
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text);
 std::string FusionsName(const Fusions& f);

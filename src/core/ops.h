@@ -98,8 +98,13 @@ class Ops {
   // while rounding it). The defaults are the primitives, in this order, so FP32 results are
   // those of the unfused layers bit for bit.
   // Forward: y = conv(x, w), then y += b when b is not null, then y = max(y, 0) when relu.
+  // bn_sums: a training batch norm of y comes next (Net::Fusions::conv_bn); a backend may
+  // leave y's per-channel sums for it (CudaOps: the wgmma epilogue's tile sums, which the next
+  // BatchNormForwardTrain of this y uses instead of its two passes over y). Results stay
+  // within the precision of the statistics (docs/PRECISION.md); the CPU ignores it.
   virtual void ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, bool relu,
-                                Tensor& y, const ConvParams& p) {
+                                Tensor& y, const ConvParams& p, bool bn_sums = false) {
+    (void)bn_sums;
     ConvForward(x, w, y, p);
     if (b) AddBias(y, *b);
     if (relu) ReluForward(y, y);

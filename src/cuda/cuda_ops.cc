@@ -90,8 +90,9 @@ void CudaOps::RefuseBf16Storage(std::initializer_list<const Tensor*> ts, const c
 }
 
 void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, bool relu,
-                               Tensor& y, const ConvParams& p) {
+                               Tensor& y, const ConvParams& p, bool bn_sums) {
   RefuseBf16Storage({&x, &y}, "ConvLayerForward");
+  pending_sums_ = PendingSums{};
   if (conv_math_ == MathMode::kFP32) return Ops::ConvLayerForward(x, w, b, relu, y, p);
   if (b) op_shapes::Bias(y, *b, "ConvLayerForward");
   std::unique_ptr<Scratch> xb;
@@ -104,7 +105,19 @@ void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b
   a.bias = b ? b->data() : nullptr;
   a.relu = relu;
   a.y = TcOutput{y.raw(), StorageOf(y)};
-  ConvForwardTc(ctx_, a);
+  std::unique_ptr<Scratch> sums;
+  if (bn_sums) {
+    sums = std::make_unique<Scratch>(ctx_.alloc, sizeof(float) * size_t(StatsCapacity(a.dims)));
+    a.stats = sums->f();
+  }
+  const ConvLaunchInfo info = ConvForwardTc(ctx_, a);
+  if (bn_sums && info.stats_tiles > 0) {
+    pending_sums_.sums = std::move(sums);
+    pending_sums_.y = y.raw();
+    pending_sums_.channels = y.shape()[0];
+    pending_sums_.inner = Inner(y);
+    pending_sums_.tiles = info.stats_tiles;
+  }
 }
 
 void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y,

@@ -58,8 +58,11 @@ class CudaOps : public Ops {
   // that every product of the pass loads half the bytes through the kernels' cp.async path
   // instead of converting float operands tile by tile. kFP32: the primitives' arithmetic
   // (the ReLU's gradient in a scratch buffer), bit for bit the unfused layers.
+  // bn_sums: the tile sums of a staged wgmma forward wait in pending_sums_ for the
+  // BatchNormForwardTrain of this y (and only it: any other batch norm, or a later
+  // convolution, drops them).
   void ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, bool relu, Tensor& y,
-                        const ConvParams& p) override;
+                        const ConvParams& p, bool bn_sums = false) override;
   void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y, const Tensor& dy,
                          Tensor& dw, Tensor* db, Tensor* dx, const ConvParams& p) override;
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -112,11 +115,25 @@ class CudaOps : public Ops {
   // runs; tests set it alone.
   void set_conv_math(MathMode m) { conv_math_ = m; }
   MathMode conv_math() const { return conv_math_; }
+  // Training batch norms that took their statistics from the convolution before them
+  // (ConvLayerForward's bn_sums), since construction: tests and benchmarks.
+  int64_t batch_norms_from_conv_sums() const { return bn_from_conv_sums_; }
 
  private:
   DeviceContext ctx_;
   cublasHandle_t blas_;
   MathMode conv_math_ = MathMode::kFP32;
+  // A convolution's per-channel tile sums (ConvLayerForward with bn_sums) for the batch norm of
+  // its output `y` (data pointer, channels): consumed, or dropped, by the next
+  // BatchNormForwardTrain.
+  struct PendingSums {
+    std::unique_ptr<Scratch> sums;
+    const void* y = nullptr;
+    int64_t channels = 0, inner = 0;
+    int tiles = 0;
+  };
+  PendingSums pending_sums_;
+  int64_t bn_from_conv_sums_ = 0;
 
   // A float tensor as a tensor-core operand: bf16 math reads a bf16 copy made into `copy`
   // (scratch for the rest of the Ops call); tf32 math reads the tensor itself.

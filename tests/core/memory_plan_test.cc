@@ -364,7 +364,7 @@ TEST(MemoryPlan, RecomputedBlockOutputsLiveShorter) {
 struct Trace {
   std::vector<std::vector<float>> losses, logits;  // per step; then the eval forward
   std::vector<std::vector<float>> params;
-  int conv_relu = 0, bn_relu = 0, add_relu = 0;  // pairs the Build fused
+  int conv_relu = 0, bn_relu = 0, add_relu = 0, conv_bn = 0;  // pairs the Build fused
 };
 
 // How Train builds the net: the memory plan, the poisoned arena, recomputation, fusions.
@@ -399,6 +399,8 @@ Trace Train(const std::string& model, int input, const TrainSetup& setup, int st
       ++t.bn_relu;
     if (auto* add = dynamic_cast<const AddLayer*>(e.layer.get()); add && add->fused_relu())
       ++t.add_relu;
+    if (auto* conv = dynamic_cast<const ConvLayer*>(e.layer.get()); conv && conv->bn_sums())
+      ++t.conv_bn;
   }
   net->InitParams(11);
   SgdOptimizer opt({0.9f, 1e-4f});
@@ -532,19 +534,37 @@ INSTANTIATE_TEST_SUITE_P(Zoo, FusedBnReluTrains,
                          ::testing::Values("resnet18-cifar", "resnet50", "googlenet"),
                          ModelTestName);
 
+// conv_bn marks exactly the convolutions a batch norm reads next: every one of ResNet-50's 53
+// (stem, 16 blocks x 3, 4 downsamples), none of AlexNet's (no batch norm); none when off. On
+// the CPU the sums are not used, so training is bitwise the same either way.
+TEST(Fusions, ConvBnMarksTheConvolutionsABatchNormReads) {
+  TrainSetup on, off;
+  off.fusions.conv_bn = false;
+  const Trace r50 = Train("resnet50", 64, on, 0);
+  EXPECT_EQ(r50.conv_bn, 53);
+  EXPECT_EQ(Train("resnet50", 64, off, 0).conv_bn, 0);
+  EXPECT_EQ(Train("alexnet", 224, on, 0).conv_bn, 0);
+  const Trace r18 = Train("resnet18-cifar", 32, on);
+  const Trace r18_off = Train("resnet18-cifar", 32, off);
+  EXPECT_GT(r18.conv_bn, 0);
+  EXPECT_EQ(r18.losses, r18_off.losses);
+  EXPECT_EQ(r18.params, r18_off.params);
+}
+
 TEST(Fusions, ParseAndName) {
   absl::StatusOr<Fusions> f = ParseFusions("bn_relu,add_relu");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_FALSE(f->conv_relu);
   EXPECT_TRUE(f->bn_relu && f->add_relu);
   EXPECT_EQ(FusionsName(*f), "bn_relu,add_relu");
-  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,add_relu");
-  EXPECT_EQ(FusionsName(*ParseFusions("default")), "conv_relu,bn_relu,add_relu");
+  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,add_relu,conv_bn");
+  EXPECT_EQ(FusionsName(*ParseFusions("default")), "conv_relu,bn_relu,add_relu,conv_bn");
+  EXPECT_EQ(FusionsName(*ParseFusions("conv_bn")), "conv_bn");
   EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
   f = ParseFusions("conv_relu,lrn+pool");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("lrn+pool"), std::string::npos) << f.status();
-  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu"), std::string::npos);
+  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu, conv_bn"), std::string::npos);
   // The LRN + max-pool fusion left the main path (dev/lrn_pool): its name says so.
   f = ParseFusions("conv_relu,lrn_pool");
   ASSERT_FALSE(f.ok());

@@ -37,6 +37,8 @@ struct ConvLaunchInfo {
                             // 16-byte chunks, N a multiple of the chunk; tensors aligned)
   int splits = 1;           // split-K factor (backward filter)
   bool wgmma = false;       // a wgmma configuration ran
+  int stats_tiles = 0;      // forward with TcConvArgs::stats: the column tiles whose channel sums
+                            // it wrote (0: none written; the kernel could not stage its tile)
 };
 
 // ---- FP32 (simt.cu): bitwise the same whichever configuration runs -------------------------
@@ -78,8 +80,15 @@ struct TcConvArgs {
   TcOutput y;                       // forward
   TcOutput dx;                      // backward data
   float* dw = nullptr;              // backward filter
+  // Forward, may be null: room for StatsCapacity(dims) floats, where a wgmma configuration with
+  // a staged epilogue leaves each column tile's per-channel sum and sum of squares of y as
+  // stored (TcGemmParams::stats; ConvLaunchInfo::stats_tiles says how many tiles, 0 if none).
+  float* stats = nullptr;
   int fault = 0;  // tests only: 1 drops the first K slice of every tile (a wrong kernel)
 };
+// Floats TcConvArgs::stats must hold for the forward of dims: 2 per channel and column tile of
+// at least 128 columns.
+int64_t StatsCapacity(const ConvDims& d);
 
 ConvLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a);
 ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a);

@@ -82,7 +82,7 @@ int ChunkElems(MathMode m) { return m == MathMode::kBF16 ? 8 : 4; }
 // arranges the filter operand for it and launches.
 ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode math, ConvGemm gemm,
                        int groups, const TcInput& in, const TcOutput& out, const float* bias,
-                       bool relu, int fault) {
+                       bool relu, float* stats, int fault) {
   CHECK(math == MathMode::kBF16 || math == MathMode::kTF32) << "tensor-core math mode";
   const bool bf16 = math == MathMode::kBF16;
   const bool vec = gemm.geo.n % ChunkElems(math) == 0 && Aligned(in.data, 16);
@@ -110,21 +110,32 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   q.at = at.f();
   const dim3 grid(static_cast<unsigned>(CeilDiv(q.j, c.bn)), static_cast<unsigned>(q.mp / c.bm),
                   static_cast<unsigned>(groups));
+  int stats_tiles = 0;
+  if (stats != nullptr && c.family == ConvFamily::kWgmma && q.staged && c.bn >= 128) {
+    q.stats = stats;
+    stats_tiles = static_cast<int>(grid.x);
+  }
   if (c.family == ConvFamily::kWgmma) {
     LaunchWgmmaGemm(c, out.type, grid, ctx.stream, q);
   } else {
     LaunchMmaGemm(c, in.type, out.type, vec, grid, ctx.stream, q);
   }
-  return LaunchInfo(c, vec, 1);
+  ConvLaunchInfo info = LaunchInfo(c, vec, 1);
+  info.stats_tiles = stats_tiles;
+  return info;
 }
 
 }  // namespace
 }  // namespace conv
 
+int64_t StatsCapacity(const ConvDims& d) {
+  return 2 * int64_t(d.f) * CeilDiv(int64_t(d.oh) * d.ow * d.n, int64_t(128));
+}
+
 ConvLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a) {
   conv::CheckSizes(a.dims);
   return conv::RunGemm(ctx, ConvProblem::kForward, a.math, conv::ForwardGemm(a.dims, a.conv, a.w),
-                       a.conv.groups, a.x, a.y, a.bias, a.relu, a.fault);
+                       a.conv.groups, a.x, a.y, a.bias, a.relu, a.stats, a.fault);
 }
 
 ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a) {
@@ -140,7 +151,7 @@ ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a)
   ConvLaunchInfo info;
   for (const conv::ConvGemm& gemm : gemms) {
     info = conv::RunGemm(ctx, ConvProblem::kBackwardData, a.math, gemm, a.conv.groups, a.dy, a.dx,
-                         nullptr, false, a.fault);
+                         nullptr, false, nullptr, a.fault);
   }
   return info;
 }

@@ -54,6 +54,13 @@ struct BnParams {
   double* part;
   double* part2;
   int splits;
+  // The normalising pass reads the statistics' partials part and part2 in stat_splits pieces
+  // per channel: splits, or 1 after BatchNormTileStatsKernel.
+  int stat_splits;
+  // Training forward from the convolution's tile sums (BatchNormForwardTrainGpu with
+  // tile_stats): tiles x C x {sum, sum of squares}, FP32 (TcGemmParams::stats).
+  const float* tile_stats;
+  int tiles;
   int64_t chunk;  // elements per split
   // Fused ReLU (the relu arguments of Ops::BatchNorm*): forward and apply write max(y, 0); backward
   // reads dy through the mask of relu_y, the rectified output (null: no ReLU).
@@ -133,15 +140,38 @@ __global__ void BatchNormVarKernel(const BnParams p) {
   v = BlockSum(v, sh);
   if (threadIdx.x == 0) p.part2[int64_t(c) * p.splits + blockIdx.x] = v;
 }
+// Kernel BatchNormTileStatsKernel: the statistics' sums from the convolution's per-tile
+// partials (grid x = channel): thread t adds tiles t, t + kBlock, ... in double, the block
+// adds the threads' sums in a fixed tree (deterministic), and thread 0 leaves part[c] = the
+// sum and part2[c] = sum of squares - sum^2 / M (the centred sum the two-pass variance
+// computes directly; clamped at 0 against rounding).
+__global__ void BatchNormTileStatsKernel(const BnParams p) {
+  __shared__ double sh[kBlock];
+  const int c = blockIdx.x, channels = gridDim.x;
+  double s = 0.0, s2 = 0.0;
+  for (int t = threadIdx.x; t < p.tiles; t += kBlock) {
+    const float* st = p.tile_stats + (static_cast<int64_t>(t) * channels + c) * 2;
+    s += st[0];
+    s2 += st[1];
+  }
+  s = BlockSum(s, sh);
+  s2 = BlockSum(s2, sh);
+  if (threadIdx.x == 0) {
+    p.part[c] = s;
+    const double centred = s2 - s * s / static_cast<double>(p.inner);
+    p.part2[c] = centred > 0.0 ? centred : 0.0;
+  }
+}
+
 // Kernel BatchNormNormalizeKernel: mean and biased variance from the partials, y written;
 // the first split of each channel saves the statistics and updates the running ones
 // (unbiased variance).
 template <int V, typename XT, typename YT>
 __global__ void BatchNormNormalizeKernel(const BnParams p) {
   const int c = blockIdx.y;
-  const double mean =
-      OrderedPartSum(p.part + int64_t(c) * p.splits, p.splits) / static_cast<double>(p.inner);
-  const double ss = OrderedPartSum(p.part2 + int64_t(c) * p.splits, p.splits);
+  const double mean = OrderedPartSum(p.part + int64_t(c) * p.stat_splits, p.stat_splits) /
+                      static_cast<double>(p.inner);
+  const double ss = OrderedPartSum(p.part2 + int64_t(c) * p.stat_splits, p.stat_splits);
   const double var = ss / static_cast<double>(p.inner);
   const double invstd = 1.0 / sqrt(var + p.eps);
   const float fmean = static_cast<float>(mean);
@@ -293,7 +323,8 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageTy
                               const float* gamma, const float* beta, void* y, StorageType yt,
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, float* save_scale, int c, int64_t inner,
-                              const BatchNormParams& bp, bool relu) {
+                              const BatchNormParams& bp, bool relu, const float* tile_stats,
+                              int tiles) {
   BnParams p{};
   p.relu = relu ? 1 : 0;
   p.x = x;
@@ -313,12 +344,23 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageTy
   Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
   p.part = part.d();
   p.part2 = part.d() + int64_t(c) * p.splits;
+  p.stat_splits = p.splits;
+  p.tile_stats = tile_stats;
+  p.tiles = tiles;
+  if (tile_stats != nullptr) {
+    CHECK_GT(tiles, 0) << "BatchNormForwardTrainGpu: tile statistics without tiles";
+    p.stat_splits = 1;
+    p.part2 = part.d() + c;
+    Launch(BatchNormTileStatsKernel, dim3(static_cast<unsigned>(c)), dim3(kBlock), ctx.stream, p);
+  }
   WithLanesAndStorage(lanes, xt, yt, [&](auto v, auto xs, auto ys) {
     constexpr int V = decltype(v)::value;
     using XT = decltype(xs);
     using YT = decltype(ys);
-    Launch(BatchNormSumKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
-    Launch(BatchNormVarKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
+    if (tile_stats == nullptr) {
+      Launch(BatchNormSumKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
+      Launch(BatchNormVarKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
+    }
     Launch(BatchNormNormalizeKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
   });
 }
@@ -430,10 +472,18 @@ void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const 
   op_shapes::BatchNorm(
       x, {&y}, {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &save_scale},
       relu ? "BatchNormReluForwardTrain" : "BatchNormForwardTrain");
+  // The statistics from the convolution that just wrote x (ConvLayerForward with bn_sums),
+  // when they are x's; used once either way.
+  PendingSums sums = std::move(pending_sums_);
+  pending_sums_ = PendingSums{};
+  const bool from_conv = sums.sums != nullptr && sums.y == x.raw() &&
+                         sums.channels == x.shape()[0] && sums.inner == Inner(x);
+  if (from_conv) ++bn_from_conv_sums_;
   BatchNormForwardTrainGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), beta.data(), y.raw(),
                            StorageOf(y), running_mean.data(), running_var.data(), save_mean.data(),
                            save_invstd.data(), save_scale.data(), I32(x.shape()[0], "c"), Inner(x),
-                           p, relu);
+                           p, relu, from_conv ? sums.sums->f() : nullptr,
+                           from_conv ? sums.tiles : 0);
 }
 
 void CudaOps::BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale,

@@ -27,12 +27,16 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float*
                           const float* dy, float* dx, float* dgamma, float* dbeta, int c,
                           int64_t inner);
 // The same with x and dx stored as xt, y, dy and relu_y as yt; gamma, beta, the statistics and
-// dgamma, dbeta are float, and the sums (double) are taken over the widened values.
+// dgamma, dbeta are float, and the sums (double) are taken over the widened values. Training
+// forward with tile_stats (not null): the statistics from the convolution that wrote x
+// (TcConvArgs::stats, `tiles` column tiles of per-channel FP32 sum and sum of squares) instead
+// of two passes over x; the variance is then sum of squares / M - mean^2 (docs/PRECISION.md).
 void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageType xt,
                               const float* gamma, const float* beta, void* y, StorageType yt,
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, float* save_scale, int c, int64_t inner,
-                              const BatchNormParams& p, bool relu);
+                              const BatchNormParams& p, bool relu,
+                              const float* tile_stats = nullptr, int tiles = 0);
 void BatchNormApplyGpu(const DeviceContext& ctx, const void* x, StorageType xt, const float* mean,
                        const float* scale, const float* shift, void* y, StorageType yt, int c,
                        int64_t inner, bool relu);
