@@ -218,7 +218,37 @@ __global__ void ReduceSplitsKernel(const ReduceSplitsParams<T> p) {
     const int64_t g = i / p.per_group, r = i % p.per_group;
     const T* src = p.part + g * p.splits * p.per_group + r;
     T s = 0;
+    // Unrolled so that eight loads are in flight at once; the adds keep their order.
+#pragma unroll 8
     for (int k = 0; k < p.splits; ++k) s += src[k * p.per_group];
+    p.out[i] = s;
+  }
+}
+
+// Kernel ReduceSplitChunksKernel<T>: the first level of a two-level split-K reduction, for
+// many splits over few elements (the tensor-core backward filter: hundreds of splits of a
+// few thousand weights, where one thread per element adding every split is latency-bound):
+//   out[g][c][r] = sum_{s in chunk c} part[g][s][r], chunks of `chunk` consecutive splits in
+//   order; ReduceSplitsKernel then adds the chunks in order. Deterministic (a fixed tree).
+template <typename T>
+struct ReduceSplitChunksParams {
+  const T* part;
+  T* out;
+  int groups, splits, chunk, chunks;
+  int64_t per_group;
+};
+template <typename T>
+__global__ void ReduceSplitChunksKernel(const ReduceSplitChunksParams<T> p) {
+  const int64_t total = int64_t(p.groups) * p.chunks * p.per_group;
+  GRID_STRIDE_LOOP(i, total) {
+    const int64_t r = i % p.per_group, gc = i / p.per_group;
+    const int64_t g = gc / p.chunks, c = gc % p.chunks;
+    const int s0 = static_cast<int>(c) * p.chunk;
+    const int n = p.splits - s0 < p.chunk ? p.splits - s0 : p.chunk;
+    const T* src = p.part + (g * p.splits + s0) * p.per_group + r;
+    T s = 0;
+#pragma unroll 8
+    for (int k = 0; k < n; ++k) s += src[k * p.per_group];
     p.out[i] = s;
   }
 }

@@ -487,6 +487,9 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
       EXPECT_EQ(fi.wgmma, eligible) << run.config;
       EXPECT_EQ(bi.wgmma, eligible) << run.config;
       EXPECT_EQ(wi.wgmma, eligible && m.out == StorageType::kBF16) << run.config;
+      // ManySplits: the two-level split-K sum ran (SplitKOutput::kTwoLevel splits or more).
+      const ConvCase& cc = GetParam();
+      if (cc.n == 64 && cc.h == 24 && wi.wgmma) EXPECT_GE(wi.splits, 9) << run.config;
       if (eligible && tile != 0) {
         EXPECT_EQ(std::string(fi.config), run.config);
         EXPECT_EQ(std::string(bi.config), run.config);
@@ -516,6 +519,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TcWgmmaTest, ::testing::ValuesIn(kCases),
 // wgmma at the wait that retires it: a refill one slice too early shows as a wrong result).
 INSTANTIATE_TEST_SUITE_P(LongK, TcWgmmaTest,
                          ::testing::Values(ConvCase{16, 64, 6, 6, 64, 3, 3, 1, 1, 1, false, false}),
+                         [](const ::testing::TestParamInfo<ConvCase>& i) {
+                           return CaseName(i.param);
+                         });
+// Backward filter over 36,864 columns: enough splits of its reduction (16 on the emulator's
+// four multiprocessors, hundreds on a GPU) that the tensor-core split-K sum takes
+// SplitKOutput's two-level path (chunks of ceil(sqrt(splits)) splits, then the chunks).
+INSTANTIATE_TEST_SUITE_P(ManySplits, TcWgmmaTest,
+                         ::testing::Values(ConvCase{64, 16, 24, 24, 16, 1, 1, 1, 0, 1, false, false}),
                          [](const ::testing::TestParamInfo<ConvCase>& i) {
                            return CaseName(i.param);
                          });

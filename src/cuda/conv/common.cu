@@ -188,8 +188,22 @@ SplitKOutput::SplitKOutput(const DeviceContext& ctx, const WgradGeometry& q, int
   }
 }
 
-void SplitKOutput::Reduce(const DeviceContext& ctx) const {
+void SplitKOutput::Reduce(const DeviceContext& ctx, bool two_level) const {
   if (!ws_) return;
+  if (two_level && splits_ >= kTwoLevel) {
+    int chunk = 1;
+    while (chunk * chunk < splits_) ++chunk;
+    const int chunks = static_cast<int>(CeilDiv(int64_t(splits_), int64_t(chunk)));
+    Scratch mid(ctx.alloc, sizeof(float) * size_t(groups_) * chunks * per_group_);
+    const ReduceSplitChunksParams<float> cp{ws_->f(), mid.f(), groups_, splits_, chunk, chunks,
+                                            per_group_};
+    Launch(ReduceSplitChunksKernel<float>, ElementwiseGrid(ctx, int64_t(groups_) * chunks * per_group_),
+           dim3(256), ctx.stream, cp);
+    const ReduceSplitsParams<float> rp{mid.f(), dw_, groups_, chunks, per_group_};
+    Launch(ReduceSplitsKernel<float>, ElementwiseGrid(ctx, groups_ * rp.per_group), dim3(256),
+           ctx.stream, rp);
+    return;
+  }
   const ReduceSplitsParams<float> rp{ws_->f(), dw_, groups_, splits_, per_group_};
   Launch(ReduceSplitsKernel<float>, ElementwiseGrid(ctx, groups_ * rp.per_group), dim3(256),
          ctx.stream, rp);

@@ -126,7 +126,12 @@ class SplitKOutput {
  public:
   SplitKOutput(const DeviceContext& ctx, const WgradGeometry& q, int groups, float* dw);
   float* out() const { return ws_ ? ws_->f() : dw_; }
-  void Reduce(const DeviceContext& ctx) const;
+  // The splits added in order (FP32: the bits every configuration gives), or, with
+  // two_level and at least kTwoLevel splits, in chunks of ceil(sqrt(splits)) consecutive
+  // splits first, then the chunks (the tensor-core backward filter: deterministic, another
+  // association).
+  void Reduce(const DeviceContext& ctx, bool two_level = false) const;
+  static constexpr int kTwoLevel = 9;
 
  private:
   int groups_, splits_;

@@ -184,7 +184,7 @@ ConvLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& 
   } else {
     conv::LaunchMmaWgrad(c, a.x.type, a.dy.type, vec, grid, ctx.stream, q);
   }
-  output.Reduce(ctx);
+  output.Reduce(ctx, /*two_level=*/true);
   return conv::LaunchInfo(c, vec, q.splits);
 }
 
