@@ -439,6 +439,10 @@ void AddLayer::Recompute(Ops& ops, const std::vector<const Tensor*>& x,
 void AddLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>&,
                         const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                         const std::vector<Tensor*>& dx) {
+  if (fused_relu_ && dx[0] && dx[1] && dx[0]->raw() != dx[1]->raw()) {
+    ops.ReluBackwardTwice(*y[0], *dy[0], *dx[0], *dx[1]);  // one pass for both inputs
+    return;
+  }
   for (Tensor* d : dx) {
     if (!d) continue;
     // Masking in place is fine: a second input masking the masked dy gets the same values.

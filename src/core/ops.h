@@ -195,6 +195,12 @@ class Ops {
   // ---- activations (core/ops/eltwise.h, core/ops/dropout.h) -------------------------------
   virtual void ReluForward(const Tensor& x, Tensor& y) = 0;                      // may alias
   virtual void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) = 0;  // may alias
+  // ReluBackward into two gradients (a residual sum's two inputs, AddLayer with its fused
+  // ReLU); a backend may write both in one pass. Either may alias dy.
+  virtual void ReluBackwardTwice(const Tensor& y, const Tensor& dy, Tensor& dx0, Tensor& dx1) {
+    ReluBackward(y, dy, dx0);
+    ReluBackward(y, dy, dx1);  // dy masked already when dx0 aliases it: the same values
+  }
   // mask receives the kept/dropped scale (0 or 1/(1-p)) of each element.
   virtual void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) = 0;
   virtual void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;

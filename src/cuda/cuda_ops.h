@@ -93,6 +93,7 @@ class CudaOps : public Ops {
                          Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void ReluBackwardTwice(const Tensor& y, const Tensor& dy, Tensor& dx0, Tensor& dx1) override;
   void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) override;
   void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
   void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,

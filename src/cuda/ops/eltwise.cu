@@ -102,6 +102,7 @@ struct ReluParams {
   const void* dy;  // backward only
   void* out;
   int64_t n;
+  void* out2;  // backward: a second dx written with the same values, or null
 };
 // With every pointer aligned to 4 of its elements the kernels move quads (a float4, or 8
 // bytes of bf16: quads = n / 4, then the tail); the arithmetic per element is the same.
@@ -131,6 +132,7 @@ __global__ void ReluBackwardKernel(const ReluVecParams q) {
   const YT* y = static_cast<const YT*>(p.a);
   const YT* dy = static_cast<const YT*>(p.dy);
   XT* dx = static_cast<XT*>(p.out);
+  XT* dx2 = static_cast<XT*>(p.out2);
   int64_t done = 0;
   if (q.vec) {
     GRID_STRIDE_LOOP(i, p.n / 4) {
@@ -138,11 +140,14 @@ __global__ void ReluBackwardKernel(const ReluVecParams q) {
       Lanes<4> g = LoadLanes<4>(dy + 4 * i);
       for (int k = 0; k < 4; ++k) g.v[k] = m.v[k] > 0.0f ? g.v[k] : 0.0f;
       StoreLanes<4>(dx + 4 * i, g);
+      if (dx2 != nullptr) StoreLanes<4>(dx2 + 4 * i, g);
     }
     done = p.n / 4 * 4;
   }
   GRID_STRIDE_LOOP(i, p.n - done) {
-    Store(dx + done + i, Load(y + done + i) > 0.0f ? Load(dy + done + i) : 0.0f);
+    const float g = Load(y + done + i) > 0.0f ? Load(dy + done + i) : 0.0f;
+    Store(dx + done + i, g);
+    if (dx2 != nullptr) Store(dx2 + done + i, g);
   }
 }
 
@@ -422,12 +427,15 @@ void ReluBackwardGpu(const DeviceContext& ctx, const float* y, const float* dy, 
 }
 
 void ReluBackwardGpu(const DeviceContext& ctx, const void* y, const void* dy, StorageType yt,
-                     void* dx, StorageType xt, int64_t n) {
-  const int vec = AlignedTo(y, 4, yt) && AlignedTo(dy, 4, yt) && AlignedTo(dx, 4, xt) ? 1 : 0;
+                     void* dx, StorageType xt, int64_t n, void* dx2) {
+  const int vec = AlignedTo(y, 4, yt) && AlignedTo(dy, 4, yt) && AlignedTo(dx, 4, xt) &&
+                          (dx2 == nullptr || AlignedTo(dx2, 4, xt))
+                      ? 1
+                      : 0;
   WithStorage(yt, [&](auto ys) {
     WithStorage(xt, [&](auto xs) {
       Launch(ReluBackwardKernel<decltype(ys), decltype(xs)>, GridFor(ctx, n, vec ? 4 : 1),
-             dim3(kBlock), ctx.stream, ReluVecParams{ReluParams{y, dy, dx, n}, vec});
+             dim3(kBlock), ctx.stream, ReluVecParams{ReluParams{y, dy, dx, n, dx2}, vec});
     });
   });
 }
@@ -573,6 +581,21 @@ void CudaOps::ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   SameStorage(y, "y", dy, "dy", "ReluBackward");
   AliasSameStorage(dy, "dy", dx, "ReluBackward");
   ReluBackwardGpu(ctx_, y.raw(), dy.raw(), StorageOf(dy), dx.raw(), StorageOf(dx), dx.size());
+}
+
+void CudaOps::ReluBackwardTwice(const Tensor& y, const Tensor& dy, Tensor& dx0, Tensor& dx1) {
+  if (dx0.dtype() != dx1.dtype() || dx0.raw() == dx1.raw())
+    return Ops::ReluBackwardTwice(y, dy, dx0, dx1);
+  SameSize(y, dy, "ReluBackwardTwice dy");
+  SameSize(y, dx0, "ReluBackwardTwice dx0");
+  SameSize(y, dx1, "ReluBackwardTwice dx1");
+  SameStorage(y, "y", dy, "dy", "ReluBackwardTwice");
+  AliasSameStorage(dy, "dy", dx0, "ReluBackwardTwice");
+  AliasSameStorage(dy, "dy", dx1, "ReluBackwardTwice");
+  // One pass: y and dy read once, both gradients written (an element is read before it is
+  // written, so either may alias dy).
+  ReluBackwardGpu(ctx_, y.raw(), dy.raw(), StorageOf(dy), dx0.raw(), StorageOf(dx0), dx0.size(),
+                  dx1.raw());
 }
 
 }  // namespace colonnade::cuda

@@ -40,8 +40,9 @@ void ReluBackwardGpu(const DeviceContext& ctx, const float* y, const float* dy, 
 // yt, dx xt. Quads (float4, 8 bytes of bf16) when every pointer is aligned to 4 of its elements.
 void ReluForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
                     StorageType yt, int64_t n);
+// dx2 (not null): a second gradient written with the same values in the same pass.
 void ReluBackwardGpu(const DeviceContext& ctx, const void* y, const void* dy, StorageType yt,
-                     void* dx, StorageType xt, int64_t n);
+                     void* dx, StorageType xt, int64_t n, void* dx2 = nullptr);
 void MulGpu(const DeviceContext& ctx, const float* a, const float* b, float* y, int64_t n);
 // The same with a, b, y each float or bf16 (y may alias a or b of its own type): dropout's
 // backward, dx = dy * mask with a float mask.

@@ -320,6 +320,33 @@ TEST_F(CudaTest, ReluBf16Storage) {
   }
 }
 
+// ReluBackwardTwice (a residual sum's two input gradients in one pass) against ReluBackward
+// into each, bitwise: bf16 and float, aligned and one element off (the quads and the element
+// path), each output aliasing dy in turn.
+TEST_F(CudaTest, ReluBackwardTwiceAsTwoPasses) {
+  for (const Shape& s : {Shape{7, 5, 5, 33}, Shape{3, 2, 2, 8}}) {
+    const Tensor x = RandomCpu(s, 161), dy = RandomCpu(s, 162);
+    for (const DType t : kTypes) {
+      for (const int64_t offset : {0, 1}) {
+        for (const int alias : {-1, 0, 1}) {
+          const std::string what = absl::StrFormat("%s, offset %d, %s, alias %d", s.ToString(),
+                                                   offset, DTypeName(t), alias);
+          Tensor gy = OnGpuAsAt(x, t, offset);
+          Gpu().ReluForward(gy, gy);
+          Tensor ref = PoisonedAsAt(s, t, offset);
+          Gpu().ReluBackward(gy, OnGpuAsAt(dy, t, offset), ref);
+          Tensor gdy = OnGpuAsAt(dy, t, offset);
+          Tensor d0 = alias == 0 ? gdy : PoisonedAsAt(s, t, offset);
+          Tensor d1 = alias == 1 ? gdy : PoisonedAsAt(s, t, offset);
+          Gpu().ReluBackwardTwice(gy, gdy, d0, d1);
+          EXPECT_TRUE(BitwiseEqual(d0.ToHost(), ref.ToHost())) << what << ": dx0";
+          EXPECT_TRUE(BitwiseEqual(d1.ToHost(), ref.ToHost())) << what << ": dx1";
+        }
+      }
+    }
+  }
+}
+
 // Concat forward and backward: parts and whole in each storage pair (x: the parts, y: the
 // whole) and both bf16; channel offsets put bf16 blocks at odd 2-byte offsets.
 TEST_F(CudaTest, CopyChannelsBf16Storage) {
