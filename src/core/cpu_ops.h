@@ -62,7 +62,9 @@ class CpuOps : public Ops {
                              const BatchNormParams& p) override;
   void BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                          const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
-                         Tensor& dx, Tensor& dgamma, Tensor& dbeta) override;
+                         Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                         const Tensor* mask_scale = nullptr,
+                         const Tensor* mask_shift = nullptr) override;
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) override;

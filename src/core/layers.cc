@@ -505,7 +505,7 @@ void BatchNormLayer::Backward(Ops& ops, const RunContext&, const std::vector<con
                               const std::vector<Tensor*>& dx) {
   CHECK(dx[0] != nullptr) << "batchnorm " << name() << " needs an input gradient buffer";
   ops.BatchNormBackward(*x[0], gamma_.value, save_mean_, save_invstd_, fused_relu_ ? y[0] : nullptr,
-                        *dy[0], *dx[0], gamma_.grad, beta_.grad);
+                        *dy[0], *dx[0], gamma_.grad, beta_.grad, &save_scale_, &beta_.value);
 }
 
 // ---------------------------------------------------------------------------------------

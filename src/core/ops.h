@@ -187,10 +187,15 @@ class Ops {
                                      const Tensor& running_mean, const Tensor& running_var,
                                      Tensor& y, const BatchNormParams& p) = 0;
   // With relu_y (the y of a forward with relu; null: none) dy first passes that ReLU
-  // (ReluBackward), bitwise as if it had been masked apart.
+  // (ReluBackward), bitwise as if it had been masked apart. mask_scale and mask_shift (with
+  // relu_y; may be null): the save_scale and beta of that forward, from which a backend may
+  // recompute the mask out of x (the forward's arithmetic and rounding: the same bits)
+  // instead of reading relu_y (CudaOps: one tensor fewer read by both passes).
   virtual void BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                  const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
-                                 Tensor& dx, Tensor& dgamma, Tensor& dbeta) = 0;
+                                 Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                 const Tensor* mask_scale = nullptr,
+                                 const Tensor* mask_shift = nullptr) = 0;
 
   // ---- activations (core/ops/eltwise.h, core/ops/dropout.h) -------------------------------
   virtual void ReluForward(const Tensor& x, Tensor& y) = 0;                      // may alias

@@ -123,7 +123,8 @@ void CpuOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const T
 // With relu_y, dy first passes the ReLU into a scratch tensor (ReluBackward's bits).
 void CpuOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
-                               Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Tensor*,
+                               const Tensor*) {  // the mask is read from relu_y here
   Tensor masked;
   if (relu_y) {
     masked = Tensor(dy.shape(), Device::kCPU);

@@ -66,6 +66,11 @@ struct BnParams {
   // reads dy through the mask of relu_y, the rectified output (null: no ReLU).
   int relu;
   const void* relu_y;
+  // Backward with the mask recomputed from x instead of read from relu_y (BatchNormBackwardGpu
+  // with mask_scale): y = BnApply(x, mean_in, mask_scale, mask_shift) as the forward stored it
+  // (rounded to YT), so the mask is relu_y's bit for bit and one tensor fewer is read.
+  const float* mask_scale;
+  const float* mask_shift;
 };
 // dy of elements i .. i + V - 1 as the ReLU's backward passes it (ReluBackwardKernel's
 // expression), or dy unfused.
@@ -83,6 +88,28 @@ __device__ __forceinline__ Lanes<V> BnGrad(const BnParams& p, int64_t i) {
 // BatchNormApplyKernel, so both round alike (this file is built with --fmad=false).
 __device__ __forceinline__ float BnApply(float x, float mean, float scale, float shift) {
   return (x - mean) * scale + shift;
+}
+
+// v as a YT store gives it back (bf16: rounded to nearest even).
+template <typename YT>
+__device__ __forceinline__ float StoredAs(float v) {
+  YT t;
+  Store(&t, v);
+  return Load(&t);
+}
+
+// dy of elements i .. i + V - 1 of channel c through the fused ReLU's mask, given x there:
+// with p.mask_scale the mask is recomputed from x as the forward computed and stored y (its
+// positive elements are those whose rounded BnApply is positive), else BnGrad's.
+template <int V, typename YT>
+__device__ __forceinline__ Lanes<V> BnGradGivenX(const BnParams& p, int c, int64_t i,
+                                                 const Lanes<V>& x) {
+  if (p.mask_scale == nullptr) return BnGrad<V, YT>(p, i);
+  Lanes<V> g = LoadLanes<V>(static_cast<const YT*>(p.dy) + i);
+  const float mean = p.mean_in[c], scale = p.mask_scale[c], shift = p.mask_shift[c];
+  for (int k = 0; k < V; ++k)
+    if (!(StoredAs<YT>(BnApply(x.v[k], mean, scale, shift)) > 0.0f)) g.v[k] = 0.0f;
+  return g;
 }
 
 // The training forward and the backward reduce each channel (C x inner, inner = H*W*N) in
@@ -249,8 +276,8 @@ __global__ void BatchNormBackwardSumsKernel(const BnParams p) {
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   double sdy = 0.0, sdyx = 0.0;
   for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
-    const Lanes<V> g = BnGrad<V, YT>(p, c * p.inner + i);
     const Lanes<V> x = LoadLanes<V>(xc + i);
+    const Lanes<V> g = BnGradGivenX<V, YT>(p, c, c * p.inner + i, x);
     for (int k = 0; k < V; ++k) {
       sdy += g.v[k];
       sdyx += g.v[k] * ((x.v[k] - mean) * invstd);
@@ -280,7 +307,7 @@ __global__ void BatchNormBackwardKernel(const BnParams p) {
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
     Lanes<V> x = LoadLanes<V>(xc + i);
-    const Lanes<V> g = BnGrad<V, YT>(p, c * p.inner + i);
+    const Lanes<V> g = BnGradGivenX<V, YT>(p, c, c * p.inner + i, x);
     for (int e = 0; e < V; ++e) {
       const double xhat = (x.v[e] - mean) * invstd;
       x.v[e] = static_cast<float>(k * (m * static_cast<double>(g.v[e]) - db - xhat * dg));
@@ -436,9 +463,15 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float*
 void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
                           const float* gamma, const float* save_mean, const float* save_invstd,
                           const void* relu_y, const void* dy, StorageType yt, void* dx,
-                          float* dgamma, float* dbeta, int c, int64_t inner) {
+                          float* dgamma, float* dbeta, int c, int64_t inner,
+                          const float* mask_scale, const float* mask_shift) {
   BnParams p{};
   p.relu_y = relu_y;
+  if (relu_y != nullptr && mask_scale != nullptr && mask_shift != nullptr) {
+    p.relu_y = nullptr;
+    p.mask_scale = mask_scale;
+    p.mask_shift = mask_shift;
+  }
   p.x = x;
   p.gamma = gamma;
   p.mean_in = save_mean;
@@ -448,7 +481,7 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType x
   p.dgamma = dgamma;
   p.dbeta = dbeta;
   p.inner = inner;
-  const int lanes = VectorLanes(inner, 4, {{x, xt}, {relu_y, yt}, {dy, yt}, {dx, xt}});
+  const int lanes = VectorLanes(inner, 4, {{x, xt}, {p.relu_y, yt}, {dy, yt}, {dx, xt}});
   const dim3 grid = BnSplits(ctx, c, inner, lanes, p);
   Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
   p.part = part.d();
@@ -506,7 +539,12 @@ void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const 
 
 void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                 const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
-                                Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
+                                Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                                const Tensor* mask_scale, const Tensor* mask_shift) {
+  const bool mask_from_x = relu_y != nullptr && mask_scale != nullptr && mask_shift != nullptr;
+  if (mask_from_x) {
+    op_shapes::BatchNorm(x, {&dy}, {mask_scale, mask_shift}, "BatchNormReluBackward mask");
+  }
   if (relu_y != nullptr) {
     op_shapes::BatchNorm(x, {relu_y, &dy, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},
                          "BatchNormReluBackward");
@@ -520,7 +558,8 @@ void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tens
   BatchNormBackwardGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), save_mean.data(),
                        save_invstd.data(), relu_y != nullptr ? relu_y->raw() : nullptr, dy.raw(),
                        StorageOf(dy), dx.raw(), dgamma.data(), dbeta.data(), I32(x.shape()[0], "c"),
-                       Inner(x));
+                       Inner(x), mask_from_x ? mask_scale->data() : nullptr,
+                       mask_from_x ? mask_shift->data() : nullptr);
 }
 
 }  // namespace colonnade::cuda

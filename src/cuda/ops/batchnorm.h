@@ -47,6 +47,7 @@ void BatchNormForwardInferGpu(const DeviceContext& ctx, const void* x, StorageTy
 void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
                           const float* gamma, const float* save_mean, const float* save_invstd,
                           const void* relu_y, const void* dy, StorageType yt, void* dx,
-                          float* dgamma, float* dbeta, int c, int64_t inner);
+                          float* dgamma, float* dbeta, int c, int64_t inner,
+                          const float* mask_scale = nullptr, const float* mask_shift = nullptr);
 
 }  // namespace colonnade::cuda

@@ -68,7 +68,10 @@ TEST_P(CudaBatchNormTest, ReluFusedAsUnfused) {
   struct Run {
     Tensor y, rm, rv, sm, si, sc, apply, dx, dg, db;
   };
-  auto run = [&](bool fused) {
+  // mode 0: the unfused passes; 1: fused, the mask read from y; 2: fused, the mask recomputed
+  // from x (mask_scale, mask_shift: the save_scale and beta of the forward).
+  auto run = [&](int mode) {
+    const bool fused = mode > 0;
     Run r{Poisoned(s, Device::kCUDA),           OnGpu(RandomCpu(c, 124)),
           OnGpu(RandomCpu(c, 125, 0.5f, 2.0f)), Poisoned(c, Device::kCUDA),
           Poisoned(c, Device::kCUDA),           Poisoned(c, Device::kCUDA),
@@ -79,7 +82,11 @@ TEST_P(CudaBatchNormTest, ReluFusedAsUnfused) {
     if (fused) {
       o.BatchNormForwardTrain(x, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, p, true);
       o.BatchNormApply(x, r.sm, r.sc, beta, r.apply, true);
-      o.BatchNormBackward(x, gamma, r.sm, r.si, &r.y, dy, r.dx, r.dg, r.db);
+      if (mode == 2) {
+        o.BatchNormBackward(x, gamma, r.sm, r.si, &r.y, dy, r.dx, r.dg, r.db, &r.sc, &beta);
+      } else {
+        o.BatchNormBackward(x, gamma, r.sm, r.si, &r.y, dy, r.dx, r.dg, r.db);
+      }
     } else {
       o.BatchNormForwardTrain(x, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, p, false);
       o.ReluForward(r.y, r.y);
@@ -91,7 +98,7 @@ TEST_P(CudaBatchNormTest, ReluFusedAsUnfused) {
     }
     return r;
   };
-  const Run a = run(false), b = run(true);
+  const Run a = run(0), b = run(1), m = run(2);
   int rectified = 0;
   for (float v : a.y.ToHost()) rectified += v == 0.0f;
   EXPECT_GT(rectified, s.elements() / 5) << "the ReLU should zero a good part of y";
@@ -109,6 +116,10 @@ TEST_P(CudaBatchNormTest, ReluFusedAsUnfused) {
   for (const auto& [name, t] : outs)
     EXPECT_TRUE(BitwiseEqual(t.second->ToHost(), t.first->ToHost())) << name;
   EXPECT_TRUE(BitwiseEqual(b.apply.ToHost(), b.y.ToHost())) << "recomputed y";
+  for (const auto& [name, t] : {std::make_pair("dx (mask from x)", std::make_pair(&a.dx, &m.dx)),
+                                std::make_pair("dgamma (mask from x)", std::make_pair(&a.dg, &m.dg)),
+                                std::make_pair("dbeta (mask from x)", std::make_pair(&a.db, &m.db))})
+    EXPECT_TRUE(BitwiseEqual(t.second->ToHost(), t.first->ToHost())) << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaBatchNormTest,
@@ -168,6 +179,15 @@ TEST_F(CudaTest, BatchNormBf16Storage) {
         };
         backward(xw, Widened(got.y), dyw, ref);
         backward(gx, got.y, gdy, got);
+        if (relu) {
+          // The mask recomputed from x as stored (BnApply rounded to st.y): got's very bits.
+          Run again = fresh(st.y, st.x);
+          o.BatchNormBackward(gx, gamma, ref.sm, ref.si, &got.y, gdy, again.dx, again.dg, again.db,
+                              &got.sc, &beta);
+          EXPECT_TRUE(BitwiseEqual(again.dx.ToHost(), got.dx.ToHost())) << what << ": dx, mask from x";
+          EXPECT_TRUE(BitwiseEqual(again.dg.ToHost(), got.dg.ToHost())) << what << ": dgamma, mask from x";
+          EXPECT_TRUE(BitwiseEqual(again.db.ToHost(), got.db.ToHost())) << what << ": dbeta, mask from x";
+        }
         const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> same[] = {
             {"running_mean", {&ref.rm, &got.rm}}, {"running_var", {&ref.rv, &got.rv}},
             {"save_mean", {&ref.sm, &got.sm}},    {"save_invstd", {&ref.si, &got.si}},
