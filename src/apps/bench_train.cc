@@ -51,7 +51,7 @@ ABSL_FLAG(colonnade::CudaGraphs, cuda_graphs, colonnade::CudaGraphs::kAuto,
           "(cuda/step_graph.h; the warm-up steps include the plain step and the capture); "
           "off: plain steps, hundreds of kernel launches each. Run both to see what the host's "
           "launch rate costs a model");
-ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBatchNormReluAdd,
+ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBatchNormRelu,
           "bn_relu_add, bn_relu or off: which activations are written again in the backward "
           "pass instead of kept (docs/MEMORY.md; the trainer's --recompute). Bitwise the same "
           "results");
