@@ -54,7 +54,7 @@ class CpuOps : public Ops {
   void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
                              Tensor& save_invstd, Tensor& save_scale, const BatchNormParams& p,
-                             bool relu) override;
+                             bool relu, bool write_y = true) override;
   void BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale, const Tensor& shift,
                       Tensor& y, bool relu) override;
   void BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -426,8 +426,17 @@ absl::StatusOr<std::vector<Shape>> AddLayer::Setup(const std::vector<Shape>& in)
   return std::vector<Shape>{in[0]};
 }
 
-void AddLayer::Forward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
+void AddLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                        const std::vector<Tensor*>& y) {
+  if (ctx.phase == Phase::kTrain && has_normalized_input()) {
+    Ops::AddOperand in[2];
+    for (int k = 0; k < 2; ++k) {
+      in[k].t = x[k];
+      if (bn_in_[k] != nullptr) in[k] = bn_in_[k]->AsAddOperand(x[k]->dtype());
+    }
+    ops.AddNormalized(in[0], in[1], *y[0], fused_relu_);
+    return;
+  }
   Recompute(ops, x, y);
 }
 
@@ -481,12 +490,24 @@ void BatchNormLayer::SetChannelBlock(int64_t first, int64_t, int64_t total) {
   for (Param* p : params()) p->MarkShard(first, total);
 }
 
+Ops::AddOperand BatchNormLayer::AsAddOperand(DType stored) const {
+  CHECK(last_x_ != nullptr) << "batchnorm " << name() << ": no training Forward before its sum";
+  Ops::AddOperand o;
+  o.t = last_x_;
+  o.mean = &save_mean_;
+  o.scale = &save_scale_;
+  o.shift = &beta_.value;
+  o.stored = stored;
+  return o;
+}
+
 void BatchNormLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                              const std::vector<Tensor*>& y) {
   if (ctx.phase == Phase::kTrain) {
+    last_x_ = x[0];
     ops.BatchNormForwardTrain(*x[0], gamma_.value, beta_.value, *y[0], running_mean_.value,
                               running_var_.value, save_mean_, save_invstd_, save_scale_, p_,
-                              fused_relu_);
+                              fused_relu_, /*write_y=*/!output_into_add_);
   } else {
     ops.BatchNormForwardInfer(*x[0], gamma_.value, beta_.value, running_mean_.value,
                               running_var_.value, *y[0], p_);

@@ -214,6 +214,8 @@ class ConcatLayer : public Layer {
 };
 
 // Element-wise sum of two inputs of one shape (residual connections).
+class BatchNormLayer;
+
 class AddLayer : public Layer {
  public:
   using Layer::Layer;
@@ -222,8 +224,9 @@ class AddLayer : public Layer {
   BackwardReads backward_reads() const override { return {false, fused_relu_, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kSameBlockInputs}; }
   bool bf16_io() const override { return true; }
-  // Stateless: Forward again writes the same sum (rectified when fused).
-  bool can_recompute() const override { return true; }
+  // Stateless: Forward again writes the same sum (rectified when fused); not with an input
+  // from a batch norm that never wrote it (bn_add).
+  bool can_recompute() const override { return !has_normalized_input(); }
   void Recompute(Ops& ops, const std::vector<const Tensor*>& x,
                  const std::vector<Tensor*>& y) override;
   // The in-place ReLU after this sum runs inside it (Net::Fusions::add_relu: a residual
@@ -231,9 +234,15 @@ class AddLayer : public Layer {
   // each input dy through the ReLU's mask (Ops::ReluBackward).
   void set_fused_relu(bool on) { fused_relu_ = on; }
   bool fused_relu() const { return fused_relu_; }
+  // Input k is the unwritten output of `bn` (Net::Fusions::bn_add; null: a plain input): the
+  // training Forward recomputes it from bn's input in the sum's pass (Ops::AddNormalized).
+  // Such a sum is not recomputable from its inputs.
+  void set_normalized_input(int k, const BatchNormLayer* bn) { bn_in_[k] = bn; }
+  bool has_normalized_input() const { return bn_in_[0] != nullptr || bn_in_[1] != nullptr; }
 
  private:
   bool fused_relu_ = false;
+  const BatchNormLayer* bn_in_[2] = {nullptr, nullptr};
 };
 
 // Batch normalisation per channel; learnable gamma/beta, running statistics as
@@ -260,9 +269,17 @@ class BatchNormLayer : public Layer {
   // arguments of Ops::BatchNormForwardTrain, BatchNormApply, BatchNormBackward).
   void set_fused_relu(bool on) { fused_relu_ = on; }
   bool fused_relu() const { return fused_relu_; }
+  // The residual sum after this layer computes its output itself (Net::Fusions::bn_add,
+  // AddLayer::set_normalized_input): the training Forward then keeps the statistics only and
+  // leaves y unwritten. The sum reads the input of the last Forward and the affine below.
+  void set_output_into_add(bool on) { output_into_add_ = on; }
+  bool output_into_add() const { return output_into_add_; }
+  Ops::AddOperand AsAddOperand(DType stored) const;
 
  private:
   bool fused_relu_ = false;
+  bool output_into_add_ = false;
+  const Tensor* last_x_ = nullptr;  // the input of the last training Forward
   BatchNormParams p_;
   int64_t channels_ = 0;
   Param gamma_, beta_, running_mean_, running_var_;

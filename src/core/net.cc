@@ -98,8 +98,15 @@ void Net::MarkFusions() {
       conv->set_fused_relu(false);
       conv->set_bn_sums(false);
     }
-    if (auto* bn = dynamic_cast<BatchNormLayer*>(l)) bn->set_fused_relu(false);
-    if (auto* add = dynamic_cast<AddLayer*>(l)) add->set_fused_relu(false);
+    if (auto* bn = dynamic_cast<BatchNormLayer*>(l)) {
+      bn->set_fused_relu(false);
+      bn->set_output_into_add(false);
+    }
+    if (auto* add = dynamic_cast<AddLayer*>(l)) {
+      add->set_fused_relu(false);
+      add->set_normalized_input(0, nullptr);
+      add->set_normalized_input(1, nullptr);
+    }
   }
   for (size_t i = 0; i + 1 < layers_.size(); ++i) {
     Layer* l = layers_[i].layer.get();
@@ -126,12 +133,49 @@ void Net::MarkFusions() {
     if (add) add->set_fused_relu(true);
     relu->set_fused(true);
   }
+  if (fusions_.bn_add) MarkBatchNormAdds();
+}
+
+// bn_add: input k of a residual sum is the only output of a batch norm (no fused ReLU, not in
+// place) that nothing else reads, and whose input no layer between the two rewrites.
+void Net::MarkBatchNormAdds() {
+  auto readers = [&](const std::string& blob) {
+    int n = 0;
+    for (const LayerEntry& e : layers_)
+      for (const std::string& in : e.inputs) n += in == blob;
+    return n;
+  };
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    auto* add = dynamic_cast<AddLayer*>(layers_[i].layer.get());
+    if (!add || layers_[i].inputs.size() != 2 || layers_[i].inputs[0] == layers_[i].inputs[1])
+      continue;
+    for (int k = 0; k < 2; ++k) {
+      const std::string& blob = layers_[i].inputs[k];
+      size_t j = i;
+      while (j > 0) {
+        --j;
+        const std::vector<std::string>& out = layers_[j].outputs;
+        if (std::find(out.begin(), out.end(), blob) != out.end()) break;
+      }
+      auto* bn = dynamic_cast<BatchNormLayer*>(layers_[j].layer.get());
+      if (!bn || bn->fused_relu() || layers_[j].outputs.size() != 1 ||
+          layers_[j].outputs[0] != blob || layers_[j].inputs.size() != 1 ||
+          layers_[j].inputs[0] == blob || readers(blob) != 1 || pinned_.count(blob))
+        continue;
+      bool rewritten = false;
+      for (size_t m = j + 1; m < i; ++m)
+        for (const std::string& o : layers_[m].outputs) rewritten |= o == layers_[j].inputs[0];
+      if (rewritten) continue;
+      bn->set_output_into_add(true);
+      add->set_normalized_input(k, bn);
+    }
+  }
 }
 
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
-  Fusions f{false, false, false, false};
+  Fusions f{false, false, false, false, false};
   if (text == "default") return Fusions{};
-  if (text == "all") return Fusions{true, true, true, true};
+  if (text == "all") return Fusions{true, true, true, true, true};
   if (text == "none") return f;
   for (absl::string_view name : absl::StrSplit(text, ',')) {
     if (name == "conv_relu") {
@@ -142,14 +186,16 @@ absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
       f.add_relu = true;
     } else if (name == "conv_bn") {
       f.conv_bn = true;
+    } else if (name == "bn_add") {
+      f.bn_add = true;
     } else if (name == "lrn_pool") {
       return absl::InvalidArgumentError(
           "fusion 'lrn_pool' is gone: the LRN + max-pool fusion measured slower and left the main "
-          "path (dev/lrn_pool); use a comma list of conv_relu, bn_relu, add_relu, conv_bn, or default, "
+          "path (dev/lrn_pool); use a comma list of conv_relu, bn_relu, add_relu, conv_bn, bn_add, or default, "
           "all, or none");
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, conv_bn, or default, "
+          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, conv_bn, bn_add, or default, "
           "all, or none",
           name));
     }
@@ -163,6 +209,7 @@ std::string FusionsName(const Fusions& f) {
   if (f.bn_relu) on.push_back("bn_relu");
   if (f.add_relu) on.push_back("add_relu");
   if (f.conv_bn) on.push_back("conv_bn");
+  if (f.bn_add) on.push_back("bn_add");
   return on.empty() ? "none" : absl::StrJoin(on, ",");
 }
 

@@ -52,10 +52,15 @@ struct Fusions {
   // wgmma epilogue), so the training forward skips two passes over it. Not bitwise: the
   // variance then comes from the sum of squares (docs/PRECISION.md).
   bool conv_bn = true;
+  // A batch norm (without a fused ReLU) whose only reader is a residual sum: in training the
+  // sum recomputes the normalised values from the batch norm's input in its own pass
+  // (AddLayer::set_normalized_input, Ops::AddNormalized) and the batch norm keeps only the
+  // statistics, so its output is never written nor read again. Bitwise the same.
+  bool bn_add = true;
   // (A cross-channel LRN fused into the max pool after it measured slower and left the main
   // path: dev/lrn_pool.)
 };
-// "conv_relu,bn_relu,add_relu,conv_bn" (any subset, comma-separated), "default" (Fusions{}), "all" or
+// "conv_relu,bn_relu,add_relu,conv_bn,bn_add" (any subset, comma-separated), "default" (Fusions{}), "all" or
 // "none". "lrn_pool" is refused with a note that it is gone.
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text);
 std::string FusionsName(const Fusions& f);
@@ -177,6 +182,7 @@ class Net {
   // Marks the pairs to fuse (set_fusions), clearing earlier marks. Runs before shape
   // inference.
   void MarkFusions();
+  void MarkBatchNormAdds();  // Fusions::bn_add (MarkFusions)
   // Runs a recomputation of the plan (Layer::Recompute of each of its runs).
   void Recompute(const Recomputation& r);
 

@@ -73,6 +73,31 @@ class Ops {
   // the in-place ReLU after it), bitwise the sum then ReluForward.
   virtual void Add(const Tensor& a, const Tensor& b, Tensor& y, bool relu) = 0;
   void Add(const Tensor& a, const Tensor& b, Tensor& y) { Add(a, b, y, false); }
+  // An operand of AddNormalized: the tensor t itself, or (mean not null) the output of a
+  // training batch norm whose input is t, recomputed as BatchNormApply(t, mean, scale, shift)
+  // computes it and rounded to `stored`, the storage its output blob has.
+  struct AddOperand {
+    const Tensor* t = nullptr;
+    const Tensor* mean = nullptr;
+    const Tensor* scale = nullptr;
+    const Tensor* shift = nullptr;
+    DType stored = DType::kFloat32;
+  };
+  // y = a + b (then max(y, 0) with relu) with either operand a batch norm's output that was
+  // never written (Net::Fusions::bn_add: a residual block's last batch norms and its sum in
+  // one pass). Bitwise the unfused BatchNormApply + Add; the default is exactly those.
+  virtual void AddNormalized(const AddOperand& a, const AddOperand& b, Tensor& y, bool relu) {
+    auto value = [&](const AddOperand& o, Tensor& tmp) -> const Tensor& {
+      if (o.mean == nullptr) return *o.t;
+      tmp = Tensor(o.t->shape(), device(), o.stored);
+      BatchNormApply(*o.t, *o.mean, *o.scale, *o.shift, tmp, false);
+      return tmp;
+    };
+    Tensor ta, tb;
+    const Tensor& va = value(a, ta);
+    const Tensor& vb = value(b, tb);
+    Add(va, vb, y, relu);
+  }
   // Writes x (C1 x H x W x N) into channels [c0, c0 + C1) of y (C x H x W x N), or the
   // reverse for CopyChannelsOut. Contiguous blocks in CHWN.
   virtual void CopyChannelsIn(const Tensor& x, int64_t c0, Tensor& y) = 0;
@@ -174,10 +199,12 @@ class Ops {
   // With relu, y = max(y, 0) in the same pass (Net fuses a batch norm whose output the next
   // layer rectifies in place: GoogLeNet's and the ResNets' conv + bn + relu), bitwise the
   // batch norm then ReluForward.
+  // write_y false: the statistics only (saved and running), y left as it is (its one reader
+  // recomputes it: AddNormalized); a backend may still write it.
   virtual void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                      Tensor& y, Tensor& running_mean, Tensor& running_var,
                                      Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
-                                     const BatchNormParams& p, bool relu) = 0;
+                                     const BatchNormParams& p, bool relu, bool write_y = true) = 0;
   // y = (x - mean) * scale + shift per channel (then max(y, 0) with relu), with the training
   // forward's exact float arithmetic: given its save_mean, save_scale and beta, bitwise the y
   // it wrote (the recomputation of batch-norm outputs in the backward pass, docs/MEMORY.md).

@@ -82,7 +82,7 @@ class CudaOps : public Ops {
   void BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                              Tensor& running_mean, Tensor& running_var, Tensor& save_mean,
                              Tensor& save_invstd, Tensor& save_scale, const BatchNormParams& p,
-                             bool relu) override;
+                             bool relu, bool write_y = true) override;
   void BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale, const Tensor& shift,
                       Tensor& y, bool relu) override;
   void BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const Tensor& beta,
@@ -96,6 +96,7 @@ class CudaOps : public Ops {
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void ReluBackwardTwice(const Tensor& y, const Tensor& dy, Tensor& dx0, Tensor& dx1) override;
+  void AddNormalized(const AddOperand& a, const AddOperand& b, Tensor& y, bool relu) override;
   void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) override;
   void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
   void SoftmaxCrossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor& probs,

@@ -364,7 +364,7 @@ TEST(MemoryPlan, RecomputedBlockOutputsLiveShorter) {
 struct Trace {
   std::vector<std::vector<float>> losses, logits;  // per step; then the eval forward
   std::vector<std::vector<float>> params;
-  int conv_relu = 0, bn_relu = 0, add_relu = 0, conv_bn = 0;  // pairs the Build fused
+  int conv_relu = 0, bn_relu = 0, add_relu = 0, conv_bn = 0, bn_add = 0;  // pairs fused
 };
 
 // How Train builds the net: the memory plan, the poisoned arena, recomputation, fusions.
@@ -401,6 +401,8 @@ Trace Train(const std::string& model, int input, const TrainSetup& setup, int st
       ++t.add_relu;
     if (auto* conv = dynamic_cast<const ConvLayer*>(e.layer.get()); conv && conv->bn_sums())
       ++t.conv_bn;
+    if (auto* bn = dynamic_cast<const BatchNormLayer*>(e.layer.get()); bn && bn->output_into_add())
+      ++t.bn_add;
   }
   net->InitParams(11);
   SgdOptimizer opt({0.9f, 1e-4f});
@@ -551,20 +553,41 @@ TEST(Fusions, ConvBnMarksTheConvolutionsABatchNormReads) {
   EXPECT_EQ(r18.params, r18_off.params);
 }
 
+// bn_add: every residual sum of the ResNets takes its last batch norm(s) into its pass (ResNet-50:
+// 16 blocks' bn3 and 4 downsample batch norms), training bitwise as with the batch norms'
+// outputs written (CPU, memory plan on, arena poisoned: a sum that read the unwritten output,
+// or an input whose buffer the plan had reused, would show), with and without recomputation.
+TEST(Fusions, BatchNormIntoTheSumTrainsBitwise) {
+  TrainSetup on, off;
+  off.fusions.bn_add = false;
+  EXPECT_EQ(Train("resnet50", 64, on, 0).bn_add, 20);
+  EXPECT_EQ(Train("resnet50", 64, off, 0).bn_add, 0);
+  for (const RecomputePolicy r :
+       {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd}) {
+    on.recompute = off.recompute = r;
+    const Trace a = Train("resnet18-cifar", 32, on), b = Train("resnet18-cifar", 32, off);
+    EXPECT_GT(a.bn_add, 0);
+    EXPECT_EQ(a.losses, b.losses) << static_cast<int>(r);
+    EXPECT_EQ(a.logits, b.logits) << static_cast<int>(r);
+    EXPECT_EQ(a.params, b.params) << static_cast<int>(r);
+  }
+}
+
 TEST(Fusions, ParseAndName) {
   absl::StatusOr<Fusions> f = ParseFusions("bn_relu,add_relu");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_FALSE(f->conv_relu);
   EXPECT_TRUE(f->bn_relu && f->add_relu);
   EXPECT_EQ(FusionsName(*f), "bn_relu,add_relu");
-  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,add_relu,conv_bn");
-  EXPECT_EQ(FusionsName(*ParseFusions("default")), "conv_relu,bn_relu,add_relu,conv_bn");
+  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,add_relu,conv_bn,bn_add");
+  EXPECT_EQ(FusionsName(*ParseFusions("default")), "conv_relu,bn_relu,add_relu,conv_bn,bn_add");
   EXPECT_EQ(FusionsName(*ParseFusions("conv_bn")), "conv_bn");
   EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
   f = ParseFusions("conv_relu,lrn+pool");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("lrn+pool"), std::string::npos) << f.status();
-  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu, conv_bn"), std::string::npos);
+  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu, conv_bn, bn_add"),
+            std::string::npos);
   // The LRN + max-pool fusion left the main path (dev/lrn_pool): its name says so.
   f = ParseFusions("conv_relu,lrn_pool");
   ASSERT_FALSE(f.ok());

@@ -47,7 +47,7 @@ void ApplyChannel(const float* x, int64_t n, float mean, float scale, float shif
 void CpuOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                    Tensor& y, Tensor& running_mean, Tensor& running_var,
                                    Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
-                                   const BatchNormParams& p, bool relu) {
+                                   const BatchNormParams& p, bool relu, bool) {  // y always written
   op_shapes::BatchNorm(
       x, {&y}, {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &save_scale},
       "BatchNormForwardTrain");

@@ -61,6 +61,7 @@ struct BnParams {
   // tile_stats): tiles x C x {sum, sum of squares}, FP32 (TcGemmParams::stats).
   const float* tile_stats;
   int tiles;
+  int write_y;  // training forward: 0 leaves y unwritten (the statistics only)
   int64_t chunk;  // elements per split
   // Fused ReLU (the relu arguments of Ops::BatchNorm*): forward and apply write max(y, 0); backward
   // reads dy through the mask of relu_y, the rectified output (null: no ReLU).
@@ -206,7 +207,7 @@ __global__ void BatchNormNormalizeKernel(const BnParams p) {
   const int64_t beg = blockIdx.x * p.chunk, end = beg + p.chunk < p.inner ? beg + p.chunk : p.inner;
   const XT* xc = static_cast<const XT*>(p.x) + c * p.inner;
   YT* yc = static_cast<YT*>(p.y) + c * p.inner;
-  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+  for (int64_t i = beg + V * threadIdx.x; p.write_y && i < end; i += V * kBlock) {
     Lanes<V> v = LoadLanes<V>(xc + i);
     for (int k = 0; k < V; ++k) {
       v.v[k] = BnApply(v.v[k], fmean, scale, shift);
@@ -262,6 +263,50 @@ __global__ void BatchNormApplyKernel(const BnParams p) {
       if (p.relu) v.v[k] = Relu(v.v[k]);
     }
     StoreLanes<V>(yc + i, v);
+  }
+}
+
+// Kernel BatchNormAddKernel<V, T>: y = a' + b' (then ReLU with relu): a' = a as its batch norm
+// would have stored it, StoredAs<T>(BnApply(a, mean, scale, shift)), where mean[0] is given,
+// else a itself (b likewise): CudaOps::AddNormalized, the residual block's last batch norm(s)
+// and its sum in one pass, bitwise BatchNormApply's store and BinaryKernel's kAdd / kAddRelu.
+// Grid: x = column chunks of the channel, y = channel (BatchNormApplyKernel's).
+struct BnAddParams {
+  const void* a;
+  const void* b;
+  void* y;
+  const float* mean[2];
+  const float* scale[2];
+  const float* shift[2];
+  int64_t inner;
+  int relu;
+};
+template <int V, typename T>
+__global__ void BatchNormAddKernel(const BnAddParams p) {
+  const int c = blockIdx.y;
+  const T* ac = static_cast<const T*>(p.a) + c * p.inner;
+  const T* bc = static_cast<const T*>(p.b) + c * p.inner;
+  T* yc = static_cast<T*>(p.y) + c * p.inner;
+  float mean[2] = {0.0f, 0.0f}, scale[2] = {0.0f, 0.0f}, shift[2] = {0.0f, 0.0f};
+  for (int o = 0; o < 2; ++o)
+    if (p.mean[o] != nullptr) {
+      mean[o] = p.mean[o][c];
+      scale[o] = p.scale[o][c];
+      shift[o] = p.shift[o][c];
+    }
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x * V;
+  for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * V; i < p.inner;
+       i += step) {
+    Lanes<V> u = LoadLanes<V>(ac + i);
+    const Lanes<V> w = LoadLanes<V>(bc + i);
+    for (int k = 0; k < V; ++k) {
+      const float a = p.mean[0] != nullptr ? StoredAs<T>(BnApply(u.v[k], mean[0], scale[0], shift[0]))
+                                           : u.v[k];
+      const float b = p.mean[1] != nullptr ? StoredAs<T>(BnApply(w.v[k], mean[1], scale[1], shift[1]))
+                                           : w.v[k];
+      u.v[k] = p.relu ? Relu(a + b) : a + b;
+    }
+    StoreLanes<V>(yc + i, u);
   }
 }
 
@@ -351,7 +396,7 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageTy
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, float* save_scale, int c, int64_t inner,
                               const BatchNormParams& bp, bool relu, const float* tile_stats,
-                              int tiles) {
+                              int tiles, bool write_y) {
   BnParams p{};
   p.relu = relu ? 1 : 0;
   p.x = x;
@@ -374,6 +419,7 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageTy
   p.stat_splits = p.splits;
   p.tile_stats = tile_stats;
   p.tiles = tiles;
+  p.write_y = write_y ? 1 : 0;
   if (tile_stats != nullptr) {
     CHECK_GT(tiles, 0) << "BatchNormForwardTrainGpu: tile statistics without tiles";
     p.stat_splits = 1;
@@ -388,7 +434,9 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageTy
       Launch(BatchNormSumKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
       Launch(BatchNormVarKernel<V, XT>, grid, dim3(kBlock), ctx.stream, p);
     }
-    Launch(BatchNormNormalizeKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+    // Without y only each channel's first block runs: it saves the statistics.
+    Launch(BatchNormNormalizeKernel<V, XT, YT>, write_y ? grid : dim3(1, grid.y), dim3(kBlock),
+           ctx.stream, p);
   });
 }
 
@@ -451,6 +499,32 @@ void BatchNormApplyGpu(const DeviceContext& ctx, const void* x, StorageType xt, 
   });
 }
 
+void BatchNormAddGpu(const DeviceContext& ctx, const void* a, const float* const (&a_affine)[3],
+                     const void* b, const float* const (&b_affine)[3], void* y, StorageType t,
+                     int c, int64_t inner, bool relu) {
+  CHECK_LT(c, 65536) << "BatchNormAdd supports up to 65535 channels";
+  BnAddParams p{};
+  p.a = a;
+  p.b = b;
+  p.y = y;
+  for (int k = 0; k < 2; ++k) {
+    const float* const(&f)[3] = k == 0 ? a_affine : b_affine;
+    p.mean[k] = f[0];
+    p.scale[k] = f[1];
+    p.shift[k] = f[2];
+  }
+  p.inner = inner;
+  p.relu = relu ? 1 : 0;
+  const int lanes = VectorLanes(inner, 4, {{a, t}, {b, t}, {y, t}});
+  const int64_t want_blocks = std::max<int64_t>(1, int64_t(ctx.sm_count) * 8 / c);
+  const int64_t bx =
+      std::max<int64_t>(1, std::min(CeilDiv(inner, int64_t(kBlock) * lanes), want_blocks));
+  WithLanesAndStorage(lanes, t, t, [&](auto v, auto ts, auto) {
+    Launch(BatchNormAddKernel<decltype(v)::value, decltype(ts)>,
+           dim3(static_cast<unsigned>(bx), static_cast<unsigned>(c)), dim3(kBlock), ctx.stream, p);
+  });
+}
+
 void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float* gamma,
                           const float* save_mean, const float* save_invstd, const float* relu_y,
                           const float* dy, float* dx, float* dgamma, float* dbeta, int c,
@@ -501,7 +575,7 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType x
 void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     Tensor& y, Tensor& running_mean, Tensor& running_var,
                                     Tensor& save_mean, Tensor& save_invstd, Tensor& save_scale,
-                                    const BatchNormParams& p, bool relu) {
+                                    const BatchNormParams& p, bool relu, bool write_y) {
   op_shapes::BatchNorm(
       x, {&y}, {&gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &save_scale},
       relu ? "BatchNormReluForwardTrain" : "BatchNormForwardTrain");
@@ -516,7 +590,7 @@ void CudaOps::BatchNormForwardTrain(const Tensor& x, const Tensor& gamma, const 
                            StorageOf(y), running_mean.data(), running_var.data(), save_mean.data(),
                            save_invstd.data(), save_scale.data(), I32(x.shape()[0], "c"), Inner(x),
                            p, relu, from_conv ? sums.sums->f() : nullptr,
-                           from_conv ? sums.tiles : 0);
+                           from_conv ? sums.tiles : 0, write_y);
 }
 
 void CudaOps::BatchNormApply(const Tensor& x, const Tensor& mean, const Tensor& scale,
@@ -535,6 +609,32 @@ void CudaOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const 
   BatchNormForwardInferGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), beta.data(),
                            running_mean.data(), running_var.data(), y.raw(), StorageOf(y),
                            I32(x.shape()[0], "c"), Inner(x), p);
+}
+
+// One pass when every operand and y share one storage type and each normalised operand would
+// have been stored in it too; otherwise the primitives (Ops::AddNormalized).
+void CudaOps::AddNormalized(const AddOperand& a, const AddOperand& b, Tensor& y, bool relu) {
+  const DType t = y.dtype();
+  auto fits = [&](const AddOperand& o) {
+    return o.t->dtype() == t && (o.mean == nullptr || o.stored == t);
+  };
+  if (!fits(a) || !fits(b)) return Ops::AddNormalized(a, b, y, relu);
+  op_shapes::SameSize(*a.t, y, "AddNormalized a");
+  op_shapes::SameSize(*b.t, y, "AddNormalized b");
+  auto affine = [&](const AddOperand& o, const float* (&f)[3]) {
+    f[0] = f[1] = f[2] = nullptr;
+    if (o.mean == nullptr) return;
+    op_shapes::BatchNorm(*o.t, {}, {o.mean, o.scale, o.shift}, "AddNormalized");
+    f[0] = o.mean->data();
+    f[1] = o.scale->data();
+    f[2] = o.shift->data();
+  };
+  const float* fa[3];
+  const float* fb[3];
+  affine(a, fa);
+  affine(b, fb);
+  BatchNormAddGpu(ctx_, a.t->raw(), fa, b.t->raw(), fb, y.raw(), StorageOf(y),
+                  I32(y.shape()[0], "c"), Inner(y), relu);
 }
 
 void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,

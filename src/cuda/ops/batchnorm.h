@@ -36,10 +36,16 @@ void BatchNormForwardTrainGpu(const DeviceContext& ctx, const void* x, StorageTy
                               float* running_mean, float* running_var, float* save_mean,
                               float* save_invstd, float* save_scale, int c, int64_t inner,
                               const BatchNormParams& p, bool relu,
-                              const float* tile_stats = nullptr, int tiles = 0);
+                              const float* tile_stats = nullptr, int tiles = 0,
+                              bool write_y = true);
 void BatchNormApplyGpu(const DeviceContext& ctx, const void* x, StorageType xt, const float* mean,
                        const float* scale, const float* shift, void* y, StorageType yt, int c,
                        int64_t inner, bool relu);
+// y = a' + b' (ReLU with relu), a' = BnApply(a, affine[0..2] = mean, scale, shift) rounded to
+// t where affine[0] is not null, else a (b likewise); a, b and y stored as t. AddNormalized.
+void BatchNormAddGpu(const DeviceContext& ctx, const void* a, const float* const (&a_affine)[3],
+                     const void* b, const float* const (&b_affine)[3], void* y, StorageType t,
+                     int c, int64_t inner, bool relu);
 void BatchNormForwardInferGpu(const DeviceContext& ctx, const void* x, StorageType xt,
                               const float* gamma, const float* beta, const float* running_mean,
                               const float* running_var, void* y, StorageType yt, int c,

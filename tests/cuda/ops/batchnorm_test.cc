@@ -1,6 +1,7 @@
 // The batch-norm family's CUDA kernels (src/cuda/ops/batchnorm.cu) against CpuOps, the fused
 // ReLU against the unfused passes, and bf16 storage against the float kernels.
 
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -204,6 +205,59 @@ TEST_F(CudaTest, BatchNormBf16Storage) {
           EXPECT_TRUE(
               BitwiseEqual(t.second->ToHost(), StoredAs(t.first->ToHost(), t.second->dtype())))
               << what << ": " << name;
+        }
+      }
+    }
+  }
+}
+
+// The residual sum with its batch norms in one pass (Ops::AddNormalized, Fusions::bn_add):
+// bitwise BatchNormApply into the stored type then Add, in float and bf16, with and without
+// the ReLU, one or both operands normalised, aligned and one element off; and the statistics-only
+// training forward (write_y false) saves the same statistics and leaves y alone.
+TEST_F(CudaTest, AddNormalizedAsApplyThenAdd) {
+  BatchNormParams p;
+  for (const Shape& s : {Shape{5, 4, 3, 33}, Shape{3, 17, 19, 40}}) {
+    const Shape c{s[0]};
+    const Tensor gamma = OnGpu(RandomCpu(c, 401)), beta = OnGpu(RandomCpu(c, 402));
+    for (const DType t : kTypes) {
+      for (const int64_t offset : {0, 1}) {
+        const Tensor xa = OnGpuAsAt(RandomCpu(s, 403, -2.0f, 3.0f), t, offset);
+        const Tensor xb = OnGpuAsAt(RandomCpu(s, 404, -1.0f, 1.0f), t, offset);
+        Tensor rm = OnGpu(RandomCpu(c, 405)), rv = OnGpu(RandomCpu(c, 406, 0.5f, 2.0f));
+        Tensor ya = PoisonedAsAt(s, t, offset), sm = Poisoned(c, Device::kCUDA),
+               si = Poisoned(c, Device::kCUDA), sc = Poisoned(c, Device::kCUDA);
+        Gpu().BatchNormForwardTrain(xa, gamma, beta, ya, rm, rv, sm, si, sc, p, false);
+        // Statistics only: the same statistics, y untouched (still the poison).
+        Tensor rm2 = OnGpu(RandomCpu(c, 405)), rv2 = OnGpu(RandomCpu(c, 406, 0.5f, 2.0f));
+        Tensor y2 = PoisonedAsAt(s, t, offset), sm2 = Poisoned(c, Device::kCUDA),
+               si2 = Poisoned(c, Device::kCUDA), sc2 = Poisoned(c, Device::kCUDA);
+        Gpu().BatchNormForwardTrain(xa, gamma, beta, y2, rm2, rv2, sm2, si2, sc2, p, false,
+                                    /*write_y=*/false);
+        EXPECT_BITWISE(sm2, sm);
+        EXPECT_BITWISE(si2, si);
+        EXPECT_BITWISE(sc2, sc);
+        EXPECT_BITWISE(rm2, rm);
+        EXPECT_BITWISE(rv2, rv);
+        for (float v : y2.ToHost()) ASSERT_TRUE(std::isnan(v)) << "y written";
+        for (const bool relu : {false, true}) {
+          for (const int which : {0, 1, 2}) {  // a, b or both normalised
+            const std::string what = absl::StrFormat("%s %s offset %d relu %d operands %d",
+                                                     s.ToString(), DTypeName(t), offset, relu, which);
+            Ops::AddOperand a, b;
+            Tensor yb = PoisonedAsAt(s, t, offset);
+            if (which != 1) a = Ops::AddOperand{&xa, &sm, &sc, &beta, t};
+            if (which != 0) {
+              b = Ops::AddOperand{&xb, &sm, &sc, &beta, t};
+              Gpu().BatchNormApply(xb, sm, sc, beta, yb, false);
+            }
+            if (which == 1) a.t = &xa;
+            if (which == 0) b.t = &xb;
+            Tensor ref = PoisonedAsAt(s, t, offset), got = PoisonedAsAt(s, t, offset);
+            Gpu().Add(which != 1 ? ya : xa, which != 0 ? yb : xb, ref, relu);
+            Gpu().AddNormalized(a, b, got, relu);
+            EXPECT_TRUE(BitwiseEqual(got.ToHost(), ref.ToHost())) << what;
+          }
         }
       }
     }

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Issue 34's measurements in one device call, with binaries built here and carried
+# (.gpu_bin/pack/bins.tar.xz: before/ = the tree before the issue, after/ = this tree; Abseil
+# and libjpeg in .deps):
+#   1. the whole GPU suite (cuda_tests, 8 gtest shards at once),
+#   2. bench_train before / after, alternately, on the zoo's headline jobs (bf16; ResNet-50
+#      also TF32 and batch 256),
+#   3. the PyTorch peers of the same jobs in the same call (torch.compile default mode, eager
+#      bf16 channels_last, TF32), unless SKIP_PEER=1.
+# Everything lands in OUTDIR/results.jsonl (one line per run: impl, tree, model, batch, mode,
+# img/s, peak GiB, device) and the logs in OUTDIR/logs.tgz.
+#   COMMIT=<hash> BEFORE_COMMIT=<hash> experiments/resnet_kernels/run_gpu.sh OUTDIR
+set -uo pipefail
+OUT=${1:?usage: run_gpu.sh OUTDIR}
+mkdir -p "$OUT/logs"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+B=$ROOT/.gpu_bin
+[ -x "$B/after/bench_train" ] || tar xJf "$B/pack/bins.tar.xz" -C "$B"
+if [ ! -d /opt/absl/usr ]; then
+  for deb in "$ROOT"/.deps/libabsl*.deb; do dpkg -x "$deb" /opt/absl; done
+fi
+export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib:${LD_LIBRARY_PATH:-}
+DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
+say "device $DEV; after ${COMMIT:-?}, before ${BEFORE_COMMIT:-?}"
+
+if [ -z "${SKIP_TESTS:-}" ]; then
+  t0=$(date +%s)
+  pids=()
+  for ((i = 0; i < 8; ++i)); do
+    GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 400 "$B/after/cuda_tests" --gtest_brief=1 \
+      > "$OUT/logs/tests.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  pass=0 skip=0
+  for f in "$OUT"/logs/tests.*.log; do
+    n=$(grep -oE "\[  PASSED  \] [0-9]+" "$f" | grep -oE "[0-9]+$" | head -1); pass=$((pass + ${n:-0}))
+    n=$(grep -oE "\[  SKIPPED \] [0-9]+" "$f" | grep -oE "[0-9]+$" | head -1); skip=$((skip + ${n:-0}))
+  done
+  fail=$(cat "$OUT"/logs/tests.*.log | grep -cE "^\[  FAILED  \] [A-Za-z]")
+  say "cuda_tests rc=$rc in $(( $(date +%s) - t0 )) s: $pass passed, $fail failed, $skip skipped"
+  cat "$OUT"/logs/tests.*.log | grep -E "^\[  FAILED  \] [A-Za-z]" | sort -u | head -20 >&2
+fi
+
+: > "$OUT/results.jsonl"
+ours() {  # tree model batch precision
+  local v=$1 m=$2 b=$3 prec=$4 log
+  log=$OUT/logs/${v}_${m}_b${b}_${prec}.log
+  timeout 300 "$B/$v/bench_train" --model="$m" --precision="$prec" --batch_sizes="$b" --steps=30 \
+    --breakdown=false > "$log" 2>&1
+  local line ips peak
+  line=$(grep -E "img/s \(" "$log" | head -1)
+  ips=$(grep -oE "[0-9]+ img/s" <<< "$line" | head -1 | grep -oE "^[0-9]+")
+  peak=$(grep -oE "peak device memory [0-9.]+ GiB" <<< "$line" | grep -oE "[0-9.]+")
+  say "ours $v $m b$b $prec: ${ips:-?} img/s, peak ${peak:-?} GiB"
+  printf '{"impl":"colonnade","tree":"%s","commit":"%s","model":"%s","batch":%s,"mode":"%s","img_s":%s,"peak_gib":%s,"device":"%s"}\n' \
+    "$v" "$([ "$v" = after ] && echo "${COMMIT:-}" || echo "${BEFORE_COMMIT:-}")" "$m" "$b" "$prec" \
+    "${ips:-null}" "${peak:-null}" "$DEV" >> "$OUT/results.jsonl"
+}
+JOBS=${JOBS:-"alexnet:256 resnet50:128 resnet50:256 resnet50:64 resnet152:64 vgg16:64 googlenet:64"}
+for round in 1 2; do
+  for j in $JOBS; do
+    for v in before after; do ours "$v" "${j%:*}" "${j#*:}" bf16; done
+  done
+done
+ours after resnet50 128 tf32
+ours before resnet50 128 tf32
+ours after vgg16 64 tf32
+
+if [ -z "${SKIP_PEER:-}" ]; then
+  t0=$(date +%s)
+  P=$OUT/peer.jsonl
+  timeout 200 python3 "$ROOT/experiments/peer_pytorch/alexnet_step.py" --batch_sizes=256 \
+    --modes=bf16_compile --json="$OUT/peer_alexnet.json" > "$OUT/logs/peer.log" 2>&1
+  say "peer alexnet bf16_compile rc=$?"
+  timeout 300 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models resnet50 --batch 128 \
+    --modes bf16_compile,bf16_cl,tf32 --json "$P" >> "$OUT/logs/peer.log" 2>&1
+  say "peer resnet50 b128 rc=$?"
+  timeout 200 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models resnet50 --batch 256 \
+    --modes bf16_compile --json "$P" >> "$OUT/logs/peer.log" 2>&1
+  say "peer resnet50 b256 rc=$?"
+  timeout 240 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models vgg16,googlenet,resnet152 \
+    --batch 64 --modes bf16_cl --json "$P" >> "$OUT/logs/peer.log" 2>&1
+  say "peer vgg16,googlenet,resnet152 b64 bf16_cl rc=$?"
+  timeout 200 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models vgg16 --batch 64 \
+    --modes bf16_compile,tf32 --json "$P" >> "$OUT/logs/peer.log" 2>&1
+  say "peer vgg16 compile, tf32 rc=$? (peers in $(( $(date +%s) - t0 )) s)"
+  python3 - "$OUT" "$DEV" "${COMMIT:-}" >> "$OUT/results.jsonl" <<'PY'
+import json, os, sys
+out, dev, commit = sys.argv[1:4]
+for f in ("peer_alexnet.json", "peer.jsonl"):
+    p = os.path.join(out, f)
+    if not os.path.exists(p):
+        continue
+    for line in open(p):
+        if line.strip():
+            r = json.loads(line)
+            r.update({"impl": "pytorch", "device": dev, "commit": commit})
+            print(json.dumps(r))
+PY
+  rm -f "$OUT/peer_alexnet.json" "$OUT/peer.jsonl"
+fi
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"
