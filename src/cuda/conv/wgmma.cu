@@ -5,6 +5,8 @@
 // who multiplies: each of the block's two warpgroups issues wgmma.mma_async m64nNk16 on
 // operands that stay in shared memory (no ldmatrix, no fragment registers), so the tensor
 // cores are fed at the rate wgmma was built for rather than at mma.sync's.
+// The forward / backward-data epilogue stages the tile through shared memory where the
+// output is plain (StoreTileStaged: whole 16-byte row chunks, and the batch-norm tile sums).
 // Configurations (catalogue.h): wgmma_<BM>x<BN>x64_<stages>, one WgTile each. The driver
 // (tensor_core.cu) arranges the filters and calls LaunchWgmmaGemm / LaunchWgmmaWgrad; on
 // other builds and devices (WgmmaAvailable) the kernels are traps that nothing launches.
