@@ -191,13 +191,15 @@ absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
     } else if (name == "lrn_pool") {
       return absl::InvalidArgumentError(
           "fusion 'lrn_pool' is gone: the LRN + max-pool fusion measured slower and left the main "
-          "path (dev/lrn_pool); use a comma list of conv_relu, bn_relu, add_relu, conv_bn, bn_add, or default, "
+          "path (dev/lrn_pool); use a comma list of conv_relu, bn_relu, add_relu, conv_bn, bn_add, "
+          "or default, "
           "all, or none");
     } else {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, conv_bn, bn_add, or default, "
-          "all, or none",
-          name));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, "
+                          "conv_bn, bn_add, or default, "
+                          "all, or none",
+                          name));
     }
   }
   return f;

@@ -60,8 +60,8 @@ struct Fusions {
   // (A cross-channel LRN fused into the max pool after it measured slower and left the main
   // path: dev/lrn_pool.)
 };
-// "conv_relu,bn_relu,add_relu,conv_bn,bn_add" (any subset, comma-separated), "default" (Fusions{}), "all" or
-// "none". "lrn_pool" is refused with a note that it is gone.
+// "conv_relu,bn_relu,add_relu,conv_bn,bn_add" (any subset, comma-separated), "default" (Fusions{}),
+// "all" or "none". "lrn_pool" is refused with a note that it is gone.
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text);
 std::string FusionsName(const Fusions& f);
 

@@ -562,8 +562,8 @@ TEST(Fusions, BatchNormIntoTheSumTrainsBitwise) {
   off.fusions.bn_add = false;
   EXPECT_EQ(Train("resnet50", 64, on, 0).bn_add, 20);
   EXPECT_EQ(Train("resnet50", 64, off, 0).bn_add, 0);
-  for (const RecomputePolicy r :
-       {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu, RecomputePolicy::kBatchNormReluAdd}) {
+  for (const RecomputePolicy r : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu,
+                                  RecomputePolicy::kBatchNormReluAdd}) {
     on.recompute = off.recompute = r;
     const Trace a = Train("resnet18-cifar", 32, on), b = Train("resnet18-cifar", 32, off);
     EXPECT_GT(a.bn_add, 0);

@@ -525,11 +525,10 @@ INSTANTIATE_TEST_SUITE_P(LongK, TcWgmmaTest,
 // Backward filter over 36,864 columns: enough splits of its reduction (16 on the emulator's
 // four multiprocessors, hundreds on a GPU) that the tensor-core split-K sum takes
 // SplitKOutput's two-level path (chunks of ceil(sqrt(splits)) splits, then the chunks).
-INSTANTIATE_TEST_SUITE_P(ManySplits, TcWgmmaTest,
-                         ::testing::Values(ConvCase{64, 16, 24, 24, 16, 1, 1, 1, 0, 1, false, false}),
-                         [](const ::testing::TestParamInfo<ConvCase>& i) {
-                           return CaseName(i.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    ManySplits, TcWgmmaTest,
+    ::testing::Values(ConvCase{64, 16, 24, 24, 16, 1, 1, 1, 0, 1, false, false}),
+    [](const ::testing::TestParamInfo<ConvCase>& i) { return CaseName(i.param); });
 
 // Negative controls: a deliberately wrong kernel (fault 1 skips the first K slice of every
 // tile, as a lost pipeline stage would) must fail each bound, in every op and both math

@@ -195,10 +195,10 @@ void SplitKOutput::Reduce(const DeviceContext& ctx, bool two_level) const {
     while (chunk * chunk < splits_) ++chunk;
     const int chunks = static_cast<int>(CeilDiv(int64_t(splits_), int64_t(chunk)));
     Scratch mid(ctx.alloc, sizeof(float) * size_t(groups_) * chunks * per_group_);
-    const ReduceSplitChunksParams<float> cp{ws_->f(), mid.f(), groups_, splits_, chunk, chunks,
-                                            per_group_};
-    Launch(ReduceSplitChunksKernel<float>, ElementwiseGrid(ctx, int64_t(groups_) * chunks * per_group_),
-           dim3(256), ctx.stream, cp);
+    const ReduceSplitChunksParams<float> cp{ws_->f(), mid.f(), groups_,   splits_,
+                                            chunk,    chunks,  per_group_};
+    Launch(ReduceSplitChunksKernel<float>,
+           ElementwiseGrid(ctx, int64_t(groups_) * chunks * per_group_), dim3(256), ctx.stream, cp);
     const ReduceSplitsParams<float> rp{mid.f(), dw_, groups_, chunks, per_group_};
     Launch(ReduceSplitsKernel<float>, ElementwiseGrid(ctx, groups_ * rp.per_group), dim3(256),
            ctx.stream, rp);

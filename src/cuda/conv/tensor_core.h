@@ -33,7 +33,7 @@ struct TcGemmParams : GemmGeometry {
   // output row row of group g, as stored (after bias, ReLU and rounding to TOut): the
   // per-channel partial sums of a batch norm reading this output (BnStatsFromTiles).
   float* stats;
-  int fault;          // tests: 1 skips the first K slice
+  int fault;  // tests: 1 skips the first K slice
 };
 
 // Backward filter (ksplit a multiple of the configuration's K slice).

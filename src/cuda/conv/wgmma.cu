@@ -143,8 +143,9 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   constexpr int kPitch = Tl::BN + 8;  // elements
   constexpr int kChunk = 16 / static_cast<int>(sizeof(TOut));
   constexpr int kRowChunks = Tl::BN / kChunk;
-  static_assert(size_t(Tl::BM) * kPitch * sizeof(TOut) <= size_t(Tl::S) * (Tl::kStageA + Tl::kStageB),
-                "the staged tile fits in the stages");
+  static_assert(
+      size_t(Tl::BM) * kPitch * sizeof(TOut) <= size_t(Tl::S) * (Tl::kStageA + Tl::kStageB),
+      "the staged tile fits in the stages");
   TOut* const tile = reinterpret_cast<TOut*>(smem);
   __syncthreads();  // every warpgroup's wgmma has read its last stage
 #pragma unroll

@@ -61,7 +61,7 @@ struct BnParams {
   // tile_stats): tiles x C x {sum, sum of squares}, FP32 (TcGemmParams::stats).
   const float* tile_stats;
   int tiles;
-  int write_y;  // training forward: 0 leaves y unwritten (the statistics only)
+  int write_y;    // training forward: 0 leaves y unwritten (the statistics only)
   int64_t chunk;  // elements per split
   // Fused ReLU (the relu arguments of Ops::BatchNorm*): forward and apply write max(y, 0); backward
   // reads dy through the mask of relu_y, the rectified output (null: no ReLU).
@@ -300,10 +300,10 @@ __global__ void BatchNormAddKernel(const BnAddParams p) {
     Lanes<V> u = LoadLanes<V>(ac + i);
     const Lanes<V> w = LoadLanes<V>(bc + i);
     for (int k = 0; k < V; ++k) {
-      const float a = p.mean[0] != nullptr ? StoredAs<T>(BnApply(u.v[k], mean[0], scale[0], shift[0]))
-                                           : u.v[k];
-      const float b = p.mean[1] != nullptr ? StoredAs<T>(BnApply(w.v[k], mean[1], scale[1], shift[1]))
-                                           : w.v[k];
+      const float a =
+          p.mean[0] != nullptr ? StoredAs<T>(BnApply(u.v[k], mean[0], scale[0], shift[0])) : u.v[k];
+      const float b =
+          p.mean[1] != nullptr ? StoredAs<T>(BnApply(w.v[k], mean[1], scale[1], shift[1])) : w.v[k];
       u.v[k] = p.relu ? Relu(a + b) : a + b;
     }
     StoreLanes<V>(yc + i, u);
@@ -621,7 +621,7 @@ void CudaOps::AddNormalized(const AddOperand& a, const AddOperand& b, Tensor& y,
   if (!fits(a) || !fits(b)) return Ops::AddNormalized(a, b, y, relu);
   op_shapes::SameSize(*a.t, y, "AddNormalized a");
   op_shapes::SameSize(*b.t, y, "AddNormalized b");
-  auto affine = [&](const AddOperand& o, const float* (&f)[3]) {
+  auto affine = [&](const AddOperand& o, const float*(&f)[3]) {
     f[0] = f[1] = f[2] = nullptr;
     if (o.mean == nullptr) return;
     op_shapes::BatchNorm(*o.t, {}, {o.mean, o.scale, o.shift}, "AddNormalized");
@@ -639,8 +639,8 @@ void CudaOps::AddNormalized(const AddOperand& a, const AddOperand& b, Tensor& y,
 
 void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                 const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
-                                Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                                const Tensor* mask_scale, const Tensor* mask_shift) {
+                                Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Tensor* mask_scale,
+                                const Tensor* mask_shift) {
   const bool mask_from_x = relu_y != nullptr && mask_scale != nullptr && mask_shift != nullptr;
   if (mask_from_x) {
     op_shapes::BatchNorm(x, {&dy}, {mask_scale, mask_shift}, "BatchNormReluBackward mask");

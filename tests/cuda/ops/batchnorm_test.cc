@@ -117,9 +117,10 @@ TEST_P(CudaBatchNormTest, ReluFusedAsUnfused) {
   for (const auto& [name, t] : outs)
     EXPECT_TRUE(BitwiseEqual(t.second->ToHost(), t.first->ToHost())) << name;
   EXPECT_TRUE(BitwiseEqual(b.apply.ToHost(), b.y.ToHost())) << "recomputed y";
-  for (const auto& [name, t] : {std::make_pair("dx (mask from x)", std::make_pair(&a.dx, &m.dx)),
-                                std::make_pair("dgamma (mask from x)", std::make_pair(&a.dg, &m.dg)),
-                                std::make_pair("dbeta (mask from x)", std::make_pair(&a.db, &m.db))})
+  for (const auto& [name, t] :
+       {std::make_pair("dx (mask from x)", std::make_pair(&a.dx, &m.dx)),
+        std::make_pair("dgamma (mask from x)", std::make_pair(&a.dg, &m.dg)),
+        std::make_pair("dbeta (mask from x)", std::make_pair(&a.db, &m.db))})
     EXPECT_TRUE(BitwiseEqual(t.second->ToHost(), t.first->ToHost())) << name;
 }
 
@@ -185,9 +186,12 @@ TEST_F(CudaTest, BatchNormBf16Storage) {
           Run again = fresh(st.y, st.x);
           o.BatchNormBackward(gx, gamma, ref.sm, ref.si, &got.y, gdy, again.dx, again.dg, again.db,
                               &got.sc, &beta);
-          EXPECT_TRUE(BitwiseEqual(again.dx.ToHost(), got.dx.ToHost())) << what << ": dx, mask from x";
-          EXPECT_TRUE(BitwiseEqual(again.dg.ToHost(), got.dg.ToHost())) << what << ": dgamma, mask from x";
-          EXPECT_TRUE(BitwiseEqual(again.db.ToHost(), got.db.ToHost())) << what << ": dbeta, mask from x";
+          EXPECT_TRUE(BitwiseEqual(again.dx.ToHost(), got.dx.ToHost()))
+              << what << ": dx, mask from x";
+          EXPECT_TRUE(BitwiseEqual(again.dg.ToHost(), got.dg.ToHost()))
+              << what << ": dgamma, mask from x";
+          EXPECT_TRUE(BitwiseEqual(again.db.ToHost(), got.db.ToHost()))
+              << what << ": dbeta, mask from x";
         }
         const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> same[] = {
             {"running_mean", {&ref.rm, &got.rm}}, {"running_var", {&ref.rv, &got.rv}},
@@ -242,8 +246,9 @@ TEST_F(CudaTest, AddNormalizedAsApplyThenAdd) {
         for (float v : y2.ToHost()) ASSERT_TRUE(std::isnan(v)) << "y written";
         for (const bool relu : {false, true}) {
           for (const int which : {0, 1, 2}) {  // a, b or both normalised
-            const std::string what = absl::StrFormat("%s %s offset %d relu %d operands %d",
-                                                     s.ToString(), DTypeName(t), offset, relu, which);
+            const std::string what =
+                absl::StrFormat("%s %s offset %d relu %d operands %d", s.ToString(), DTypeName(t),
+                                offset, relu, which);
             Ops::AddOperand a, b;
             Tensor yb = PoisonedAsAt(s, t, offset);
             if (which != 1) a = Ops::AddOperand{&xa, &sm, &sc, &beta, t};

@@ -65,8 +65,8 @@ TEST_F(ConvBnSumsTest, TileSumsAreTheStoredOutputs) {
         p.pad = s.pad;
         const int oh = static_cast<int>(ConvOutSize(s.h, s.k, s.stride, s.pad));
         const int ow = static_cast<int>(ConvOutSize(s.w, s.k, s.stride, s.pad));
-        const Tensor x = OnGpuAs(RandomCpu(Shape::CHWN(s.c, s.h, s.w, s.n), 301, -1.0f, 2.0f),
-                                 DType::kBF16);
+        const Tensor x =
+            OnGpuAs(RandomCpu(Shape::CHWN(s.c, s.h, s.w, s.n), 301, -1.0f, 2.0f), DType::kBF16);
         const Tensor w = OnGpu(RandomCpu(Shape{s.f, s.c, s.k, s.k}, 302, -0.2f, 0.2f));
         const Tensor b = OnGpu(RandomCpu(Shape{s.f}, 303));
         Tensor y = PoisonedAs(Shape::CHWN(s.f, oh, ow, s.n), DType::kBF16);
@@ -83,8 +83,8 @@ TEST_F(ConvBnSumsTest, TileSumsAreTheStoredOutputs) {
         Tensor stats = Poisoned(Shape{cap}, Device::kCUDA);
         a.stats = stats.data();
         const cuda::ConvLaunchInfo info = cuda::ConvForwardTc(Ctx(), a);
-        const std::string what = absl::StrFormat("n%d c%d %dx%d f%d k%d, %s%s", s.n, s.c, s.h,
-                                                 s.w, s.f, s.k, config, relu ? ", relu" : "");
+        const std::string what = absl::StrFormat("n%d c%d %dx%d f%d k%d, %s%s", s.n, s.c, s.h, s.w,
+                                                 s.f, s.k, config, relu ? ", relu" : "");
         ASSERT_TRUE(info.wgmma) << what;
         const int64_t j = int64_t(oh) * ow * s.n;
         ASSERT_EQ(info.stats_tiles, (j + info.bn - 1) / info.bn) << what;
@@ -105,10 +105,10 @@ TEST_F(ConvBnSumsTest, TileSumsAreTheStoredOutputs) {
             // FP32 sums of at most 256 values in order: within 256 u of the sum of |v|.
             const double tol = 256 * std::ldexp(1.0, -24);
             worst = std::max(worst, std::fabs(got[0] - sum) / std::max(mag, 1e-30));
-            EXPECT_LE(std::fabs(got[0] - sum), tol * mag + 1e-30) << what << " tile " << t
-                                                                  << " channel " << ch;
-            EXPECT_LE(std::fabs(got[1] - sq), tol * sq + 1e-30) << what << " tile " << t
-                                                                << " channel " << ch;
+            EXPECT_LE(std::fabs(got[0] - sum), tol * mag + 1e-30)
+                << what << " tile " << t << " channel " << ch;
+            EXPECT_LE(std::fabs(got[1] - sq), tol * sq + 1e-30)
+                << what << " tile " << t << " channel " << ch;
           }
         }
         std::printf("  %s: %d tiles of %d, worst sum error %.1e of sum |y|\n", what.c_str(),
@@ -138,13 +138,15 @@ TEST_F(ConvBnSumsTest, BatchNormFromSumsAsFromPasses) {
       Tensor conv, y, rm, rv, sm, si, sc;
     };
     auto run = [&](bool sums) {
-      Run r{PoisonedAs(ys, DType::kBF16),      PoisonedAs(ys, DType::kBF16),
-            OnGpu(rm0),                        OnGpu(rv0),
-            Poisoned(cs, Device::kCUDA),       Poisoned(cs, Device::kCUDA),
+      Run r{PoisonedAs(ys, DType::kBF16),
+            PoisonedAs(ys, DType::kBF16),
+            OnGpu(rm0),
+            OnGpu(rv0),
+            Poisoned(cs, Device::kCUDA),
+            Poisoned(cs, Device::kCUDA),
             Poisoned(cs, Device::kCUDA)};
       Gpu().ConvLayerForward(x, w, nullptr, false, r.conv, p, sums);
-      Gpu().BatchNormForwardTrain(r.conv, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, bp,
-                                  true);
+      Gpu().BatchNormForwardTrain(r.conv, gamma, beta, r.y, r.rm, r.rv, r.sm, r.si, r.sc, bp, true);
       return r;
     };
     const int64_t before = Cuda().batch_norms_from_conv_sums();
