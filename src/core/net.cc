@@ -133,7 +133,9 @@ void Net::MarkFusions() {
     if (add) add->set_fused_relu(true);
     relu->set_fused(true);
   }
-  if (fusions_.bn_add) MarkBatchNormAdds();
+  // Not under bn_relu_add: the block outputs it recomputes are sums, which then need their
+  // inputs written (a sum with a batch norm inside cannot be recomputed from its own inputs).
+  if (fusions_.bn_add && recompute_ != RecomputePolicy::kBatchNormReluAdd) MarkBatchNormAdds();
 }
 
 // bn_add: input k of a residual sum is the only output of a batch norm (no fused ReLU, not in

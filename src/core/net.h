@@ -55,7 +55,8 @@ struct Fusions {
   // A batch norm (without a fused ReLU) whose only reader is a residual sum: in training the
   // sum recomputes the normalised values from the batch norm's input in its own pass
   // (AddLayer::set_normalized_input, Ops::AddNormalized) and the batch norm keeps only the
-  // statistics, so its output is never written nor read again. Bitwise the same.
+  // statistics, so its output is never written nor read again. Bitwise the same. Not applied
+  // with RecomputePolicy::kBatchNormReluAdd (its recomputed block outputs are such sums).
   bool bn_add = true;
   // (A cross-channel LRN fused into the max pool after it measured slower and left the main
   // path: dev/lrn_pool.)
