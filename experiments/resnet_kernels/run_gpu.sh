@@ -9,7 +9,8 @@
 #      bf16 channels_last, TF32), unless SKIP_PEER=1.
 # Everything lands in OUTDIR/results.jsonl (one line per run: impl, tree, model, batch, mode,
 # img/s, peak GiB, device) and the logs in OUTDIR/logs.tgz.
-#   COMMIT=<hash> BEFORE_COMMIT=<hash> experiments/resnet_kernels/run_gpu.sh OUTDIR
+#   COMMIT=$(git rev-parse HEAD) BEFORE_COMMIT=$(git rev-parse <before>) \
+#     experiments/resnet_kernels/run_gpu.sh OUTDIR   (full hashes: scripts/check_results.sh)
 set -uo pipefail
 OUT=${1:?usage: run_gpu.sh OUTDIR}
 mkdir -p "$OUT/logs"
