@@ -51,7 +51,7 @@ for round in 1 2; do
       tag=$v-${f//,/+}${x:+-${x//[^a-z0-9_]/}}
       log=$OUT/${m}_b${b}_${tag}_r$round.log
       timeout 240 "$B/$v/bench_train" --model="$m" --precision=bf16 --batch_sizes="$b" \
-        --fusions="$f" $x --steps=20 --breakdown="$([ $round = 1 ] && echo true || echo false)" \
+        --fusions="$f" ${x:+"$x"} --steps=20 --breakdown="$([ $round = 1 ] && echo true || echo false)" \
         > "$log" 2>&1
       say "$m b$b $tag round $round rc=$?: $(grep -oE '[0-9]+ img/s \([0-9.]+ ms/step' "$log" | head -1)"
     done

@@ -61,7 +61,7 @@ ours() {  # tree model batch precision
     "${ips:-null}" "${peak:-null}" "$DEV" >> "$OUT/results.jsonl"
 }
 JOBS=${JOBS:-"alexnet:256 resnet50:128 resnet50:256 resnet50:64 resnet152:64 vgg16:64 googlenet:64"}
-for round in 1 2; do
+for _ in 1 2; do  # two rounds: drift shows as disagreement
   for j in $JOBS; do
     for v in before after; do ours "$v" "${j%:*}" "${j#*:}" bf16; done
   done
