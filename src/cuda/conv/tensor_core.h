@@ -74,6 +74,21 @@ __device__ __forceinline__ void StoreOut2(T* p, float v0, float v1) {
   }
 }
 
+// The epilogue's arithmetic on two values of output row `row` of group g: + bias (rows below
+// p.m), then ReLU. Both epilogues below (StoreAccumulators, wgmma.cu's StoreTileStaged).
+__device__ __forceinline__ void BiasRelu(const TcGemmParams& p, int g, int row, float& v0,
+                                         float& v1) {
+  if (p.bias != nullptr && row < p.m) {
+    const float b = p.bias[g * p.m + row];
+    v0 += b;
+    v1 += b;
+  }
+  if (p.relu) {
+    v0 = fmaxf(v0, 0.0f);
+    v1 = fmaxf(v1, 0.0f);
+  }
+}
+
 // The epilogue of the forward / backward-data GEMMs: bias, ReLU, conversion to TOut and the
 // stores of a thread's accumulators acc[mt][nt][0..3], which hold (row0 + 16 mt, col0 + 8 nt
 // + {0, 1}) and (row0 + 16 mt + 8, same columns): the mma.sync m16n8 C layout, which wgmma's
@@ -99,15 +114,7 @@ __device__ __forceinline__ void StoreAccumulators(const TcGemmParams& p, int g,
         const int row = row0 + mt * 16 + 8 * h;
         if (row >= p.m) continue;
         float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
-        if (p.bias != nullptr) {
-          const float b = p.bias[g * p.m + row];
-          v0 += b;
-          v1 += b;
-        }
-        if (p.relu) {
-          v0 = fmaxf(v0, 0.0f);
-          v1 = fmaxf(v1, 0.0f);
-        }
+        BiasRelu(p, g, row, v0, v1);
         TOut* orow = out + row * row_stride;
         if (p.pair_out && second) {
           StoreOut2(orow + d0, v0, v1);

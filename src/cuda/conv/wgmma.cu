@@ -152,17 +152,9 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   for (int nt = 0; nt < Tl::NW / 8; ++nt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = r0 + 8 * h, grow = m0 + row;
+      const int row = r0 + 8 * h;
       float v0 = acc[0][nt][2 * h], v1 = acc[0][nt][2 * h + 1];
-      if (p.bias != nullptr && grow < p.m) {
-        const float b = p.bias[g * p.m + grow];
-        v0 += b;
-        v1 += b;
-      }
-      if (p.relu) {
-        v0 = fmaxf(v0, 0.0f);
-        v1 = fmaxf(v1, 0.0f);
-      }
+      BiasRelu(p, g, m0 + row, v0, v1);
       StoreOut2(tile + row * kPitch + c0 + nt * 8, v0, v1);
     }
   __syncthreads();
