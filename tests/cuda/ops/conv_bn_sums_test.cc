@@ -28,6 +28,15 @@ namespace {
 
 struct SumsCase {
   int n, c, h, w, f, k, stride, pad;
+  ConvParams params() const {
+    ConvParams p;
+    p.kernel_h = p.kernel_w = k;
+    p.stride = stride;
+    p.pad = pad;
+    return p;
+  }
+  int oh() const { return static_cast<int>(ConvOutSize(h, k, stride, pad)); }
+  int ow() const { return static_cast<int>(ConvOutSize(w, k, stride, pad)); }
 };
 const SumsCase kSumsCases[] = {
     {16, 16, 6, 6, 24, 3, 1, 1},  // j = 576: four and a half 128-column tiles
@@ -59,12 +68,8 @@ TEST_F(ConvBnSumsTest, TileSumsAreTheStoredOutputs) {
     for (const char* config : {"wgmma_128x128x64_6", "wgmma_128x256x64_4"}) {
       for (const bool relu : {false, true}) {
         config_->Set(config);
-        ConvParams p;
-        p.kernel_h = p.kernel_w = s.k;
-        p.stride = s.stride;
-        p.pad = s.pad;
-        const int oh = static_cast<int>(ConvOutSize(s.h, s.k, s.stride, s.pad));
-        const int ow = static_cast<int>(ConvOutSize(s.w, s.k, s.stride, s.pad));
+        const ConvParams p = s.params();
+        const int oh = s.oh(), ow = s.ow();
         const Tensor x =
             OnGpuAs(RandomCpu(Shape::CHWN(s.c, s.h, s.w, s.n), 301, -1.0f, 2.0f), DType::kBF16);
         const Tensor w = OnGpu(RandomCpu(Shape{s.f, s.c, s.k, s.k}, 302, -0.2f, 0.2f));
@@ -120,12 +125,8 @@ TEST_F(ConvBnSumsTest, TileSumsAreTheStoredOutputs) {
 
 TEST_F(ConvBnSumsTest, BatchNormFromSumsAsFromPasses) {
   for (const SumsCase& s : kSumsCases) {
-    ConvParams p;
-    p.kernel_h = p.kernel_w = s.k;
-    p.stride = s.stride;
-    p.pad = s.pad;
-    const int oh = static_cast<int>(ConvOutSize(s.h, s.k, s.stride, s.pad));
-    const int ow = static_cast<int>(ConvOutSize(s.w, s.k, s.stride, s.pad));
+    const ConvParams p = s.params();
+    const int oh = s.oh(), ow = s.ow();
     const Shape ys = Shape::CHWN(s.f, oh, ow, s.n), cs{s.f};
     // An offset mean (+3) so that the sum of squares' cancellation is exercised.
     const Tensor x =
