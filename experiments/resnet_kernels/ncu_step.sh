@@ -11,13 +11,8 @@ MODEL=${2:?model}
 BATCH=${3:?batch}
 shift 3
 mkdir -p "$OUT"
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-B=$ROOT/.gpu_bin
-[ -x "$B/after/bench_train" ] || tar xJf "$B/pack/bins.tar.xz" -C "$B"
-if [ ! -d /opt/absl/usr ]; then
-  for deb in "$ROOT"/.deps/libabsl*.deb; do dpkg -x "$deb" /opt/absl; done
-fi
-export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=experiments/resnet_kernels/device_env.sh
+source "$(dirname "$0")/device_env.sh"
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
 timeout 400 "$NCU" --csv --metrics gpu__time_duration.sum "$B/${BIN:-after}/bench_train" \
   --model="$MODEL" --precision=bf16 --batch_sizes="$BATCH" --steps=1 --warmup=1 \

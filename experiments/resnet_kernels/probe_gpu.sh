@@ -9,14 +9,8 @@
 set -uo pipefail
 OUT=${1:?usage: probe_gpu.sh OUTDIR}
 mkdir -p "$OUT"
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-if [ ! -d /opt/absl/usr ]; then
-  for deb in "$ROOT"/.deps/libabsl*.deb; do dpkg -x "$deb" /opt/absl; done
-fi
-export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib:${LD_LIBRARY_PATH:-}
-B=$ROOT/.gpu_bin
-# The binaries travel as one xz archive (the 64 MiB a call may carry): .gpu_bin/pack/bins.tar.xz.
-if [ -f "$B/pack/bins.tar.xz" ]; then tar xJf "$B/pack/bins.tar.xz" -C "$B"; fi
+# shellcheck source=experiments/resnet_kernels/device_env.sh
+source "$(dirname "$0")/device_env.sh"
 say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
 say "device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 if [ -n "${FILTER:-}" ] && [ -x "$B/after/cuda_tests" ]; then

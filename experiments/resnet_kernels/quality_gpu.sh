@@ -13,15 +13,12 @@
 set -uo pipefail
 OUT=${1:?usage: quality_gpu.sh OUTDIR}
 mkdir -p "$OUT"
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=experiments/resnet_kernels/device_env.sh
+source "$(dirname "$0")/device_env.sh"
 W=/tmp/q
 mkdir -p "$W"
 tar xJf "$ROOT/.gpu_data/q/qbin.tar.xz" -C "$W"
 tar xzf "$ROOT/.gpu_data/q/cif_shards.tar.gz" -C "$W"
-if [ ! -d /opt/absl/usr ]; then
-  for deb in "$ROOT"/.deps/libabsl*.deb; do dpkg -x "$deb" /opt/absl; done
-fi
-export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib:${LD_LIBRARY_PATH:-}
 say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
 say "device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit ${COMMIT:-?}"
 

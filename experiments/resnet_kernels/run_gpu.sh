@@ -14,13 +14,8 @@
 set -uo pipefail
 OUT=${1:?usage: run_gpu.sh OUTDIR}
 mkdir -p "$OUT/logs"
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-B=$ROOT/.gpu_bin
-[ -x "$B/after/bench_train" ] || tar xJf "$B/pack/bins.tar.xz" -C "$B"
-if [ ! -d /opt/absl/usr ]; then
-  for deb in "$ROOT"/.deps/libabsl*.deb; do dpkg -x "$deb" /opt/absl; done
-fi
-export LD_LIBRARY_PATH=/opt/absl/usr/lib/x86_64-linux-gnu:$ROOT/.deps/lib:${LD_LIBRARY_PATH:-}
+# shellcheck source=experiments/resnet_kernels/device_env.sh
+source "$(dirname "$0")/device_env.sh"
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
 say "device $DEV; after ${COMMIT:-?}, before ${BEFORE_COMMIT:-?}"
