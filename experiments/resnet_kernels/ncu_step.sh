@@ -11,7 +11,7 @@ MODEL=${2:?model}
 BATCH=${3:?batch}
 shift 3
 mkdir -p "$OUT"
-# shellcheck source=experiments/resnet_kernels/device_env.sh
+# shellcheck source=/dev/null  # device_env.sh beside this script (linted on its own)
 source "$(dirname "$0")/device_env.sh"
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
 timeout 400 "$NCU" --csv --metrics gpu__time_duration.sum "$B/${BIN:-after}/bench_train" \

@@ -9,7 +9,7 @@
 set -uo pipefail
 OUT=${1:?usage: probe_gpu.sh OUTDIR}
 mkdir -p "$OUT"
-# shellcheck source=experiments/resnet_kernels/device_env.sh
+# shellcheck source=/dev/null  # device_env.sh beside this script (linted on its own)
 source "$(dirname "$0")/device_env.sh"
 say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
 say "device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"

@@ -13,7 +13,7 @@
 set -uo pipefail
 OUT=${1:?usage: quality_gpu.sh OUTDIR}
 mkdir -p "$OUT"
-# shellcheck source=experiments/resnet_kernels/device_env.sh
+# shellcheck source=/dev/null  # device_env.sh beside this script (linted on its own)
 source "$(dirname "$0")/device_env.sh"
 W=/tmp/q
 mkdir -p "$W"

@@ -14,7 +14,7 @@
 set -uo pipefail
 OUT=${1:?usage: run_gpu.sh OUTDIR}
 mkdir -p "$OUT/logs"
-# shellcheck source=experiments/resnet_kernels/device_env.sh
+# shellcheck source=/dev/null  # device_env.sh beside this script (linted on its own)
 source "$(dirname "$0")/device_env.sh"
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
