@@ -1,13 +1,15 @@
-# Sourced by this folder's device scripts: ROOT (the checkout), B (.gpu_bin with before/ and
-# after/ unpacked from the carried .gpu_bin/pack/bins.tar.xz, where it travelled), and
-# Abseil's Debian packages (.deps; the device machine has none) extracted to /opt/absl and on
-# LD_LIBRARY_PATH with the carried libjpeg (.deps/lib).
+# Sourced by this folder's device scripts: ROOT (the checkout), B (.gpu_bin with the binary
+# folders unpacked from each carried .gpu_bin/pack/*.tar.xz: bins.tar.xz holds before/ and
+# after/, ws.tar.xz ws/), and Abseil's Debian packages (.deps; the device machine has none)
+# extracted to /opt/absl and on LD_LIBRARY_PATH with the carried libjpeg (.deps/lib).
 # shellcheck shell=bash
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 B=$ROOT/.gpu_bin
-if [ ! -x "$B/after/bench_train" ] && [ -f "$B/pack/bins.tar.xz" ]; then
-  tar xJf "$B/pack/bins.tar.xz" -C "$B"
-fi
+for pack in "$B"/pack/*.tar.xz; do
+  [ -f "$pack" ] || continue
+  stamp=$B/.unpacked.$(basename "$pack").$(stat -c %Y "$pack")
+  [ -f "$stamp" ] || { tar xJf "$pack" -C "$B" && touch "$stamp"; }
+done
 if [ ! -d /opt/absl/usr ]; then
   for deb in "$ROOT"/.deps/libabsl*.deb; do dpkg -x "$deb" /opt/absl; done
 fi

@@ -181,6 +181,90 @@ __device__ __forceinline__ void WgmmaFenceOperands(float (&d)[R]) {
 #endif
 }
 
+// ---- the warp-specialized pipeline (sm_90a): mbarriers, named barriers, register split ----
+// A producer warpgroup's cp.async copies complete a stage's "full" mbarrier; the consumer
+// warpgroups wait on it, multiply, and arrive on the stage's "empty" mbarrier, which the
+// producer waits on before refilling it (conv/wgmma.cu). On the emulator each is a call
+// (emu_runtime.h says what it checks).
+
+// mbarrier.init.shared::cta.b64: a barrier whose phases complete after `count` arrivals.
+__device__ __forceinline__ void MbarInit(uint64_t* bar, unsigned count) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::MbarInit(bar, count);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(count)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+// mbarrier.arrive.shared::cta.b64: one arrival (release: this thread's earlier accesses,
+// the reads of its retired wgmma included, happen before the phase completes).
+__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::MbarArrive(bar);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddress(bar)) : "memory");
+#else
+  __trap();
+#endif
+}
+// Waits until the phase of parity `parity` (0 for the first) of the barrier has completed
+// (mbarrier.try_wait.parity in a loop; acquire).
+__device__ __forceinline__ void MbarWait(uint64_t* bar, unsigned parity) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::MbarWait(bar, parity);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const uint32_t a = SmemAddress(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  } while (!done);
+#else
+  __trap();
+#endif
+}
+// cp.async.mbarrier.arrive.noinc.shared::cta.b64: an arrival made when all of this
+// thread's earlier cp.async copies have landed (counted in the barrier's init count).
+__device__ __forceinline__ void CpAsyncMbarArrive(uint64_t* bar) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::CpAsyncMbarArrive(bar);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(SmemAddress(bar))
+               : "memory");
+#else
+  __trap();
+#endif
+}
+// bar.sync id, count: a barrier of `count` threads (whole warps) on named barrier id > 0.
+template <int kId, int kCount>
+__device__ __forceinline__ void NamedBarrierSync() {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::NamedBarrierSync(kId, kCount);
+#else
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+#endif
+}
+// setmaxnreg.{inc,dec}.sync.aligned.u32 N: this warpgroup's registers per thread become N
+// (the producer gives some back, the consumers take them). No-op on the emulator.
+template <int kRegs>
+__device__ __forceinline__ void SetMaxRegsInc() {
+#if !defined(COLONNADE_CUDA_EMULATE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void SetMaxRegsDec() {
+#if !defined(COLONNADE_CUDA_EMULATE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16, scale-d = 1 (d += A * B), A 64 x 16
 // K-major (trans-a 0), B 16 x N MN-major (kTransB = 1: N contiguous) or K-major (0), both
 // through descriptors. Accumulators of thread t of warp w (of the warpgroup): d[4i + 2h + e] is row

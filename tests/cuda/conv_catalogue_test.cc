@@ -35,12 +35,12 @@ using cuda::ConvProblem;
 using cuda::MathMode;
 using cuda::StorageType;
 
-// <family>[_<math>]_<BM>x<BN>x<BK>_<stages>, from the entry's fields.
+// <family>[_<math>][_ws]_<BM>x<BN>x<BK>_<stages>, from the entry's fields.
 std::string NameOf(const ConvConfig& c) {
   const std::string math =
       c.family == ConvFamily::kMma ? absl::StrCat("_", cuda::MathModeName(c.math)) : "";
-  return absl::StrFormat("%s%s_%dx%dx%d_%d", cuda::ConvFamilyName(c.family), math, c.bm, c.bn, c.bk,
-                         c.stages);
+  return absl::StrFormat("%s%s%s_%dx%dx%d_%d", cuda::ConvFamilyName(c.family), math,
+                         c.warp_specialized ? "_ws" : "", c.bm, c.bn, c.bk, c.stages);
 }
 
 TEST(ConvCatalogueTest, NamesAreUniqueAndSayTheShape) {
@@ -62,6 +62,10 @@ TEST(ConvCatalogueTest, NamesAreUniqueAndSayTheShape) {
         EXPECT_EQ(c.math, MathMode::kBF16) << c.name;
         EXPECT_EQ(c.bk, 64) << c.name;
         break;
+    }
+    if (c.warp_specialized) {  // the loader takes registers the kernel must own alone
+      EXPECT_EQ(c.family, ConvFamily::kWgmma) << c.name;
+      EXPECT_EQ(c.blocks_per_sm, 1) << c.name;
     }
   }
   // Every problem has a configuration in every family of its math, and every family is there.

@@ -467,14 +467,17 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
                {5, "wgmma_64x256x64_5"},
                {6, "wgmma_128x256x64_4"},
                {7, "wgmma_128x128x64_3"},
+               {8, "wgmma_ws_128x128x64_6"},
+               {9, "wgmma_ws_128x256x64_4"},
                {0, "wgmma"}};
   for (const Mode& m : modes) {
     const double tol = Tolerance(m);
     for (const auto& run : kRuns) {
       const int tile = run.tile;
       // The emulator (a wgmma is 128 fibers' worth of scalar products) checks float outputs
-      // and the faulty kernel on the 128 x 128 tile only; the GPU every combination.
-      const bool full = !kEmulated || tile == 4;
+      // and the faulty kernel on the 128 x 128 tiles only (cooperative and warp-specialized);
+      // the GPU every combination.
+      const bool full = !kEmulated || tile == 4 || tile == 8;
       if (!full && m.out == StorageType::kFloat) continue;
       config_->Set(run.config);
       cuda::ConvLaunchInfo fi, bi, wi;

@@ -391,6 +391,11 @@ const std::vector<ConvConfig>& ConvCatalogue() {
       {"wgmma_64x256x64_5", F::kWgmma, M::kBF16, 64, 256, 64, 5, 1, kF | kD | kW, kWgmmaNeeds},
       {"wgmma_128x256x64_4", F::kWgmma, M::kBF16, 128, 256, 64, 4, 1, kF | kD | kW, kWgmmaNeeds},
       {"wgmma_128x128x64_3", F::kWgmma, M::kBF16, 128, 128, 64, 3, 2, kF | kD | kW, kWgmmaNeeds},
+      // warp-specialized wgmma: a loader warpgroup + two multiplying ones (384 threads).
+      {"wgmma_ws_128x256x64_4", F::kWgmma, M::kBF16, 128, 256, 64, 4, 1, kF | kD | kW, kWgmmaNeeds,
+       true},
+      {"wgmma_ws_128x128x64_6", F::kWgmma, M::kBF16, 128, 128, 64, 6, 1, kF | kD | kW, kWgmmaNeeds,
+       true},
   };
   return *table;
 }

@@ -1,16 +1,18 @@
 // The catalogue of convolution kernel configurations: every configuration of the three
 // families, named as CUTLASS names its kernels, by block tile and pipeline depth:
 //
-//   <family>[_<math>]_<BM>x<BN>x<BK>_<stages>     e.g. simt_128x128x16_3, mma_bf16_64x128x32_4,
-//                                                 wgmma_128x256x64_4
+//   <family>[_<math>][_ws]_<BM>x<BN>x<BK>_<stages>   e.g. simt_128x128x16_3,
+//                                                   mma_bf16_64x128x32_4, wgmma_128x256x64_4,
+//                                                   wgmma_ws_128x256x64_4
 //
 // BM x BN is the block's tile of the GEMM's output (rows: filters, or input channels in
 // backward data; columns: output pixels x images), BK the K slice (elements) one pipeline
 // stage holds, stages the depth of the shared-memory pipeline. The mma family names its math
 // because its K slice depends on it (64 bytes: 32 bf16 or 16 tf32 elements); SIMT is FP32 and
-// wgmma bf16 only. `ConvCatalogue()` is the table: name, family, math, shape, the problems
-// (forward, backward data, backward filter) each configuration runs and what a problem needs
-// for it; tests/cuda/conv_catalogue_test.cc checks every name against its kernel's constants.
+// wgmma bf16 only. `_ws`: warp-specialized (a loader warpgroup and two multiplying ones).
+// `ConvCatalogue()` is the table: name, family, math, shape, the problems (forward, backward data,
+// backward filter) each configuration runs and what a problem needs for it;
+// tests/cuda/conv_catalogue_test.cc checks every name against its kernel's constants.
 //
 // Selection: one function per problem picks the configuration of a launch. The automatic
 // choice (the same as before the catalogue): SIMT forward / backward data the row tile that
@@ -56,6 +58,9 @@ struct ConvConfig {
   int blocks_per_sm;  // blocks per multiprocessor the kernel's registers are bounded for
   unsigned problems;  // ConvProblemBit of each problem it runs
   const char* needs;  // what a problem needs beyond the math (documentation, --help)
+  // wgmma only: a loader warpgroup feeds the two multiplying ones through mbarriers
+  // (wgmma.cu, WsProduce / WsConsume); named wgmma_ws_...
+  bool warp_specialized = false;
 
   bool Runs(ConvProblem p) const { return (problems & ConvProblemBit(p)) != 0; }
 };

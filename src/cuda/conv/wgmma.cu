@@ -22,18 +22,31 @@
 namespace colonnade::cuda::conv {
 namespace {
 
-// Block tile of the wgmma kernels: kWGM x kWGN warpgroups, each 64 rows x kNW columns (one
-// wgmma of N = kNW per K-step of 16); BK = 64 (one 128-byte line of bf16 per filter row);
-// kStages of shared memory, kMinBlocks blocks (8 warps each) per multiprocessor.
-template <int kWGM, int kWGN, int kNW, int kStages, int kMinBlocks = 1>
+// Block tile of the wgmma kernels: kWGM x kWGN warpgroups that multiply, each 64 rows x kNW
+// columns (one wgmma of N = kNW per K-step of 16); BK = 64 (one 128-byte line of bf16 per
+// filter row); kStages of shared memory, kMinBlocks blocks per multiprocessor.
+// Cooperative (kWarpSpecialized false): the two multiplying warpgroups also load the stages
+// (T = TL = 256 threads; WgmmaMainLoop). Warp-specialized: a third warpgroup (threads 256-383)
+// only loads, paced by an mbarrier pair per stage, and the two others only multiply
+// (WsProduce / WsConsume); setmaxnreg moves registers from the loader to them.
+// Registers per thread after setmaxnreg (warp-specialized): 96 x 128 + 208 x 256 = the 64K of
+// a multiprocessor, which the block has alone.
+constexpr int kWsLoaderRegs = 96, kWsMultiplierRegs = 208;
+
+template <int kWGM, int kWGN, int kNW, int kStages, int kMinBlocks = 1,
+          bool kWarpSpecialized = false>
 struct WgTile {
+  static constexpr bool WS = kWarpSpecialized;
   static constexpr int WGN = kWGN, NW = kNW, S = kStages, kBlocksPerSM = kMinBlocks;
   static constexpr int BM = 64 * kWGM, BN = kWGN * kNW, BK = 64, T = 256;
-  static constexpr int kStageA = BM * BK * 2, kStageB = BK * BN * 2;  // bytes
+  static constexpr int kThreads = WS ? 384 : 256, TL = WS ? 128 : 256;  // all, the loaders
+  static constexpr int kStageA = BM * BK * 2, kStageB = BK * BN * 2;            // bytes
+  static constexpr size_t kBarriers = WS ? 2 * kStages * sizeof(uint64_t) : 0;  // full, empty
   // + 1 KiB to align the stages to the swizzle's 1024-byte period
-  static constexpr size_t kSmem = size_t(kStages) * (kStageA + kStageB) + 1024;
-  static_assert(kWGM * kWGN == 2, "two warpgroups (256 threads)");
+  static constexpr size_t kSmem = size_t(kStages) * (kStageA + kStageB) + kBarriers + 1024;
+  static_assert(kWGM * kWGN == 2, "two multiplying warpgroups (256 threads)");
   static_assert(kNW == 128 || kNW == 256, "wgmma N");
+  static_assert(!WS || kMinBlocks == 1, "setmaxnreg needs the whole register file");
 };
 using Wg128x128_6 = WgTile<2, 1, 128, 6>;  // 6 x 32 KiB
 using Wg64x256_5 = WgTile<1, 2, 128, 5>;   // 5 x 40 KiB: M <= 64 (conv2's backward data)
@@ -42,6 +55,9 @@ using Wg128x256_4 = WgTile<2, 1, 256, 4>;  // 4 x 48 KiB, 128 accumulators per t
 // of few K slices (catalogue.cc, ChooseWgmma), so that a second resident block can multiply
 // while one fills its pipeline or writes its tile.
 using Wg128x128_3 = WgTile<2, 1, 128, 3, 2>;
+// Warp-specialized (384 threads): the cooperative tiles' shapes and depths.
+using WgWs128x256_4 = WgTile<2, 1, 256, 4, 1, true>;
+using WgWs128x128_6 = WgTile<2, 1, 128, 6, 1, true>;
 
 // Shared-memory layouts, both in the 128-byte swizzle of the wgmma canonical layouts (PTX
 // ISA, "Shared Memory Matrix Layout"; the emulator decodes the descriptors from the ISA's
@@ -62,12 +78,16 @@ __device__ __forceinline__ uint32_t WgOffsetB(int k, int chunk) {
 
 // The stages of a wgmma kernel in the block's dynamic shared memory, from its first 1024-byte
 // boundary (the 128-byte swizzle repeats every 1024 bytes of address): S A-stages, then S
-// B-stages.
+// B-stages, then (warp-specialized) S "full" and S "empty" mbarriers. MakeWgStages
+// initialises the barriers (thread 0) and publishes them with a block barrier: full counts
+// the loader's TL cp.async arrivals, empty the T multiplying threads' releases.
 template <class Tl>
 struct WgStages {
   unsigned char* a;
   unsigned char* b;
   uint32_t a_addr, b_addr;  // their shared-memory addresses (for descriptors)
+  uint64_t* full;           // WS: stage s holds its slice
+  uint64_t* empty;          // WS: every multiplying warpgroup has retired stage s's wgmma
 };
 template <class Tl>
 __device__ __forceinline__ WgStages<Tl> MakeWgStages(unsigned char* smem_raw) {
@@ -76,7 +96,43 @@ __device__ __forceinline__ WgStages<Tl> MakeWgStages(unsigned char* smem_raw) {
   s.b = s.a + Tl::S * Tl::kStageA;
   s.a_addr = tc::SmemAddress(s.a);
   s.b_addr = tc::SmemAddress(s.b);
+  s.full = reinterpret_cast<uint64_t*>(s.b + Tl::S * Tl::kStageB);
+  s.empty = s.full + Tl::S;
+  if constexpr (Tl::WS) {
+    if (threadIdx.x == 0)
+      for (int i = 0; i < Tl::S; ++i) {
+        tc::MbarInit(s.full + i, Tl::TL);
+        tc::MbarInit(s.empty + i, Tl::T);
+      }
+    __syncthreads();
+  }
   return s;
+}
+
+// The block barrier of the multiplying threads: all of them (cooperative), or the two
+// multiplying warpgroups without the loader (named barrier 1; warp-specialized).
+template <class Tl>
+__device__ __forceinline__ void ConsumerSync() {
+  if constexpr (Tl::WS)
+    tc::NamedBarrierSync<1, Tl::T>();
+  else
+    __syncthreads();
+}
+
+// The four wgmma (K-steps of 16) of stage st's slice for warpgroup row wgm (A K-major, rows
+// wgm * 64 ..; B through desc_b(st, ks)), issued, not committed.
+template <class Tl, int kTransB, class DescB>
+__device__ __forceinline__ void WgmmaSlice(uint32_t a_addr, int st, int wgm, const DescB& desc_b,
+                                           float (&d)[Tl::NW / 2]) {
+#pragma unroll
+  for (int ks = 0; ks < Tl::BK / 16; ++ks) {
+    const uint64_t da =
+        tc::SmemDesc128B(a_addr + st * Tl::kStageA + wgm * 64 * 128 + ks * 32, 16, 1024);
+    if constexpr (Tl::NW == 128)
+      tc::WgmmaBf16N128<kTransB>(d, da, desc_b(st, ks));
+    else
+      tc::WgmmaBf16N256<kTransB>(d, da, desc_b(st, ks));
+  }
 }
 
 // The main loop of both wgmma kernels over ktiles K-slices of 64. issue(kt, st) starts the
@@ -107,22 +163,76 @@ __device__ __forceinline__ void WgmmaMainLoop(int ktiles, int fault, uint32_t a_
     CpAsyncCommit();
     const int st = t % ST;
     tc::WgmmaFence();
-    if (!(fault == 1 && t == 0)) {
-#pragma unroll
-      for (int ks = 0; ks < Tl::BK / 16; ++ks) {
-        const uint64_t da =
-            tc::SmemDesc128B(a_addr + st * Tl::kStageA + wgm * 64 * 128 + ks * 32, 16, 1024);
-        if constexpr (Tl::NW == 128)
-          tc::WgmmaBf16N128<kTransB>(d, da, desc_b(st, ks));
-        else
-          tc::WgmmaBf16N256<kTransB>(d, da, desc_b(st, ks));
-      }
-    }
+    if (!(fault == 1 && t == 0)) WgmmaSlice<Tl, kTransB>(a_addr, st, wgm, desc_b, d);
     tc::WgmmaCommit();
     tc::WgmmaWait<1>();  // slice t - 1's products are done: its stage is free after the barrier
   }
   tc::WgmmaWait<0>();
   tc::WgmmaFenceOperands(d);
+}
+
+// The warp-specialized pipeline. Why: in WgmmaMainLoop the warps that issue the wgmma also
+// compute the gather addresses of the next slices and meet at a block barrier every slice,
+// and the tensor cores wait for both. Here the loader warpgroup runs ahead by up to S slices
+// and the multiplying warpgroups only wait for their slice's barrier.
+// Loader (WsProduce): slice t goes into stage t % S once the multiplying warpgroups have
+// released that stage's previous slice t - S (phase t / S - 1 of its empty barrier); its
+// copies complete phase t / S of the stage's full barrier (cp.async arrive-on, no count
+// increment: full expects TL arrivals).
+template <class Tl, class Issue>
+__device__ __forceinline__ void WsProduce(int ktiles, const WgStages<Tl>& sm, const Issue& issue) {
+  for (int t = 0; t < ktiles; ++t) {
+    const int st = t % Tl::S;
+    if (t >= Tl::S) tc::MbarWait(sm.empty + st, (t / Tl::S - 1) & 1);
+    issue(t, st);
+    tc::CpAsyncMbarArrive(sm.full + st);
+  }
+  CpAsyncWait<0>();
+}
+// Multiplying warpgroups (WsConsume): slice t once phase t / S of its stage's full barrier
+// has completed; a proxy fence then makes the loader's cp.async writes (generic proxy)
+// visible to this thread's wgmma reads (async proxy). Slice t's wgmma run while slice t - 1's
+// are retired (wait_group 1) and its stage released (empty barrier). On return the
+// accumulators d are complete.
+template <class Tl, int kTransB, class DescB>
+__device__ __forceinline__ void WsConsume(int ktiles, int fault, const WgStages<Tl>& sm, int wgm,
+                                          const DescB& desc_b, float (&d)[Tl::NW / 2]) {
+  for (int t = 0; t < ktiles; ++t) {
+    const int st = t % Tl::S;
+    tc::MbarWait(sm.full + st, (t / Tl::S) & 1);
+    tc::FenceProxyAsync();
+    tc::WgmmaFence();
+    if (!(fault == 1 && t == 0)) WgmmaSlice<Tl, kTransB>(sm.a_addr, st, wgm, desc_b, d);
+    tc::WgmmaCommit();
+    tc::WgmmaWait<1>();
+    if (t > 0) tc::MbarArrive(sm.empty + (t - 1) % Tl::S);
+  }
+  tc::WgmmaWait<0>();
+  tc::WgmmaFenceOperands(d);
+}
+
+// Runs a wgmma kernel's pipeline over ktiles slices and then epilogue() in the multiplying
+// threads: cooperatively, or warp-specialized with the loader warpgroup (threads T ..) leaving
+// after its last slice. d starts at zero.
+template <class Tl, int kTransB, class Issue, class DescB, class Epilogue>
+__device__ __forceinline__ void WgmmaPipeline(int ktiles, int fault, const WgStages<Tl>& sm,
+                                              int wgm, const Issue& issue, const DescB& desc_b,
+                                              float (&d)[Tl::NW / 2], const Epilogue& epilogue) {
+#pragma unroll
+  for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
+  if constexpr (Tl::WS) {
+    if (threadIdx.x >= Tl::T) {
+      tc::SetMaxRegsDec<kWsLoaderRegs>();
+      WsProduce<Tl>(ktiles, sm, issue);
+    } else {
+      tc::SetMaxRegsInc<kWsMultiplierRegs>();
+      WsConsume<Tl, kTransB>(ktiles, fault, sm, wgm, desc_b, d);
+      epilogue();
+    }
+  } else {
+    WgmmaMainLoop<Tl, kTransB>(ktiles, fault, sm.a_addr, wgm, issue, desc_b, d);
+    epilogue();
+  }
 }
 
 // The epilogue of WgmmaGemmKernel for staged outputs (TcGemmParams::staged): the block's
@@ -147,7 +257,7 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
       size_t(Tl::BM) * kPitch * sizeof(TOut) <= size_t(Tl::S) * (Tl::kStageA + Tl::kStageB),
       "the staged tile fits in the stages");
   TOut* const tile = reinterpret_cast<TOut*>(smem);
-  __syncthreads();  // every warpgroup's wgmma has read its last stage
+  ConsumerSync<Tl>();  // every warpgroup's wgmma has read its last stage
 #pragma unroll
   for (int nt = 0; nt < Tl::NW / 8; ++nt)
 #pragma unroll
@@ -157,7 +267,7 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
       BiasRelu(p, g, m0 + row, v0, v1);
       StoreOut2(tile + row * kPitch + c0 + nt * 8, v0, v1);
     }
-  __syncthreads();
+  ConsumerSync<Tl>();
   const int64_t row_stride = static_cast<int64_t>(p.out_h) * p.out_w * p.n;
   TOut* const out = static_cast<TOut*>(p.out) + static_cast<int64_t>(g) * p.m * row_stride;
   for (int q = threadIdx.x; q < Tl::BM * kRowChunks; q += Tl::T) {
@@ -191,12 +301,14 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
 //   in : (G*cg) x h x w x n   CHWN bf16, n % 8 == 0, 16-byte aligned
 //   at : G x mp x kp          bf16 filters, K contiguous, kp a multiple of 64
 //   out: (G*m) x out_h x out_w x n   CHWN, storage TOut; + bias, ReLU (forward)
-// Grid as MmaGemmKernel. Block: 256 threads = warpgroups wg = 0, 1 at (wg / WGN, wg % WGN)
-// of the block tile; B (the gathered activations) MN-major. Pipeline: WgmmaMainLoop.
+// Grid as MmaGemmKernel. Block: the multiplying warpgroups wg = 0, 1 at (wg / WGN, wg % WGN)
+// of the block tile (+ the loader, warp-specialized); B (the gathered activations) MN-major.
+// Pipeline: WgmmaPipeline.
 template <class Tl, class TOut>
-__global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaGemmKernel(const TcGemmParams p) {
+__global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
+    WgmmaGemmKernel(const TcGemmParams p) {
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BN = Tl::BN, BK = Tl::BK, T = Tl::T;
+  constexpr int BN = Tl::BN, BK = Tl::BK, T = Tl::TL;  // T: the loading threads
   constexpr int kRowChunksB = BN / 8;
   constexpr int kAChunks = Tl::BM * (BK / 8) / T, kBChunks = BK * kRowChunksB / T;
   constexpr int kBRowStep = T / kRowChunksB;
@@ -214,15 +326,17 @@ __global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaGemmKernel(const T
   const uint16_t* at =
       static_cast<const uint16_t*>(p.at) + (static_cast<int64_t>(g) * p.mp + m0) * p.kp;
 
-  // Loaders: A chunk q = tid + T i is (row q / 8, chunk q % 8); B: a fixed column chunk (8
-  // images of one pixel) per thread, K-rows brow0 + kBRowStep i.
-  const int bcc = tid % kRowChunksB, brow0 = tid / kRowChunksB;
+  // Loaders (lt: the thread among the T that load): A chunk q = lt + T i is (row q / 8, chunk
+  // q % 8); B: a fixed column chunk (8 images of one pixel) per thread, K-rows brow0 +
+  // kBRowStep i.
+  const int lt = tid % T;
+  const int bcc = lt % kRowChunksB, brow0 = lt / kRowChunksB;
   const GatherColumn col = MakeColumn(p, j0 + bcc * 8);
   auto issue = [&](int kt, int st) {
     unsigned char* const as = sm.a + st * Tl::kStageA;
 #pragma unroll
     for (int i = 0; i < kAChunks; ++i) {
-      const int q = tid + T * i, row = q / 8, c = q % 8;
+      const int q = lt + T * i, row = q / 8, c = q % 8;
       CpAsync16(as + WgOffsetA(row, c), at + static_cast<int64_t>(row) * p.kp + kt * BK + c * 8,
                 true);
     }
@@ -242,16 +356,15 @@ __global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaGemmKernel(const T
 
   float acc[1][Tl::NW / 8][4];
   float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
-#pragma unroll
-  for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
-  WgmmaMainLoop<Tl, 1>(p.kp / BK, p.fault, sm.a_addr, wgm, issue, desc_b, d);
-  if (p.staged) {
-    StoreTileStaged<Tl, TOut>(p, g, acc, sm.a, wgm * 64 + (warp % 4) * 16 + lane / 4,
-                              wgn * Tl::NW + 2 * (lane % 4), m0, j0);
-  } else {
-    StoreAccumulators<TOut>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
-                            j0 + wgn * Tl::NW + 2 * (lane % 4));
-  }
+  WgmmaPipeline<Tl, 1>(p.kp / BK, p.fault, sm, wgm, issue, desc_b, d, [&] {
+    if (p.staged) {
+      StoreTileStaged<Tl, TOut>(p, g, acc, sm.a, wgm * 64 + (warp % 4) * 16 + lane / 4,
+                                wgn * Tl::NW + 2 * (lane % 4), m0, j0);
+    } else {
+      StoreAccumulators<TOut>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
+                              j0 + wgn * Tl::NW + 2 * (lane % 4));
+    }
+  });
 #endif
 }
 
@@ -259,12 +372,13 @@ __global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaGemmKernel(const T
 // both 16-byte aligned. The GEMM, grid, split-K and epilogue of MmaWgradKernel; both operands
 // K-major (the reduction index j = (oy, ox, img) is contiguous in dy's rows and, 8 images at
 // a time, in x at each tap), in the 128-byte-swizzled layout of WgOffsetA: A = dy rows, B =
-// x gathered for BN filter columns (c, ky, kx). Thread t copies chunk t % 8 (8 images of one
-// pixel) of rows t / 8 + 32 i of each. Pipeline: WgmmaMainLoop.
+// x gathered for BN filter columns (c, ky, kx). Loading thread lt copies chunk lt % 8 (8
+// images of one pixel) of rows lt / 8 + TL / 8 i of each. Pipeline: WgmmaPipeline.
 template <class Tl>
-__global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaWgradKernel(const TcWgradParams p) {
+__global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
+    WgmmaWgradKernel(const TcWgradParams p) {
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BK = Tl::BK, kRowStep = Tl::T / 8;
+  constexpr int BK = Tl::BK, kRowStep = Tl::TL / 8;
   constexpr int kAChunks = Tl::BM / kRowStep, kBChunks = Tl::BN / kRowStep;
 
   COLONNADE_DYNAMIC_SMEM(smem_raw);
@@ -282,7 +396,7 @@ __global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaWgradKernel(const 
   const __nv_bfloat16* dy =
       static_cast<const __nv_bfloat16*>(p.dy) + static_cast<int64_t>(g) * p.m * p.jtot;
 
-  const int cc = tid % 8, row0 = tid / 8;
+  const int lt = tid % Tl::TL, cc = lt % 8, row0 = lt / 8;
   WgradTap bt[kBChunks];
 #pragma unroll
   for (int i = 0; i < kBChunks; ++i) bt[i] = MakeWgradTap(p, c0 + row0 + kRowStep * i, hwn);
@@ -317,13 +431,12 @@ __global__ void __launch_bounds__(256, Tl::kBlocksPerSM) WgmmaWgradKernel(const 
 
   float acc[1][Tl::NW / 8][4];
   float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
-#pragma unroll
-  for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
   const int ktiles = kend > kbeg ? (kend - kbeg + BK - 1) / BK : 0;
-  WgmmaMainLoop<Tl, 0>(ktiles, p.fault, sm.a_addr, wgm, issue, desc_b, d);
-  StoreWgradAccumulators(p, (static_cast<int64_t>(g) * p.splits + split) * p.m, acc,
-                         m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
-                         c0 + wgn * Tl::NW + 2 * (lane % 4));
+  WgmmaPipeline<Tl, 0>(ktiles, p.fault, sm, wgm, issue, desc_b, d, [&] {
+    StoreWgradAccumulators(p, (static_cast<int64_t>(g) * p.splits + split) * p.m, acc,
+                           m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
+                           c0 + wgn * Tl::NW + 2 * (lane % 4));
+  });
 #endif
 }
 
@@ -336,10 +449,11 @@ auto WithTile(const ConvConfig& c, const F& f) {
   auto with = [&](auto tile) {
     using Tl = decltype(tile);
     CHECK(c.bm == Tl::BM && c.bn == Tl::BN && c.bk == Tl::BK && c.stages == Tl::S &&
-          c.blocks_per_sm == Tl::kBlocksPerSM)
+          c.blocks_per_sm == Tl::kBlocksPerSM && c.warp_specialized == Tl::WS)
         << c.name << ": not its kernel's tile";
     return f.template operator()<Tl>();
   };
+  if (c.warp_specialized) return c.bn == 256 ? with(WgWs128x256_4{}) : with(WgWs128x128_6{});
   if (c.bm == 64) return with(Wg64x256_5{});
   if (c.bn == 256) return with(Wg128x256_4{});
   if (c.stages == 3) return with(Wg128x128_3{});
@@ -355,7 +469,7 @@ struct LaunchGemm {
   int operator()() const {
     LaunchDynamicSmem(
         out == StorageType::kBF16 ? WgmmaGemmKernel<Tl, __nv_bfloat16> : WgmmaGemmKernel<Tl, float>,
-        grid, dim3(Tl::T), Tl::kSmem, stream, q);
+        grid, dim3(Tl::kThreads), Tl::kSmem, stream, q);
     return 0;
   }
 };
@@ -365,7 +479,7 @@ struct LaunchWgrad {
   const TcWgradParams& q;
   template <class Tl>
   int operator()() const {
-    LaunchDynamicSmem(WgmmaWgradKernel<Tl>, grid, dim3(Tl::T), Tl::kSmem, stream, q);
+    LaunchDynamicSmem(WgmmaWgradKernel<Tl>, grid, dim3(Tl::kThreads), Tl::kSmem, stream, q);
     return 0;
   }
 };

@@ -147,7 +147,9 @@ struct AsyncGroups {
 };
 
 struct Fiber {
-  enum State { kReady, kBlockBarrier, kWarpBarrier, kDone };
+  // kSpin: waits on an mbarrier phase (queued again behind the ready threads);
+  // kNamedBarrier: at bar.sync named, named_count.
+  enum State { kReady, kBlockBarrier, kWarpBarrier, kSpin, kNamedBarrier, kDone };
   Context ctx;
   std::unique_ptr<char[]> stack;
   uint3 tid;
@@ -157,6 +159,15 @@ struct Fiber {
   AsyncGroups<PendingCopy> copies;     // cp.async
   AsyncGroups<PendingWgmma> wgmmas;    // wgmma.mma_async
   std::vector<WgmmaShadow> wg_shadow;  // per accumulator array in flight
+  unsigned named = 0, named_count = 0;  // the named barrier it waits at
+};
+
+// An arrival of cp.async.mbarrier.arrive.noinc not made yet: it is made once the copies its
+// thread issued before it have landed (they land with it).
+struct DeferredArrive {
+  const Fiber* owner;
+  std::vector<PendingCopy> copies;
+  uint64_t* bar;
 };
 
 Context g_sched;
@@ -177,6 +188,8 @@ struct Deposit {
   const void* addr;
 };
 Deposit g_deposit[kMaxWarps][2][kWarp];
+std::vector<DeferredArrive> g_deferred;  // the running block's, oldest first
+uint64_t g_mbar_arrivals = 0;            // arrivals made so far (the scheduler's progress)
 
 void FlushCopies(Fiber& f) {
   for (auto& g : f.copies.groups)
@@ -268,10 +281,127 @@ void CpAsync(void* dst, const void* src, int bytes, int src_bytes) {
   if (g_copy_rng() & 1) Land(c); else f.copies.open.push_back(c);  // lands now, or at its wait
 }
 void CpAsyncCommit() { Current("cp.async.commit_group").copies.Commit(); }
+void LandDeferred(size_t i);
 void CpAsyncWait(int newest_pending) {
-  Current("cp.async.wait_group").copies.Wait(newest_pending, [](const std::vector<PendingCopy>& g) {
+  Fiber& f = Current("cp.async.wait_group");
+  f.copies.Wait(newest_pending, [](const std::vector<PendingCopy>& g) {
     for (const PendingCopy& c : g) Land(c);
   });
+  // The copies before an arrive-on have landed by now too (and so the arrival is made).
+  for (size_t i = g_deferred.size(); i-- > 0;)
+    if (g_deferred[i].owner == &f) {
+      LandDeferred(i);
+      break;
+    }
+}
+
+// ---- mbarrier, named barriers ----------------------------------------------------------------
+// The object: bits 0-19 the arrivals still pending in the current phase, 20-39 the count it
+// was initialised with, 40 the current phase's parity, 48-63 a tag (poisoned or never
+// initialised shared memory has none).
+namespace {
+constexpr uint64_t kMbarTag = uint64_t(0xB4A7) << 48;
+constexpr uint64_t kMbarField = (uint64_t(1) << 20) - 1;
+uint64_t MbarValue(const uint64_t* bar, const char* what) {
+  const uint64_t v = *bar;
+  if ((v & (uint64_t(0xffff) << 48)) != kMbarTag) {
+    std::fprintf(stderr, "emu: %s on an mbarrier at %p that was never initialised\n", what,
+                 static_cast<const void*>(bar));
+    std::abort();
+  }
+  return v;
+}
+void ArriveOn(uint64_t* bar, const char* what) {
+  uint64_t v = MbarValue(bar, what);
+  uint64_t pending = (v & kMbarField) - 1;
+  const uint64_t expected = (v >> 20) & kMbarField;
+  uint64_t phase = (v >> 40) & 1;
+  if (pending == 0) {  // the phase completes; the next one expects as many arrivals
+    phase ^= 1;
+    pending = expected;
+  }
+  *bar = kMbarTag | (phase << 40) | (expected << 20) | pending;
+  ++g_mbar_arrivals;
+}
+}  // namespace
+
+// Lands deferred arrival i and every earlier one of its thread (a thread's cp.async copies
+// before an arrive-on are all before the later ones), oldest first.
+void LandDeferred(size_t i) {
+  const Fiber* owner = g_deferred[i].owner;
+  std::vector<DeferredArrive> mine;
+  size_t kept = 0;
+  for (size_t k = 0; k < g_deferred.size(); ++k) {
+    if (k <= i && g_deferred[k].owner == owner) {
+      mine.push_back(std::move(g_deferred[k]));
+    } else {
+      if (kept != k) g_deferred[kept] = std::move(g_deferred[k]);  // (a self-move empties it)
+      ++kept;
+    }
+  }
+  g_deferred.resize(kept);
+  for (DeferredArrive& d : mine) {
+    for (const PendingCopy& c : d.copies) Land(c);
+    ArriveOn(d.bar, "cp.async.mbarrier.arrive");
+  }
+}
+
+void MbarInit(uint64_t* bar, unsigned count) {
+  const uint64_t v = *bar;
+  if ((v & (uint64_t(0xffff) << 48)) == kMbarTag && (v & kMbarField) != ((v >> 20) & kMbarField)) {
+    std::fprintf(stderr, "emu: mbarrier at %p initialised again with arrivals pending\n",
+                 static_cast<void*>(bar));
+    std::abort();
+  }
+  if (count == 0 || count > kMbarField) {
+    std::fprintf(stderr, "emu: mbarrier count %u\n", count);
+    std::abort();
+  }
+  *bar = kMbarTag | (uint64_t(count) << 20) | count;
+}
+void MbarArrive(uint64_t* bar) {
+  Current("mbarrier.arrive");
+  ArriveOn(bar, "mbarrier.arrive");
+}
+void MbarWait(uint64_t* bar, unsigned parity) {
+  Fiber& f = Current("mbarrier.try_wait");
+  while (((MbarValue(bar, "mbarrier.try_wait") >> 40) & 1) == (parity & 1)) {
+    // Copies in flight land in any order between threads: one of them, sometimes.
+    if (!g_deferred.empty() && (g_copy_rng() & 1)) {
+      LandDeferred(g_copy_rng() % g_deferred.size());
+      continue;
+    }
+    f.state = Fiber::kSpin;
+    SwitchContext(f.ctx, g_sched);
+  }
+}
+void CpAsyncMbarArrive(uint64_t* bar) {
+  Fiber& f = Current("cp.async.mbarrier.arrive");
+  MbarValue(bar, "cp.async.mbarrier.arrive");
+  DeferredArrive d{&f, {}, bar};
+  // Every copy this thread has in flight (the groups stay, emptied: wait_group still counts
+  // them), then the arrival: at once sometimes, else later.
+  for (auto& g : f.copies.groups) {
+    d.copies.insert(d.copies.end(), g.begin(), g.end());
+    g.clear();
+  }
+  d.copies.insert(d.copies.end(), f.copies.open.begin(), f.copies.open.end());
+  f.copies.open.clear();
+  g_deferred.push_back(std::move(d));
+  if (g_copy_rng() % 4 == 0) LandDeferred(g_deferred.size() - 1);
+}
+void NamedBarrierSync(unsigned id, unsigned count) {
+  Fiber& f = Current("bar.sync");
+  if (id == 0 || id > 15 || count == 0 || count % kWarp != 0 ||
+      count > blockDim.x * blockDim.y * blockDim.z) {
+    std::fprintf(stderr, "emu: bar.sync %u, %u in a block of %u threads\n", id, count,
+                 blockDim.x * blockDim.y * blockDim.z);
+    std::abort();
+  }
+  f.named = id;
+  f.named_count = count;
+  f.state = Fiber::kNamedBarrier;
+  SwitchContext(f.ctx, g_sched);
 }
 
 // ---- warp-collective matrix instructions ------------------------------------------------------
@@ -468,10 +598,13 @@ void WgmmaWait(int newest_pending) {
 }
 
 // ---- the scheduler ------------------------------------------------------------------------------
-// One block at a time. A barrier phase starts with every live thread ready, in forward,
-// reverse or shuffled order; a thread runs until it reaches __syncthreads (it then waits
-// for the next phase), a warp-collective instruction (it waits until the other lanes of its
-// warp arrive, then the warp's lanes are queued again, in the phase's order), or its end.
+// One block at a time. A barrier phase starts with every thread at __syncthreads ready, in
+// forward, reverse or shuffled order; a thread runs until it reaches __syncthreads (it then
+// waits for the next phase), a warp-collective instruction (it waits until the other lanes
+// of its warp arrive, then the warp's lanes are queued again, in the phase's order), a named
+// barrier (likewise, once `count` threads are there), an mbarrier wait that is not complete
+// (it is queued again behind the others), or its end. Threads that only spin on mbarriers,
+// with nothing else left to run and no arrival made in a while, are a deadlock.
 void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
   const unsigned nt = block.x * block.y * block.z;
   if (nt == 0 || nt > 1024) {
@@ -486,6 +619,7 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
   for (Fiber& f : fibers) f.stack.reset(new char[kStackBytes]);
   std::vector<unsigned> order, lanes;
   std::vector<unsigned> warp_waiting(nwarps);
+  std::vector<std::vector<unsigned>> named_waiting(16);
   std::deque<unsigned> ready;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
@@ -506,10 +640,13 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
         }
         for (unsigned w = 0; w < nwarps; ++w) warp_waiting[w] = 0;
         int phase = 0;
+        unsigned idle_spins = 0;
+        uint64_t arrivals_seen = g_mbar_arrivals;
         while (true) {
           order.clear();
           for (unsigned t = 0; t < nt; ++t)
-            if (fibers[t].state != Fiber::kDone) order.push_back(t);
+            if (fibers[t].state == Fiber::kReady || fibers[t].state == Fiber::kBlockBarrier)
+              order.push_back(t);
           Reorder(order, phase);
           ready.assign(order.begin(), order.end());
           unsigned finished = 0, at_barrier = 0;
@@ -522,8 +659,37 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
             g_current = &f;
             SwitchContext(g_sched, f.ctx);
             g_current = nullptr;
+            if (f.state == Fiber::kSpin) {
+              if (g_mbar_arrivals != arrivals_seen || !g_deferred.empty()) {
+                idle_spins = 0;
+                arrivals_seen = g_mbar_arrivals;
+              } else if (++idle_spins > 4 * nt) {
+                std::fprintf(stderr, "emu: deadlock: threads wait on mbarrier phases that no "
+                             "thread will complete (thread %u, block %u,%u,%u)\n", t, bx, by, bz);
+                std::abort();
+              }
+              ready.push_back(t);
+              continue;
+            }
+            idle_spins = 0;
             if (f.state == Fiber::kDone) {
               ++finished;
+            } else if (f.state == Fiber::kNamedBarrier) {
+              std::vector<unsigned>& wait = named_waiting[f.named];
+              if (!wait.empty() && fibers[wait[0]].named_count != f.named_count) {
+                std::fprintf(stderr, "emu: bar.sync %u with thread counts %u and %u\n", f.named,
+                             fibers[wait[0]].named_count, f.named_count);
+                std::abort();
+              }
+              wait.push_back(t);
+              if (wait.size() == f.named_count) {
+                Reorder(wait, phase);
+                for (unsigned l : wait) {
+                  fibers[l].state = Fiber::kReady;
+                  ready.push_back(l);
+                }
+                wait.clear();
+              }
             } else if (f.state == Fiber::kBlockBarrier) {
               ++at_barrier;
             } else if (f.state == Fiber::kWarpBarrier) {
@@ -538,6 +704,13 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
               }
             }
           }
+          for (unsigned id = 1; id < 16; ++id)
+            if (!named_waiting[id].empty()) {
+              std::fprintf(stderr, "emu: %zu threads wait at bar.sync %u, %u that the others do "
+                           "not reach\n", named_waiting[id].size(), id,
+                           fibers[named_waiting[id][0]].named_count);
+              std::abort();
+            }
           for (unsigned w = 0; w < nwarps; ++w)
             if (warp_waiting[w] != 0) {
               std::fprintf(stderr,
@@ -553,260 +726,11 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
           }
           ++phase;
         }
+        // Arrivals never waited for: their copies land before the next block.
+        while (!g_deferred.empty()) LandDeferred(g_deferred.size() - 1);
       }
   g_body = nullptr;
   g_dynamic_bytes = 0;
 }
 
 }  // namespace colonnade::emu
-
-// ---- runtime ------------------------------------------------------------------------------
-struct EmuStream {
-  bool capturing = false;
-  bool invalidated = false;                  // a prohibited call during the capture
-  std::vector<std::function<void()>> work;  // recorded while capturing
-};
-struct EmuEvent {};
-struct EmuBlas {
-  cudaStream_t stream = nullptr;
-};
-struct EmuGraph {
-  std::vector<std::function<void()>> work;
-};
-struct EmuGraphExec {
-  std::vector<std::function<void()>> work;
-};
-
-namespace {
-int g_capturing = 0;  // streams capturing now
-std::vector<EmuStream*> g_capturing_streams;
-
-// A call that allocates, frees or waits for the device while a capture is open: an error
-// that invalidates every open capture (the GPU forbids the synchronising ones; the
-// emulator forbids allocations too, which the trainer's warm-up step must have made).
-bool ProhibitedDuringCapture(const char* what) {
-  if (g_capturing == 0) return false;
-  std::fprintf(stderr, "emu: %s while a stream is capturing\n", what);
-  for (EmuStream* s : g_capturing_streams) s->invalidated = true;
-  return true;
-}
-}  // namespace
-
-void colonnade::emu::Enqueue(cudaStream_t stream, std::function<void()> work) {
-  if (stream != nullptr && stream->capturing) {
-    stream->work.push_back(std::move(work));
-  } else {
-    work();
-  }
-}
-
-const char* cudaGetErrorString(cudaError_t e) { return e == 0 ? "no error" : "emulated error"; }
-cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 1;
-  return cudaSuccess;
-}
-cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-cudaError_t cudaGetDevice(int* d) {
-  *d = 0;
-  return cudaSuccess;
-}
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
-  std::memset(p, 0, sizeof(*p));
-  std::snprintf(p->name, sizeof(p->name), "CPU emulator");
-  p->multiProcessorCount = 4;
-  p->totalGlobalMem = size_t(1) << 32;
-  p->major = 9;
-  p->l2CacheSize = 1 << 20;
-  p->sharedMemPerBlock = 48 << 10;
-  return cudaSuccess;
-}
-namespace {
-cudaError_t HostAlloc(void** p, size_t bytes) {
-  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-}  // namespace
-cudaError_t cudaMalloc(void** p, size_t bytes) {
-  if (ProhibitedDuringCapture("cudaMalloc")) return cudaErrorStreamCaptureUnsupported;
-  return HostAlloc(p, bytes);
-}
-cudaError_t cudaFree(void* p) {
-  if (ProhibitedDuringCapture("cudaFree")) return cudaErrorStreamCaptureUnsupported;
-  std::free(p);
-  return cudaSuccess;
-}
-// Page-locked host memory is allocated by other threads (the data pipeline) at any time.
-cudaError_t cudaMallocHost(void** p, size_t bytes) { return HostAlloc(p, bytes); }
-cudaError_t cudaFreeHost(void* p) {
-  std::free(p);
-  return cudaSuccess;
-}
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
-  if (ProhibitedDuringCapture("cudaMemcpy")) return cudaErrorStreamCaptureUnsupported;
-  std::memmove(dst, src, n);
-  return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind,
-                            cudaStream_t s) {
-  colonnade::emu::Enqueue(s, [dst, src, n] { std::memmove(dst, src, n); });
-  return cudaSuccess;
-}
-cudaError_t cudaMemset(void* p, int v, size_t n) {
-  if (ProhibitedDuringCapture("cudaMemset")) return cudaErrorStreamCaptureUnsupported;
-  std::memset(p, v, n);
-  return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s) {
-  colonnade::emu::Enqueue(s, [p, v, n] { std::memset(p, v, n); });
-  return cudaSuccess;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = new EmuStream;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int) {
-  return cudaStreamCreateWithFlags(s, flags);
-}
-
-cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
-  *least = 0;
-  *greatest = -1;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete s;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
-  if (ProhibitedDuringCapture("cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
-  return cudaSuccess;
-}
-cudaError_t cudaDeviceSynchronize() {
-  if (ProhibitedDuringCapture("cudaDeviceSynchronize")) return cudaErrorStreamCaptureUnsupported;
-  return cudaSuccess;
-}
-cudaError_t cudaGetLastError() { return cudaSuccess; }
-cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
-cudaError_t cudaMemGetInfo(size_t* f, size_t* t) {
-  *f = *t = size_t(1) << 32;
-  return cudaSuccess;
-}
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
-  *e = new EmuEvent;
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  delete e;
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventQuery(cudaEvent_t) {
-  if (ProhibitedDuringCapture("cudaEventQuery")) return cudaErrorStreamCaptureUnsupported;
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t) {
-  if (ProhibitedDuringCapture("cudaEventSynchronize")) return cudaErrorStreamCaptureUnsupported;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
-
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
-  if (s == nullptr || s->capturing) return cudaErrorIllegalState;  // no legacy-stream capture
-  s->capturing = true;
-  s->invalidated = false;
-  s->work.clear();
-  ++g_capturing;
-  g_capturing_streams.push_back(s);
-  return cudaSuccess;
-}
-cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
-  *graph = nullptr;
-  if (s == nullptr || !s->capturing) return cudaErrorIllegalState;
-  s->capturing = false;
-  --g_capturing;
-  g_capturing_streams.erase(
-      std::find(g_capturing_streams.begin(), g_capturing_streams.end(), s));
-  std::vector<std::function<void()>> work = std::move(s->work);
-  s->work.clear();
-  if (s->invalidated) return cudaErrorStreamCaptureInvalidated;
-  *graph = new EmuGraph{std::move(work)};
-  return cudaSuccess;
-}
-cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
-  *status = s == nullptr || !s->capturing ? cudaStreamCaptureStatusNone
-            : s->invalidated              ? cudaStreamCaptureStatusInvalidated
-                                          : cudaStreamCaptureStatusActive;
-  return cudaSuccess;
-}
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
-  *exec = new EmuGraphExec{graph->work};
-  return cudaSuccess;
-}
-cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
-  colonnade::emu::Enqueue(s, [exec] {
-    for (const auto& w : exec->work) w();
-  });
-  return cudaSuccess;
-}
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  delete exec;
-  return cudaSuccess;
-}
-cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  delete graph;
-  return cudaSuccess;
-}
-
-cublasStatus_t cublasCreate(cublasHandle_t* h) {
-  *h = new EmuBlas;
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasDestroy(cublasHandle_t h) {
-  delete h;
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
-  h->stream = s;
-  return CUBLAS_STATUS_SUCCESS;
-}
-cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
-namespace {
-void Sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha_v,
-           const float* a, int lda, const float* b, int ldb, float beta_v, float* c, int ldc) {
-  const float* alpha = &alpha_v;
-  const float* beta = &beta_v;
-  // Column-major: C(i,j) = alpha * sum_l op(A)(i,l) op(B)(l,j) + beta * C(i,j).
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) {
-      double s = 0;
-      for (int l = 0; l < k; ++l) {
-        float av = ta == CUBLAS_OP_N ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda];
-        float bv = tb == CUBLAS_OP_N ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb];
-        s += (double)av * bv;
-      }
-      float& cv = c[i + (size_t)j * ldc];
-      cv = *beta == 0.0f ? (float)(*alpha * s) : (float)(*alpha * s + *beta * cv);
-    }
-}
-}  // namespace
-
-// alpha and beta are host pointers (the default pointer mode): read at the call, as cuBLAS
-// does, also when the call is captured.
-cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                           int n, int k, const float* alpha, const float* a, int lda,
-                           const float* b, int ldb, const float* beta, float* c, int ldc) {
-  const float al = *alpha, be = *beta;
-  colonnade::emu::Enqueue(h->stream, [=] { Sgemm(ta, tb, m, n, k, al, a, lda, b, ldb, be, c, ldc); });
-  return CUBLAS_STATUS_SUCCESS;
-}
-cudaError_t cudaDriverGetVersion(int* v) {
-  *v = 0;
-  return cudaSuccess;
-}
-cudaError_t cudaRuntimeGetVersion(int* v) {
-  *v = 0;
-  return cudaSuccess;
-}

@@ -16,7 +16,8 @@
 // bytes (NaN) at the start of every block. Atomics are plain read-modify-writes, which are
 // atomic here (fibers switch only at barriers and warp-collective instructions, and blocks
 // run one after another); __threadfence is then a no-op. wgmma (sm_90a) is computed per
-// thread when the wgmma.wait_group that retires it runs (emu_runtime.cc). Not emulated:
+// thread when the wgmma.wait_group that retires it runs (emu_runtime.cc). A thread waiting on
+// an mbarrier yields to the others until the phase completes (below). Not emulated:
 // shuffles and votes, timing.
 //
 // Streams run their work at once, except a stream that is capturing (cudaStreamBeginCapture):
@@ -176,6 +177,28 @@ uint32_t SharedAddress(const void* p);
 void WgmmaBf16(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_b);
 void WgmmaCommit();                // wgmma.commit_group
 void WgmmaWait(int newest_pending);  // wgmma.wait_group N
+
+// mbarrier (sm_80+; the warp-specialized pipelines): a 64-bit object in shared memory that
+// completes a phase when `count` arrivals have been made since the last one. The emulator
+// keeps the phase, the pending and the expected count in the object itself (with a tag, so
+// that a barrier used before its init, or initialised twice while in use, aborts).
+//   mbarrier.init.shared::cta.b64 [bar], count
+//   mbarrier.arrive.shared::cta.b64 _, [bar]         (one arrival; more than count aborts)
+//   mbarrier.try_wait.parity.shared::cta.b64 in a loop: returns once the phase of parity
+//     `parity` has completed; until then the thread yields to the others (a spin on the GPU).
+//     Threads that all wait on phases nothing can complete any more are a deadlock: abort.
+//   cp.async.mbarrier.arrive.noinc.shared::cta.b64 [bar]: an arrival made when every
+//     cp.async this thread issued before it has landed; the emulator lands those copies and
+//     makes the arrival at a random later moment (when some thread waits on a barrier, or at
+//     this thread's next cp.async.wait_group), so a consumer that reads a stage before its
+//     barrier completes reads what was there before.
+void MbarInit(uint64_t* bar, unsigned count);
+void MbarArrive(uint64_t* bar);
+void MbarWait(uint64_t* bar, unsigned parity);
+void CpAsyncMbarArrive(uint64_t* bar);
+// bar.sync id, count: a barrier of `count` threads (a multiple of 32) on named barrier id
+// (1-15; 0 is __syncthreads), which threads outside those count never reach.
+void NamedBarrierSync(unsigned id, unsigned count);
 }  // namespace colonnade::emu
 
 inline void __syncthreads() { colonnade::emu::SyncThreads(); }

@@ -65,7 +65,8 @@ class ConvBnSumsTest : public CudaTest {
 
 TEST_F(ConvBnSumsTest, TileSumsAreTheStoredOutputs) {
   for (const SumsCase& s : kSumsCases) {
-    for (const char* config : {"wgmma_128x128x64_6", "wgmma_128x256x64_4"}) {
+    for (const char* config :
+         {"wgmma_128x128x64_6", "wgmma_128x256x64_4", "wgmma_ws_128x256x64_4"}) {
       for (const bool relu : {false, true}) {
         config_->Set(config);
         const ConvParams p = s.params();
