@@ -209,22 +209,45 @@ __device__ __forceinline__ void MbarArrive(uint64_t* bar) {
   __trap();
 #endif
 }
+#if !defined(COLONNADE_CUDA_EMULATE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ bool MbarTryWait(uint32_t addr, unsigned parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(addr), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+#endif
+// How long a wait on an mbarrier may take before the kernel gives up (a kernel stuck on a
+// phase that never completes would otherwise hang the process, and a training job with it).
+constexpr uint64_t kMbarWaitLimitNs = uint64_t(10) * 1000 * 1000 * 1000;
 // Waits until the phase of parity `parity` (0 for the first) of the barrier has completed
-// (mbarrier.try_wait.parity in a loop; acquire).
+// (mbarrier.try_wait.parity in a loop; acquire). After kMbarWaitLimitNs it prints the block,
+// thread, barrier and parity and traps: the launch fails with an error instead of hanging.
 __device__ __forceinline__ void MbarWait(uint64_t* bar, unsigned parity) {
 #if defined(COLONNADE_CUDA_EMULATE)
   colonnade::emu::MbarWait(bar, parity);
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const uint32_t a = SmemAddress(bar);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(a), "r"(parity)
-        : "memory");
-  } while (!done);
+  if (MbarTryWait(a, parity)) return;
+  const uint64_t t0 = GlobalTimerNs();
+  while (!MbarTryWait(a, parity)) {
+    if (GlobalTimerNs() - t0 > kMbarWaitLimitNs) {
+      printf(
+          "mbarrier wait timed out: block (%d, %d, %d) thread %d, barrier at shared %u, "
+          "parity %u\n",
+          blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, a, parity);
+      __trap();
+    }
+  }
 #else
   __trap();
 #endif

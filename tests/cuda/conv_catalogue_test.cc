@@ -193,8 +193,9 @@ TEST(ConvCatalogueTest, AutomaticChoicesAsBefore) {
   }
   if (!cuda::TcWgmmaAvailable()) return;  // a GPU build without sm_90a, or no 9.0 device
   // wgmma (asked for: the emulator's default leaves it off): the smallest padded area, ties to
-  // 128 x 256, then 128 x 128; 128 x 256 not where its blocks leave SMs idle (forward,
-  // backward data); 128 x 128 in 3 stages for at most 4 K slices (not backward filter).
+  // 128 x 256, then 128 x 128; 128 x 256 not where its blocks leave SMs idle or fill fewer
+  // whole waves than 128 x 128's (forward, backward data); 128 x 128 in 3 stages for at most 4
+  // K slices (not backward filter); never the warp-specialized ones.
   const cuda::ScopedConvConfig wgmma("wgmma");
   const Case wgmma_cases[] = {
       {desc(bf16, 128, 204800, 1200, true, true), "wgmma_128x256x64_4", "wgmma_128x256x64_4"},
@@ -203,6 +204,11 @@ TEST(ConvCatalogueTest, AutomaticChoicesAsBefore) {
       {desc(bf16, 128, 8192, 1200, true, true), "wgmma_128x128x64_6", "wgmma_128x256x64_4"},
       {desc(bf16, 256, 204800, 256, true, true), "wgmma_128x128x64_3", "wgmma_128x256x64_4"},
       {desc(bf16, 48, 204800, 256, true, true), "wgmma_64x256x64_5", "wgmma_64x256x64_5"},
+      // Whole waves: ResNet-50's layer3 3 x 3 at batch 128 (196 blocks of 128 x 256 on 132
+      // SMs: 128 x 128's three full waves cost less than 128 x 256's two, the second mostly
+      // idle); its layer2 (392 blocks, three nearly full waves) stays 128 x 256.
+      {desc(bf16, 256, 25088, 2304, true, true), "wgmma_128x128x64_6", "wgmma_128x256x64_4"},
+      {desc(bf16, 128, 100352, 1152, true, true), "wgmma_128x256x64_4", "wgmma_128x256x64_4"},
       // Not eligible: mma.sync.
       {desc(bf16, 128, 204800, 1200, false, true), "mma_bf16_128x128x32_4",
        "mma_bf16_128x128x32_4"},

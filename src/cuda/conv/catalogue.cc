@@ -282,6 +282,21 @@ const ConvConfig& ChooseWgmma(const std::vector<const ConvConfig*>& cands, const
     }
   }
   if (!split_k && best != low && short_k && CeilDiv(d.k, 64) <= kShortKSlices) return *short_k;
+  // Whole waves (forward, backward data): a grid of a few waves of 128 x 256 blocks can leave
+  // most of its last wave idle where 128 x 128 blocks fill theirs. Cost = waves x block area /
+  // the tile's speed, 128 x 256 being kWideSpeed times faster per product where both fill
+  // their waves. bench_layers on an H100 (experiments/resnet_kernels/README.md, "Warp
+  // specialization and whole waves"): VGG-16's conv5 (14 x 14, batch 64: 196 blocks of 128 x
+  // 256 on 132 SMs) 0.206 -> 0.178 ms, ResNet-50's layer3 3 x 3 (batch 128) 0.106 -> 0.092.
+  const ConvConfig* mid = has("wgmma_128x128x64_6");
+  if (!split_k && best == wide && mid != nullptr) {
+    constexpr double kWideSpeed = 1.12;
+    auto cost = [&](const ConvConfig* c, double speed) {
+      const int64_t blocks = CeilDiv(d.m, c->bm) * CeilDiv(d.n, c->bn) * d.groups;
+      return double(CeilDiv(blocks, std::max(1, d.sm_count))) * c->bm * c->bn / speed;
+    };
+    if (cost(mid, 1.0) < cost(wide, kWideSpeed)) best = mid;
+  }
   return best ? *best : *cands[0];
 }
 

@@ -29,9 +29,9 @@ namespace {
 // (T = TL = 256 threads; WgmmaMainLoop). Warp-specialized: a third warpgroup (threads 256-383)
 // only loads, paced by an mbarrier pair per stage, and the two others only multiply
 // (WsProduce / WsConsume); setmaxnreg moves registers from the loader to them.
-// Registers per thread after setmaxnreg (warp-specialized): 96 x 128 + 208 x 256 = the 64K of
-// a multiprocessor, which the block has alone.
-constexpr int kWsLoaderRegs = 96, kWsMultiplierRegs = 208;
+// Registers per thread after setmaxnreg (warp-specialized): 72 x 128 + 208 x 256 = 61K of the
+// multiprocessor's 64K, which the block has alone.
+constexpr int kWsLoaderRegs = 72, kWsMultiplierRegs = 208;
 
 template <int kWGM, int kWGN, int kNW, int kStages, int kMinBlocks = 1,
           bool kWarpSpecialized = false>
@@ -39,7 +39,7 @@ struct WgTile {
   static constexpr bool WS = kWarpSpecialized;
   static constexpr int WGN = kWGN, NW = kNW, S = kStages, kBlocksPerSM = kMinBlocks;
   static constexpr int BM = 64 * kWGM, BN = kWGN * kNW, BK = 64, T = 256;
-  static constexpr int kThreads = WS ? 384 : 256, TL = WS ? 128 : 256;  // all, the loaders
+  static constexpr int kThreads = WS ? 384 : 256, TL = WS ? 128 : 256;          // all, the loaders
   static constexpr int kStageA = BM * BK * 2, kStageB = BK * BN * 2;            // bytes
   static constexpr size_t kBarriers = WS ? 2 * kStages * sizeof(uint64_t) : 0;  // full, empty
   // + 1 KiB to align the stages to the swizzle's 1024-byte period
