@@ -139,10 +139,12 @@ __device__ __forceinline__ void WgmmaSlice(uint32_t a_addr, int st, int wgm, con
 // cp.async copies of slice kt into stage st; desc_b(st, ks) is the B descriptor of K-step ks
 // of stage st for this thread's warpgroup (A's is the same in both kernels: K-major, rows
 // wgm * 64 ..). Slice t waits for its copies (cp.async.wait_group S - 3), a proxy fence and a
-// barrier publish them to the tensor cores; slice t + S - 2 is issued into the stage of slice
-// t - 2, whose wgmma every warpgroup retired before that barrier (wait_group 1 at the end of
-// each iteration); then slice t's four wgmma are issued and committed, and they run while the
-// next iteration waits for its copies. On return the accumulators d are complete.
+// barrier publish them to the tensor cores; slice t's four wgmma are issued and committed;
+// then slice t + S - 2 is issued into the stage of slice t - 2, whose wgmma every warpgroup
+// retired before that barrier (wait_group 1 at the end of each iteration). The multiplies go
+// first so that the tensor cores have slice t queued while the warps compute the next slice's
+// gather addresses (a few hundred instructions a warp; issued before them, the tensor cores
+// waited for those). On return the accumulators d are complete.
 template <class Tl, int kTransB, class Issue, class DescB>
 __device__ __forceinline__ void WgmmaMainLoop(int ktiles, int fault, uint32_t a_addr, int wgm,
                                               const Issue& issue, const DescB& desc_b,
@@ -158,13 +160,13 @@ __device__ __forceinline__ void WgmmaMainLoop(int ktiles, int fault, uint32_t a_
     CpAsyncWait<ST - 3>();  // this thread's copies of slice t have landed
     tc::FenceProxyAsync();  // ... and are visible to the tensor cores' (async proxy) reads
     __syncthreads();        // everyone's; every warpgroup has retired slice t - 2
-    const int tn = t + ST - 2;
-    if (tn < ktiles) issue(tn, tn % ST);
-    CpAsyncCommit();
     const int st = t % ST;
     tc::WgmmaFence();
     if (!(fault == 1 && t == 0)) WgmmaSlice<Tl, kTransB>(a_addr, st, wgm, desc_b, d);
     tc::WgmmaCommit();
+    const int tn = t + ST - 2;
+    if (tn < ktiles) issue(tn, tn % ST);
+    CpAsyncCommit();
     tc::WgmmaWait<1>();  // slice t - 1's products are done: its stage is free after the barrier
   }
   tc::WgmmaWait<0>();
