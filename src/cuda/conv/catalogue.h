@@ -19,9 +19,10 @@
 // pads the fewest rows, then the faster K slice, timed on the first call of each shape
 // (autotune.h; the results are bitwise the same); SIMT backward filter the row tile that pads
 // the fewest rows; mma.sync 128 x 128 or 64 x 128, whichever pads fewer rows; wgmma (on a
-// Hopper GPU, where it applies) the tile of the smallest padded area, 128 x 128 in 3 stages
-// for forward and backward-data GEMMs of at most 4 K slices (ChooseWgmma in catalogue.cc says
-// what was measured).
+// Hopper GPU, where it applies) the tile of the smallest padded area, 128 x 128 instead of
+// 128 x 256 where its whole waves cost less, 128 x 128 in 3 stages for forward and
+// backward-data GEMMs of at most 4 K slices, never a warp-specialized one (ChooseWgmma in
+// catalogue.cc says what was measured).
 //
 // Override: COLONNADE_CONV_CONFIG=<name> (read on first use; SetConvConfig in tests and
 // benchmarks): every convolution that configuration runs runs on it, the others are chosen
