@@ -104,12 +104,11 @@ TEST(EmuSyncDeathTest, AWaitNothingCompletesIsADeadlock) {
 
 TEST(EmuSyncDeathTest, ANamedBarrierSomeThreadsNeverReach) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(
-      emu::Launch(dim3(1), dim3(96),
-                  [] {
-                    if (threadIdx.x < 64) tc::NamedBarrierSync<1, 96>();
-                  }),
-      "bar.sync 1, 96");
+  EXPECT_DEATH(emu::Launch(dim3(1), dim3(96),
+                           [] {
+                             if (threadIdx.x < 64) tc::NamedBarrierSync<1, 96>();
+                           }),
+               "bar.sync 1, 96");
 }
 
 TEST(EmuSyncDeathTest, AWaitOnABarrierNeverInitialised) {
@@ -117,9 +116,8 @@ TEST(EmuSyncDeathTest, AWaitOnABarrierNeverInitialised) {
   EXPECT_DEATH(
       {
         emu::SetDynamicSharedBytes(sizeof(uint64_t));
-        emu::Launch(dim3(1), dim3(32), [] {
-          tc::MbarWait(reinterpret_cast<uint64_t*>(emu::DynamicShared()), 0);
-        });
+        emu::Launch(dim3(1), dim3(32),
+                    [] { tc::MbarWait(reinterpret_cast<uint64_t*>(emu::DynamicShared()), 0); });
       },
       "never initialised");
 }
