@@ -11,7 +11,6 @@ OUT=${1:?usage: layers_gpu.sh OUTDIR}
 mkdir -p "$OUT"
 # shellcheck source=/dev/null  # device_env.sh beside this script (linted on its own)
 source "$(dirname "$0")/device_env.sh"
-say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
 say "device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 VER=${VER:-ws}
 for mb in ${MODELS:-resnet50:128}; do

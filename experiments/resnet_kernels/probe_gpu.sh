@@ -11,7 +11,6 @@ OUT=${1:?usage: probe_gpu.sh OUTDIR}
 mkdir -p "$OUT"
 # shellcheck source=/dev/null  # device_env.sh beside this script (linted on its own)
 source "$(dirname "$0")/device_env.sh"
-say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
 say "device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 if [ -n "${FILTER:-}" ] && [ -x "$B/after/cuda_tests" ]; then
   # FILTER=all: the whole suite in 8 gtest shards at once (one GPU, shared).

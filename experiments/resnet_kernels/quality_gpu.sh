@@ -19,7 +19,6 @@ W=/tmp/q
 mkdir -p "$W"
 tar xJf "$ROOT/.gpu_data/q/qbin.tar.xz" -C "$W"
 tar xzf "$ROOT/.gpu_data/q/cif_shards.tar.gz" -C "$W"
-say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
 say "device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit ${COMMIT:-?}"
 
 timeout 120 "$W/qbin/bench_train" --model=resnet50 --precision=bf16 --batch_sizes=128 --steps=30 \

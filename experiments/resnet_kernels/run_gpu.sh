@@ -17,7 +17,6 @@ mkdir -p "$OUT/logs"
 # shellcheck source=/dev/null  # device_env.sh beside this script (linted on its own)
 source "$(dirname "$0")/device_env.sh"
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-say() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/summary.txt" >&2; }
 say "device $DEV; after ${COMMIT:-?}, before ${BEFORE_COMMIT:-?}"
 
 if [ -z "${SKIP_TESTS:-}" ]; then
