@@ -302,9 +302,10 @@ void CpAsyncWait(int newest_pending) {
 namespace {
 constexpr uint64_t kMbarTag = uint64_t(0xB4A7) << 48;
 constexpr uint64_t kMbarField = (uint64_t(1) << 20) - 1;
+bool MbarTagged(uint64_t v) { return (v & (uint64_t(0xffff) << 48)) == kMbarTag; }
 uint64_t MbarValue(const uint64_t* bar, const char* what) {
   const uint64_t v = *bar;
-  if ((v & (uint64_t(0xffff) << 48)) != kMbarTag) {
+  if (!MbarTagged(v)) {
     std::fprintf(stderr, "emu: %s on an mbarrier at %p that was never initialised\n", what,
                  static_cast<const void*>(bar));
     std::abort();
@@ -348,7 +349,7 @@ void LandDeferred(size_t i) {
 
 void MbarInit(uint64_t* bar, unsigned count) {
   const uint64_t v = *bar;
-  if ((v & (uint64_t(0xffff) << 48)) == kMbarTag && (v & kMbarField) != ((v >> 20) & kMbarField)) {
+  if (MbarTagged(v) && (v & kMbarField) != ((v >> 20) & kMbarField)) {
     std::fprintf(stderr, "emu: mbarrier at %p initialised again with arrivals pending\n",
                  static_cast<void*>(bar));
     std::abort();

@@ -183,7 +183,8 @@ void WgmmaWait(int newest_pending);  // wgmma.wait_group N
 // keeps the phase, the pending and the expected count in the object itself (with a tag, so
 // that a barrier used before its init, or initialised twice while in use, aborts).
 //   mbarrier.init.shared::cta.b64 [bar], count
-//   mbarrier.arrive.shared::cta.b64 _, [bar]         (one arrival; more than count aborts)
+//   mbarrier.arrive.shared::cta.b64 _, [bar]         (one arrival; an extra one counts
+//     toward the next phase, as on the GPU, and shows as a wrong result)
 //   mbarrier.try_wait.parity.shared::cta.b64 in a loop: returns once the phase of parity
 //     `parity` has completed; until then the thread yields to the others (a spin on the GPU).
 //     Threads that all wait on phases nothing can complete any more are a deadlock: abort.
