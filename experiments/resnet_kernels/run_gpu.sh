@@ -6,7 +6,13 @@
 #   2. bench_train before / after, alternately, on the zoo's headline jobs (bf16; ResNet-50
 #      also TF32 and batch 256),
 #   3. the PyTorch peers of the same jobs in the same call (torch.compile default mode, eager
-#      bf16 channels_last, TF32), unless SKIP_PEER=1.
+#      bf16 channels_last, TF32), unless SKIP_PEER=1; PEER_SET=extra runs instead the compiled
+#      peers the default set leaves out (ResNet-50 batch 64, ResNet-152, GoogLeNet) and
+#      max-autotune on ResNet-50 batch 128 (AUTOTUNE_TIMEOUT s, default 240, for compiling and
+#      timing).
+# TREES (default "before after"): the binary folders bench_train runs, COMMIT_<tree> their
+# full commits; ROUNDS (default 2); SKIP_TF32=1 leaves out the TF32 runs; TEST_TREE (default
+# after): the tree whose cuda_tests run; SKIP_TESTS=1 runs none.
 # Everything lands in OUTDIR/results.jsonl (one line per run: impl, tree, model, batch, mode,
 # img/s, peak GiB, device) and the logs in OUTDIR/logs.tgz.
 #   COMMIT=$(git rev-parse HEAD) BEFORE_COMMIT=$(git rev-parse <before>) \
@@ -23,7 +29,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   t0=$(date +%s)
   pids=()
   for ((i = 0; i < 8; ++i)); do
-    GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 400 "$B/after/cuda_tests" --gtest_brief=1 \
+    GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 400 "$B/${TEST_TREE:-after}/cuda_tests" --gtest_brief=1 \
       > "$OUT/logs/tests.$i.log" 2>&1 &
     pids+=($!)
   done
@@ -40,6 +46,15 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 
 : > "$OUT/results.jsonl"
+# A tree's full commit: COMMIT_<tree> (e.g. COMMIT_new), else COMMIT for after and
+# BEFORE_COMMIT for before.
+commit_of() {
+  local var=COMMIT_$1
+  if [ -n "${!var:-}" ]; then echo "${!var}"
+  elif [ "$1" = after ]; then echo "${COMMIT:-}"
+  elif [ "$1" = before ]; then echo "${BEFORE_COMMIT:-}"
+  fi
+}
 ours() {  # tree model batch precision
   local v=$1 m=$2 b=$3 prec=$4 log
   log=$OUT/logs/${v}_${m}_b${b}_${prec}.log
@@ -51,20 +66,33 @@ ours() {  # tree model batch precision
   peak=$(grep -oE "peak device memory [0-9.]+ GiB" <<< "$line" | grep -oE "[0-9.]+")
   say "ours $v $m b$b $prec: ${ips:-?} img/s, peak ${peak:-?} GiB"
   printf '{"impl":"colonnade","tree":"%s","commit":"%s","model":"%s","batch":%s,"mode":"%s","img_s":%s,"peak_gib":%s,"device":"%s"}\n' \
-    "$v" "$([ "$v" = after ] && echo "${COMMIT:-}" || echo "${BEFORE_COMMIT:-}")" "$m" "$b" "$prec" \
+    "$v" "$(commit_of "$v")" "$m" "$b" "$prec" \
     "${ips:-null}" "${peak:-null}" "$DEV" >> "$OUT/results.jsonl"
 }
 JOBS=${JOBS:-"alexnet:256 resnet50:128 resnet50:256 resnet50:64 resnet152:64 vgg16:64 googlenet:64"}
-for _ in 1 2; do  # two rounds: drift shows as disagreement
+for ((r = 0; r < ${ROUNDS:-2}; ++r)); do  # two rounds: drift shows as disagreement
   for j in $JOBS; do
-    for v in before after; do ours "$v" "${j%:*}" "${j#*:}" bf16; done
+    for v in ${TREES:-before after}; do ours "$v" "${j%:*}" "${j#*:}" bf16; done
   done
 done
-ours after resnet50 128 tf32
-ours before resnet50 128 tf32
-ours after vgg16 64 tf32
+if [ -z "${SKIP_TF32:-}" ]; then
+  ours after resnet50 128 tf32
+  ours before resnet50 128 tf32
+  ours after vgg16 64 tf32
+fi
 
-if [ -z "${SKIP_PEER:-}" ]; then
+if [ -z "${SKIP_PEER:-}" ] && [ "${PEER_SET:-default}" = extra ]; then
+  P=$OUT/peer.jsonl
+  for mb in resnet50:64 resnet152:64 googlenet:64; do
+    timeout 200 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models "${mb%:*}" \
+      --batch "${mb#*:}" --modes bf16_compile --json "$P" >> "$OUT/logs/peer.log" 2>&1
+    say "peer $mb bf16_compile rc=$?"
+  done
+  timeout "${AUTOTUNE_TIMEOUT:-240}" python3 "$ROOT/experiments/zoo/torchvision_step.py" \
+    --models resnet50 --batch 128 --modes bf16_autotune --json "$P" >> "$OUT/logs/peer.log" 2>&1
+  say "peer resnet50 b128 bf16_autotune rc=$? (124: did not finish within ${AUTOTUNE_TIMEOUT:-240} s)"
+fi
+if [ -z "${SKIP_PEER:-}" ] && [ "${PEER_SET:-default}" = default ]; then
   t0=$(date +%s)
   P=$OUT/peer.jsonl
   timeout 200 python3 "$ROOT/experiments/peer_pytorch/alexnet_step.py" --batch_sizes=256 \
@@ -82,6 +110,8 @@ if [ -z "${SKIP_PEER:-}" ]; then
   timeout 200 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models vgg16 --batch 64 \
     --modes bf16_compile,tf32 --json "$P" >> "$OUT/logs/peer.log" 2>&1
   say "peer vgg16 compile, tf32 rc=$? (peers in $(( $(date +%s) - t0 )) s)"
+fi
+if [ -z "${SKIP_PEER:-}" ]; then
   python3 - "$OUT" "$DEV" "${COMMIT:-}" >> "$OUT/results.jsonl" <<'PY'
 import json, os, sys
 out, dev, commit = sys.argv[1:4]

@@ -8,7 +8,9 @@ torchvision models on one GPU, in images per second: the peer of `bench_train
 
 Modes: fp32 (strict: TF32 off for matmul and cuDNN), tf32, bf16_cl (autocast bf16,
 channels_last, eager), bf16_compile (the same under torch.compile; its compile time is
-spent in the warm-up, not timed) -- the peer modes of experiments/mixed_precision. Inputs are random tensors on
+spent in the warm-up, not timed), bf16_autotune (torch.compile mode="max-autotune": Triton
+and cuBLAS candidates timed per shape, minutes of warm-up) -- the peer modes of
+experiments/mixed_precision. Inputs are random tensors on
 the device, so the number is the network's, not a data pipeline's. Timed with CUDA
 events after warm-up; the median of --repeats runs of --steps steps.
 """
@@ -28,7 +30,7 @@ def build(name, classes):
 
 
 def time_model(name, batch, mode, steps, repeats, size, classes):
-    if mode not in ("fp32", "tf32", "bf16_cl", "bf16_compile"):
+    if mode not in ("fp32", "tf32", "bf16_cl", "bf16_compile", "bf16_autotune"):
         raise SystemExit(f"torchvision_step.py: unknown mode {mode}")
     tf32 = mode != "fp32"  # bf16 modes: what autocast leaves in float runs as TF32
     torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -43,7 +45,11 @@ def time_model(name, batch, mode, steps, repeats, size, classes):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     y = torch.randint(0, classes, (batch,), device="cuda")
     loss_fn = torch.nn.CrossEntropyLoss()
-    net = torch.compile(model, dynamic=False) if mode == "bf16_compile" else model
+    net = model
+    if mode == "bf16_compile":
+        net = torch.compile(model, dynamic=False)
+    elif mode == "bf16_autotune":
+        net = torch.compile(model, dynamic=False, mode="max-autotune")
 
     def step():
         opt.zero_grad(set_to_none=True)

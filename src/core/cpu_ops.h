@@ -40,7 +40,7 @@ class CpuOps : public Ops {
   // Records are not kept (the backward finds the maxima again): `record` is ignored.
   void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* record) override;
   void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                    const PoolParams& p, const Tensor* record) override;
+                    const PoolParams& p, const Tensor* record, bool relu_dx = false) override;
   void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
   void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
   // Always stores the denominators (an empty `denom` is given x's shape).

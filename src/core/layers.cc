@@ -88,8 +88,9 @@ void ConvLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const
 void ConvLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Tensor*>& x,
                          const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
-  ops.ConvLayerBackward(*x[0], weight_.value, fused_relu_ ? y[0] : nullptr, *dy[0], weight_.grad,
-                        has_bias_ ? &bias_.grad : nullptr, dx[0], p_);
+  ops.ConvLayerBackward(*x[0], weight_.value, fused_relu_ && !dy_masked_ ? y[0] : nullptr, *dy[0],
+                        weight_.grad, has_bias_ ? &bias_.grad : nullptr, dx[0], p_,
+                        relu_dx_ && dx[0] != nullptr);
 }
 
 std::vector<Param*> ConvLayer::params() {
@@ -230,7 +231,7 @@ void PoolLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Te
                          const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
   const bool recorded = p_.kind == PoolParams::kMax && record_valid_;  // by the last forward
-  ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_, recorded ? &arg_ : nullptr);
+  ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_, recorded ? &arg_ : nullptr, relu_dx_);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ class ConvLayer : public Layer {
   ConvLayer(std::string name, int filters, ConvParams p, bool bias = true, ColumnInfo columns = {},
             float bias_init = 0.0f);
   COLONNADE_LAYER_OVERRIDES("conv");
-  // dW needs x; dx needs only dy and the weights; a fused ReLU's gradient needs y.
-  BackwardReads backward_reads() const override { return {true, fused_relu_, true}; }
+  // dW needs x; dx needs only dy and the weights; a fused ReLU's gradient needs y (unless the
+  // layer after has passed dy through it: set_dy_masked).
+  BackwardReads backward_reads() const override { return {true, fused_relu_ && !dy_masked_, true}; }
   // The tensor-core kernels read and write either storage type (CudaOps::ConvLayerForward).
   bool bf16_io() const override { return true; }
   void AllocateParams(Device d) override;
@@ -39,6 +40,14 @@ class ConvLayer : public Layer {
   // asks the backend for y's per-channel sums (Ops::ConvLayerForward's bn_sums).
   void set_bn_sums(bool on) { bn_sums_ = on; }
   bool bn_sums() const { return bn_sums_; }
+  // Net::Fusions::relu_grad, the two ends of one pair. relu_dx: this layer's input is the output
+  // of the fused ReLU of the convolution before, which nothing else reads, and Backward writes
+  // dx already passed through that ReLU (Ops::ConvLayerBackward's relu_dx). dy_masked: this
+  // layer's fused ReLU is that one: its Backward takes dy as the gradient after the ReLU.
+  void set_relu_dx(bool on) { relu_dx_ = on; }
+  bool relu_dx() const { return relu_dx_; }
+  void set_dy_masked(bool on) { dy_masked_ = on; }
+  bool dy_masked() const { return dy_masked_; }
   // Gaussian N(0, std^2) initial weights (AlexNet: 0.01) instead of the default He normal.
   void set_weight_std(float std) {
     weight_.init.kind = InitSpec::kGaussian;
@@ -54,6 +63,8 @@ class ConvLayer : public Layer {
   int64_t in_channels_ = 0;
   bool fused_relu_ = false;
   bool bn_sums_ = false;
+  bool relu_dx_ = false;
+  bool dy_masked_ = false;
   Param weight_, bias_;
 };
 
@@ -100,19 +111,23 @@ class PoolLayer : public Layer {
   COLONNADE_LAYER_OVERRIDES(p_.kind == PoolParams::kMax ? "maxpool" : "avgpool");
   // Max pooling: the CPU finds each window's maximum again (x == y), the CUDA backend reads
   // its argmax record instead (arg_), but the plan keeps x and y for every backend; average
-  // pooling spreads dy by window size only.
+  // pooling spreads dy by window size only (and masks it by x under relu_dx).
   BackwardReads backward_reads() const override {
     const bool max = p_.kind == PoolParams::kMax;
-    return {max, max, true};
+    return {max || relu_dx_, max, true};
   }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   bool bf16_io() const override { return true; }  // max and average
   // Max pooling's backward finds the maximum's pixel by comparing x with y.
   bool bf16_output_needs_bf16_input() const override { return p_.kind == PoolParams::kMax; }
   const PoolParams& pool_params() const { return p_; }
+  // Net::Fusions::relu_grad: as ConvLayer::set_relu_dx (Ops::PoolBackward's relu_dx).
+  void set_relu_dx(bool on) { relu_dx_ = on; }
+  bool relu_dx() const { return relu_dx_; }
 
  private:
   PoolParams p_;
+  bool relu_dx_ = false;
   // Max pooling: the backend's record of the forward (each window's argmax as a bf16 offset in
   // its window, y's shape: Ops::PoolForward); the CUDA backward reads it instead of x and y.
   Tensor arg_;

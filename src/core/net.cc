@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -97,7 +98,10 @@ void Net::MarkFusions() {
     if (auto* conv = dynamic_cast<ConvLayer*>(l)) {
       conv->set_fused_relu(false);
       conv->set_bn_sums(false);
+      conv->set_relu_dx(false);
+      conv->set_dy_masked(false);
     }
+    if (auto* pool = dynamic_cast<PoolLayer*>(l)) pool->set_relu_dx(false);
     if (auto* bn = dynamic_cast<BatchNormLayer*>(l)) {
       bn->set_fused_relu(false);
       bn->set_output_into_add(false);
@@ -136,17 +140,42 @@ void Net::MarkFusions() {
   // Not under bn_relu_add: the block outputs it recomputes are sums, which then need their
   // inputs written (a sum with a batch norm inside cannot be recomputed from its own inputs).
   if (fusions_.bn_add && recompute_ != RecomputePolicy::kBatchNormReluAdd) MarkBatchNormAdds();
+  if (fusions_.relu_grad) MarkReluGrads();
+}
+
+int Net::Readers(const std::string& blob) const {
+  int n = 0;
+  for (const LayerEntry& e : layers_)
+    for (const std::string& in : e.inputs) n += in == blob;
+  return n;
+}
+
+// relu_grad: convolution i with a fused ReLU (layer i + 1, in place) whose output only layer
+// i + 2 reads besides that ReLU: a convolution or a pooling layer with it as its only input and
+// not its output. Only then is that layer's dx the whole gradient reaching the ReLU.
+void Net::MarkReluGrads() {
+  for (size_t i = 0; i + 2 < layers_.size(); ++i) {
+    auto* conv = dynamic_cast<ConvLayer*>(layers_[i].layer.get());
+    if (conv == nullptr || !conv->fused_relu()) continue;
+    const std::string& blob = layers_[i].outputs[0];
+    const LayerEntry& next = layers_[i + 2];
+    if (next.inputs != std::vector<std::string>{blob} || Readers(blob) != 2 ||
+        std::find(next.outputs.begin(), next.outputs.end(), blob) != next.outputs.end())
+      continue;
+    if (auto* c = dynamic_cast<ConvLayer*>(next.layer.get())) {
+      c->set_relu_dx(true);
+    } else if (auto* pool = dynamic_cast<PoolLayer*>(next.layer.get())) {
+      pool->set_relu_dx(true);
+    } else {
+      continue;
+    }
+    conv->set_dy_masked(true);
+  }
 }
 
 // bn_add: input k of a residual sum is the only output of a batch norm (no fused ReLU, not in
 // place) that nothing else reads, and whose input no layer between the two rewrites.
 void Net::MarkBatchNormAdds() {
-  auto readers = [&](const std::string& blob) {
-    int n = 0;
-    for (const LayerEntry& e : layers_)
-      for (const std::string& in : e.inputs) n += in == blob;
-    return n;
-  };
   for (size_t i = 0; i < layers_.size(); ++i) {
     auto* add = dynamic_cast<AddLayer*>(layers_[i].layer.get());
     if (!add || layers_[i].inputs.size() != 2 || layers_[i].inputs[0] == layers_[i].inputs[1])
@@ -162,7 +191,7 @@ void Net::MarkBatchNormAdds() {
       auto* bn = dynamic_cast<BatchNormLayer*>(layers_[j].layer.get());
       if (!bn || bn->fused_relu() || layers_[j].outputs.size() != 1 ||
           layers_[j].outputs[0] != blob || layers_[j].inputs.size() != 1 ||
-          layers_[j].inputs[0] == blob || readers(blob) != 1 || pinned_.count(blob))
+          layers_[j].inputs[0] == blob || Readers(blob) != 1 || pinned_.count(blob))
         continue;
       bool rewritten = false;
       for (size_t m = j + 1; m < i; ++m)
@@ -174,46 +203,54 @@ void Net::MarkBatchNormAdds() {
   }
 }
 
+namespace {
+// Every fusion by its name, in FusionsName's order.
+struct FusionName {
+  const char* name;
+  bool Fusions::*on;
+};
+constexpr FusionName kFusionNames[] = {
+    {"conv_relu", &Fusions::conv_relu}, {"bn_relu", &Fusions::bn_relu},
+    {"add_relu", &Fusions::add_relu},   {"conv_bn", &Fusions::conv_bn},
+    {"bn_add", &Fusions::bn_add},       {"relu_grad", &Fusions::relu_grad},
+};
+std::string FusionChoices() {
+  std::vector<std::string> names;
+  for (const FusionName& f : kFusionNames) names.push_back(f.name);
+  return absl::StrCat("use a comma list of ", absl::StrJoin(names, ", "),
+                      ", or default, all, or none");
+}
+}  // namespace
+
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text) {
-  Fusions f{false, false, false, false, false};
   if (text == "default") return Fusions{};
-  if (text == "all") return Fusions{true, true, true, true, true};
-  if (text == "none") return f;
+  Fusions f;
+  for (const FusionName& n : kFusionNames) f.*n.on = text == "all";
+  if (text == "all" || text == "none") return f;
   for (absl::string_view name : absl::StrSplit(text, ',')) {
-    if (name == "conv_relu") {
-      f.conv_relu = true;
-    } else if (name == "bn_relu") {
-      f.bn_relu = true;
-    } else if (name == "add_relu") {
-      f.add_relu = true;
-    } else if (name == "conv_bn") {
-      f.conv_bn = true;
-    } else if (name == "bn_add") {
-      f.bn_add = true;
-    } else if (name == "lrn_pool") {
-      return absl::InvalidArgumentError(
+    if (name == "lrn_pool") {
+      return absl::InvalidArgumentError(absl::StrCat(
           "fusion 'lrn_pool' is gone: the LRN + max-pool fusion measured slower and left the main "
-          "path (dev/lrn_pool); use a comma list of conv_relu, bn_relu, add_relu, conv_bn, bn_add, "
-          "or default, "
-          "all, or none");
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("unknown fusion '%s': use a comma list of conv_relu, bn_relu, add_relu, "
-                          "conv_bn, bn_add, or default, "
-                          "all, or none",
-                          name));
+          "path (dev/lrn_pool); ",
+          FusionChoices()));
     }
+    bool known = false;
+    for (const FusionName& n : kFusionNames) {
+      if (name != n.name) continue;
+      f.*n.on = true;
+      known = true;
+    }
+    if (!known)
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown fusion '%s': %s", name, FusionChoices()));
   }
   return f;
 }
 
 std::string FusionsName(const Fusions& f) {
   std::vector<std::string> on;
-  if (f.conv_relu) on.push_back("conv_relu");
-  if (f.bn_relu) on.push_back("bn_relu");
-  if (f.add_relu) on.push_back("add_relu");
-  if (f.conv_bn) on.push_back("conv_bn");
-  if (f.bn_add) on.push_back("bn_add");
+  for (const FusionName& n : kFusionNames)
+    if (f.*n.on) on.push_back(n.name);
   return on.empty() ? "none" : absl::StrJoin(on, ",");
 }
 

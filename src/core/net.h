@@ -58,11 +58,18 @@ struct Fusions {
   // statistics, so its output is never written nor read again. Bitwise the same. Not applied
   // with RecomputePolicy::kBatchNormReluAdd (its recomputed block outputs are such sums).
   bool bn_add = true;
+  // A convolution's fused ReLU whose output only one more layer reads, a convolution or a
+  // pooling layer right after it: that layer's backward writes its dx already passed through
+  // the ReLU (x > 0: ConvLayer / PoolLayer::set_relu_dx), and the convolution's backward takes
+  // that gradient as it is (ConvLayer::set_dy_masked). Bitwise the same; the CUDA backend masks
+  // in the backward-data epilogue (and sums the bias gradient there) or in the max pool's
+  // gather, instead of a pass over dy and y (VGG-16: 13 such passes).
+  bool relu_grad = true;
   // (A cross-channel LRN fused into the max pool after it measured slower and left the main
   // path: dev/lrn_pool.)
 };
-// "conv_relu,bn_relu,add_relu,conv_bn,bn_add" (any subset, comma-separated), "default" (Fusions{}),
-// "all" or "none". "lrn_pool" is refused with a note that it is gone.
+// "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad" (any subset, comma-separated), "default"
+// (Fusions{}), "all" or "none". "lrn_pool" is refused with a note that it is gone.
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text);
 std::string FusionsName(const Fusions& f);
 
@@ -183,7 +190,9 @@ class Net {
   // Marks the pairs to fuse (set_fusions), clearing earlier marks. Runs before shape
   // inference.
   void MarkFusions();
-  void MarkBatchNormAdds();  // Fusions::bn_add (MarkFusions)
+  void MarkBatchNormAdds();                    // Fusions::bn_add (MarkFusions)
+  void MarkReluGrads();                        // Fusions::relu_grad (MarkFusions)
+  int Readers(const std::string& blob) const;  // how many layer inputs name the blob
   // Runs a recomputation of the plan (Layer::Recompute of each of its runs).
   void Recompute(const Recomputation& r);
 

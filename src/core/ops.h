@@ -136,10 +136,15 @@ class Ops {
   }
   // Backward from dy, the gradient of y. With relu_y (the y of a forward with relu) the
   // gradient first passes the ReLU (dy where relu_y > 0, else 0: ReluBackward). Then dw,
-  // db when not null, dx when not null (all overwritten).
+  // db when not null, dx when not null (all overwritten). relu_dx: x is the output of a ReLU
+  // (in place, the layer before's; Net::Fusions::relu_grad) and dx goes on into it: dx is
+  // written already passed through that ReLU (dx where x > 0, else 0), so that the layer
+  // before reads it without its mask (relu_y null). The same bits as masking there; a backend
+  // may do it in the convolution's epilogue (CudaOps, also leaving dx's per-channel sums for
+  // that layer's bias gradient).
   virtual void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y,
                                  const Tensor& dy, Tensor& dw, Tensor* db, Tensor* dx,
-                                 const ConvParams& p) {
+                                 const ConvParams& p, bool relu_dx = false) {
     Tensor masked;
     if (relu_y) {
       masked = Tensor(dy.shape(), device());
@@ -148,7 +153,10 @@ class Ops {
     const Tensor& g = relu_y ? masked : dy;
     ConvBackwardFilter(x, g, dw, p);
     if (db) BiasBackward(g, *db);
-    if (dx) ConvBackwardData(g, w, *dx, p);
+    if (dx) {
+      ConvBackwardData(g, w, *dx, p);
+      if (relu_dx) ReluBackward(x, *dx, *dx);
+    }
   }
 
   // ---- matrices (row-major), for fully connected layers --------------------------
@@ -166,9 +174,10 @@ class Ops {
   void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
     PoolForward(x, y, p, nullptr);
   }
-  // dx from x, y, dy (max pooling routes to the first maximum of each window).
+  // dx from x, y, dy (max pooling routes to the first maximum of each window). relu_dx: as
+  // ConvLayerBackward's (x is a ReLU's output; dx is written passed through it).
   virtual void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                            const PoolParams& p, const Tensor* record) = 0;
+                            const PoolParams& p, const Tensor* record, bool relu_dx = false) = 0;
   void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                     const PoolParams& p) {
     PoolBackward(x, y, dy, dx, p, nullptr);

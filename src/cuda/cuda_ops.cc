@@ -93,6 +93,7 @@ void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b
                                Tensor& y, const ConvParams& p, bool bn_sums) {
   RefuseBf16Storage({&x, &y}, "ConvLayerForward");
   pending_sums_ = PendingSums{};
+  pending_dx_sums_ = PendingSums{};
   if (conv_math_ == MathMode::kFP32) return Ops::ConvLayerForward(x, w, b, relu, y, p);
   if (b) op_shapes::Bias(y, *b, "ConvLayerForward");
   std::unique_ptr<Scratch> xb;
@@ -122,11 +123,22 @@ void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b
 
 void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y,
                                 const Tensor& dy, Tensor& dw, Tensor* db, Tensor* dx,
-                                const ConvParams& p) {
+                                const ConvParams& p, bool relu_dx) {
   if (relu_y) SameSize(*relu_y, dy, "ConvLayerBackward relu_y");
   if (db) op_shapes::Bias(dy, *db, "ConvLayerBackward");
   RefuseBf16Storage({&x, relu_y, &dy, dx}, "ConvLayerBackward");
   CHECK(!relu_y || relu_y->dtype() == dy.dtype()) << "ConvLayerBackward: y and dy differ in type";
+  CHECK(!relu_dx || dx != nullptr) << "ConvLayerBackward: relu_dx without dx";
+  // The bias gradient from the tile sums the layer after this one left with dy (its backward
+  // data under relu_dx): no pass over dy for it.
+  PendingSums dy_sums = std::move(pending_dx_sums_);
+  pending_dx_sums_ = PendingSums{};
+  if (db && !relu_y && dy_sums.sums && dy_sums.y == dy.raw() && dy_sums.channels == dy.shape()[0] &&
+      dy_sums.inner == Inner(dy)) {
+    TileSumsGpu(ctx_, dy_sums.sums->f(), dy_sums.tiles, db->data(), dy.shape()[0]);
+    ++biases_from_dx_sums_;
+    db = nullptr;
+  }
   // The gradient after the ReLU, g. bf16: straight into the bf16 operand, the bias gradient
   // summed in the same pass (GradToBf16Gpu reads y and dy once, writes 2 bytes). Otherwise
   // a float scratch (FP32: ReluBackward's very bits) and BiasBackward's row sums.
@@ -166,6 +178,7 @@ void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* 
   if (conv_math_ == MathMode::kFP32) {
     ConvBackwardFilterGpu(ctx_, Dims(x, dw, dy, p), p, x.data(), g, dw.data());
     if (dx) ConvBackwardDataGpu(ctx_, Dims(*dx, w, dy, p), p, g, w.data(), dx->data());
+    if (relu_dx) ReluBackward(x, *dx, *dx);
     return;
   }
   TcConvArgs a;
@@ -177,13 +190,28 @@ void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* 
   a.dw = dw.data();
   ConvBackwardFilterTc(ctx_, a);
   xb.reset();  // x's copy is needed no more: its memory may serve backward data's scratch
-  if (dx) {
-    a.dims = Dims(*dx, w, dy, p);
-    a.x = TcInput{};
-    a.dw = nullptr;
-    a.w = w.data();
-    a.dx = TcOutput{dx->raw(), StorageOf(*dx)};
-    ConvBackwardDataTc(ctx_, a);
+  if (!dx) return;
+  a.dims = Dims(*dx, w, dy, p);
+  a.x = TcInput{};
+  a.dw = nullptr;
+  a.w = w.data();
+  a.dx = TcOutput{dx->raw(), StorageOf(*dx)};
+  // relu_dx: the mask in the epilogue (x as stored, when dx is stored alike), with dx's tile
+  // sums left for the bias gradient of the layer that wrote x; else a pass after.
+  std::unique_ptr<Scratch> sums;
+  if (relu_dx && x.dtype() == dx->dtype()) {
+    a.dx_mask = TcInput{x.raw(), StorageOf(x)};
+    sums = std::make_unique<Scratch>(ctx_.alloc, sizeof(float) * size_t(StatsCapacityDx(a.dims)));
+    a.stats = sums->f();
+  }
+  const ConvLaunchInfo info = ConvBackwardDataTc(ctx_, a);
+  if (relu_dx && a.dx_mask.data == nullptr) ReluBackward(x, *dx, *dx);
+  if (sums && info.stats_tiles > 0) {
+    pending_dx_sums_.sums = std::move(sums);
+    pending_dx_sums_.y = dx->raw();
+    pending_dx_sums_.channels = dx->shape()[0];
+    pending_dx_sums_.inner = Inner(*dx);
+    pending_dx_sums_.tiles = info.stats_tiles;
   }
 }
 

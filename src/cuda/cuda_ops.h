@@ -64,12 +64,13 @@ class CudaOps : public Ops {
   void ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b, bool relu, Tensor& y,
                         const ConvParams& p, bool bn_sums = false) override;
   void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y, const Tensor& dy,
-                         Tensor& dw, Tensor* db, Tensor* dx, const ConvParams& p) override;
+                         Tensor& dw, Tensor* db, Tensor* dx, const ConvParams& p,
+                         bool relu_dx = false) override;
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;
   void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* record) override;
   void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                    const PoolParams& p, const Tensor* record) override;
+                    const PoolParams& p, const Tensor* record, bool relu_dx = false) override;
   void GlobalAvgPoolForward(const Tensor& x, Tensor& y) override;
   void GlobalAvgPoolBackward(const Tensor& dy, Tensor& dx) override;
   void LrnCrossForward(const Tensor& x, Tensor& y, Tensor& denom, const LrnCrossParams& p) override;
@@ -122,6 +123,8 @@ class CudaOps : public Ops {
   // Training batch norms that took their statistics from the convolution before them
   // (ConvLayerForward's bn_sums), since construction: tests and benchmarks.
   int64_t batch_norms_from_conv_sums() const { return bn_from_conv_sums_; }
+  // Bias gradients taken from the tile sums of the backward data after them (relu_dx).
+  int64_t biases_from_dx_sums() const { return biases_from_dx_sums_; }
 
  private:
   DeviceContext ctx_;
@@ -138,6 +141,10 @@ class CudaOps : public Ops {
   };
   PendingSums pending_sums_;
   int64_t bn_from_conv_sums_ = 0;
+  // The tile sums of a backward data under relu_dx (dx = the y field) for the bias gradient of
+  // the convolution whose dy it is: consumed, or dropped, by the next ConvLayerBackward.
+  PendingSums pending_dx_sums_;
+  int64_t biases_from_dx_sums_ = 0;
 
   // A float tensor as a tensor-core operand: bf16 math reads a bf16 copy made into `copy`
   // (scratch for the rest of the Ops call); tf32 math reads the tensor itself.

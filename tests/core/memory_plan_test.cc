@@ -365,6 +365,7 @@ struct Trace {
   std::vector<std::vector<float>> losses, logits;  // per step; then the eval forward
   std::vector<std::vector<float>> params;
   int conv_relu = 0, bn_relu = 0, add_relu = 0, conv_bn = 0, bn_add = 0;  // pairs fused
+  int relu_grad = 0, relu_grad_pools = 0;  // convolutions whose dy arrives masked; by a pool
 };
 
 // How Train builds the net: the memory plan, the poisoned arena, recomputation, fusions.
@@ -403,6 +404,10 @@ Trace Train(const std::string& model, int input, const TrainSetup& setup, int st
       ++t.conv_bn;
     if (auto* bn = dynamic_cast<const BatchNormLayer*>(e.layer.get()); bn && bn->output_into_add())
       ++t.bn_add;
+    if (auto* conv = dynamic_cast<const ConvLayer*>(e.layer.get()); conv && conv->dy_masked())
+      ++t.relu_grad;
+    if (auto* pool = dynamic_cast<const PoolLayer*>(e.layer.get()); pool && pool->relu_dx())
+      ++t.relu_grad_pools;
   }
   net->InitParams(11);
   SgdOptimizer opt({0.9f, 1e-4f});
@@ -580,20 +585,50 @@ TEST(Fusions, BatchNormIntoTheSumTrainsBitwise) {
   }
 }
 
+// relu_grad: a convolution's fused ReLU whose output one convolution or pooling layer reads
+// next gets its gradient masked by that layer's backward (VGG-16: all 13, five of them by a
+// max pool; AlexNet: conv3 and conv4, read by conv4 and conv5, and conv5 by its pool, the
+// others feed an LRN; cifar10-18pct: conv2 and conv3, each read by an average pool). Training
+// is bitwise the same as with the masks in the convolutions' own backward (CPU, memory plan
+// on, arena poisoned: a layer reading a y the plan let die shows).
+TEST(Fusions, ReluGradTrainsBitwise) {
+  TrainSetup on, off;
+  off.fusions.relu_grad = false;
+  struct Expect {
+    const char* model;
+    int convs, pools;
+  };
+  for (const Expect& x :
+       {Expect{"vgg16", 13, 5}, Expect{"alexnet", 3, 1}, Expect{"cifar10-18pct", 2, 2}}) {
+    SCOPED_TRACE(x.model);
+    const Trace a = Train(x.model, SmallInput(x.model), on);
+    const Trace b = Train(x.model, SmallInput(x.model), off);
+    EXPECT_EQ(a.relu_grad, x.convs);
+    EXPECT_EQ(a.relu_grad_pools, x.pools);
+    EXPECT_EQ(b.relu_grad, 0);
+    EXPECT_TRUE(BitwiseEqual(a.losses, b.losses)) << "losses differ";
+    EXPECT_TRUE(BitwiseEqual(a.logits, b.logits)) << "logits differ";
+    EXPECT_TRUE(BitwiseEqual(a.params, b.params)) << "parameters differ";
+  }
+  EXPECT_EQ(Train("resnet18-cifar", 32, on, 0).relu_grad, 0);  // batch norm before every ReLU
+}
+
 TEST(Fusions, ParseAndName) {
   absl::StatusOr<Fusions> f = ParseFusions("bn_relu,add_relu");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_FALSE(f->conv_relu);
   EXPECT_TRUE(f->bn_relu && f->add_relu);
   EXPECT_EQ(FusionsName(*f), "bn_relu,add_relu");
-  EXPECT_EQ(FusionsName(*ParseFusions("all")), "conv_relu,bn_relu,add_relu,conv_bn,bn_add");
-  EXPECT_EQ(FusionsName(*ParseFusions("default")), "conv_relu,bn_relu,add_relu,conv_bn,bn_add");
+  EXPECT_EQ(FusionsName(*ParseFusions("all")),
+            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad");
+  EXPECT_EQ(FusionsName(*ParseFusions("default")),
+            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad");
   EXPECT_EQ(FusionsName(*ParseFusions("conv_bn")), "conv_bn");
   EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
   f = ParseFusions("conv_relu,lrn+pool");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("lrn+pool"), std::string::npos) << f.status();
-  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu, conv_bn, bn_add"),
+  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu, conv_bn, bn_add, relu_grad"),
             std::string::npos);
   // The LRN + max-pool fusion left the main path (dev/lrn_pool): its name says so.
   f = ParseFusions("conv_relu,lrn_pool");

@@ -107,7 +107,7 @@ void CpuOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor
 // Avg: dy / (in-image pixel count) goes to every in-image pixel of the window.
 // Windows overlap, so the split is over channels only: a thread owns dx of its channels.
 void CpuOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                          const PoolParams& p, const Tensor* /*record*/) {
+                          const PoolParams& p, const Tensor* /*record*/, bool relu_dx) {
   op_shapes::PoolBackward(x, y, dy, dx, p);
   const int64_t C = x.c(), H = x.h(), W = x.w(), N = x.n(), OH = y.h(), OW = y.w();
   const float* xs = x.data();
@@ -157,6 +157,7 @@ void CpuOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Te
       }
     }
   });
+  if (relu_dx) ReluBackward(x, dx, dx);
 }
 
 // y[c][n] = mean over the H*W pixels of x[c][.][.][n], accumulated in double per image.

@@ -80,15 +80,23 @@ struct TcConvArgs {
   TcOutput y;                       // forward
   TcOutput dx;                      // backward data
   float* dw = nullptr;              // backward filter
-  // Forward, may be null: room for StatsCapacity(dims) floats, where a wgmma configuration with
-  // a staged epilogue leaves each column tile's per-channel sum and sum of squares of y as
-  // stored (TcGemmParams::stats; ConvLaunchInfo::stats_tiles says how many tiles, 0 if none).
+  // Forward (and backward data, below), may be null: room for StatsCapacity(dims) floats, where a
+  // wgmma configuration with a staged epilogue leaves each column tile's per-channel sum and sum of
+  // squares of y as stored (TcGemmParams::stats; ConvLaunchInfo::stats_tiles says how many tiles, 0
+  // if none).
   float* stats = nullptr;
+  // Backward data, may be null: dx's shape and storage type; dx is stored masked by it (0
+  // where the mask is not above 0: the ReLU that wrote it, Ops::ConvLayerBackward's relu_dx).
+  // stats then serves backward data too, as for the forward (dx's per-channel sums of the
+  // masked values, for the bias gradient of the layer that wrote the mask), where one GEMM
+  // writes the whole of dx (stride 1).
+  TcInput dx_mask;
   int fault = 0;  // tests only: 1 drops the first K slice of every tile (a wrong kernel)
 };
 // Floats TcConvArgs::stats must hold for the forward of dims: 2 per channel and column tile of
 // at least 128 columns.
 int64_t StatsCapacity(const ConvDims& d);
+int64_t StatsCapacityDx(const ConvDims& d);  // the same for backward data's dx
 
 ConvLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a);
 ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a);

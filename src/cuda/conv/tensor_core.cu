@@ -82,7 +82,7 @@ int ChunkElems(MathMode m) { return m == MathMode::kBF16 ? 8 : 4; }
 // arranges the filter operand for it and launches.
 ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode math, ConvGemm gemm,
                        int groups, const TcInput& in, const TcOutput& out, const float* bias,
-                       bool relu, float* stats, int fault) {
+                       bool relu, float* stats, const void* mask, int fault) {
   CHECK(math == MathMode::kBF16 || math == MathMode::kTF32) << "tensor-core math mode";
   const bool bf16 = math == MathMode::kBF16;
   const bool vec = gemm.geo.n % ChunkElems(math) == 0 && Aligned(in.data, 16);
@@ -101,7 +101,11 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   const size_t ob = StorageBytes(out.type);
   q.pair_out = ((q.plain ? q.j % 2 == 0 : q.n % 2 == 0) && Aligned(q.out, 2 * ob)) ? 1 : 0;
   const int64_t row_bytes = int64_t(q.out_h) * q.out_w * q.n * int64_t(ob);
-  q.staged = (q.plain && Aligned(q.out, 16) && row_bytes % 16 == 0 && (q.j * ob) % 16 == 0) ? 1 : 0;
+  q.staged = (q.plain && Aligned(q.out, 16) && row_bytes % 16 == 0 && (q.j * ob) % 16 == 0 &&
+              (mask == nullptr || Aligned(mask, 16)))
+                 ? 1
+                 : 0;
+  q.mask = mask;
   const int64_t elems = int64_t(groups) * q.kp * q.mp;
   Scratch at(ctx.alloc, (bf16 ? 2 : 4) * size_t(elems));
   gemm.arrange.at = at.f();
@@ -131,17 +135,22 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
 int64_t StatsCapacity(const ConvDims& d) {
   return 2 * int64_t(d.f) * CeilDiv(int64_t(d.oh) * d.ow * d.n, int64_t(128));
 }
+int64_t StatsCapacityDx(const ConvDims& d) {
+  return 2 * int64_t(d.c) * CeilDiv(int64_t(d.h) * d.w * d.n, int64_t(128));
+}
 
 ConvLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a) {
   conv::CheckSizes(a.dims);
   return conv::RunGemm(ctx, ConvProblem::kForward, a.math, conv::ForwardGemm(a.dims, a.conv, a.w),
-                       a.conv.groups, a.x, a.y, a.bias, a.relu, a.stats, a.fault);
+                       a.conv.groups, a.x, a.y, a.bias, a.relu, a.stats, nullptr, a.fault);
 }
 
 ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a) {
   const ConvDims& d = a.dims;
   conv::CheckSizes(d);
-  CHECK(a.bias == nullptr && !a.relu) << "backward data has no epilogue";
+  CHECK(a.bias == nullptr && !a.relu) << "backward data has no bias or ReLU";
+  CHECK(a.dx_mask.data == nullptr || a.dx_mask.type == a.dx.type)
+      << "backward data: the mask is stored as dx";
   bool zero_first = false;
   const std::vector<conv::ConvGemm> gemms = conv::BackwardDataGemms(d, a.conv, a.w, &zero_first);
   if (zero_first) {
@@ -149,9 +158,11 @@ ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a)
         a.dx.data, 0, StorageBytes(a.dx.type) * size_t(d.c) * d.h * d.w * d.n, ctx.stream));
   }
   ConvLaunchInfo info;
+  // The sums only where one GEMM writes all of dx (stride 1): phases would leave partial tiles.
+  float* const stats = gemms.size() == 1 ? a.stats : nullptr;
   for (const conv::ConvGemm& gemm : gemms) {
     info = conv::RunGemm(ctx, ConvProblem::kBackwardData, a.math, gemm, a.conv.groups, a.dy, a.dx,
-                         nullptr, false, nullptr, a.fault);
+                         nullptr, false, stats, a.dx_mask.data, a.fault);
   }
   return info;
 }

@@ -33,6 +33,10 @@ struct TcGemmParams : GemmGeometry {
   // output row row of group g, as stored (after bias, ReLU and rounding to TOut): the
   // per-channel partial sums of a batch norm reading this output (BnStatsFromTiles).
   float* stats;
+  // Backward data, may be null: out's layout and storage; an output value is stored where
+  // mask's value at its place is above 0, else 0 (the ReLU that wrote the mask, Ops::
+  // ConvLayerBackward's relu_dx). Before the stats, which sum the masked values.
+  const void* mask;
   int fault;  // tests: 1 skips the first K slice
 };
 
@@ -71,6 +75,15 @@ __device__ __forceinline__ void StoreOut2(T* p, float v0, float v1) {
     *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
   } else {
     *reinterpret_cast<uint32_t*>(p) = tc::PackBf16x2(v0, v1);
+  }
+}
+
+template <class T>
+__device__ __forceinline__ float LoadOut(const T* p) {
+  if constexpr (std::is_same<T, float>::value) {
+    return *p;
+  } else {
+    return tc::Bf16ToFloat(*reinterpret_cast<const uint16_t*>(p));
   }
 }
 
@@ -116,6 +129,11 @@ __device__ __forceinline__ void StoreAccumulators(const TcGemmParams& p, int g,
         float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
         BiasRelu(p, g, row, v0, v1);
         TOut* orow = out + row * row_stride;
+        if (p.mask != nullptr) {
+          const TOut* mrow = static_cast<const TOut*>(p.mask) + (orow - static_cast<TOut*>(p.out));
+          if (!(LoadOut(mrow + d0) > 0.0f)) v0 = 0.0f;
+          if (second && !(LoadOut(mrow + d1) > 0.0f)) v1 = 0.0f;
+        }
         if (p.pair_out && second) {
           StoreOut2(orow + d0, v0, v1);
         } else {

@@ -246,7 +246,27 @@ __device__ __forceinline__ void WgmmaPipeline(int ktiles, int fault, const WgSta
 // (experiments/mixed_precision, layer1_0_conv3). Rows are padded by 8 elements (16 or 32
 // bytes), so the 8 rows a warp writes per accumulator pair fall on distinct banks. With
 // p.stats, thread t < BM then sums row t of the stored tile (its own column order, FP32) for
-// the batch norm that reads this output.
+// the batch norm that reads this output. With p.mask (backward data under a ReLU) each chunk
+// is masked on its way out, and written back for those sums.
+template <class TOut>
+__device__ __forceinline__ uint4 MaskChunk(uint4 v, const uint4& m) {
+  uint32_t* const pv = reinterpret_cast<uint32_t*>(&v);
+  const uint32_t* const pm = reinterpret_cast<const uint32_t*>(&m);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same<TOut, float>::value) {
+      if (!(reinterpret_cast<const float*>(pm)[i] > 0.0f)) pv[i] = 0u;
+    } else {
+      const uint32_t lo =
+          tc::Bf16ToFloat(static_cast<uint16_t>(pm[i] & 0xffffu)) > 0.0f ? 0xffffu : 0u;
+      const uint32_t hi =
+          tc::Bf16ToFloat(static_cast<uint16_t>(pm[i] >> 16)) > 0.0f ? 0xffff0000u : 0u;
+      pv[i] &= lo | hi;
+    }
+  }
+  return v;
+}
+
 template <class Tl, class TOut>
 __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
                                                 const float (&acc)[1][Tl::NW / 8][4],
@@ -272,12 +292,23 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   ConsumerSync<Tl>();
   const int64_t row_stride = static_cast<int64_t>(p.out_h) * p.out_w * p.n;
   TOut* const out = static_cast<TOut*>(p.out) + static_cast<int64_t>(g) * p.m * row_stride;
+  const TOut* const mask = p.mask == nullptr ? nullptr
+                                             : static_cast<const TOut*>(p.mask) +
+                                                   static_cast<int64_t>(g) * p.m * row_stride;
   for (int q = threadIdx.x; q < Tl::BM * kRowChunks; q += Tl::T) {
     const int row = q / kRowChunks, col = (q % kRowChunks) * kChunk;
-    if (m0 + row < p.m && j0 + col < p.j)
-      *reinterpret_cast<uint4*>(out + (m0 + row) * row_stride + j0 + col) =
-          *reinterpret_cast<const uint4*>(tile + row * kPitch + col);
+    if (m0 + row < p.m && j0 + col < p.j) {
+      const int64_t at = (m0 + row) * row_stride + j0 + col;
+      uint4* const staged = reinterpret_cast<uint4*>(tile + row * kPitch + col);
+      uint4 v = *staged;
+      if (mask != nullptr) {
+        v = MaskChunk<TOut>(v, *reinterpret_cast<const uint4*>(mask + at));
+        *staged = v;
+      }
+      *reinterpret_cast<uint4*>(out + at) = v;
+    }
   }
+  if (mask != nullptr && p.stats != nullptr) ConsumerSync<Tl>();  // the sums read masked rows
   if (p.stats != nullptr && threadIdx.x < Tl::BM && m0 + static_cast<int>(threadIdx.x) < p.m) {
     const int row = threadIdx.x, cols = IMin(Tl::BN, p.j - j0);
     const TOut* const r = tile + row * kPitch;

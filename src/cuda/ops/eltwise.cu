@@ -223,6 +223,25 @@ __global__ void RowSumFinishKernel(const RowSumFinishParams p) {
   }
 }
 
+// Kernel TileSumsKernel: out[c] = the sum over tiles t of sums[(t * channels + c) * 2], the
+// per-tile channel sums a tensor-core epilogue left (TcConvArgs::stats). Block per channel:
+// thread i adds tiles i, i + kBlock, ... in double, BlockSum's fixed tree adds the threads
+// (deterministic), rounded once.
+struct TileSumsParams {
+  const float* sums;
+  float* out;
+  int tiles;
+};
+__global__ void TileSumsKernel(const TileSumsParams p) {
+  __shared__ double sh[kBlock];
+  const int c = blockIdx.x, channels = gridDim.x;
+  double s = 0.0;
+  for (int t = threadIdx.x; t < p.tiles; t += kBlock)
+    s += p.sums[(static_cast<int64_t>(t) * channels + c) * 2];
+  s = BlockSum(s, sh);
+  if (threadIdx.x == 0) p.out[c] = static_cast<float>(s);
+}
+
 // Kernel GradToBf16Kernel<T>: a convolution's output gradient on its way into the bf16
 // tensor-core products (CudaOps::ConvLayerBackward): g = dy, or with a mask (a fused ReLU's
 // y) g = mask > 0 ? dy : 0, rounded to bf16 into out (null: not written); with sums, also the
@@ -390,6 +409,13 @@ void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t chan
   const int64_t bx = std::max<int64_t>(1, std::min(CeilDiv(work, kBlock), want_blocks));
   Launch(AddBiasKernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(channels)),
          dim3(kBlock), ctx.stream, AddBiasParams{y, b, inner, vec ? 1 : 0});
+}
+
+void TileSumsGpu(const DeviceContext& ctx, const float* sums, int tiles, float* out,
+                 int64_t channels) {
+  if (channels <= 0) return;
+  Launch(TileSumsKernel, dim3(static_cast<unsigned>(channels)), dim3(kBlock), ctx.stream,
+         TileSumsParams{sums, out, tiles});
 }
 
 void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner) {

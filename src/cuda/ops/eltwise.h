@@ -28,6 +28,10 @@ double SumGpu(const DeviceContext& ctx, const float* x, int64_t n);  // synchron
 // y[c * inner + i] += b[c].
 void AddBiasGpu(const DeviceContext& ctx, float* y, const float* b, int64_t channels,
                 int64_t inner);
+// out[c] = sum over tiles t of sums[(t * channels + c) * 2] (the tile sums of a tensor-core
+// epilogue, TcConvArgs::stats: a bias gradient; deterministic).
+void TileSumsGpu(const DeviceContext& ctx, const float* sums, int tiles, float* out,
+                 int64_t channels);
 // out[r] = sum_i x[r * inner + i] (deterministic two-pass reduction).
 void RowSumGpu(const DeviceContext& ctx, const float* x, float* out, int64_t rows, int64_t inner);
 // (GradToBf16Gpu, the tensor-core convolutions' gradient operand, is declared in kernels.h with

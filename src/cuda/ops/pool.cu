@@ -207,8 +207,14 @@ __global__ void PoolMaxGatherKernel(const PoolArgParams p) {
           const Lanes<V> r = LoadLanes<V>(p.rec + o);
           const float mine = static_cast<float>((iy - oy * p.stride + p.pad) * p.size + ix -
                                                 ox * p.stride + p.pad);
+          Lanes<V> up;  // relu_y: the window's maximum is above 0 (MaxPoolBackwardArgGpu)
+          if (p.y != nullptr) {
+            up = LoadLanes<V>(static_cast<const YT*>(p.y) + o);
+          } else {
+            for (int i = 0; i < V; ++i) up.v[i] = 1.0f;
+          }
           for (int i = 0; i < V; ++i)
-            if (r.v[i] == mine) g.v[i] += d.v[i];
+            if (r.v[i] == mine && up.v[i] > 0.0f) g.v[i] += d.v[i];
         } else {
           for (int i = 0; i < V; ++i)
             if (p.arg[o + i] == me) g.v[i] += d.v[i];
@@ -310,14 +316,14 @@ void MaxPoolForwardArgGpu(const DeviceContext& ctx, const void* x, StorageType x
 
 void MaxPoolBackwardArgGpu(const DeviceContext& ctx, const void* rec, const void* dy,
                            StorageType yt, void* dx, StorageType xt, int c, int h, int w, int n,
-                           int oh, int ow, const PoolParams& pp) {
+                           int oh, int ow, const PoolParams& pp, const void* relu_y) {
   CHECK(MaxPoolRecordFits(pp)) << "MaxPoolBackwardArgGpu: max pooling, at most 256 pixels a window";
   CHECK_LT(int64_t(c) * h * w * n, int64_t(1) << 31)
       << "pooling supports tensors below 2^31 elements";
-  const PoolArgParams a{nullptr, nullptr, dy,        nullptr, dx,
+  const PoolArgParams a{nullptr, relu_y,  dy,        nullptr, dx,
                         c,       h,       w,         n,       oh,
                         ow,      pp.size, pp.stride, pp.pad,  static_cast<const Bf16*>(rec)};
-  const int v = PoolLanes(n, {{dy, yt}, {dx, xt}, {rec, StorageType::kBF16}});
+  const int v = PoolLanes(n, {{dy, yt}, {dx, xt}, {rec, StorageType::kBF16}, {relu_y, yt}});
   WithStorage(xt, [&](auto xs) {
     WithStorage(yt, [&](auto ys) {
       using XT = decltype(xs);
@@ -431,7 +437,7 @@ void CudaOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tenso
 }
 
 void CudaOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                           const PoolParams& p, const Tensor* record) {
+                           const PoolParams& p, const Tensor* record, bool relu_dx) {
   op_shapes::PoolBackward(x, y, dy, dx, p);
   const bool recorded = record != nullptr && MaxPoolRecordFits(p);
   const char* op = recorded ? "MaxPoolBackwardArg" : "PoolBackward";
@@ -442,13 +448,16 @@ void CudaOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, T
   if (recorded) {
     op_shapes::SameSize(y, *record, "PoolBackward (record)");
     CHECK(record->dtype() == DType::kBF16) << "PoolBackward: the record is a bf16 tensor";
+    // relu_dx in the gather: the windows whose maximum is 0 pass nothing (bitwise the mask).
     return MaxPoolBackwardArgGpu(ctx_, record->raw(), dy.raw(), StorageOf(dy), dx.raw(),
                                  StorageOf(dx), I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"),
-                                 I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), p);
+                                 I32(x.n(), "n"), I32(y.h(), "oh"), I32(y.w(), "ow"), p,
+                                 relu_dx ? y.raw() : nullptr);
   }
   PoolBackwardGpu(ctx_, x.raw(), y.raw(), dy.raw(), dx.raw(), StorageOf(x), StorageOf(y),
                   I32(x.c(), "c"), I32(x.h(), "h"), I32(x.w(), "w"), I32(x.n(), "n"),
                   I32(y.h(), "oh"), I32(y.w(), "ow"), p);
+  if (relu_dx) ReluBackward(x, dx, dx);
 }
 
 void CudaOps::GlobalAvgPoolForward(const Tensor& x, Tensor& y) {

@@ -29,14 +29,17 @@ void PoolBackwardGpu(const DeviceContext& ctx, const void* x, const void* y, con
 // has y's shape, 2 bytes an element), and the backward routes dy to those pixels (a gather
 // per input pixel over its windows in (oy, ox) order, as PoolBackwardGpu's max pooling)
 // without reading x or y: y and dx are bit for bit those of PoolForwardGpu and
-// PoolBackwardGpu.
+// PoolBackwardGpu. relu_y (the forward's y, storage yt, or null): x is a ReLU's output and dx
+// goes on into it (Ops::PoolBackward's relu_dx): the windows whose maximum is not above 0 pass
+// nothing (their argmax pixel is then not above 0 either, and a pixel above 0 is only ever
+// routed dy by windows whose maximum it is), so dx leaves masked, bit for bit.
 bool MaxPoolRecordFits(const PoolParams& p);
 void MaxPoolForwardArgGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
                           StorageType yt, void* rec, int c, int h, int w, int n, int oh, int ow,
                           const PoolParams& p);
 void MaxPoolBackwardArgGpu(const DeviceContext& ctx, const void* rec, const void* dy,
                            StorageType yt, void* dx, StorageType xt, int c, int h, int w, int n,
-                           int oh, int ow, const PoolParams& p);
+                           int oh, int ow, const PoolParams& p, const void* relu_y = nullptr);
 void GlobalAvgPoolForwardGpu(const DeviceContext& ctx, const float* x, float* y, int c, int hw,
                              int n);
 void GlobalAvgPoolBackwardGpu(const DeviceContext& ctx, const float* dy, float* dx, int c, int hw,
