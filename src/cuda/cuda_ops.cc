@@ -205,7 +205,7 @@ void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* 
     a.stats = sums->f();
   }
   const ConvLaunchInfo info = ConvBackwardDataTc(ctx_, a);
-  if (relu_dx && a.dx_mask.data == nullptr) ReluBackward(x, *dx, *dx);
+  if (relu_dx && !info.masked) ReluBackward(x, *dx, *dx);
   if (sums && info.stats_tiles > 0) {
     pending_dx_sums_.sums = std::move(sums);
     pending_dx_sums_.y = dx->raw();

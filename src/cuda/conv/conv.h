@@ -39,6 +39,8 @@ struct ConvLaunchInfo {
   bool wgmma = false;       // a wgmma configuration ran
   int stats_tiles = 0;      // forward with TcConvArgs::stats: the column tiles whose channel sums
                             // it wrote (0: none written; the kernel could not stage its tile)
+  bool masked = false;      // backward data with TcConvArgs::dx_mask: dx was stored masked (else
+                            // the caller masks it: a wgmma kernel with a float dx)
 };
 
 // ---- FP32 (simt.cu): bitwise the same whichever configuration runs -------------------------

@@ -433,8 +433,8 @@ __global__ void __launch_bounds__(Tl::T, Tl::kBlocksPerSM) MmaGemmKernel(const T
     if (!(p.fault == 1 && t == 0)) compute(t % ST);
   }
 
-  StoreAccumulators<TOut>(p, g, acc, m0 + wm * Tl::MT * 16 + lane / 4,
-                          j0 + wn * Tl::NT * 8 + 2 * (lane % 4));
+  StoreAccumulators<TOut, true>(p, g, acc, m0 + wm * Tl::MT * 16 + lane / 4,
+                                j0 + wn * Tl::NT * 8 + 2 * (lane % 4));
 }
 
 // ============================================================================================

@@ -101,6 +101,12 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   const size_t ob = StorageBytes(out.type);
   q.pair_out = ((q.plain ? q.j % 2 == 0 : q.n % 2 == 0) && Aligned(q.out, 2 * ob)) ? 1 : 0;
   const int64_t row_bytes = int64_t(q.out_h) * q.out_w * q.n * int64_t(ob);
+  // The wgmma kernels mask only bf16 outputs (WgmmaGemmKernel's kMask); otherwise the caller
+  // masks after (ConvLaunchInfo::masked).
+  if (mask != nullptr && c.family == ConvFamily::kWgmma && out.type != StorageType::kBF16) {
+    mask = nullptr;
+    stats = nullptr;  // they would not be the masked values' sums
+  }
   q.staged = (q.plain && Aligned(q.out, 16) && row_bytes % 16 == 0 && (q.j * ob) % 16 == 0 &&
               (mask == nullptr || Aligned(mask, 16)))
                  ? 1
@@ -126,6 +132,7 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   }
   ConvLaunchInfo info = LaunchInfo(c, vec, 1);
   info.stats_tiles = stats_tiles;
+  info.masked = mask != nullptr;
   return info;
 }
 
@@ -160,10 +167,14 @@ ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a)
   ConvLaunchInfo info;
   // The sums only where one GEMM writes all of dx (stride 1): phases would leave partial tiles.
   float* const stats = gemms.size() == 1 ? a.stats : nullptr;
+  bool masked = true;
   for (const conv::ConvGemm& gemm : gemms) {
     info = conv::RunGemm(ctx, ConvProblem::kBackwardData, a.math, gemm, a.conv.groups, a.dy, a.dx,
                          nullptr, false, stats, a.dx_mask.data, a.fault);
+    masked = masked && info.masked;
   }
+  info.masked = masked;
+  if (!masked) info.stats_tiles = 0;  // the caller masks dx after: the sums are not its
   return info;
 }
 

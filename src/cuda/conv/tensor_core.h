@@ -107,7 +107,8 @@ __device__ __forceinline__ void BiasRelu(const TcGemmParams& p, int g, int row, 
 // + {0, 1}) and (row0 + 16 mt + 8, same columns): the mma.sync m16n8 C layout, which wgmma's
 // accumulators repeat (so both kernels end here). row0 includes the block's first row;
 // rows are per group g.
-template <class TOut, int kMT, int kNT>
+// kMask: out is masked by p.mask where given (mma: always checked; wgmma: its kernel's kMask).
+template <class TOut, bool kMask, int kMT, int kNT>
 __device__ __forceinline__ void StoreAccumulators(const TcGemmParams& p, int g,
                                                   const float (&acc)[kMT][kNT][4], int row0,
                                                   int col0) {
@@ -129,7 +130,7 @@ __device__ __forceinline__ void StoreAccumulators(const TcGemmParams& p, int g,
         float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
         BiasRelu(p, g, row, v0, v1);
         TOut* orow = out + row * row_stride;
-        if (p.mask != nullptr) {
+        if (kMask && p.mask != nullptr) {
           const TOut* mrow = static_cast<const TOut*>(p.mask) + (orow - static_cast<TOut*>(p.out));
           if (!(LoadOut(mrow + d0) > 0.0f)) v0 = 0.0f;
           if (second && !(LoadOut(mrow + d1) > 0.0f)) v1 = 0.0f;

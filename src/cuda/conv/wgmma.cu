@@ -245,29 +245,54 @@ __device__ __forceinline__ void WgmmaPipeline(int ktiles, int fault, const WgSta
 // slices, output-bound) wrote at about a third of the copy bandwidth that way
 // (experiments/mixed_precision, layer1_0_conv3). Rows are padded by 8 elements (16 or 32
 // bytes), so the 8 rows a warp writes per accumulator pair fall on distinct banks. With
-// p.stats, thread t < BM then sums row t of the stored tile (its own column order, FP32) for
-// the batch norm that reads this output. With p.mask (backward data under a ReLU) each chunk
-// is masked on its way out, and written back for those sums.
+// p.stats, each row's sum and sum of squares (FP32) for the batch norm that reads this output,
+// or (backward data) the bias gradient of the layer before. With kMask (backward data under a
+// ReLU) each chunk is masked on its way out, and summed as masked.
+
+// A 16-byte chunk of TOut values as words: word i holds elements 2i, 2i + 1 (bf16) or
+// element i (float). Bit operations on the words, not TOut pointers into the chunk: those
+// alias a uint4 (undefined, and the emulator's optimised build read stale values).
 template <class TOut>
 __device__ __forceinline__ uint4 MaskChunk(uint4 v, const uint4& m) {
-  uint32_t* const pv = reinterpret_cast<uint32_t*>(&v);
-  const uint32_t* const pm = reinterpret_cast<const uint32_t*>(&m);
+  uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  const uint32_t mw[4] = {m.x, m.y, m.z, m.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if constexpr (std::is_same<TOut, float>::value) {
-      if (!(reinterpret_cast<const float*>(pm)[i] > 0.0f)) pv[i] = 0u;
+      if (!(__uint_as_float(mw[i]) > 0.0f)) w[i] = 0u;
     } else {
       const uint32_t lo =
-          tc::Bf16ToFloat(static_cast<uint16_t>(pm[i] & 0xffffu)) > 0.0f ? 0xffffu : 0u;
+          tc::Bf16ToFloat(static_cast<uint16_t>(mw[i] & 0xffffu)) > 0.0f ? 0xffffu : 0u;
       const uint32_t hi =
-          tc::Bf16ToFloat(static_cast<uint16_t>(pm[i] >> 16)) > 0.0f ? 0xffff0000u : 0u;
-      pv[i] &= lo | hi;
+          tc::Bf16ToFloat(static_cast<uint16_t>(mw[i] >> 16)) > 0.0f ? 0xffff0000u : 0u;
+      w[i] &= lo | hi;
     }
   }
-  return v;
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+// The sum and sum of squares of a chunk's values (FP32, in element order).
+template <class TOut>
+__device__ __forceinline__ void ChunkSums(const uint4& v, float& s, float& s2) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  s = s2 = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same<TOut, float>::value) {
+      const float x = __uint_as_float(w[i]);
+      s += x;
+      s2 += x * x;
+    } else {
+      const float lo = tc::Bf16ToFloat(static_cast<uint16_t>(w[i] & 0xffffu));
+      const float hi = tc::Bf16ToFloat(static_cast<uint16_t>(w[i] >> 16));
+      s += lo;
+      s2 += lo * lo;
+      s += hi;
+      s2 += hi * hi;
+    }
+  }
 }
 
-template <class Tl, class TOut>
+template <class Tl, class TOut, bool kMask>
 __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
                                                 const float (&acc)[1][Tl::NW / 8][4],
                                                 unsigned char* smem, int r0, int c0, int m0,
@@ -275,10 +300,19 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   constexpr int kPitch = Tl::BN + 8;  // elements
   constexpr int kChunk = 16 / static_cast<int>(sizeof(TOut));
   constexpr int kRowChunks = Tl::BN / kChunk;
-  static_assert(
-      size_t(Tl::BM) * kPitch * sizeof(TOut) <= size_t(Tl::S) * (Tl::kStageA + Tl::kStageB),
-      "the staged tile fits in the stages");
+  constexpr size_t kTileBytes = size_t(Tl::BM) * kPitch * sizeof(TOut);
+  constexpr size_t kStageBytes = size_t(Tl::S) * (Tl::kStageA + Tl::kStageB);
+  static_assert(kTileBytes <= kStageBytes, "the staged tile fits in the stages");
+  // The sums: each thread leaves the (sum, sum of squares) of every chunk it stores in
+  // part[chunk][row] (pitch BM + 1: conflict-free both ways) after the tile, and thread t then
+  // adds row t's kRowChunks of them in order: 16 or 32 additions where a thread summing its
+  // row of the tile made 128 or 256 (the forward's bn_sums and backward data's bias sums paid
+  // that in every block). Where the partials do not fit beside the tile (float 128 x 256),
+  // thread t sums its row of the tile.
+  constexpr size_t kPartBytes = size_t(kRowChunks) * (Tl::BM + 1) * sizeof(float2);
+  constexpr bool kChunkSums = kTileBytes + kPartBytes <= kStageBytes;
   TOut* const tile = reinterpret_cast<TOut*>(smem);
+  float2* const part = reinterpret_cast<float2*>(smem + kTileBytes);
   ConsumerSync<Tl>();  // every warpgroup's wgmma has read its last stage
 #pragma unroll
   for (int nt = 0; nt < Tl::NW / 8; ++nt)
@@ -291,37 +325,45 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
     }
   ConsumerSync<Tl>();
   const int64_t row_stride = static_cast<int64_t>(p.out_h) * p.out_w * p.n;
-  TOut* const out = static_cast<TOut*>(p.out) + static_cast<int64_t>(g) * p.m * row_stride;
-  const TOut* const mask = p.mask == nullptr ? nullptr
-                                             : static_cast<const TOut*>(p.mask) +
-                                                   static_cast<int64_t>(g) * p.m * row_stride;
+  const int64_t group = static_cast<int64_t>(g) * p.m * row_stride;
+  TOut* const out = static_cast<TOut*>(p.out) + group;
   for (int q = threadIdx.x; q < Tl::BM * kRowChunks; q += Tl::T) {
-    const int row = q / kRowChunks, col = (q % kRowChunks) * kChunk;
+    const int row = q / kRowChunks, chunk = q % kRowChunks, col = chunk * kChunk;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (m0 + row < p.m && j0 + col < p.j) {
       const int64_t at = (m0 + row) * row_stride + j0 + col;
-      uint4* const staged = reinterpret_cast<uint4*>(tile + row * kPitch + col);
-      uint4 v = *staged;
-      if (mask != nullptr) {
-        v = MaskChunk<TOut>(v, *reinterpret_cast<const uint4*>(mask + at));
-        *staged = v;
+      v = *reinterpret_cast<const uint4*>(tile + row * kPitch + col);
+      if constexpr (kMask) {
+        v = MaskChunk<TOut>(
+            v, *reinterpret_cast<const uint4*>(static_cast<const TOut*>(p.mask) + group + at));
+        if (!kChunkSums) *reinterpret_cast<uint4*>(tile + row * kPitch + col) = v;
       }
       *reinterpret_cast<uint4*>(out + at) = v;
     }
+    if (kChunkSums && p.stats != nullptr) {
+      float s, s2;
+      ChunkSums<TOut>(v, s, s2);
+      part[chunk * (Tl::BM + 1) + row] = make_float2(s, s2);
+    }
   }
-  if (mask != nullptr && p.stats != nullptr) ConsumerSync<Tl>();  // the sums read masked rows
-  if (p.stats != nullptr && threadIdx.x < Tl::BM && m0 + static_cast<int>(threadIdx.x) < p.m) {
-    const int row = threadIdx.x, cols = IMin(Tl::BN, p.j - j0);
-    const TOut* const r = tile + row * kPitch;
+  if (p.stats == nullptr) return;
+  if (kChunkSums || kMask) ConsumerSync<Tl>();  // the sums read the partials (masked rows)
+  if (threadIdx.x < Tl::BM && m0 + static_cast<int>(threadIdx.x) < p.m) {
+    const int row = threadIdx.x;
     float s = 0.0f, s2 = 0.0f;
-    for (int c = 0; c < cols; ++c) {
-      float v;
-      if constexpr (std::is_same<TOut, float>::value) {
-        v = r[c];
-      } else {
-        v = tc::Bf16ToFloat(*reinterpret_cast<const uint16_t*>(r + c));
+    if constexpr (kChunkSums) {
+      for (int c = 0; c < kRowChunks; ++c) {
+        const float2 v = part[c * (Tl::BM + 1) + row];
+        s += v.x;
+        s2 += v.y;
       }
-      s += v;
-      s2 += v * v;
+    } else {
+      const TOut* const r = tile + row * kPitch;
+      for (int c = 0, cols = IMin(Tl::BN, p.j - j0); c < cols; ++c) {
+        const float v = LoadOut(r + c);
+        s += v;
+        s2 += v * v;
+      }
     }
     float* const st =
         p.stats + (static_cast<int64_t>(blockIdx.x) * gridDim.z * p.m + g * p.m + m0 + row) * 2;
@@ -330,14 +372,16 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   }
 }
 
-// Kernel WgmmaGemmKernel<Tl, TOut>
+// Kernel WgmmaGemmKernel<Tl, TOut, kMask>
 //   in : (G*cg) x h x w x n   CHWN bf16, n % 8 == 0, 16-byte aligned
 //   at : G x mp x kp          bf16 filters, K contiguous, kp a multiple of 64
 //   out: (G*m) x out_h x out_w x n   CHWN, storage TOut; + bias, ReLU (forward)
+//   kMask (bf16 out only): out masked by p.mask (backward data under a ReLU; a template
+//   argument so that the other kernels compile without it)
 // Grid as MmaGemmKernel. Block: the multiplying warpgroups wg = 0, 1 at (wg / WGN, wg % WGN)
 // of the block tile (+ the loader, warp-specialized); B (the gathered activations) MN-major.
 // Pipeline: WgmmaPipeline.
-template <class Tl, class TOut>
+template <class Tl, class TOut, bool kMask>
 __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     WgmmaGemmKernel(const TcGemmParams p) {
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -391,11 +435,11 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
   WgmmaPipeline<Tl, 1>(p.kp / BK, p.fault, sm, wgm, issue, desc_b, d, [&] {
     if (p.staged) {
-      StoreTileStaged<Tl, TOut>(p, g, acc, sm.a, wgm * 64 + (warp % 4) * 16 + lane / 4,
-                                wgn * Tl::NW + 2 * (lane % 4), m0, j0);
+      StoreTileStaged<Tl, TOut, kMask>(p, g, acc, sm.a, wgm * 64 + (warp % 4) * 16 + lane / 4,
+                                       wgn * Tl::NW + 2 * (lane % 4), m0, j0);
     } else {
-      StoreAccumulators<TOut>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
-                              j0 + wgn * Tl::NW + 2 * (lane % 4));
+      StoreAccumulators<TOut, kMask>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
+                                     j0 + wgn * Tl::NW + 2 * (lane % 4));
     }
   });
 #endif
@@ -500,9 +544,11 @@ struct LaunchGemm {
   const TcGemmParams& q;
   template <class Tl>
   int operator()() const {
-    LaunchDynamicSmem(
-        out == StorageType::kBF16 ? WgmmaGemmKernel<Tl, __nv_bfloat16> : WgmmaGemmKernel<Tl, float>,
-        grid, dim3(Tl::kThreads), Tl::kSmem, stream, q);
+    // A mask only with bf16 out (RunGemm passes none otherwise).
+    auto* const kernel = out == StorageType::kFloat ? WgmmaGemmKernel<Tl, float, false>
+                         : q.mask != nullptr        ? WgmmaGemmKernel<Tl, __nv_bfloat16, true>
+                                                    : WgmmaGemmKernel<Tl, __nv_bfloat16, false>;
+    LaunchDynamicSmem(kernel, grid, dim3(Tl::kThreads), Tl::kSmem, stream, q);
     return 0;
   }
 };
