@@ -327,6 +327,15 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   const int64_t row_stride = static_cast<int64_t>(p.out_h) * p.out_w * p.n;
   const int64_t group = static_cast<int64_t>(g) * p.m * row_stride;
   TOut* const out = static_cast<TOut*>(p.out) + group;
+  if (!kMask && p.stats == nullptr) {  // the plain store (most forward GEMMs): nothing else
+    for (int q = threadIdx.x; q < Tl::BM * kRowChunks; q += Tl::T) {
+      const int row = q / kRowChunks, col = (q % kRowChunks) * kChunk;
+      if (m0 + row < p.m && j0 + col < p.j)
+        *reinterpret_cast<uint4*>(out + (m0 + row) * row_stride + j0 + col) =
+            *reinterpret_cast<const uint4*>(tile + row * kPitch + col);
+    }
+    return;
+  }
   for (int q = threadIdx.x; q < Tl::BM * kRowChunks; q += Tl::T) {
     const int row = q / kRowChunks, chunk = q % kRowChunks, col = chunk * kChunk;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
