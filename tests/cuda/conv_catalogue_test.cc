@@ -194,8 +194,9 @@ TEST(ConvCatalogueTest, AutomaticChoicesAsBefore) {
   if (!cuda::TcWgmmaAvailable()) return;  // a GPU build without sm_90a, or no 9.0 device
   // wgmma (asked for: the emulator's default leaves it off): the smallest padded area, ties to
   // 128 x 256, then 128 x 128; 128 x 256 not where its blocks leave SMs idle or fill fewer
-  // whole waves than 128 x 128's (forward, backward data); 128 x 128 in 3 stages for at most 4
-  // K slices (not backward filter); never the warp-specialized ones.
+  // whole waves than 128 x 128's (forward, backward data), nor where a split backward filter's
+  // splits are short or it pads much more; 128 x 128 in 3 stages for at most 4 K slices (not
+  // backward filter); never the warp-specialized ones.
   const cuda::ScopedConvConfig wgmma("wgmma");
   const Case wgmma_cases[] = {
       {desc(bf16, 128, 204800, 1200, true, true), "wgmma_128x256x64_4", "wgmma_128x256x64_4"},
@@ -207,8 +208,16 @@ TEST(ConvCatalogueTest, AutomaticChoicesAsBefore) {
       // Whole waves: ResNet-50's layer3 3 x 3 at batch 128 (196 blocks of 128 x 256 on 132
       // SMs: 128 x 128's three full waves cost less than 128 x 256's two, the second mostly
       // idle); its layer2 (392 blocks, three nearly full waves) stays 128 x 256.
-      {desc(bf16, 256, 25088, 2304, true, true), "wgmma_128x128x64_6", "wgmma_128x256x64_4"},
+      // (As a backward filter, the first splits its 2304 into two of 18 slices: 128 x 128,
+      // below.)
+      {desc(bf16, 256, 25088, 2304, true, true), "wgmma_128x128x64_6", "wgmma_128x128x64_6"},
       {desc(bf16, 128, 100352, 1152, true, true), "wgmma_128x256x64_4", "wgmma_128x256x64_4"},
+      // Backward filter of split reductions: 128 x 256 where its splits run at least 24 slices
+      // and it pads at most 1/8 more: VGG-16's conv2_2 at batch 64 (119 slices, 1/9 more);
+      // not ResNet-50's layer3 3 x 3 at batch 128 (17 slices) nor VGG-16's conv2_1 (1/5 more).
+      {desc(bf16, 128, 1152, 802816, true, true), "wgmma_128x128x64_6", "wgmma_128x256x64_4"},
+      {desc(bf16, 256, 2304, 25088, true, true), "wgmma_128x128x64_6", "wgmma_128x128x64_6"},
+      {desc(bf16, 128, 576, 802816, true, true), "wgmma_128x128x64_6", "wgmma_128x128x64_6"},
       // Not eligible: mma.sync.
       {desc(bf16, 128, 204800, 1200, false, true), "mma_bf16_128x128x32_4",
        "mma_bf16_128x128x32_4"},

@@ -58,6 +58,9 @@ constexpr bool kWgmmaByDefault = true;
 // The most K slices of 64 for which the automatic wgmma choice of a forward or backward-data
 // GEMM takes wgmma_128x128x64_3 (ChooseWgmma).
 constexpr int64_t kShortKSlices = 4;
+// The fewest K slices per split for which backward filter takes wgmma_128x256x64_4
+// (ChooseWgmma).
+constexpr int64_t kWideWgradSlices = 24;
 
 const ConvConfig& Named(const char* name) {
   const ConvConfig* c = FindConvConfig(name);
@@ -289,6 +292,29 @@ const ConvConfig& ChooseWgmma(const std::vector<const ConvConfig*>& cands, const
   // specialization and whole waves"): VGG-16's conv5 (14 x 14, batch 64: 196 blocks of 128 x
   // 256 on 132 SMs) 0.206 -> 0.178 ms, ResNet-50's layer3 3 x 3 (batch 128) 0.106 -> 0.092.
   const ConvConfig* mid = has("wgmma_128x128x64_6");
+  // Backward filter: 128 x 256 where its splits run at least kWideWgradSlices K slices and it
+  // pads at most 1/8 more than 128 x 128; else 128 x 128. Why: per product 128 x 256 is
+  // faster, but each block also fills its pipeline and writes a 128 x 256 FP32 partial tile,
+  // which splits of 16-17 slices do not repay. bench_layers on an H100 (experiments/
+  // resnet_kernels/results/layers_ws_fed10e4.csv, auto before -> after): VGG-16's conv2_2
+  // (119 slices, 1/9 more area) 0.656 -> 0.520 ms, conv3_1 0.353 -> 0.293; ResNet-50's
+  // layer3 3 x 3 (17 slices) 0.142 -> 0.123, its 1 x 1 0.074 -> 0.070. Neither side of the
+  // thresholds was close in those data: 128 x 256 won at 25 slices and more (VGG-16 conv5:
+  // 0.179 against 0.190) and lost at 16-17 by 5-15%; conv2_1 (1/5 more area) lost by 3%.
+  // (An unsplit reduction keeps the area rule: no such shape was measured.)
+  if (split_k && wide != nullptr && mid != nullptr && (best == wide || best == mid)) {
+    auto tiles = [&](const ConvConfig* c) {
+      return CeilDiv(d.m, c->bm) * CeilDiv(d.n, c->bn) * d.groups;
+    };
+    const conv::KSplit split =
+        conv::SplitReduction(tiles(wide), d.k, d.sm_count, conv::kWgradMinSlices, wide->bk);
+    const int64_t wide_area = tiles(wide) * wide->bm * wide->bn;
+    const int64_t mid_area = tiles(mid) * mid->bm * mid->bn;
+    if (split.splits > 1) {
+      const bool deep = split.ksplit / wide->bk >= kWideWgradSlices;
+      best = deep && 8 * wide_area <= 9 * mid_area ? wide : mid;
+    }
+  }
   if (!split_k && best == wide && mid != nullptr) {
     constexpr double kWideSpeed = 1.12;
     auto cost = [&](const ConvConfig* c, double speed) {

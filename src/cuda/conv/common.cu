@@ -172,12 +172,9 @@ WgradGeometry BackwardFilterGeometry(const ConvDims& d, const ConvParams& p) {
 void SplitK(WgradGeometry* q, int bm, int bn, int groups, const DeviceContext& ctx, int min_slices,
             int kslice) {
   const int64_t tiles = CeilDiv(q->ncol, bn) * CeilDiv(q->m, bm) * groups;
-  const int64_t want = std::max<int64_t>(1, CeilDiv(int64_t(ctx.sm_count) * 4, tiles));
-  const int64_t max_splits = std::max<int64_t>(1, q->jtot / (min_slices * kslice));
-  int64_t splits = std::min(want, max_splits);
-  q->ksplit = static_cast<int>(CeilDiv(CeilDiv(q->jtot, splits), kslice) * kslice);
-  splits = CeilDiv(q->jtot, q->ksplit);
-  q->splits = static_cast<int>(splits);
+  const KSplit k = SplitReduction(tiles, q->jtot, ctx.sm_count, min_slices, kslice);
+  q->ksplit = static_cast<int>(k.ksplit);
+  q->splits = static_cast<int>(k.splits);
 }
 
 SplitKOutput::SplitKOutput(const DeviceContext& ctx, const WgradGeometry& q, int groups, float* dw)

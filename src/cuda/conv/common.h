@@ -4,6 +4,7 @@
 // (kernel_common.h's ReduceSplitsKernel, launched by SplitKOutput). Internal to src/cuda/conv.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -114,8 +115,25 @@ ConvGemmDesc Describe(const WgradGeometry& q, int groups, const DeviceContext& c
 std::vector<int> RaceKey(const GemmGeometry& q, int groups);
 
 WgradGeometry BackwardFilterGeometry(const ConvDims& d, const ConvParams& p);
+// The fewest K slices a backward-filter split runs (ConvBackwardFilterTc).
+constexpr int kWgradMinSlices = 16;
+// How a reduction jtot long splits over `tiles` output tiles: about four blocks per
+// multiprocessor in flight, each split at least min_slices slices of kslice (its length,
+// ksplit, a multiple of kslice). SplitK's arithmetic; the tile choice (ChooseWgmma) weighs it.
+struct KSplit {
+  int64_t splits, ksplit;
+};
+inline KSplit SplitReduction(int64_t tiles, int64_t jtot, int sm_count, int min_slices,
+                             int kslice) {
+  const int64_t want = std::max<int64_t>(1, (int64_t(sm_count) * 4 + tiles - 1) / tiles);
+  const int64_t max_splits = std::max<int64_t>(1, jtot / (int64_t(min_slices) * kslice));
+  const int64_t splits = std::min(want, max_splits);
+  const int64_t per = (jtot + splits - 1) / splits;
+  const int64_t ksplit = (per + kslice - 1) / kslice * kslice;
+  return {(jtot + ksplit - 1) / ksplit, ksplit};
+}
 // Splits the reduction so that about four blocks per multiprocessor are in flight (bm x bn
-// tiles), each split at least min_slices K slices of kslice long.
+// tiles), each split at least min_slices K slices of kslice long (SplitReduction).
 void SplitK(WgradGeometry* q, int bm, int bn, int groups, const DeviceContext& ctx, int min_slices,
             int kslice);
 

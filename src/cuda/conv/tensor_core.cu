@@ -193,8 +193,7 @@ ConvLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& 
   const bool bf16_operands = a.x.type == StorageType::kBF16 && a.dy.type == StorageType::kBF16;
   const ConvConfig& c =
       SelectBackwardFilterConfig(conv::Describe(q, groups, ctx, a.math, vec, bf16_operands));
-  // At least 16 slices per split.
-  conv::SplitK(&q, c.bm, c.bn, groups, ctx, 16, c.bk);
+  conv::SplitK(&q, c.bm, c.bn, groups, ctx, conv::kWgradMinSlices, c.bk);
   const conv::SplitKOutput output(ctx, q, groups, a.dw);
   q.out = output.out();
   q.pair_out = (q.ncol % 2 == 0 && conv::Aligned(q.out, 8)) ? 1 : 0;
