@@ -6,7 +6,8 @@
 #   2. bench_train before / after, alternately, on the zoo's headline jobs (bf16; ResNet-50
 #      also TF32 and batch 256),
 #   3. the PyTorch peers of the same jobs in the same call (torch.compile default mode, eager
-#      bf16 channels_last, TF32), unless SKIP_PEER=1; PEER_SET=extra runs instead the compiled
+#      bf16 channels_last, TF32), unless SKIP_PEER=1; PEER_SET=core runs only the compiled
+#      peers of the headline rows (ResNet-50 batch 128, VGG-16, AlexNet); PEER_SET=extra the compiled
 #      peers the default set leaves out (ResNet-50 batch 64, ResNet-152, GoogLeNet) and
 #      max-autotune on ResNet-50 batch 128 (AUTOTUNE_TIMEOUT s, default 240, for compiling and
 #      timing).
@@ -81,6 +82,17 @@ if [ -z "${SKIP_TF32:-}" ]; then
   ours after vgg16 64 tf32
 fi
 
+if [ -z "${SKIP_PEER:-}" ] && [ "${PEER_SET:-default}" = core ]; then
+  P=$OUT/peer.jsonl
+  for mb in resnet50:128 vgg16:64; do
+    timeout 200 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models "${mb%:*}" \
+      --batch "${mb#*:}" --modes bf16_compile --json "$P" >> "$OUT/logs/peer.log" 2>&1
+    say "peer $mb bf16_compile rc=$?"
+  done
+  timeout 200 python3 "$ROOT/experiments/peer_pytorch/alexnet_step.py" --batch_sizes=256 \
+    --modes=bf16_compile --json="$OUT/peer_alexnet.json" >> "$OUT/logs/peer.log" 2>&1
+  say "peer alexnet bf16_compile rc=$?"
+fi
 if [ -z "${SKIP_PEER:-}" ] && [ "${PEER_SET:-default}" = extra ]; then
   P=$OUT/peer.jsonl
   for mb in resnet50:64 resnet152:64 googlenet:64; do
