@@ -140,6 +140,24 @@ inline Tensor PoisonedAsAt(const Shape& s, DType t, int64_t offset) {
 
 inline const DType kTypes[] = {DType::kFloat32, DType::kBF16};
 
+// A square-kernel convolution of the fusion tests (ops/conv_bn_sums_test.cc,
+// ops/relu_grad_test.cc): batch n, c x h x w in, f filters of k x k.
+struct ConvLayerCase {
+  int n, c, h, w, f, k, stride, pad;
+  ConvParams params() const {
+    ConvParams p;
+    p.kernel_h = p.kernel_w = k;
+    p.stride = stride;
+    p.pad = pad;
+    return p;
+  }
+  int oh() const { return static_cast<int>(ConvOutSize(h, k, stride, pad)); }
+  int ow() const { return static_cast<int>(ConvOutSize(w, k, stride, pad)); }
+  std::string name() const {
+    return absl::StrFormat("n%d c%d %dx%d f%d k%d s%d", n, c, h, w, f, k, stride);
+  }
+};
+
 // A pooling problem of the tests (ops/pool_test.cc, dev/pool_backward).
 struct PoolCase {
   PoolParams::Kind kind;

@@ -270,28 +270,21 @@ const ConvConfig& ChooseWgmma(const std::vector<const ConvConfig*>& cands, const
     return nullptr;
   };
   const ConvConfig* wide = has("wgmma_128x256x64_4");
+  const ConvConfig* mid = has("wgmma_128x128x64_6");
   const ConvConfig* low = has("wgmma_64x256x64_5");
   const ConvConfig* short_k = has("wgmma_128x128x64_3");
+  // The output tiles (blocks, before any split of K) of configuration c.
+  auto tiles = [&](const ConvConfig* c) {
+    return CeilDiv(d.m, c->bm) * CeilDiv(d.n, c->bn) * d.groups;
+  };
+  auto area = [&](const ConvConfig* c) { return tiles(c) * c->bm * c->bn; };
   const ConvConfig* best = nullptr;
-  int64_t best_area = 0;
-  for (const ConvConfig* c : {wide, has("wgmma_128x128x64_6"), low}) {
+  for (const ConvConfig* c : {wide, mid, low}) {
     if (c == nullptr) continue;
-    const int64_t rows = CeilDiv(d.m, c->bm), cols = CeilDiv(d.n, c->bn);
-    if (c == wide && !split_k && rows * cols * d.groups < d.sm_count) continue;
-    const int64_t area = rows * c->bm * cols * c->bn;
-    if (best == nullptr || area < best_area) {
-      best = c;
-      best_area = area;
-    }
+    if (c == wide && !split_k && tiles(c) < d.sm_count) continue;
+    if (best == nullptr || area(c) < area(best)) best = c;
   }
   if (!split_k && best != low && short_k && CeilDiv(d.k, 64) <= kShortKSlices) return *short_k;
-  // Whole waves (forward, backward data): a grid of a few waves of 128 x 256 blocks can leave
-  // most of its last wave idle where 128 x 128 blocks fill theirs. Cost = waves x block area /
-  // the tile's speed, 128 x 256 being kWideSpeed times faster per product where both fill
-  // their waves. bench_layers on an H100 (experiments/resnet_kernels/README.md, "Warp
-  // specialization and whole waves"): VGG-16's conv5 (14 x 14, batch 64: 196 blocks of 128 x
-  // 256 on 132 SMs) 0.206 -> 0.178 ms, ResNet-50's layer3 3 x 3 (batch 128) 0.106 -> 0.092.
-  const ConvConfig* mid = has("wgmma_128x128x64_6");
   // Backward filter: 128 x 256 where its splits run at least kWideWgradSlices K slices and it
   // pads at most 1/8 more than 128 x 128; else 128 x 128. Why: per product 128 x 256 is
   // faster, but each block also fills its pipeline and writes a 128 x 256 FP32 partial tile,
@@ -303,23 +296,23 @@ const ConvConfig& ChooseWgmma(const std::vector<const ConvConfig*>& cands, const
   // 0.179 against 0.190) and lost at 16-17 by 5-15%; conv2_1 (1/5 more area) lost by 3%.
   // (An unsplit reduction keeps the area rule: no such shape was measured.)
   if (split_k && wide != nullptr && mid != nullptr && (best == wide || best == mid)) {
-    auto tiles = [&](const ConvConfig* c) {
-      return CeilDiv(d.m, c->bm) * CeilDiv(d.n, c->bn) * d.groups;
-    };
     const conv::KSplit split =
         conv::SplitReduction(tiles(wide), d.k, d.sm_count, conv::kWgradMinSlices, wide->bk);
-    const int64_t wide_area = tiles(wide) * wide->bm * wide->bn;
-    const int64_t mid_area = tiles(mid) * mid->bm * mid->bn;
     if (split.splits > 1) {
       const bool deep = split.ksplit / wide->bk >= kWideWgradSlices;
-      best = deep && 8 * wide_area <= 9 * mid_area ? wide : mid;
+      best = deep && 8 * area(wide) <= 9 * area(mid) ? wide : mid;
     }
   }
+  // Whole waves (forward, backward data): a grid of a few waves of 128 x 256 blocks can leave
+  // most of its last wave idle where 128 x 128 blocks fill theirs. Cost = waves x block area /
+  // the tile's speed, 128 x 256 being kWideSpeed times faster per product where both fill
+  // their waves. bench_layers on an H100 (experiments/resnet_kernels/README.md, "Warp
+  // specialization and whole waves"): VGG-16's conv5 (14 x 14, batch 64: 196 blocks of 128 x
+  // 256 on 132 SMs) 0.206 -> 0.178 ms, ResNet-50's layer3 3 x 3 (batch 128) 0.106 -> 0.092.
   if (!split_k && best == wide && mid != nullptr) {
     constexpr double kWideSpeed = 1.12;
     auto cost = [&](const ConvConfig* c, double speed) {
-      const int64_t blocks = CeilDiv(d.m, c->bm) * CeilDiv(d.n, c->bn) * d.groups;
-      return double(CeilDiv(blocks, std::max(1, d.sm_count))) * c->bm * c->bn / speed;
+      return double(CeilDiv(tiles(c), int64_t(std::max(1, d.sm_count)))) * c->bm * c->bn / speed;
     };
     if (cost(mid, 1.0) < cost(wide, kWideSpeed)) best = mid;
   }

@@ -26,19 +26,7 @@ namespace colonnade {
 namespace testing {
 namespace {
 
-struct SumsCase {
-  int n, c, h, w, f, k, stride, pad;
-  ConvParams params() const {
-    ConvParams p;
-    p.kernel_h = p.kernel_w = k;
-    p.stride = stride;
-    p.pad = pad;
-    return p;
-  }
-  int oh() const { return static_cast<int>(ConvOutSize(h, k, stride, pad)); }
-  int ow() const { return static_cast<int>(ConvOutSize(w, k, stride, pad)); }
-};
-const SumsCase kSumsCases[] = {
+const ConvLayerCase kSumsCases[] = {
     {16, 16, 6, 6, 24, 3, 1, 1},  // j = 576: four and a half 128-column tiles
     {32, 64, 7, 7, 80, 1, 1, 0},  // the 1 x 1 shape of the short-K GEMMs, rows beyond m
 };
@@ -64,7 +52,7 @@ class ConvBnSumsTest : public CudaTest {
 };
 
 TEST_F(ConvBnSumsTest, TileSumsAreTheStoredOutputs) {
-  for (const SumsCase& s : kSumsCases) {
+  for (const ConvLayerCase& s : kSumsCases) {
     for (const char* config :
          {"wgmma_128x128x64_6", "wgmma_128x256x64_4", "wgmma_ws_128x256x64_4"}) {
       // y stored as float too: 128 x 128 sums the chunks as they leave, 128 x 256 (whose
@@ -133,7 +121,7 @@ TEST_F(ConvBnSumsTest, TileSumsAreTheStoredOutputs) {
 }
 
 TEST_F(ConvBnSumsTest, BatchNormFromSumsAsFromPasses) {
-  for (const SumsCase& s : kSumsCases) {
+  for (const ConvLayerCase& s : kSumsCases) {
     const ConvParams p = s.params();
     const int oh = s.oh(), ow = s.ow();
     const Shape ys = Shape::CHWN(s.f, oh, ow, s.n), cs{s.f};

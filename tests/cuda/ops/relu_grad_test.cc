@@ -44,24 +44,9 @@ std::vector<float> Masked(std::vector<float> g, const std::vector<float>& mask) 
   return g;
 }
 
-struct GradCase {
-  int n, c, h, w, f, k, stride, pad;
-  ConvParams params() const {
-    ConvParams p;
-    p.kernel_h = p.kernel_w = k;
-    p.stride = stride;
-    p.pad = pad;
-    return p;
-  }
-  int oh() const { return static_cast<int>(ConvOutSize(h, k, stride, pad)); }
-  int ow() const { return static_cast<int>(ConvOutSize(w, k, stride, pad)); }
-  std::string name() const {
-    return absl::StrFormat("n%d c%d %dx%d f%d k%d s%d", n, c, h, w, f, k, stride);
-  }
-};
 // dx of 24 channels (rows beyond m in every row tile), 288 or 800 columns (a partial column
 // tile), K = 32 x 9 (a partial K slice); stride 2: backward data in four phases.
-const GradCase kCases[] = {
+const ConvLayerCase kCases[] = {
     {8, 24, 6, 6, 32, 3, 1, 1},
     {16, 24, 10, 5, 32, 3, 1, 1},
     {8, 24, 8, 8, 16, 3, 2, 1},
@@ -118,7 +103,7 @@ std::string ModeName(const Mode& m) {
 TEST_F(ReluGradTest, DxIsTheMaskedGradient) {
   for (const Mode& m : kModes) {
     if (!Use(m)) continue;
-    for (const GradCase& s : kCases) {
+    for (const ConvLayerCase& s : kCases) {
       const std::string what = s.name() + ", " + ModeName(m);
       const ConvParams p = s.params();
       const Shape xs = Shape::CHWN(s.c, s.h, s.w, s.n), ys = Shape::CHWN(s.f, s.oh(), s.ow(), s.n);
@@ -143,7 +128,7 @@ TEST_F(ReluGradTest, DxIsTheMaskedGradient) {
 TEST_F(ReluGradTest, BiasFromTheTileSums) {
   for (const Mode& m : kModes) {
     if (!Use(m)) continue;
-    for (const GradCase& s : kCases) {
+    for (const ConvLayerCase& s : kCases) {
       if (kEmulated && &s == &kCases[1]) continue;  // CI time: one stride-1 case there
       const std::string what = s.name() + ", " + ModeName(m);
       const ConvParams p = s.params();
