@@ -82,6 +82,14 @@ inline void LaunchDynamicSmem(void (*kernel)(P), dim3 grid, dim3 block, size_t s
 #endif
 }
 
+// A kernel parameter whose address the kernel takes (a TMA tensor map is read by the
+// instruction from the parameter space): __grid_constant__ on the GPU.
+#if defined(COLONNADE_CUDA_EMULATE)
+#define COLONNADE_GRID_CONSTANT
+#else
+#define COLONNADE_GRID_CONSTANT __grid_constant__
+#endif
+
 // Declares `name`, the block's dynamic shared memory (unsigned char*, 128-byte aligned).
 #if defined(COLONNADE_CUDA_EMULATE)
 #define COLONNADE_DYNAMIC_SMEM(name) unsigned char* name = ::colonnade::emu::DynamicShared()

@@ -11,10 +11,20 @@
 #include "cuda/port.h"
 
 #if !defined(COLONNADE_CUDA_EMULATE)
+#include <cuda.h>  // CUtensorMap (a type only: the driver's encoder is fetched at run time)
 #include <cuda_bf16.h>
 #endif
 
 namespace colonnade::cuda::tc {
+
+// A TMA tensor map (the TMA-fed wgmma kernels' operands): the driver's opaque 128-byte object
+// on the GPU (made by MakeTmaMap in conv/wgmma.cu), the emulator's plain description there.
+// A kernel reads it from its parameters (COLONNADE_GRID_CONSTANT), never from a copy.
+#if defined(COLONNADE_CUDA_EMULATE)
+using TmaMap = colonnade::emu::TmaMap;
+#else
+using TmaMap = CUtensorMap;
+#endif
 
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDACC__)
 
@@ -230,8 +240,11 @@ __device__ __forceinline__ uint64_t GlobalTimerNs() {
 // phase that never completes would otherwise hang the process, and a training job with it).
 constexpr uint64_t kMbarWaitLimitNs = uint64_t(10) * 1000 * 1000 * 1000;
 // Waits until the phase of parity `parity` (0 for the first) of the barrier has completed
-// (mbarrier.try_wait.parity in a loop; acquire). After kMbarWaitLimitNs it prints the block,
-// thread, barrier and parity and traps: the launch fails with an error instead of hanging.
+// (mbarrier.try_wait.parity in a loop; acquire). After kMbarWaitLimitNs it traps: the launch
+// fails with an error (the next CUDA call reports it) instead of hanging the job. It prints
+// nothing: a printf is a function call, and a call anywhere in a kernel that issues wgmma
+// makes ptxas serialize every wgmma of that kernel (warning C7510: "wgmma pipeline crossing
+// function boundary"); the warp-specialized kernels before 2026-12-06 ran so.
 __device__ __forceinline__ void MbarWait(uint64_t* bar, unsigned parity) {
 #if defined(COLONNADE_CUDA_EMULATE)
   colonnade::emu::MbarWait(bar, parity);
@@ -239,15 +252,8 @@ __device__ __forceinline__ void MbarWait(uint64_t* bar, unsigned parity) {
   const uint32_t a = SmemAddress(bar);
   if (MbarTryWait(a, parity)) return;
   const uint64_t t0 = GlobalTimerNs();
-  while (!MbarTryWait(a, parity)) {
-    if (GlobalTimerNs() - t0 > kMbarWaitLimitNs) {
-      printf(
-          "mbarrier wait timed out: block (%d, %d, %d) thread %d, barrier at shared %u, "
-          "parity %u\n",
-          blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, a, parity);
-      __trap();
-    }
-  }
+  while (!MbarTryWait(a, parity))
+    if (GlobalTimerNs() - t0 > kMbarWaitLimitNs) __trap();
 #else
   __trap();
 #endif
@@ -260,6 +266,37 @@ __device__ __forceinline__ void CpAsyncMbarArrive(uint64_t* bar) {
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(SmemAddress(bar))
                : "memory");
+#else
+  __trap();
+#endif
+}
+// mbarrier.arrive.expect_tx.shared::cta.b64: the current phase also waits for `bytes`
+// transaction bytes (the TMA copies that complete on it), then this thread's arrival.
+__device__ __forceinline__ void MbarArriveExpectTx(uint64_t* bar, unsigned bytes) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::MbarArriveExpectTx(bar, bytes);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddress(bar)),
+               "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+// cp.async.bulk.tensor.3d (TMA): the box of `map` at coordinates (c0, c1, c2), innermost
+// first, into shared memory at dst (elements outside the tensor read as zero; the map's
+// swizzle applied by address), completing its bytes on `bar`. One thread issues it; the
+// copy is asynchronous and needs no fence before a wgmma reads it (both are the async proxy).
+__device__ __forceinline__ void TmaLoad3D(void* dst, const TmaMap* map, int c0, int c1, int c2,
+                                          uint64_t* bar) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  colonnade::emu::TmaLoad3D(dst, map, c0, c1, c2, bar);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%2, %3, %4}], [%5];\n" ::"r"(SmemAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(SmemAddress(bar))
+      : "memory");
 #else
   __trap();
 #endif

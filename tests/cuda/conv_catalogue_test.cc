@@ -35,12 +35,13 @@ using cuda::ConvProblem;
 using cuda::MathMode;
 using cuda::StorageType;
 
-// <family>[_<math>][_ws]_<BM>x<BN>x<BK>_<stages>, from the entry's fields.
+// <family>[_<math>][_ws|_tma]_<BM>x<BN>x<BK>_<stages>, from the entry's fields.
 std::string NameOf(const ConvConfig& c) {
   const std::string math =
       c.family == ConvFamily::kMma ? absl::StrCat("_", cuda::MathModeName(c.math)) : "";
-  return absl::StrFormat("%s%s%s_%dx%dx%d_%d", cuda::ConvFamilyName(c.family), math,
-                         c.warp_specialized ? "_ws" : "", c.bm, c.bn, c.bk, c.stages);
+  const char* loader = c.tma ? "_tma" : c.warp_specialized ? "_ws" : "";
+  return absl::StrFormat("%s%s%s_%dx%dx%d_%d", cuda::ConvFamilyName(c.family), math, loader, c.bm,
+                         c.bn, c.bk, c.stages);
 }
 
 TEST(ConvCatalogueTest, NamesAreUniqueAndSayTheShape) {
@@ -67,6 +68,7 @@ TEST(ConvCatalogueTest, NamesAreUniqueAndSayTheShape) {
       EXPECT_EQ(c.family, ConvFamily::kWgmma) << c.name;
       EXPECT_EQ(c.blocks_per_sm, 1) << c.name;
     }
+    if (c.tma) EXPECT_TRUE(c.warp_specialized) << c.name << ": TMA feeds the loader warpgroup";
   }
   // Every problem has a configuration in every family of its math, and every family is there.
   for (ConvFamily f : {ConvFamily::kSimt, ConvFamily::kMma, ConvFamily::kWgmma}) {
@@ -259,13 +261,32 @@ double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
   return std::sqrt(num / den);
 }
 
-TEST_F(ConvOverrideTest, ReachesEveryConfiguration) {
+// One convolution of the test below, its operands and the CPU's results.
+struct OverrideProblem {
   ConvParams p;
-  p.kernel_h = p.kernel_w = 3;
-  p.pad = 1;
-  p.stride = 2;
-  const cuda::ConvDims d{8, 8, 9, 9, 24, 5, 5};
-  const Shape xs{d.c, d.h, d.w, d.n}, ys{d.f, d.oh, d.ow, d.n}, ws{d.f, d.c, 3, 3};
+  cuda::ConvDims d;
+  Shape xs, ys, ws;
+  Tensor x, w, dy;
+  std::vector<float> ref[3];  // y, dx, dw
+};
+
+// The convolutions: 3 x 3 / 2 with padding for every configuration, and (the TMA
+// configurations run only plain GEMMs) a 1 x 1 of stride 1 with 24 input channels and 40
+// filters over 200 columns, so that the TMA boxes cross every edge of the tensors.
+TEST_F(ConvOverrideTest, ReachesEveryConfiguration) {
+  auto make = [](int kernel, int pad, int stride, const cuda::ConvDims& d) {
+    OverrideProblem q;
+    q.p.kernel_h = q.p.kernel_w = kernel;
+    q.p.pad = pad;
+    q.p.stride = stride;
+    q.d = d;
+    q.xs = Shape{d.c, d.h, d.w, d.n};
+    q.ys = Shape{d.f, d.oh, d.ow, d.n};
+    q.ws = Shape{d.f, d.c, kernel, kernel};
+    return q;
+  };
+  OverrideProblem problems[2] = {make(3, 1, 2, cuda::ConvDims{8, 8, 9, 9, 24, 5, 5}),
+                                 make(1, 0, 1, cuda::ConvDims{8, 24, 5, 5, 40, 5, 5})};
   // bf16-representable values, so that every math sees the same operands as the CPU.
   auto random = [](const Shape& s, uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -275,23 +296,35 @@ TEST_F(ConvOverrideTest, ReachesEveryConfiguration) {
       t.data()[i] = Bf16BitsToFloat(FloatToBf16Bits(u(rng)));
     return t;
   };
-  const Tensor x = random(xs, 1), w = random(ws, 2), dy = random(ys, 3);
-  CpuOps cpu;
-  Tensor y_ref(ys, Device::kCPU), dx_ref(xs, Device::kCPU), dw_ref(ws, Device::kCPU);
-  cpu.ConvForward(x, w, y_ref, p);
-  cpu.ConvBackwardData(dy, w, dx_ref, p);
-  cpu.ConvBackwardFilter(x, dy, dw_ref, p);
   auto host = [](const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.size()); };
-  const std::vector<float> ref[3] = {host(y_ref), host(dx_ref), host(dw_ref)};
-  const Tensor gx = x.To(Device::kCUDA), gw = w.To(Device::kCUDA), gdy = dy.To(Device::kCUDA);
-  // bf16 copies for the tensor cores' bf16 storage.
-  Tensor bx(xs, Device::kCUDA, DType::kBF16), bdy(ys, Device::kCUDA, DType::kBF16);
-  bx.CopyFromHost(host(x));
-  bdy.CopyFromHost(host(dy));
+  CpuOps cpu;
+  for (OverrideProblem& q : problems) {
+    q.x = random(q.xs, 1);
+    q.w = random(q.ws, 2);
+    q.dy = random(q.ys, 3);
+    Tensor y_ref(q.ys, Device::kCPU), dx_ref(q.xs, Device::kCPU), dw_ref(q.ws, Device::kCPU);
+    cpu.ConvForward(q.x, q.w, y_ref, q.p);
+    cpu.ConvBackwardData(q.dy, q.w, dx_ref, q.p);
+    cpu.ConvBackwardFilter(q.x, q.dy, dw_ref, q.p);
+    q.ref[0] = host(y_ref);
+    q.ref[1] = host(dx_ref);
+    q.ref[2] = host(dw_ref);
+  }
   const cuda::DeviceContext& ctx = Ops().context();
   std::map<std::string, std::vector<float>> first;  // per family and math: fwd, bwd data
   for (const ConvConfig& c : cuda::ConvCatalogue()) {
     if (c.family == ConvFamily::kWgmma && !cuda::TcWgmmaAvailable()) continue;
+    const OverrideProblem& q = problems[c.tma ? 1 : 0];
+    const ConvParams& p = q.p;
+    const cuda::ConvDims& d = q.d;
+    const Shape &xs = q.xs, &ys = q.ys, &ws = q.ws;
+    const std::vector<float>(&ref)[3] = q.ref;
+    const Tensor gx = q.x.To(Device::kCUDA), gw = q.w.To(Device::kCUDA),
+                 gdy = q.dy.To(Device::kCUDA);
+    // bf16 copies for the tensor cores' bf16 storage.
+    Tensor bx(xs, Device::kCUDA, DType::kBF16), bdy(ys, Device::kCUDA, DType::kBF16);
+    bx.CopyFromHost(host(q.x));
+    bdy.CopyFromHost(host(q.dy));
     const cuda::ScopedConvConfig forced(c.name);
     for (ConvProblem problem :
          {ConvProblem::kForward, ConvProblem::kBackwardData, ConvProblem::kBackwardFilter}) {

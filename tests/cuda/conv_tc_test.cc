@@ -463,27 +463,31 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
   const struct {
     int tile;
     const char* config;
-  } kRuns[] = {{4, "wgmma_128x128x64_6"},
-               {5, "wgmma_64x256x64_5"},
-               {6, "wgmma_128x256x64_4"},
-               {7, "wgmma_128x128x64_3"},
-               {8, "wgmma_ws_128x128x64_6"},
-               {9, "wgmma_ws_128x256x64_4"},
-               {0, "wgmma"}};
-  // The instantiations below: LongK refills every stage, ManySplits sums many splits.
+  } kRuns[] = {
+      {4, "wgmma_128x128x64_6"},      {5, "wgmma_64x256x64_5"},       {6, "wgmma_128x256x64_4"},
+      {7, "wgmma_128x128x64_3"},      {8, "wgmma_ws_128x128x64_6"},   {9, "wgmma_ws_128x256x64_4"},
+      {10, "wgmma_tma_128x128x64_6"}, {11, "wgmma_tma_128x256x64_4"}, {0, "wgmma"}};
+  // The instantiations below: LongK refills every stage, ManySplits sums many splits, Plain
+  // (1 x 1, stride 1, no padding) runs the TMA tiles, which run only such convolutions.
   const ConvCase& cc = GetParam();
   const bool long_k = cc.c == 64 && cc.h == 6 && cc.kh == 3, many_splits = cc.n == 64 && cc.h == 24;
+  const bool plain = cc.kh == 1 && cc.kw == 1 && cc.stride == 1 && cc.pad == 0;
+  const bool plain_case = plain && cc.c == 832;
   for (const Mode& m : modes) {
     const double tol = Tolerance(m);
     for (const auto& run : kRuns) {
       const int tile = run.tile;
       // The emulator (a wgmma is 128 fibers' worth of scalar products) checks float outputs
-      // and the faulty kernel on the cooperative 128 x 128 tile, and on the warp-specialized
-      // one where its stages are refilled (LongK); ManySplits (there for the split-K sum, the
-      // same code after every tile, and the emulator's slowest case) on that tile and the
+      // and the faulty kernel on the cooperative 128 x 128 tile, on the warp-specialized
+      // one where its stages are refilled (LongK), and on the TMA ones on Plain (refilled,
+      // two groups, rows and columns past the tensors' edges; the other tiles there only
+      // 128 x 128 and the automatic choice); ManySplits (there for the split-K sum, the same
+      // code after every tile, and the emulator's slowest case) on 128 x 128 and the
       // automatic choice only. The GPU every combination.
+      const bool tma = tile == 10 || tile == 11;
       if (kEmulated && many_splits && tile != 4 && tile != 0) continue;
-      const bool full = !kEmulated || tile == 4 || (tile == 8 && long_k);
+      if (kEmulated && plain_case && !tma && tile != 4 && tile != 0) continue;
+      const bool full = !kEmulated || tile == 4 || (tile == 8 && long_k) || (tma && plain_case);
       if (!full && m.out == StorageType::kFloat) continue;
       config_->Set(run.config);
       cuda::ConvLaunchInfo fi, bi, wi;
@@ -498,9 +502,15 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
       EXPECT_EQ(wi.wgmma, eligible && m.out == StorageType::kBF16) << run.config;
       // ManySplits: the two-level split-K sum ran (SplitKOutput::kTwoLevel splits or more).
       if (many_splits && wi.wgmma) EXPECT_GE(wi.splits, 9) << run.config;
-      if (eligible && tile != 0) {
+      if (eligible && tile != 0 && (!tma || plain)) {
         EXPECT_EQ(std::string(fi.config), run.config);
         EXPECT_EQ(std::string(bi.config), run.config);
+        if (m.out == StorageType::kBF16) EXPECT_EQ(std::string(wi.config), run.config);
+      }
+      // A TMA tile forced on a convolution it cannot run: the automatic choice does.
+      if (tma && !plain) {
+        EXPECT_NE(std::string(fi.config), run.config);
+        EXPECT_NE(std::string(wi.config), run.config);
       }
       EXPECT_LT(ef, tol) << run.config;
       EXPECT_LT(eb, tol) << run.config;
@@ -530,6 +540,12 @@ INSTANTIATE_TEST_SUITE_P(LongK, TcWgmmaTest,
                          [](const ::testing::TestParamInfo<ConvCase>& i) {
                            return CaseName(i.param);
                          });
+// 1 x 1, stride 1, no padding, in two groups of 416 input channels (7 K slices, more than any
+// TMA tile has stages; rows past each group's 416 and 40 channels read as zero from the TMA
+// boxes, not from the next group) over 1,024 columns (backward filter: 16 slices).
+INSTANTIATE_TEST_SUITE_P(
+    Plain, TcWgmmaTest, ::testing::Values(ConvCase{16, 832, 8, 8, 80, 1, 1, 1, 0, 2, false, false}),
+    [](const ::testing::TestParamInfo<ConvCase>& i) { return CaseName(i.param); });
 // Backward filter over 36,864 columns: enough splits of its reduction (16 on the emulator's
 // four multiprocessors, hundreds on a GPU) that the tensor-core split-K sum takes
 // SplitKOutput's two-level path (chunks of ceil(sqrt(splits)) splits, then the chunks).

@@ -45,6 +45,9 @@ constexpr char kMmaAny[] =
 constexpr char kWgmmaNeeds[] =
     "bf16 operands in bf16 storage (backward filter: x and dy), batch a multiple of 8, 16-byte "
     "aligned; an sm_90a build on a compute capability 9.0 GPU";
+constexpr char kWgmmaTmaNeeds[] =
+    "as wgmma, and a 1 x 1 convolution of stride 1 without padding (the gathered operand a plain "
+    "matrix)";
 
 // On the CPU emulator the automatic choice leaves wgmma off: an emulated wgmma costs 128
 // fibers' scalar products, and the emulator's whole-net tests would take several times longer
@@ -316,6 +319,14 @@ const ConvConfig& ChooseWgmma(const std::vector<const ConvConfig*>& cands, const
     };
     if (cost(mid, 1.0) < cost(wide, kWideSpeed)) best = mid;
   }
+  // A plain GEMM (1 x 1, stride 1, no padding) runs the chosen tile's TMA twin: its loader is
+  // one thread issuing a box per operand and slice instead of 128 computing 16-byte chunks.
+  if (d.plain && best != nullptr) {
+    const ConvConfig* twin = best == wide  ? has("wgmma_tma_128x256x64_4")
+                             : best == mid ? has("wgmma_tma_128x128x64_6")
+                                           : nullptr;
+    if (twin != nullptr) best = twin;
+  }
   return best ? *best : *cands[0];
 }
 
@@ -430,6 +441,11 @@ const std::vector<ConvConfig>& ConvCatalogue() {
        true},
       {"wgmma_ws_128x128x64_6", F::kWgmma, M::kBF16, 128, 128, 64, 6, 1, kF | kD | kW, kWgmmaNeeds,
        true},
+      // TMA-fed warp-specialized wgmma: one loader thread copies each slice as boxes.
+      {"wgmma_tma_128x256x64_4", F::kWgmma, M::kBF16, 128, 256, 64, 4, 1, kF | kD | kW,
+       kWgmmaTmaNeeds, true, true},
+      {"wgmma_tma_128x128x64_6", F::kWgmma, M::kBF16, 128, 128, 64, 6, 1, kF | kD | kW,
+       kWgmmaTmaNeeds, true, true},
   };
   return *table;
 }
@@ -492,7 +508,7 @@ bool ConvConfigRuns(const ConvConfig& c, ConvProblem p, const ConvGemmDesc& d) {
     case ConvFamily::kMma:
       return true;
     case ConvFamily::kWgmma:
-      return d.vec && d.bf16_operands && conv::WgmmaAvailable();
+      return d.vec && d.bf16_operands && (!c.tma || d.plain) && conv::WgmmaAvailable();
   }
   return false;
 }

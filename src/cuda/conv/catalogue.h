@@ -1,15 +1,17 @@
 // The catalogue of convolution kernel configurations: every configuration of the three
 // families, named as CUTLASS names its kernels, by block tile and pipeline depth:
 //
-//   <family>[_<math>][_ws]_<BM>x<BN>x<BK>_<stages>   e.g. simt_128x128x16_3,
+//   <family>[_<math>][_ws|_tma]_<BM>x<BN>x<BK>_<stages>   e.g. simt_128x128x16_3,
 //                                                   mma_bf16_64x128x32_4, wgmma_128x256x64_4,
-//                                                   wgmma_ws_128x256x64_4
+//                                                   wgmma_ws_128x256x64_4, wgmma_tma_128x256x64_4
 //
 // BM x BN is the block's tile of the GEMM's output (rows: filters, or input channels in
 // backward data; columns: output pixels x images), BK the K slice (elements) one pipeline
 // stage holds, stages the depth of the shared-memory pipeline. The mma family names its math
 // because its K slice depends on it (64 bytes: 32 bf16 or 16 tf32 elements); SIMT is FP32 and
 // wgmma bf16 only. `_ws`: warp-specialized (a loader warpgroup and two multiplying ones).
+// `_tma`: warp-specialized with the loader's operands copied by TMA, for GEMMs whose gathered
+// operand is a plain matrix (1 x 1 convolutions of stride 1 without padding).
 // `ConvCatalogue()` is the table: name, family, math, shape, the problems (forward, backward data,
 // backward filter) each configuration runs and what a problem needs for it;
 // tests/cuda/conv_catalogue_test.cc checks every name against its kernel's constants.
@@ -21,8 +23,9 @@
 // the fewest rows; mma.sync 128 x 128 or 64 x 128, whichever pads fewer rows; wgmma (on a
 // Hopper GPU, where it applies) the tile of the smallest padded area, 128 x 128 instead of
 // 128 x 256 where its whole waves cost less, 128 x 128 in 3 stages for forward and
-// backward-data GEMMs of at most 4 K slices, never a warp-specialized one (ChooseWgmma in
-// catalogue.cc says what was measured).
+// backward-data GEMMs of at most 4 K slices, the TMA twin of the tile where the GEMM is plain,
+// never the cp.async warp-specialized ones (ChooseWgmma in catalogue.cc says what was
+// measured).
 //
 // Override: COLONNADE_CONV_CONFIG=<name> (read on first use; SetConvConfig in tests and
 // benchmarks): every convolution that configuration runs runs on it, the others are chosen
@@ -62,6 +65,8 @@ struct ConvConfig {
   // wgmma only: a loader warpgroup feeds the two multiplying ones through mbarriers
   // (wgmma.cu, WsProduce / WsConsume); named wgmma_ws_...
   bool warp_specialized = false;
+  // wgmma only, warp-specialized: the loader copies by TMA (plain GEMMs only); wgmma_tma_...
+  bool tma = false;
 
   bool Runs(ConvProblem p) const { return (problems & ConvProblemBit(p)) != 0; }
 };
@@ -109,6 +114,10 @@ struct ConvGemmDesc {
   // operand (backward filter: x and dy) 16-byte aligned.
   bool vec = false;
   bool bf16_operands = false;  // tensor cores: the activation operands are stored in bf16
+  // The gathered operand is a plain matrix per group (a 1 x 1 convolution of stride 1 without
+  // padding; forward and backward data: the output columns plain too): every K slice of it is
+  // a tile of a 2-D matrix, which a TMA configuration copies as a box.
+  bool plain = false;
 };
 
 // How a selection times candidates (SIMT forward and backward data race their K slices on the

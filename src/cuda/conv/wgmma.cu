@@ -14,6 +14,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#if !defined(COLONNADE_CUDA_EMULATE)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#endif
+
 #include "core/log.h"
 #include "cuda/conv/tensor_core.h"
 #include "cuda/port.h"
@@ -29,14 +33,19 @@ namespace {
 // (T = TL = 256 threads; WgmmaMainLoop). Warp-specialized: a third warpgroup (threads 256-383)
 // only loads, paced by an mbarrier pair per stage, and the two others only multiply
 // (WsProduce / WsConsume); setmaxnreg moves registers from the loader to them.
+// TMA-fed (kTma, warp-specialized): one thread of the loader warpgroup issues a TMA box per
+// operand tile and slice (cp.async.bulk.tensor, the "expect_tx" bytes completing the stage's
+// full barrier), where the cp.async loader computes and issues 16-byte chunks: for GEMMs whose
+// gathered operand is a plain matrix (1 x 1 convolutions of stride 1 without padding), where
+// the K slices of both operands are tiles of 2-D matrices (ConvGemmDesc::plain).
 // Registers per thread after setmaxnreg (warp-specialized): 72 x 128 + 208 x 256 = 61K of the
 // multiprocessor's 64K, which the block has alone.
 constexpr int kWsLoaderRegs = 72, kWsMultiplierRegs = 208;
 
 template <int kWGM, int kWGN, int kNW, int kStages, int kMinBlocks = 1,
-          bool kWarpSpecialized = false>
+          bool kWarpSpecialized = false, bool kTma = false>
 struct WgTile {
-  static constexpr bool WS = kWarpSpecialized;
+  static constexpr bool WS = kWarpSpecialized || kTma, TMA = kTma;
   static constexpr int WGN = kWGN, NW = kNW, S = kStages, kBlocksPerSM = kMinBlocks;
   static constexpr int BM = 64 * kWGM, BN = kWGN * kNW, BK = 64, T = 256;
   static constexpr int kThreads = WS ? 384 : 256, TL = WS ? 128 : 256;          // all, the loaders
@@ -47,6 +56,8 @@ struct WgTile {
   static_assert(kWGM * kWGN == 2, "two multiplying warpgroups (256 threads)");
   static_assert(kNW == 128 || kNW == 256, "wgmma N");
   static_assert(!WS || kMinBlocks == 1, "setmaxnreg needs the whole register file");
+  // TMA: the stage's bytes complete its full barrier (one box of A, BN / 64 boxes of B).
+  static constexpr unsigned kStageBytes = unsigned(kStageA + kStageB);
 };
 using Wg128x128_6 = WgTile<2, 1, 128, 6>;  // 6 x 32 KiB
 using Wg64x256_5 = WgTile<1, 2, 128, 5>;   // 5 x 40 KiB: M <= 64 (conv2's backward data)
@@ -58,6 +69,9 @@ using Wg128x128_3 = WgTile<2, 1, 128, 3, 2>;
 // Warp-specialized (384 threads): the cooperative tiles' shapes and depths.
 using WgWs128x256_4 = WgTile<2, 1, 256, 4, 1, true>;
 using WgWs128x128_6 = WgTile<2, 1, 128, 6, 1, true>;
+// TMA-fed (384 threads, one of the loader's issuing): the same shapes and depths.
+using WgTma128x256_4 = WgTile<2, 1, 256, 4, 1, true, true>;
+using WgTma128x128_6 = WgTile<2, 1, 128, 6, 1, true, true>;
 
 // Shared-memory layouts, both in the 128-byte swizzle of the wgmma canonical layouts (PTX
 // ISA, "Shared Memory Matrix Layout"; the emulator decodes the descriptors from the ISA's
@@ -80,7 +94,8 @@ __device__ __forceinline__ uint32_t WgOffsetB(int k, int chunk) {
 // boundary (the 128-byte swizzle repeats every 1024 bytes of address): S A-stages, then S
 // B-stages, then (warp-specialized) S "full" and S "empty" mbarriers. MakeWgStages
 // initialises the barriers (thread 0) and publishes them with a block barrier: full counts
-// the loader's TL cp.async arrivals, empty the T multiplying threads' releases.
+// the loader's TL cp.async arrivals (TMA: the issuing thread's one arrival, plus the stage's
+// transaction bytes), empty the T multiplying threads' releases.
 template <class Tl>
 struct WgStages {
   unsigned char* a;
@@ -101,7 +116,7 @@ __device__ __forceinline__ WgStages<Tl> MakeWgStages(unsigned char* smem_raw) {
   if constexpr (Tl::WS) {
     if (threadIdx.x == 0)
       for (int i = 0; i < Tl::S; ++i) {
-        tc::MbarInit(s.full + i, Tl::TL);
+        tc::MbarInit(s.full + i, Tl::TMA ? 1 : Tl::TL);
         tc::MbarInit(s.empty + i, Tl::T);
       }
     __syncthreads();
@@ -181,8 +196,21 @@ __device__ __forceinline__ void WgmmaMainLoop(int ktiles, int fault, uint32_t a_
 // released that stage's previous slice t - S (phase t / S - 1 of its empty barrier); its
 // copies complete phase t / S of the stage's full barrier (cp.async arrive-on, no count
 // increment: full expects TL arrivals).
+// TMA: the loader's first thread alone announces the stage's bytes on its full barrier
+// (expect_tx, its one arrival) and issues the boxes (issue(t, st)), which complete them; the
+// other loader threads leave at once.
 template <class Tl, class Issue>
 __device__ __forceinline__ void WsProduce(int ktiles, const WgStages<Tl>& sm, const Issue& issue) {
+  if constexpr (Tl::TMA) {
+    if (threadIdx.x != Tl::T) return;
+    for (int t = 0; t < ktiles; ++t) {
+      const int st = t % Tl::S;
+      if (t >= Tl::S) tc::MbarWait(sm.empty + st, (t / Tl::S - 1) & 1);
+      tc::MbarArriveExpectTx(sm.full + st, Tl::kStageBytes);
+      issue(t, st);
+    }
+    return;
+  }
   for (int t = 0; t < ktiles; ++t) {
     const int st = t % Tl::S;
     if (t >= Tl::S) tc::MbarWait(sm.empty + st, (t / Tl::S - 1) & 1);
@@ -381,6 +409,14 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   }
 }
 
+// A wgmma kernel's parameters: the problem's, and (TMA tiles) the tensor maps of its two
+// operands (LaunchGemm, LaunchWgrad), read by the TMA unit from the kernel's parameter space.
+template <class P>
+struct WgArgs {
+  P p;
+  tc::TmaMap a, b;
+};
+
 // Kernel WgmmaGemmKernel<Tl, TOut, kMask>
 //   in : (G*cg) x h x w x n   CHWN bf16, n % 8 == 0, 16-byte aligned
 //   at : G x mp x kp          bf16 filters, K contiguous, kp a multiple of 64
@@ -389,11 +425,15 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
 //   argument so that the other kernels compile without it)
 // Grid as MmaGemmKernel. Block: the multiplying warpgroups wg = 0, 1 at (wg / WGN, wg % WGN)
 // of the block tile (+ the loader, warp-specialized); B (the gathered activations) MN-major.
-// Pipeline: WgmmaPipeline.
+// Pipeline: WgmmaPipeline. TMA tiles (a plain in: 1 x 1, stride 1, no padding): args.a maps
+// at as G x mp x kp, args.b maps in as G x cg x (h w n); a slice is one box of A (BM rows of
+// 64 K) and BN / 64 boxes of B (64 K-rows of 64 columns), each B box one 8 KiB atom of
+// WgOffsetB's layout; rows past cg read as zero.
 template <class Tl, class TOut, bool kMask>
 __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
-    WgmmaGemmKernel(const TcGemmParams p) {
+    WgmmaGemmKernel(const COLONNADE_GRID_CONSTANT WgArgs<TcGemmParams> args) {
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const TcGemmParams& p = args.p;
   constexpr int BN = Tl::BN, BK = Tl::BK, T = Tl::TL;  // T: the loading threads
   constexpr int kRowChunksB = BN / 8;
   constexpr int kAChunks = Tl::BM * (BK / 8) / T, kBChunks = BK * kRowChunksB / T;
@@ -420,13 +460,20 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   const GatherColumn col = MakeColumn(p, j0 + bcc * 8);
   auto issue = [&](int kt, int st) {
     unsigned char* const as = sm.a + st * Tl::kStageA;
+    unsigned char* const bs = sm.b + st * Tl::kStageB;
+    if constexpr (Tl::TMA) {
+      tc::TmaLoad3D(as, &args.a, kt * BK, m0, g, sm.full + st);
+#pragma unroll
+      for (int a = 0; a < BN / 64; ++a)
+        tc::TmaLoad3D(bs + a * 8192, &args.b, j0 + 64 * a, kt * BK, g, sm.full + st);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kAChunks; ++i) {
       const int q = lt + T * i, row = q / 8, c = q % 8;
       CpAsync16(as + WgOffsetA(row, c), at + static_cast<int64_t>(row) * p.kp + kt * BK + c * 8,
                 true);
     }
-    unsigned char* const bs = sm.b + st * Tl::kStageB;
 #pragma unroll
     for (int i = 0; i < kBChunks; ++i) {
       const int row = brow0 + kBRowStep * i;
@@ -459,11 +506,16 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
 // K-major (the reduction index j = (oy, ox, img) is contiguous in dy's rows and, 8 images at
 // a time, in x at each tap), in the 128-byte-swizzled layout of WgOffsetA: A = dy rows, B =
 // x gathered for BN filter columns (c, ky, kx). Loading thread lt copies chunk lt % 8 (8
-// images of one pixel) of rows lt / 8 + TL / 8 i of each. Pipeline: WgmmaPipeline.
+// images of one pixel) of rows lt / 8 + TL / 8 i of each. Pipeline: WgmmaPipeline. TMA tiles
+// (1 x 1, stride 1, no padding: x's columns are the reduction index as dy's are): args.a maps
+// dy as G x m x jtot, args.b x as G x cg x jtot; a slice is one box of each (BM or BN rows of
+// 64 reduction columns), rows and columns outside them read as zero. (A split ends at a
+// multiple of the slice or at jtot, so no box crosses into the next split.)
 template <class Tl>
 __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
-    WgmmaWgradKernel(const TcWgradParams p) {
+    WgmmaWgradKernel(const COLONNADE_GRID_CONSTANT WgArgs<TcWgradParams> args) {
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const TcWgradParams& p = args.p;
   constexpr int BK = Tl::BK, kRowStep = Tl::TL / 8;
   constexpr int kAChunks = Tl::BM / kRowStep, kBChunks = Tl::BN / kRowStep;
 
@@ -495,6 +547,11 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     arow[i] = dy + static_cast<int64_t>(aok[i] ? row : 0) * p.jtot;
   }
   auto issue = [&](int kt, int st) {
+    if constexpr (Tl::TMA) {
+      tc::TmaLoad3D(sm.a + st * Tl::kStageA, &args.a, kbeg + kt * BK, m0, g, sm.full + st);
+      tc::TmaLoad3D(sm.b + st * Tl::kStageB, &args.b, kbeg + kt * BK, c0, g, sm.full + st);
+      return;
+    }
     const int jj = kbeg + kt * BK + cc * 8;
     unsigned char* const as = sm.a + st * Tl::kStageA;
 #pragma unroll
@@ -535,16 +592,64 @@ auto WithTile(const ConvConfig& c, const F& f) {
   auto with = [&](auto tile) {
     using Tl = decltype(tile);
     CHECK(c.bm == Tl::BM && c.bn == Tl::BN && c.bk == Tl::BK && c.stages == Tl::S &&
-          c.blocks_per_sm == Tl::kBlocksPerSM && c.warp_specialized == Tl::WS)
+          c.blocks_per_sm == Tl::kBlocksPerSM && c.warp_specialized == Tl::WS && c.tma == Tl::TMA)
         << c.name << ": not its kernel's tile";
     return f.template operator()<Tl>();
   };
+  if (c.tma) return c.bn == 256 ? with(WgTma128x256_4{}) : with(WgTma128x128_6{});
   if (c.warp_specialized) return c.bn == 256 ? with(WgWs128x256_4{}) : with(WgWs128x128_6{});
   if (c.bm == 64) return with(Wg64x256_5{});
   if (c.bn == 256) return with(Wg128x256_4{});
   if (c.stages == 3) return with(Wg128x128_3{});
   return with(Wg128x128_6{});
 }
+
+// A TMA map of the bf16 tensor `base`, d2 x d1 x d0 elements (d0 contiguous, dense), read in
+// boxes of box1 x box0 (box0 = 64: one 128-byte line, the 128-byte swizzle of the wgmma
+// layouts), zero outside it.
+#if defined(COLONNADE_CUDA_EMULATE)
+tc::TmaMap MakeTmaMap(const void* base, int64_t d0, int64_t d1, int64_t d2, int box0, int box1) {
+  tc::TmaMap m{};
+  m.base = base;
+  m.dim[0] = uint64_t(d0);
+  m.dim[1] = uint64_t(d1);
+  m.dim[2] = uint64_t(d2);
+  m.stride[0] = uint64_t(d0) * 2;
+  m.stride[1] = uint64_t(d0) * uint64_t(d1) * 2;
+  m.box[0] = uint32_t(box0);
+  m.box[1] = uint32_t(box1);
+  m.box[2] = 1;
+  m.elem_bytes = 2;
+  m.swizzle128 = true;
+  return m;
+}
+#else
+tc::TmaMap MakeTmaMap(const void* base, int64_t d0, int64_t d1, int64_t d2, int box0, int box1) {
+  // The driver's encoder through the runtime (no link against libcuda), looked up once.
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    COLONNADE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                          cudaEnableDefault, &found));
+    CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr)
+        << "the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12 driver)";
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  tc::TmaMap m{};
+  const cuuint64_t dims[3] = {cuuint64_t(d0), cuuint64_t(d1), cuuint64_t(d2)};
+  const cuuint64_t strides[2] = {cuuint64_t(d0) * 2, cuuint64_t(d0) * cuuint64_t(d1) * 2};
+  const cuuint32_t box[3] = {cuuint32_t(box0), cuuint32_t(box1), 1};
+  const cuuint32_t unit[3] = {1, 1, 1};
+  const CUresult r =
+      encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,
+             unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << int(r) << ") for a " << d2
+                           << " x " << d1 << " x " << d0 << " bf16 tensor at " << base << ", box "
+                           << box1 << " x " << box0;
+  return m;
+}
+#endif
 
 struct LaunchGemm {
   StorageType out;
@@ -557,17 +662,35 @@ struct LaunchGemm {
     auto* const kernel = out == StorageType::kFloat ? WgmmaGemmKernel<Tl, float, false>
                          : q.mask != nullptr        ? WgmmaGemmKernel<Tl, __nv_bfloat16, true>
                                                     : WgmmaGemmKernel<Tl, __nv_bfloat16, false>;
-    LaunchDynamicSmem(kernel, grid, dim3(Tl::kThreads), Tl::kSmem, stream, q);
+    WgArgs<TcGemmParams> args{q, {}, {}};
+    if constexpr (Tl::TMA) {
+      const int64_t hwn = int64_t(q.h) * q.w * q.n;
+      CHECK(q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 && q.plain &&
+            q.j == hwn && q.mp % Tl::BM == 0)
+          << "a TMA configuration on a GEMM whose gathered operand is not a plain matrix";
+      args.a = MakeTmaMap(q.at, q.kp, q.mp, grid.z, Tl::BK, Tl::BM);
+      args.b = MakeTmaMap(q.in, hwn, q.cg, grid.z, 64, Tl::BK);
+    }
+    LaunchDynamicSmem(kernel, grid, dim3(Tl::kThreads), Tl::kSmem, stream, args);
     return 0;
   }
 };
 struct LaunchWgrad {
   dim3 grid;
+  int groups;
   cudaStream_t stream;
   const TcWgradParams& q;
   template <class Tl>
   int operator()() const {
-    LaunchDynamicSmem(WgmmaWgradKernel<Tl>, grid, dim3(Tl::kThreads), Tl::kSmem, stream, q);
+    WgArgs<TcWgradParams> args{q, {}, {}};
+    if constexpr (Tl::TMA) {
+      CHECK(q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 &&
+            q.jtot == int64_t(q.h) * q.w * q.n && q.ksplit % Tl::BK == 0)
+          << "a TMA configuration on a backward filter whose x is not a plain matrix";
+      args.a = MakeTmaMap(q.dy, q.jtot, q.m, groups, Tl::BK, Tl::BM);
+      args.b = MakeTmaMap(q.x, q.jtot, q.cg, groups, Tl::BK, Tl::BN);
+    }
+    LaunchDynamicSmem(WgmmaWgradKernel<Tl>, grid, dim3(Tl::kThreads), Tl::kSmem, stream, args);
     return 0;
   }
 };
@@ -580,7 +703,7 @@ void LaunchWgmmaGemm(const ConvConfig& c, StorageType out, dim3 grid, cudaStream
 }
 
 void LaunchWgmmaWgrad(const ConvConfig& c, dim3 grid, cudaStream_t stream, const TcWgradParams& q) {
-  WithTile(c, LaunchWgrad{grid, stream, q});
+  WithTile(c, LaunchWgrad{grid, static_cast<int>(grid.z) / q.splits, stream, q});
 }
 
 // Whether this process can run the wgmma kernels: built for sm_90a (the build defines

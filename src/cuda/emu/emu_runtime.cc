@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
@@ -164,10 +165,12 @@ struct Fiber {
 
 // An arrival of cp.async.mbarrier.arrive.noinc not made yet: it is made once the copies its
 // thread issued before it have landed (they land with it).
+// A TMA copy (TmaLoad3D) is one too, whose landing completes `tx` bytes instead of arriving.
 struct DeferredArrive {
   const Fiber* owner;
   std::vector<PendingCopy> copies;
   uint64_t* bar;
+  int64_t tx = 0;
 };
 
 Context g_sched;
@@ -189,6 +192,9 @@ struct Deposit {
 };
 Deposit g_deposit[kMaxWarps][2][kWarp];
 std::vector<DeferredArrive> g_deferred;  // the running block's, oldest first
+// Each mbarrier's transaction bytes still expected in its current phase (expect_tx minus the
+// TMA bytes landed); the running block's.
+std::map<const uint64_t*, int64_t> g_tx;
 uint64_t g_mbar_arrivals = 0;            // arrivals made so far (the scheduler's progress)
 
 void FlushCopies(Fiber& f) {
@@ -312,17 +318,39 @@ uint64_t MbarValue(const uint64_t* bar, const char* what) {
   }
   return v;
 }
-void ArriveOn(uint64_t* bar, const char* what) {
-  uint64_t v = MbarValue(bar, what);
-  uint64_t pending = (v & kMbarField) - 1;
+// Stores the barrier with `pending` arrivals left; with none left and no transaction bytes
+// outstanding the phase completes, and the next one expects as many arrivals.
+void StoreMbar(uint64_t* bar, uint64_t v, uint64_t pending) {
   const uint64_t expected = (v >> 20) & kMbarField;
   uint64_t phase = (v >> 40) & 1;
-  if (pending == 0) {  // the phase completes; the next one expects as many arrivals
+  auto tx = g_tx.find(bar);
+  if (pending == 0 && (tx == g_tx.end() || tx->second == 0)) {
     phase ^= 1;
     pending = expected;
   }
   *bar = kMbarTag | (phase << 40) | (expected << 20) | pending;
   ++g_mbar_arrivals;
+}
+void ArriveOn(uint64_t* bar, const char* what) {
+  const uint64_t v = MbarValue(bar, what);
+  if ((v & kMbarField) == 0) {
+    std::fprintf(stderr, "emu: %s on an mbarrier at %p whose arrivals are all made (its phase "
+                 "waits for transaction bytes)\n", what, static_cast<void*>(bar));
+    std::abort();
+  }
+  StoreMbar(bar, v, (v & kMbarField) - 1);
+}
+// `bytes` of a TMA copy have landed.
+void CompleteTx(uint64_t* bar, int64_t bytes) {
+  const uint64_t v = MbarValue(bar, "cp.async.bulk.tensor complete_tx");
+  int64_t& tx = g_tx[bar];
+  tx -= bytes;
+  if (tx < 0) {
+    std::fprintf(stderr, "emu: %lld more transaction bytes landed on the mbarrier at %p than "
+                 "expect_tx announced\n", static_cast<long long>(-tx), static_cast<void*>(bar));
+    std::abort();
+  }
+  StoreMbar(bar, v, v & kMbarField);
 }
 }  // namespace
 
@@ -343,7 +371,10 @@ void LandDeferred(size_t i) {
   g_deferred.resize(kept);
   for (DeferredArrive& d : mine) {
     for (const PendingCopy& c : d.copies) Land(c);
-    ArriveOn(d.bar, "cp.async.mbarrier.arrive");
+    if (d.tx > 0)
+      CompleteTx(d.bar, d.tx);
+    else
+      ArriveOn(d.bar, "cp.async.mbarrier.arrive");
   }
 }
 
@@ -359,6 +390,7 @@ void MbarInit(uint64_t* bar, unsigned count) {
     std::abort();
   }
   *bar = kMbarTag | (uint64_t(count) << 20) | count;
+  g_tx.erase(bar);
 }
 void MbarArrive(uint64_t* bar) {
   Current("mbarrier.arrive");
@@ -388,6 +420,51 @@ void CpAsyncMbarArrive(uint64_t* bar) {
   }
   d.copies.insert(d.copies.end(), f.copies.open.begin(), f.copies.open.end());
   f.copies.open.clear();
+  g_deferred.push_back(std::move(d));
+  if (g_copy_rng() % 4 == 0) LandDeferred(g_deferred.size() - 1);
+}
+void MbarArriveExpectTx(uint64_t* bar, unsigned bytes) {
+  Current("mbarrier.arrive.expect_tx");
+  MbarValue(bar, "mbarrier.arrive.expect_tx");
+  g_tx[bar] += bytes;
+  ArriveOn(bar, "mbarrier.arrive.expect_tx");
+}
+void TmaLoad3D(void* dst, const TmaMap* map, int c0, int c1, int c2, uint64_t* bar) {
+  Fiber& f = Current("cp.async.bulk.tensor");
+  MbarValue(bar, "cp.async.bulk.tensor");
+  const uint32_t base = SharedAddress(dst);
+  const uint32_t eb = map->elem_bytes, row_bytes = map->box[0] * eb;
+  if (base % 128 != 0 || reinterpret_cast<uintptr_t>(map->base) % 16 != 0 ||
+      row_bytes % 16 != 0 || (map->swizzle128 && row_bytes != 128)) {
+    std::fprintf(stderr, "emu: cp.async.bulk.tensor: shared address %u (128-byte aligned?), "
+                 "global %p (16?), box row of %u bytes (128 with the swizzle)\n", base,
+                 map->base, row_bytes);
+    std::abort();
+  }
+  DeferredArrive d{&f, {}, bar, 0};
+  const int64_t co[3] = {c0, c1, c2};
+  auto inside = [&](int axis, int64_t i) {
+    return i >= 0 && static_cast<uint64_t>(i) < map->dim[axis];
+  };
+  const auto* src = static_cast<const unsigned char*>(map->base);
+  uint32_t offset = 0;  // bytes of the box in its row-major order
+  for (uint32_t z = 0; z < map->box[2]; ++z)
+    for (uint32_t y = 0; y < map->box[1]; ++y)
+      for (uint32_t x = 0; x < map->box[0]; x += 16 / eb, offset += 16) {
+        uint32_t a = base + offset;
+        if (map->swizzle128) a ^= ((a >> 7) & 7) << 4;
+        unsigned char* to = static_cast<unsigned char*>(dst) + (a - base);
+        const bool row = inside(1, co[1] + y) && inside(2, co[2] + z);
+        for (uint32_t e = 0; e < 16 / eb; ++e) {  // element by element: the tensor's edge
+          const bool in = row && inside(0, co[0] + x + e);
+          const unsigned char* from =
+              in ? src + (co[2] + z) * map->stride[1] + (co[1] + y) * map->stride[0] +
+                       (co[0] + x + e) * eb
+                 : nullptr;
+          d.copies.push_back({to + e * eb, from, static_cast<int>(eb), in ? static_cast<int>(eb) : 0});
+        }
+      }
+  d.tx = offset;
   g_deferred.push_back(std::move(d));
   if (g_copy_rng() % 4 == 0) LandDeferred(g_deferred.size() - 1);
 }
@@ -729,6 +806,7 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
         }
         // Arrivals never waited for: their copies land before the next block.
         while (!g_deferred.empty()) LandDeferred(g_deferred.size() - 1);
+        g_tx.clear();
       }
   g_body = nullptr;
   g_dynamic_bytes = 0;
