@@ -319,12 +319,19 @@ const ConvConfig& ChooseWgmma(const std::vector<const ConvConfig*>& cands, const
     };
     if (cost(mid, 1.0) < cost(wide, kWideSpeed)) best = mid;
   }
-  // A plain GEMM (1 x 1, stride 1, no padding) runs the chosen tile's TMA twin: its loader is
-  // one thread issuing a box per operand and slice instead of 128 computing 16-byte chunks.
+  // A plain GEMM (1 x 1, stride 1, no padding) runs the TMA twin of 128 x 256, and of 128 x
+  // 128 in backward filter: one loader thread issuing a box per operand and slice instead of
+  // the multiplying warps computing and issuing 16-byte cp.async chunks. bench_layers, ResNet-50
+  // at batch 128 on an H100 (experiments/resnet_kernels/results/layers_tma_e0cca23.log), twin
+  // against the cooperative tile: 128 x 256 as fast or faster on every 1 x 1 GEMM (layer3's
+  // 0.049-0.054 ms against 0.056-0.061, layer2_0_conv1 0.120 against 0.134); 128 x 128 in
+  // backward filter 2-5% faster on every layer (0.065 against 0.069), in forward and backward
+  // data within +-5% either way (layer1 0.203 against 0.193, layer3_0_conv1 0.111 against
+  // 0.119), so not there.
   if (d.plain && best != nullptr) {
-    const ConvConfig* twin = best == wide  ? has("wgmma_tma_128x256x64_4")
-                             : best == mid ? has("wgmma_tma_128x128x64_6")
-                                           : nullptr;
+    const ConvConfig* twin = best == wide             ? has("wgmma_tma_128x256x64_4")
+                             : best == mid && split_k ? has("wgmma_tma_128x128x64_6")
+                                                      : nullptr;
     if (twin != nullptr) best = twin;
   }
   return best ? *best : *cands[0];
