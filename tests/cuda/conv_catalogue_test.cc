@@ -35,11 +35,14 @@ using cuda::ConvProblem;
 using cuda::MathMode;
 using cuda::StorageType;
 
-// <family>[_<math>][_ws|_tma]_<BM>x<BN>x<BK>_<stages>, from the entry's fields.
+// <family>[_<math>][_ws|_tma|_tma_persistent]_<BM>x<BN>x<BK>_<stages>, from the entry's fields.
 std::string NameOf(const ConvConfig& c) {
   const std::string math =
       c.family == ConvFamily::kMma ? absl::StrCat("_", cuda::MathModeName(c.math)) : "";
-  const char* loader = c.tma ? "_tma" : c.warp_specialized ? "_ws" : "";
+  const char* loader = c.persistent         ? "_tma_persistent"
+                       : c.tma              ? "_tma"
+                       : c.warp_specialized ? "_ws"
+                                            : "";
   return absl::StrFormat("%s%s%s_%dx%dx%d_%d", cuda::ConvFamilyName(c.family), math, loader, c.bm,
                          c.bn, c.bk, c.stages);
 }
@@ -69,6 +72,7 @@ TEST(ConvCatalogueTest, NamesAreUniqueAndSayTheShape) {
       EXPECT_EQ(c.blocks_per_sm, 1) << c.name;
     }
     if (c.tma) EXPECT_TRUE(c.warp_specialized) << c.name << ": TMA feeds the loader warpgroup";
+    if (c.persistent) EXPECT_TRUE(c.tma) << c.name << ": the persistent kernel is TMA-fed";
   }
   // Every problem has a configuration in every family of its math, and every family is there.
   for (ConvFamily f : {ConvFamily::kSimt, ConvFamily::kMma, ConvFamily::kWgmma}) {

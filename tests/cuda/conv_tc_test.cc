@@ -463,10 +463,16 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
   const struct {
     int tile;
     const char* config;
-  } kRuns[] = {
-      {4, "wgmma_128x128x64_6"},      {5, "wgmma_64x256x64_5"},       {6, "wgmma_128x256x64_4"},
-      {7, "wgmma_128x128x64_3"},      {8, "wgmma_ws_128x128x64_6"},   {9, "wgmma_ws_128x256x64_4"},
-      {10, "wgmma_tma_128x128x64_6"}, {11, "wgmma_tma_128x256x64_4"}, {0, "wgmma"}};
+  } kRuns[] = {{4, "wgmma_128x128x64_6"},
+               {5, "wgmma_64x256x64_5"},
+               {6, "wgmma_128x256x64_4"},
+               {7, "wgmma_128x128x64_3"},
+               {8, "wgmma_ws_128x128x64_6"},
+               {9, "wgmma_ws_128x256x64_4"},
+               {10, "wgmma_tma_128x128x64_6"},
+               {11, "wgmma_tma_128x256x64_4"},
+               {12, "wgmma_tma_persistent_128x128x64_4"},
+               {0, "wgmma"}};
   // The instantiations below: LongK refills every stage, ManySplits sums many splits, Plain
   // (1 x 1, stride 1, no padding) runs the TMA tiles, which run only such convolutions.
   const ConvCase& cc = GetParam();
@@ -484,7 +490,7 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
       // 128 x 128 and the automatic choice); ManySplits (there for the split-K sum, the same
       // code after every tile, and the emulator's slowest case) on 128 x 128 and the
       // automatic choice only. The GPU every combination.
-      const bool tma = tile == 10 || tile == 11;
+      const bool tma = tile >= 10;
       if (kEmulated && many_splits && tile != 4 && tile != 0) continue;
       if (kEmulated && plain_case && !tma && tile != 4 && tile != 0) continue;
       const bool full = !kEmulated || tile == 4 || (tile == 8 && long_k) || (tma && plain_case);
@@ -499,13 +505,18 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
                   ModeName(m).c_str(), ef, eb, ew, wi.wgmma ? "" : " (mma.sync)");
       EXPECT_EQ(fi.wgmma, eligible) << run.config;
       EXPECT_EQ(bi.wgmma, eligible) << run.config;
-      EXPECT_EQ(wi.wgmma, eligible && m.out == StorageType::kBF16) << run.config;
+      // (A configuration without backward filter leaves it to the automatic choice.)
+      const cuda::ConvConfig* forced = cuda::FindConvConfig(run.config);
+      const bool forced_wgrad =
+          forced == nullptr || forced->Runs(cuda::ConvProblem::kBackwardFilter);
+      if (forced_wgrad) EXPECT_EQ(wi.wgmma, eligible && m.out == StorageType::kBF16) << run.config;
       // ManySplits: the two-level split-K sum ran (SplitKOutput::kTwoLevel splits or more).
       if (many_splits && wi.wgmma) EXPECT_GE(wi.splits, 9) << run.config;
       if (eligible && tile != 0 && (!tma || plain)) {
         EXPECT_EQ(std::string(fi.config), run.config);
         EXPECT_EQ(std::string(bi.config), run.config);
-        if (m.out == StorageType::kBF16) EXPECT_EQ(std::string(wi.config), run.config);
+        if (m.out == StorageType::kBF16 && forced_wgrad)
+          EXPECT_EQ(std::string(wi.config), run.config);
       }
       // A TMA tile forced on a convolution it cannot run: the automatic choice does.
       if (tma && !plain) {

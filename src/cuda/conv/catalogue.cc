@@ -453,6 +453,10 @@ const std::vector<ConvConfig>& ConvCatalogue() {
        kWgmmaTmaNeeds, true, true},
       {"wgmma_tma_128x128x64_6", F::kWgmma, M::kBF16, 128, 128, 64, 6, 1, kF | kD | kW,
        kWgmmaTmaNeeds, true, true},
+      // Persistent TMA-fed (forward, backward data): blocks take output tiles in turn. Forced
+      // only: not yet timed (experiments/resnet_kernels/README.md).
+      {"wgmma_tma_persistent_128x128x64_4", F::kWgmma, M::kBF16, 128, 128, 64, 4, 1, kF | kD,
+       kWgmmaTmaNeeds, true, true, true},
   };
   return *table;
 }

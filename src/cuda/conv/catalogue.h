@@ -1,7 +1,7 @@
 // The catalogue of convolution kernel configurations: every configuration of the three
 // families, named as CUTLASS names its kernels, by block tile and pipeline depth:
 //
-//   <family>[_<math>][_ws|_tma]_<BM>x<BN>x<BK>_<stages>   e.g. simt_128x128x16_3,
+//   <family>[_<math>][_ws|_tma|_tma_persistent]_<BM>x<BN>x<BK>_<stages>   e.g. simt_128x128x16_3,
 //                                                   mma_bf16_64x128x32_4, wgmma_128x256x64_4,
 //                                                   wgmma_ws_128x256x64_4, wgmma_tma_128x256x64_4
 //
@@ -11,7 +11,8 @@
 // because its K slice depends on it (64 bytes: 32 bf16 or 16 tf32 elements); SIMT is FP32 and
 // wgmma bf16 only. `_ws`: warp-specialized (a loader warpgroup and two multiplying ones).
 // `_tma`: warp-specialized with the loader's operands copied by TMA, for GEMMs whose gathered
-// operand is a plain matrix (1 x 1 convolutions of stride 1 without padding).
+// operand is a plain matrix (1 x 1 convolutions of stride 1 without padding);
+// `_tma_persistent`: the same with blocks that stay and take output tiles in turn.
 // `ConvCatalogue()` is the table: name, family, math, shape, the problems (forward, backward data,
 // backward filter) each configuration runs and what a problem needs for it;
 // tests/cuda/conv_catalogue_test.cc checks every name against its kernel's constants.
@@ -67,6 +68,10 @@ struct ConvConfig {
   bool warp_specialized = false;
   // wgmma only, warp-specialized: the loader copies by TMA (plain GEMMs only); wgmma_tma_...
   bool tma = false;
+  // TMA, forward and backward data: blocks stay and take tiles in turn, the loader filling
+  // the next tile's stages while the multiplying warpgroups store this one;
+  // wgmma_tma_persistent_...
+  bool persistent = false;
 
   bool Runs(ConvProblem p) const { return (problems & ConvProblemBit(p)) != 0; }
 };

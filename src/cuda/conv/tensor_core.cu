@@ -5,6 +5,7 @@
 // backward filter's split-K and launch; plus the float <-> bf16 conversions of the operands.
 // Precision, resources and measurements: src/cuda/TC_NOTES.md.
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -97,6 +98,7 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   q.out = out.data;
   q.bias = bias;
   q.relu = relu ? 1 : 0;
+  q.groups = groups;
   q.fault = fault;
   const size_t ob = StorageBytes(out.type);
   q.pair_out = ((q.plain ? q.j % 2 == 0 : q.n % 2 == 0) && Aligned(q.out, 2 * ob)) ? 1 : 0;
@@ -118,12 +120,20 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   gemm.arrange.tf32 = bf16 ? 0 : 1;
   Launch(TcArrangeWeightsKernel, ElementwiseGrid(ctx, elems), dim3(256), ctx.stream, gemm.arrange);
   q.at = at.f();
-  const dim3 grid(static_cast<unsigned>(CeilDiv(q.j, c.bn)), static_cast<unsigned>(q.mp / c.bm),
-                  static_cast<unsigned>(groups));
+  dim3 grid(static_cast<unsigned>(CeilDiv(q.j, c.bn)), static_cast<unsigned>(q.mp / c.bm),
+            static_cast<unsigned>(groups));
   int stats_tiles = 0;
   if (stats != nullptr && c.family == ConvFamily::kWgmma && q.staged && c.bn >= 128) {
     q.stats = stats;
     stats_tiles = static_cast<int>(grid.x);
+  }
+  // A persistent configuration: one block per multiprocessor at most, each taking tiles in
+  // turn (wgmma.cu, WgmmaPersistentGemmKernel). It stores staged tiles only: elsewhere the
+  // selection does not offer it (ConvGemmDesc::plain implies a plain output).
+  if (c.persistent) {
+    CHECK(q.staged) << c.name << ": an output that cannot be staged";
+    const int64_t tiles = int64_t(grid.x) * grid.y * grid.z;
+    grid = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, std::max(1, ctx.sm_count))));
   }
   if (c.family == ConvFamily::kWgmma) {
     LaunchWgmmaGemm(c, out.type, grid, ctx.stream, q);

@@ -37,7 +37,8 @@ struct TcGemmParams : GemmGeometry {
   // mask's value at its place is above 0, else 0 (the ReLU that wrote the mask, Ops::
   // ConvLayerBackward's relu_dx). Before the stats, which sum the masked values.
   const void* mask;
-  int fault;  // tests: 1 skips the first K slice
+  int groups;  // G
+  int fault;   // tests: 1 skips the first K slice (of every tile)
 };
 
 // Backward filter (ksplit a multiple of the configuration's K slice).

@@ -43,16 +43,22 @@ namespace {
 constexpr int kWsLoaderRegs = 72, kWsMultiplierRegs = 208;
 
 template <int kWGM, int kWGN, int kNW, int kStages, int kMinBlocks = 1,
-          bool kWarpSpecialized = false, bool kTma = false>
+          bool kWarpSpecialized = false, bool kTma = false, bool kPersistent = false>
 struct WgTile {
-  static constexpr bool WS = kWarpSpecialized || kTma, TMA = kTma;
+  static constexpr bool WS = kWarpSpecialized || kTma || kPersistent, TMA = kTma || kPersistent;
+  static constexpr bool PERSISTENT = kPersistent;
   static constexpr int WGN = kWGN, NW = kNW, S = kStages, kBlocksPerSM = kMinBlocks;
   static constexpr int BM = 64 * kWGM, BN = kWGN * kNW, BK = 64, T = 256;
   static constexpr int kThreads = WS ? 384 : 256, TL = WS ? 128 : 256;          // all, the loaders
   static constexpr int kStageA = BM * BK * 2, kStageB = BK * BN * 2;            // bytes
   static constexpr size_t kBarriers = WS ? 2 * kStages * sizeof(uint64_t) : 0;  // full, empty
+  // Persistent: the epilogue stages its tile in a region of its own (the loader fills the
+  // stages with the next tile meanwhile): a float tile with padded rows, or a bf16 one and
+  // its chunk sums (StoreTileStaged), whichever is larger.
+  static constexpr size_t kEpilogue = kPersistent ? size_t(BM) * (BN + 8) * 4 : 0;
   // + 1 KiB to align the stages to the swizzle's 1024-byte period
-  static constexpr size_t kSmem = size_t(kStages) * (kStageA + kStageB) + kBarriers + 1024;
+  static constexpr size_t kSmem =
+      size_t(kStages) * (kStageA + kStageB) + kEpilogue + kBarriers + 1024;
   static_assert(kWGM * kWGN == 2, "two multiplying warpgroups (256 threads)");
   static_assert(kNW == 128 || kNW == 256, "wgmma N");
   static_assert(!WS || kMinBlocks == 1, "setmaxnreg needs the whole register file");
@@ -72,6 +78,8 @@ using WgWs128x128_6 = WgTile<2, 1, 128, 6, 1, true>;
 // TMA-fed (384 threads, one of the loader's issuing): the same shapes and depths.
 using WgTma128x256_4 = WgTile<2, 1, 256, 4, 1, true, true>;
 using WgTma128x128_6 = WgTile<2, 1, 128, 6, 1, true, true>;
+// Persistent and TMA-fed (forward and backward data): 4 x 32 KiB + a 68 KiB epilogue region.
+using WgTmaP128x128_4 = WgTile<2, 1, 128, 4, 1, true, true, true>;
 
 // Shared-memory layouts, both in the 128-byte swizzle of the wgmma canonical layouts (PTX
 // ISA, "Shared Memory Matrix Layout"; the emulator decodes the descriptors from the ISA's
@@ -103,6 +111,7 @@ struct WgStages {
   uint32_t a_addr, b_addr;  // their shared-memory addresses (for descriptors)
   uint64_t* full;           // WS: stage s holds its slice
   uint64_t* empty;          // WS: every multiplying warpgroup has retired stage s's wgmma
+  unsigned char* epilogue;  // persistent: the epilogue's own region (else the stages)
 };
 template <class Tl>
 __device__ __forceinline__ WgStages<Tl> MakeWgStages(unsigned char* smem_raw) {
@@ -111,7 +120,8 @@ __device__ __forceinline__ WgStages<Tl> MakeWgStages(unsigned char* smem_raw) {
   s.b = s.a + Tl::S * Tl::kStageA;
   s.a_addr = tc::SmemAddress(s.a);
   s.b_addr = tc::SmemAddress(s.b);
-  s.full = reinterpret_cast<uint64_t*>(s.b + Tl::S * Tl::kStageB);
+  s.epilogue = Tl::PERSISTENT ? s.b + Tl::S * Tl::kStageB : s.a;
+  s.full = reinterpret_cast<uint64_t*>(s.b + Tl::S * Tl::kStageB + Tl::kEpilogue);
   s.empty = s.full + Tl::S;
   if constexpr (Tl::WS) {
     if (threadIdx.x == 0)
@@ -320,16 +330,19 @@ __device__ __forceinline__ void ChunkSums(const uint4& v, float& s, float& s2) {
   }
 }
 
+// smem: the staging region (the stages, or a persistent kernel's epilogue region); tile_x:
+// the block's column tile (the stats' index; blockIdx.x but in a persistent kernel).
 template <class Tl, class TOut, bool kMask>
 __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
                                                 const float (&acc)[1][Tl::NW / 8][4],
-                                                unsigned char* smem, int r0, int c0, int m0,
-                                                int j0) {
+                                                unsigned char* smem, int r0, int c0, int m0, int j0,
+                                                int tile_x) {
   constexpr int kPitch = Tl::BN + 8;  // elements
   constexpr int kChunk = 16 / static_cast<int>(sizeof(TOut));
   constexpr int kRowChunks = Tl::BN / kChunk;
   constexpr size_t kTileBytes = size_t(Tl::BM) * kPitch * sizeof(TOut);
-  constexpr size_t kStageBytes = size_t(Tl::S) * (Tl::kStageA + Tl::kStageB);
+  constexpr size_t kStageBytes =
+      Tl::PERSISTENT ? Tl::kEpilogue : size_t(Tl::S) * (Tl::kStageA + Tl::kStageB);
   static_assert(kTileBytes <= kStageBytes, "the staged tile fits in the stages");
   // The sums: each thread leaves the (sum, sum of squares) of every chunk it stores in
   // part[chunk][row] (pitch BM + 1: conflict-free both ways) after the tile, and thread t then
@@ -403,7 +416,7 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
       }
     }
     float* const st =
-        p.stats + (static_cast<int64_t>(blockIdx.x) * gridDim.z * p.m + g * p.m + m0 + row) * 2;
+        p.stats + (static_cast<int64_t>(tile_x) * p.groups * p.m + g * p.m + m0 + row) * 2;
     st[0] = s;
     st[1] = s2;
   }
@@ -492,12 +505,90 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   WgmmaPipeline<Tl, 1>(p.kp / BK, p.fault, sm, wgm, issue, desc_b, d, [&] {
     if (p.staged) {
       StoreTileStaged<Tl, TOut, kMask>(p, g, acc, sm.a, wgm * 64 + (warp % 4) * 16 + lane / 4,
-                                       wgn * Tl::NW + 2 * (lane % 4), m0, j0);
+                                       wgn * Tl::NW + 2 * (lane % 4), m0, j0, blockIdx.x);
     } else {
       StoreAccumulators<TOut, kMask>(p, g, acc, m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
                                      j0 + wgn * Tl::NW + 2 * (lane % 4));
     }
   });
+#endif
+}
+
+// Kernel WgmmaPersistentGemmKernel<Tl, TOut, kMask>: WgmmaGemmKernel's plain GEMM (TMA
+// tiles only) with blocks that stay: block b takes output tiles b, b + gridDim.x, ... (tile t:
+// the M tile fastest, so that consecutive tiles share the larger B operand's column tile in L2;
+// then the column tile, then the group). Why: a short-K 1 x 1 GEMM (4-16 slices) spends much
+// of each block's life filling its pipeline and writing its tile with the tensor cores idle;
+// here the loader runs on into the next tile's slices (one slice count and mbarrier phase
+// sequence over the block's whole life) while the multiplying warpgroups store this one
+// through the epilogue's own region. Each multiplying thread releases every slice's stage once
+// (the tile's last one after its loop). Needs p.staged (the host checks).
+template <class Tl, class TOut, bool kMask>
+__global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
+    WgmmaPersistentGemmKernel(const COLONNADE_GRID_CONSTANT WgArgs<TcGemmParams> args) {
+#if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(Tl::PERSISTENT && Tl::TMA && Tl::WS, "a persistent TMA tile");
+  const TcGemmParams& p = args.p;
+  constexpr int BN = Tl::BN, BM = Tl::BM, BK = Tl::BK, S = Tl::S;
+  COLONNADE_DYNAMIC_SMEM(smem_raw);
+  const WgStages<Tl> sm = MakeWgStages<Tl>(smem_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
+  const int wgm = wg / Tl::WGN, wgn = wg % Tl::WGN;
+  const int tiles_m = p.mp / BM, tiles_n = (p.j + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n * p.groups, ktiles = p.kp / BK;
+  struct Tile {
+    int g, m0, tx;
+  };
+  auto tile_of = [&](int t) {
+    return Tile{t / (tiles_m * tiles_n), (t % tiles_m) * BM, (t / tiles_m) % tiles_n};
+  };
+  if (tid >= Tl::T) {  // the loader: one thread issues every box
+    tc::SetMaxRegsDec<kWsLoaderRegs>();
+    if (tid != Tl::T) return;
+    int it = 0;  // slices issued over the block's life
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const Tile tl = tile_of(t);
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int st = it % S;
+        if (it >= S) tc::MbarWait(sm.empty + st, (it / S - 1) & 1);
+        tc::MbarArriveExpectTx(sm.full + st, Tl::kStageBytes);
+        tc::TmaLoad3D(sm.a + st * Tl::kStageA, &args.a, kt * BK, tl.m0, tl.g, sm.full + st);
+#pragma unroll
+        for (int a = 0; a < BN / 64; ++a)
+          tc::TmaLoad3D(sm.b + st * Tl::kStageB + a * 8192, &args.b, tl.tx * BN + 64 * a, kt * BK,
+                        tl.g, sm.full + st);
+      }
+    }
+    return;
+  }
+  tc::SetMaxRegsInc<kWsMultiplierRegs>();
+  auto desc_b = [&](int st, int ks) {
+    return tc::SmemDesc128B(sm.b_addr + st * Tl::kStageB + wgn * (Tl::NW / 64) * 8192 + ks * 2048,
+                            8192, 1024);
+  };
+  float acc[1][Tl::NW / 8][4];
+  float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
+  int it = 0;  // slices consumed over the block's life
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const Tile tl = tile_of(t);
+#pragma unroll
+    for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const int st = it % S;
+      tc::MbarWait(sm.full + st, (it / S) & 1);
+      tc::WgmmaFence();
+      if (!(p.fault == 1 && kt == 0)) WgmmaSlice<Tl, 1>(sm.a_addr, st, wgm, desc_b, d);
+      tc::WgmmaCommit();
+      tc::WgmmaWait<1>();
+      if (kt > 0) tc::MbarArrive(sm.empty + (it - 1) % S);
+    }
+    tc::WgmmaWait<0>();
+    tc::WgmmaFenceOperands(d);
+    tc::MbarArrive(sm.empty + (it - 1) % S);  // the tile's last slice
+    StoreTileStaged<Tl, TOut, kMask>(p, tl.g, acc, sm.epilogue,
+                                     wgm * 64 + (warp % 4) * 16 + lane / 4,
+                                     wgn * Tl::NW + 2 * (lane % 4), tl.m0, tl.tx * BN, tl.tx);
+  }
 #endif
 }
 
@@ -592,10 +683,12 @@ auto WithTile(const ConvConfig& c, const F& f) {
   auto with = [&](auto tile) {
     using Tl = decltype(tile);
     CHECK(c.bm == Tl::BM && c.bn == Tl::BN && c.bk == Tl::BK && c.stages == Tl::S &&
-          c.blocks_per_sm == Tl::kBlocksPerSM && c.warp_specialized == Tl::WS && c.tma == Tl::TMA)
+          c.blocks_per_sm == Tl::kBlocksPerSM && c.warp_specialized == Tl::WS && c.tma == Tl::TMA &&
+          c.persistent == Tl::PERSISTENT)
         << c.name << ": not its kernel's tile";
     return f.template operator()<Tl>();
   };
+  if (c.persistent) return with(WgTmaP128x128_4{});
   if (c.tma) return c.bn == 256 ? with(WgTma128x256_4{}) : with(WgTma128x128_6{});
   if (c.warp_specialized) return c.bn == 256 ? with(WgWs128x256_4{}) : with(WgWs128x128_6{});
   if (c.bm == 64) return with(Wg64x256_5{});
@@ -659,17 +752,23 @@ struct LaunchGemm {
   template <class Tl>
   int operator()() const {
     // A mask only with bf16 out (RunGemm passes none otherwise).
-    auto* const kernel = out == StorageType::kFloat ? WgmmaGemmKernel<Tl, float, false>
-                         : q.mask != nullptr        ? WgmmaGemmKernel<Tl, __nv_bfloat16, true>
-                                                    : WgmmaGemmKernel<Tl, __nv_bfloat16, false>;
+    auto* kernel = out == StorageType::kFloat ? WgmmaGemmKernel<Tl, float, false>
+                   : q.mask != nullptr        ? WgmmaGemmKernel<Tl, __nv_bfloat16, true>
+                                              : WgmmaGemmKernel<Tl, __nv_bfloat16, false>;
+    if constexpr (Tl::PERSISTENT) {
+      CHECK(q.staged) << "the persistent kernel stores staged tiles only";
+      kernel = out == StorageType::kFloat ? WgmmaPersistentGemmKernel<Tl, float, false>
+               : q.mask != nullptr        ? WgmmaPersistentGemmKernel<Tl, __nv_bfloat16, true>
+                                          : WgmmaPersistentGemmKernel<Tl, __nv_bfloat16, false>;
+    }
     WgArgs<TcGemmParams> args{q, {}, {}};
     if constexpr (Tl::TMA) {
       const int64_t hwn = int64_t(q.h) * q.w * q.n;
       CHECK(q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 && q.plain &&
             q.j == hwn && q.mp % Tl::BM == 0)
           << "a TMA configuration on a GEMM whose gathered operand is not a plain matrix";
-      args.a = MakeTmaMap(q.at, q.kp, q.mp, grid.z, Tl::BK, Tl::BM);
-      args.b = MakeTmaMap(q.in, hwn, q.cg, grid.z, 64, Tl::BK);
+      args.a = MakeTmaMap(q.at, q.kp, q.mp, q.groups, Tl::BK, Tl::BM);
+      args.b = MakeTmaMap(q.in, hwn, q.cg, q.groups, 64, Tl::BK);
     }
     LaunchDynamicSmem(kernel, grid, dim3(Tl::kThreads), Tl::kSmem, stream, args);
     return 0;
