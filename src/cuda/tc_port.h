@@ -283,19 +283,36 @@ __device__ __forceinline__ void MbarArriveExpectTx(uint64_t* bar, unsigned bytes
   __trap();
 #endif
 }
-// cp.async.bulk.tensor.3d (TMA): the box of `map` at coordinates (c0, c1, c2), innermost
-// first, into shared memory at dst (elements outside the tensor read as zero; the map's
-// swizzle applied by address), completing its bytes on `bar`. One thread issues it; the
+// cp.async.bulk.tensor.3d / .5d (TMA): the box of `map` at coordinates (c0, c1, ...),
+// innermost first, into shared memory at dst (elements outside the tensor read as zero; the
+// map's swizzle applied by address), completing its bytes on `bar`. One thread issues it; the
 // copy is asynchronous and needs no fence before a wgmma reads it (both are the async proxy).
 __device__ __forceinline__ void TmaLoad3D(void* dst, const TmaMap* map, int c0, int c1, int c2,
                                           uint64_t* bar) {
 #if defined(COLONNADE_CUDA_EMULATE)
-  colonnade::emu::TmaLoad3D(dst, map, c0, c1, c2, bar);
+  const int c[3] = {c0, c1, c2};
+  colonnade::emu::TmaLoad(dst, map, c, bar);
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
       "[%1, {%2, %3, %4}], [%5];\n" ::"r"(SmemAddress(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(SmemAddress(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void TmaLoad5D(void* dst, const TmaMap* map, int c0, int c1, int c2,
+                                          int c3, int c4, uint64_t* bar) {
+#if defined(COLONNADE_CUDA_EMULATE)
+  const int c[5] = {c0, c1, c2, c3, c4};
+  colonnade::emu::TmaLoad(dst, map, c, bar);
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], "
+      "[%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(SmemAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4),
+      "r"(SmemAddress(bar))
       : "memory");
 #else
   __trap();

@@ -478,7 +478,7 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
   const ConvCase& cc = GetParam();
   const bool long_k = cc.c == 64 && cc.h == 6 && cc.kh == 3, many_splits = cc.n == 64 && cc.h == 24;
   const bool plain = cc.kh == 1 && cc.kw == 1 && cc.stride == 1 && cc.pad == 0;
-  const bool plain_case = plain && cc.c == 832;
+  const bool plain_case = (plain && cc.c == 832) || (cc.n == 64 && cc.c == 80);
   for (const Mode& m : modes) {
     const double tol = Tolerance(m);
     for (const auto& run : kRuns) {
@@ -503,25 +503,40 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
       const double ew = RunBackwardFilter(m, 815 + tile, 0, &wi);
       std::printf("  %s (%s) %s: fwd %.2e bwd data %.2e bwd filter %.2e%s\n", run.config, fi.config,
                   ModeName(m).c_str(), ef, eb, ew, wi.wgmma ? "" : " (mma.sync)");
-      EXPECT_EQ(fi.wgmma, eligible) << run.config;
-      EXPECT_EQ(bi.wgmma, eligible) << run.config;
-      // (A configuration without backward filter leaves it to the automatic choice.)
-      const cuda::ConvConfig* forced = cuda::FindConvConfig(run.config);
-      const bool forced_wgrad =
-          forced == nullptr || forced->Runs(cuda::ConvProblem::kBackwardFilter);
-      if (forced_wgrad) EXPECT_EQ(wi.wgmma, eligible && m.out == StorageType::kBF16) << run.config;
+      // Where the forced configuration cannot run a problem, the automatic choice does:
+      // wgmma on a GPU, mma.sync on the emulator. The TMA tiles run plain GEMMs, and forward
+      // and backward data of any convolution whose batch is a multiple of 64 (tap boxes).
+      const cuda::ConvConfig* forced = cuda::FindConvConfig(run.config);  // null: "wgmma"
+      auto runs = [&](cuda::ConvProblem pr) {
+        if (forced == nullptr) return true;
+        if (!forced->Runs(pr)) return false;
+        return !forced->tma || plain ||
+               (pr != cuda::ConvProblem::kBackwardFilter && cc.n % 64 == 0);
+      };
+      auto want_wgmma = [&](cuda::ConvProblem pr) { return eligible && (runs(pr) || !kEmulated); };
+      EXPECT_EQ(fi.wgmma, want_wgmma(cuda::ConvProblem::kForward)) << run.config;
+      EXPECT_EQ(bi.wgmma, want_wgmma(cuda::ConvProblem::kBackwardData)) << run.config;
+      EXPECT_EQ(wi.wgmma,
+                want_wgmma(cuda::ConvProblem::kBackwardFilter) && m.out == StorageType::kBF16)
+          << run.config;
       // ManySplits: the two-level split-K sum ran (SplitKOutput::kTwoLevel splits or more).
       if (many_splits && wi.wgmma) EXPECT_GE(wi.splits, 9) << run.config;
-      if (eligible && tile != 0 && (!tma || plain)) {
-        EXPECT_EQ(std::string(fi.config), run.config);
-        EXPECT_EQ(std::string(bi.config), run.config);
-        if (m.out == StorageType::kBF16 && forced_wgrad)
-          EXPECT_EQ(std::string(wi.config), run.config);
-      }
-      // A TMA tile forced on a convolution it cannot run: the automatic choice does.
-      if (tma && !plain) {
-        EXPECT_NE(std::string(fi.config), run.config);
-        EXPECT_NE(std::string(wi.config), run.config);
+      if (eligible && tile != 0) {
+        const struct {
+          const cuda::ConvLaunchInfo& info;
+          cuda::ConvProblem problem;
+          bool checked;
+        } launches[] = {{fi, cuda::ConvProblem::kForward, true},
+                        {bi, cuda::ConvProblem::kBackwardData, true},
+                        {wi, cuda::ConvProblem::kBackwardFilter, m.out == StorageType::kBF16}};
+        for (const auto& l : launches) {
+          if (!l.checked) continue;
+          if (runs(l.problem)) {
+            EXPECT_EQ(std::string(l.info.config), run.config) << cuda::ConvProblemName(l.problem);
+          } else {
+            EXPECT_NE(std::string(l.info.config), run.config) << cuda::ConvProblemName(l.problem);
+          }
+        }
       }
       EXPECT_LT(ef, tol) << run.config;
       EXPECT_LT(eb, tol) << run.config;
@@ -557,6 +572,14 @@ INSTANTIATE_TEST_SUITE_P(LongK, TcWgmmaTest,
 INSTANTIATE_TEST_SUITE_P(
     Plain, TcWgmmaTest, ::testing::Values(ConvCase{16, 832, 8, 8, 80, 1, 1, 1, 0, 2, false, false}),
     [](const ::testing::TestParamInfo<ConvCase>& i) { return CaseName(i.param); });
+// TMA tap boxes (forward and backward data of a 3 x 3 / 2 convolution at batch 64): 80 input
+// channels padded to two 64-channel slices a tap (18 slices), taps that read the padding, the
+// four stride phases of backward data (taps 1 x 1 to 2 x 2 over 72 channels).
+INSTANTIATE_TEST_SUITE_P(TapBoxes, TcWgmmaTest,
+                         ::testing::Values(ConvCase{64, 80, 5, 5, 72, 3, 3, 2, 1, 1, false, false}),
+                         [](const ::testing::TestParamInfo<ConvCase>& i) {
+                           return CaseName(i.param);
+                         });
 // Backward filter over 36,864 columns: enough splits of its reduction (16 on the emulator's
 // four multiprocessors, hundreds on a GPU) that the tensor-core split-K sum takes
 // SplitKOutput's two-level path (chunks of ceil(sqrt(splits)) splits, then the chunks).

@@ -138,6 +138,7 @@ std::vector<uint16_t> TmaBoxes(const int (&c)[kBoxes][3], unsigned announced, bo
         tensor[(size_t(z) * kTmaRows + y) * kTmaCols + x] = TmaValue(x, y, z);
   tc::TmaMap map{};
   map.base = tensor.data();
+  map.rank = 3;
   map.dim[0] = kTmaCols;
   map.dim[1] = kTmaRows;
   map.dim[2] = kTmaPlanes;

@@ -47,7 +47,8 @@ constexpr char kWgmmaNeeds[] =
     "aligned; an sm_90a build on a compute capability 9.0 GPU";
 constexpr char kWgmmaTmaNeeds[] =
     "as wgmma, and a 1 x 1 convolution of stride 1 without padding (the gathered operand a plain "
-    "matrix)";
+    "matrix); forward and backward data also any convolution at a batch that is a multiple of "
+    "64";
 
 // On the CPU emulator the automatic choice leaves wgmma off: an emulated wgmma costs 128
 // fibers' scalar products, and the emulator's whole-net tests would take several times longer
@@ -519,7 +520,9 @@ bool ConvConfigRuns(const ConvConfig& c, ConvProblem p, const ConvGemmDesc& d) {
     case ConvFamily::kMma:
       return true;
     case ConvFamily::kWgmma:
-      return d.vec && d.bf16_operands && (!c.tma || d.plain) && conv::WgmmaAvailable();
+      return d.vec && d.bf16_operands &&
+             (!c.tma || d.plain || (d.tap_boxes && p != ConvProblem::kBackwardFilter)) &&
+             conv::WgmmaAvailable();
   }
   return false;
 }

@@ -123,6 +123,10 @@ struct ConvGemmDesc {
   // padding; forward and backward data: the output columns plain too): every K slice of it is
   // a tile of a 2-D matrix, which a TMA configuration copies as a box.
   bool plain = false;
+  // Forward and backward data, not plain: the batch is a multiple of 64, so that 64 columns
+  // are 64 images of one pixel and a TMA configuration can copy each K slice of one tap as
+  // boxes of the activations (forced only: not timed yet).
+  bool tap_boxes = false;
 };
 
 // How a selection times candidates (SIMT forward and backward data race their K slices on the

@@ -149,6 +149,7 @@ ConvGemmDesc Describe(const GemmGeometry& q, int groups, const DeviceContext& ct
   d.plain = q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 &&
             q.out_s == 1 && q.out_oy == 0 && q.out_ox == 0 && q.out_h == q.oh && q.out_w == q.ow &&
             int64_t(q.h) * q.w * q.n == q.j;
+  d.tap_boxes = !d.plain && q.n % 64 == 0;
   return d;
 }
 

@@ -59,6 +59,9 @@ struct ArrangeParams {
   int tkh, tkw, ky0, kx0, step;
   int m, k, kp, mp;
   int transposed, tf32;
+  // 1: K in (tap, channel) order instead of (channel, tap), each tap's channels padded to
+  // cpad (the TMA tap boxes, wgmma.cu's IssueGemmB): kk = tap * cpad + ch.
+  int tap_major, cpad;
 };
 
 // W(g, mm, kk) of ArrangeParams, zero beyond m or k (khkw = kh * kw, taps = tkh * tkw).
@@ -66,6 +69,10 @@ struct ArrangeParams {
 __device__ __forceinline__ float FilterValue(const ArrangeParams& p, int g, int mm, int kk,
                                              int khkw, int taps) {
   float v = 0.0f;
+  if (p.tap_major) {  // back to the (channel, tap) index, or past p.k for a padding channel
+    const int tap = kk / p.cpad, ch = kk - tap * p.cpad;
+    kk = ch < p.k / taps ? ch * taps + tap : p.k;
+  }
   if (mm < p.m && kk < p.k) {
     if (!p.transposed) {
       v = p.w[(static_cast<int64_t>(g) * p.fg + mm) * p.k + kk];

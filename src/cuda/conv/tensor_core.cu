@@ -114,6 +114,20 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
                  ? 1
                  : 0;
   q.mask = mask;
+  // A TMA tile on a convolution that is not a plain GEMM: the filters in (ky, kx, c) K order,
+  // each tap's channels padded to whole slices, so that every K slice is one tap's box of the
+  // activations (wgmma.cu, IssueGemmB).
+  if (c.tma && !desc.plain) {
+    CHECK(desc.tap_boxes) << c.name << ": neither a plain GEMM nor one of whole-box taps";
+    const int taps = q.kh * q.kw, channels = q.k / taps;
+    const int cpad = static_cast<int>(CeilDiv(channels, c.bk) * c.bk);
+    q.kp = taps * cpad;
+    q.tap_boxes = 1;
+    q.cblocks = cpad / c.bk;
+    gemm.arrange.kp = q.kp;
+    gemm.arrange.tap_major = 1;
+    gemm.arrange.cpad = cpad;
+  }
   const int64_t elems = int64_t(groups) * q.kp * q.mp;
   Scratch at(ctx.alloc, (bf16 ? 2 : 4) * size_t(elems));
   gemm.arrange.at = at.f();
@@ -128,10 +142,8 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
     stats_tiles = static_cast<int>(grid.x);
   }
   // A persistent configuration: one block per multiprocessor at most, each taking tiles in
-  // turn (wgmma.cu, WgmmaPersistentGemmKernel). It stores staged tiles only: elsewhere the
-  // selection does not offer it (ConvGemmDesc::plain implies a plain output).
+  // turn (wgmma.cu, WgmmaPersistentGemmKernel).
   if (c.persistent) {
-    CHECK(q.staged) << c.name << ": an output that cannot be staged";
     const int64_t tiles = int64_t(grid.x) * grid.y * grid.z;
     grid = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, std::max(1, ctx.sm_count))));
   }

@@ -38,7 +38,10 @@ struct TcGemmParams : GemmGeometry {
   // ConvLayerBackward's relu_dx). Before the stats, which sum the masked values.
   const void* mask;
   int groups;  // G
-  int fault;   // tests: 1 skips the first K slice (of every tile)
+  // TMA tiles on a convolution that is not a plain GEMM (n % 64 == 0): at is in (ky, kx, c)
+  // K order, each tap's channels padded to cblocks slices of 64 (wgmma.cu, IssueGemmB).
+  int tap_boxes, cblocks;
+  int fault;  // tests: 1 skips the first K slice (of every tile)
 };
 
 // Backward filter (ksplit a multiple of the configuration's K slice).

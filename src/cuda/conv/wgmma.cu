@@ -430,6 +430,35 @@ struct WgArgs {
   tc::TmaMap a, b;
 };
 
+// The B boxes of slice kt of a TMA tile at column j0 of group g, completing on bar. A plain
+// GEMM's in is a G x cg x (h w n) matrix: one box of 64 K-rows x 64 columns per atom. Else
+// (p.tap_boxes: any convolution, n % 64 == 0) the filters are in (ky, kx, c) K order with
+// the channels padded to cblocks slices a tap (RunGemm), so slice kt is channels
+// 64 (kt % cblocks) .. of tap kt / cblocks, and atom a (64 images of one output pixel) is the
+// box of in (G x cg x h x w x n) at that pixel shifted by the tap: padding, channels past cg
+// and rows past the image read as zero from outside the tensor. (Columns past p.j read
+// whatever pixel they name; the epilogue drops them.)
+template <class Tl>
+__device__ __forceinline__ void IssueGemmB(const WgArgs<TcGemmParams>& args, unsigned char* bs,
+                                           int kt, int j0, int g, uint64_t* bar) {
+  const TcGemmParams& p = args.p;
+  if (!p.tap_boxes) {
+#pragma unroll
+    for (int a = 0; a < Tl::BN / 64; ++a)
+      tc::TmaLoad3D(bs + a * 8192, &args.b, j0 + 64 * a, kt * Tl::BK, g, bar);
+    return;
+  }
+  const int tap = kt / p.cblocks, c0 = (kt - tap * p.cblocks) * 64;
+  const int ky = tap / p.kw, kx = tap - ky * p.kw;
+#pragma unroll
+  for (int a = 0; a < Tl::BN / 64; ++a) {
+    const int jj = j0 + 64 * a, pix = jj / p.n, img = jj - pix * p.n;
+    const int oy = pix / p.ow, ox = pix - oy * p.ow;
+    tc::TmaLoad5D(bs + a * 8192, &args.b, img, ox * p.stride - p.pad_w + kx,
+                  oy * p.stride - p.pad_h + ky, c0, g, bar);
+  }
+}
+
 // Kernel WgmmaGemmKernel<Tl, TOut, kMask>
 //   in : (G*cg) x h x w x n   CHWN bf16, n % 8 == 0, 16-byte aligned
 //   at : G x mp x kp          bf16 filters, K contiguous, kp a multiple of 64
@@ -476,9 +505,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     unsigned char* const bs = sm.b + st * Tl::kStageB;
     if constexpr (Tl::TMA) {
       tc::TmaLoad3D(as, &args.a, kt * BK, m0, g, sm.full + st);
-#pragma unroll
-      for (int a = 0; a < BN / 64; ++a)
-        tc::TmaLoad3D(bs + a * 8192, &args.b, j0 + 64 * a, kt * BK, g, sm.full + st);
+      IssueGemmB<Tl>(args, bs, kt, j0, g, sm.full + st);
       return;
     }
 #pragma unroll
@@ -521,8 +548,8 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
 // of each block's life filling its pipeline and writing its tile with the tensor cores idle;
 // here the loader runs on into the next tile's slices (one slice count and mbarrier phase
 // sequence over the block's whole life) while the multiplying warpgroups store this one
-// through the epilogue's own region. Each multiplying thread releases every slice's stage once
-// (the tile's last one after its loop). Needs p.staged (the host checks).
+// through the epilogue's own region (or, where the output is not plain, from the accumulators).
+// Each multiplying thread releases every slice's stage once (the tile's last after its loop).
 template <class Tl, class TOut, bool kMask>
 __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     WgmmaPersistentGemmKernel(const COLONNADE_GRID_CONSTANT WgArgs<TcGemmParams> args) {
@@ -553,10 +580,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
         if (it >= S) tc::MbarWait(sm.empty + st, (it / S - 1) & 1);
         tc::MbarArriveExpectTx(sm.full + st, Tl::kStageBytes);
         tc::TmaLoad3D(sm.a + st * Tl::kStageA, &args.a, kt * BK, tl.m0, tl.g, sm.full + st);
-#pragma unroll
-        for (int a = 0; a < BN / 64; ++a)
-          tc::TmaLoad3D(sm.b + st * Tl::kStageB + a * 8192, &args.b, tl.tx * BN + 64 * a, kt * BK,
-                        tl.g, sm.full + st);
+        IssueGemmB<Tl>(args, sm.b + st * Tl::kStageB, kt, tl.tx * BN, tl.g, sm.full + st);
       }
     }
     return;
@@ -585,9 +609,14 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     tc::WgmmaWait<0>();
     tc::WgmmaFenceOperands(d);
     tc::MbarArrive(sm.empty + (it - 1) % S);  // the tile's last slice
-    StoreTileStaged<Tl, TOut, kMask>(p, tl.g, acc, sm.epilogue,
-                                     wgm * 64 + (warp % 4) * 16 + lane / 4,
-                                     wgn * Tl::NW + 2 * (lane % 4), tl.m0, tl.tx * BN, tl.tx);
+    if (p.staged) {
+      StoreTileStaged<Tl, TOut, kMask>(p, tl.g, acc, sm.epilogue,
+                                       wgm * 64 + (warp % 4) * 16 + lane / 4,
+                                       wgn * Tl::NW + 2 * (lane % 4), tl.m0, tl.tx * BN, tl.tx);
+    } else {  // (a stride phase of backward data)
+      StoreAccumulators<TOut, kMask>(p, tl.g, acc, tl.m0 + wgm * 64 + (warp % 4) * 16 + lane / 4,
+                                     tl.tx * BN + wgn * Tl::NW + 2 * (lane % 4));
+    }
   }
 #endif
 }
@@ -697,27 +726,27 @@ auto WithTile(const ConvConfig& c, const F& f) {
   return with(Wg128x128_6{});
 }
 
-// A TMA map of the bf16 tensor `base`, d2 x d1 x d0 elements (d0 contiguous, dense), read in
-// boxes of box1 x box0 (box0 = 64: one 128-byte line, the 128-byte swizzle of the wgmma
-// layouts), zero outside it.
+// A TMA map of the dense bf16 tensor `base` of rank dimensions dims (innermost first), read
+// in boxes of `box` elements (box[0] = 64: one 128-byte line, the 128-byte swizzle of the
+// wgmma layouts), zero outside it.
 #if defined(COLONNADE_CUDA_EMULATE)
-tc::TmaMap MakeTmaMap(const void* base, int64_t d0, int64_t d1, int64_t d2, int box0, int box1) {
+tc::TmaMap MakeTmaMap(const void* base, int rank, const int64_t* dims, const int* box) {
   tc::TmaMap m{};
   m.base = base;
-  m.dim[0] = uint64_t(d0);
-  m.dim[1] = uint64_t(d1);
-  m.dim[2] = uint64_t(d2);
-  m.stride[0] = uint64_t(d0) * 2;
-  m.stride[1] = uint64_t(d0) * uint64_t(d1) * 2;
-  m.box[0] = uint32_t(box0);
-  m.box[1] = uint32_t(box1);
-  m.box[2] = 1;
+  m.rank = rank;
+  uint64_t stride = 2;
+  for (int i = 0; i < rank; ++i) {
+    m.dim[i] = uint64_t(dims[i]);
+    m.box[i] = uint32_t(box[i]);
+    if (i > 0) m.stride[i - 1] = stride;
+    stride *= uint64_t(dims[i]);
+  }
   m.elem_bytes = 2;
   m.swizzle128 = true;
   return m;
 }
 #else
-tc::TmaMap MakeTmaMap(const void* base, int64_t d0, int64_t d1, int64_t d2, int box0, int box1) {
+tc::TmaMap MakeTmaMap(const void* base, int rank, const int64_t* dims, const int* box) {
   // The driver's encoder through the runtime (no link against libcuda), looked up once.
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
@@ -729,20 +758,33 @@ tc::TmaMap MakeTmaMap(const void* base, int64_t d0, int64_t d1, int64_t d2, int 
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   tc::TmaMap m{};
-  const cuuint64_t dims[3] = {cuuint64_t(d0), cuuint64_t(d1), cuuint64_t(d2)};
-  const cuuint64_t strides[2] = {cuuint64_t(d0) * 2, cuuint64_t(d0) * cuuint64_t(d1) * 2};
-  const cuuint32_t box[3] = {cuuint32_t(box0), cuuint32_t(box1), 1};
-  const cuuint32_t unit[3] = {1, 1, 1};
+  cuuint64_t d[5], strides[4];
+  cuuint32_t b[5], unit[5];
+  cuuint64_t stride = 2;
+  for (int i = 0; i < rank; ++i) {
+    d[i] = cuuint64_t(dims[i]);
+    b[i] = cuuint32_t(box[i]);
+    unit[i] = 1;
+    if (i > 0) strides[i - 1] = stride;
+    stride *= d[i];
+  }
   const CUresult r =
-      encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,
-             unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, cuuint32_t(rank), const_cast<void*>(base), d,
+             strides, b, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << int(r) << ") for a " << d2
-                           << " x " << d1 << " x " << d0 << " bf16 tensor at " << base << ", box "
-                           << box1 << " x " << box0;
+  CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << int(r) << ") for a rank-" << rank
+                           << " bf16 tensor at " << base << ", innermost " << dims[0] << ", box "
+                           << box[0] << " x " << box[1];
   return m;
 }
 #endif
+// The 3-D map of a G x rows x cols matrix per group, in boxes of box_rows x box_cols.
+tc::TmaMap MakeMatrixMap(const void* base, int64_t cols, int64_t rows, int64_t groups, int box_cols,
+                         int box_rows) {
+  const int64_t dims[3] = {cols, rows, groups};
+  const int box[3] = {box_cols, box_rows, 1};
+  return MakeTmaMap(base, 3, dims, box);
+}
 
 struct LaunchGemm {
   StorageType out;
@@ -756,7 +798,6 @@ struct LaunchGemm {
                    : q.mask != nullptr        ? WgmmaGemmKernel<Tl, __nv_bfloat16, true>
                                               : WgmmaGemmKernel<Tl, __nv_bfloat16, false>;
     if constexpr (Tl::PERSISTENT) {
-      CHECK(q.staged) << "the persistent kernel stores staged tiles only";
       kernel = out == StorageType::kFloat ? WgmmaPersistentGemmKernel<Tl, float, false>
                : q.mask != nullptr        ? WgmmaPersistentGemmKernel<Tl, __nv_bfloat16, true>
                                           : WgmmaPersistentGemmKernel<Tl, __nv_bfloat16, false>;
@@ -764,11 +805,20 @@ struct LaunchGemm {
     WgArgs<TcGemmParams> args{q, {}, {}};
     if constexpr (Tl::TMA) {
       const int64_t hwn = int64_t(q.h) * q.w * q.n;
-      CHECK(q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 && q.plain &&
-            q.j == hwn && q.mp % Tl::BM == 0)
-          << "a TMA configuration on a GEMM whose gathered operand is not a plain matrix";
-      args.a = MakeTmaMap(q.at, q.kp, q.mp, q.groups, Tl::BK, Tl::BM);
-      args.b = MakeTmaMap(q.in, hwn, q.cg, q.groups, 64, Tl::BK);
+      CHECK(q.mp % Tl::BM == 0 && q.kp % Tl::BK == 0) << "a TMA tile on an unpadded operand";
+      args.a = MakeMatrixMap(q.at, q.kp, q.mp, q.groups, Tl::BK, Tl::BM);
+      if (q.tap_boxes) {
+        CHECK(q.n % 64 == 0 && q.kp == q.kh * q.kw * q.cblocks * 64)
+            << "TMA tap boxes need a batch of a multiple of 64 and the (ky, kx, c) K order";
+        const int64_t dims[5] = {q.n, q.w, q.h, q.cg, q.groups};
+        const int box[5] = {64, 1, 1, Tl::BK, 1};
+        args.b = MakeTmaMap(q.in, 5, dims, box);
+      } else {
+        CHECK(q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 && q.plain &&
+              q.j == hwn)
+            << "a TMA configuration on a GEMM whose gathered operand is not a plain matrix";
+        args.b = MakeMatrixMap(q.in, hwn, q.cg, q.groups, 64, Tl::BK);
+      }
     }
     LaunchDynamicSmem(kernel, grid, dim3(Tl::kThreads), Tl::kSmem, stream, args);
     return 0;
@@ -786,8 +836,8 @@ struct LaunchWgrad {
       CHECK(q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 &&
             q.jtot == int64_t(q.h) * q.w * q.n && q.ksplit % Tl::BK == 0)
           << "a TMA configuration on a backward filter whose x is not a plain matrix";
-      args.a = MakeTmaMap(q.dy, q.jtot, q.m, groups, Tl::BK, Tl::BM);
-      args.b = MakeTmaMap(q.x, q.jtot, q.cg, groups, Tl::BK, Tl::BN);
+      args.a = MakeMatrixMap(q.dy, q.jtot, q.m, groups, Tl::BK, Tl::BM);
+      args.b = MakeMatrixMap(q.x, q.jtot, q.cg, groups, Tl::BK, Tl::BN);
     }
     LaunchDynamicSmem(WgmmaWgradKernel<Tl>, grid, dim3(Tl::kThreads), Tl::kSmem, stream, args);
     return 0;

@@ -295,7 +295,7 @@ void CpAsyncWait(int newest_pending) {
   });
   // The copies before an arrive-on have landed by now too (and so the arrival is made).
   for (size_t i = g_deferred.size(); i-- > 0;)
-    if (g_deferred[i].owner == &f) {
+    if (g_deferred[i].owner == &f && g_deferred[i].tx == 0) {
       LandDeferred(i);
       break;
     }
@@ -355,13 +355,16 @@ void CompleteTx(uint64_t* bar, int64_t bytes) {
 }  // namespace
 
 // Lands deferred arrival i and every earlier one of its thread (a thread's cp.async copies
-// before an arrive-on are all before the later ones), oldest first.
+// before an arrive-on are all before the later ones), oldest first. A TMA copy lands alone:
+// bulk copies complete in no order, among themselves or with the thread's cp.async.
 void LandDeferred(size_t i) {
   const Fiber* owner = g_deferred[i].owner;
+  const bool bulk = g_deferred[i].tx > 0;
   std::vector<DeferredArrive> mine;
   size_t kept = 0;
   for (size_t k = 0; k < g_deferred.size(); ++k) {
-    if (k <= i && g_deferred[k].owner == owner) {
+    if (bulk ? k == i
+             : (k <= i && g_deferred[k].owner == owner && g_deferred[k].tx == 0)) {
       mine.push_back(std::move(g_deferred[k]));
     } else {
       if (kept != k) g_deferred[kept] = std::move(g_deferred[k]);  // (a self-move empties it)
@@ -429,41 +432,54 @@ void MbarArriveExpectTx(uint64_t* bar, unsigned bytes) {
   g_tx[bar] += bytes;
   ArriveOn(bar, "mbarrier.arrive.expect_tx");
 }
-void TmaLoad3D(void* dst, const TmaMap* map, int c0, int c1, int c2, uint64_t* bar) {
+void TmaLoad(void* dst, const TmaMap* map, const int* coords, uint64_t* bar) {
   Fiber& f = Current("cp.async.bulk.tensor");
   MbarValue(bar, "cp.async.bulk.tensor");
   const uint32_t base = SharedAddress(dst);
   const uint32_t eb = map->elem_bytes, row_bytes = map->box[0] * eb;
   if (base % 128 != 0 || reinterpret_cast<uintptr_t>(map->base) % 16 != 0 ||
-      row_bytes % 16 != 0 || (map->swizzle128 && row_bytes != 128)) {
+      row_bytes % 16 != 0 || (map->swizzle128 && row_bytes != 128) || map->rank < 1 ||
+      map->rank > 5) {
     std::fprintf(stderr, "emu: cp.async.bulk.tensor: shared address %u (128-byte aligned?), "
-                 "global %p (16?), box row of %u bytes (128 with the swizzle)\n", base,
-                 map->base, row_bytes);
+                 "global %p (16?), box row of %u bytes (128 with the swizzle), rank %d\n", base,
+                 map->base, row_bytes, map->rank);
     std::abort();
   }
   DeferredArrive d{&f, {}, bar, 0};
-  const int64_t co[3] = {c0, c1, c2};
-  auto inside = [&](int axis, int64_t i) {
-    return i >= 0 && static_cast<uint64_t>(i) < map->dim[axis];
-  };
+  int64_t co[5] = {0, 0, 0, 0, 0};
+  uint32_t box[5] = {1, 1, 1, 1, 1};
+  uint64_t dim[5] = {1, 1, 1, 1, 1};
+  for (int i = 0; i < map->rank; ++i) {
+    co[i] = coords[i];
+    box[i] = map->box[i];
+    dim[i] = map->dim[i];
+  }
+  auto inside = [&](int axis, int64_t i) { return i >= 0 && static_cast<uint64_t>(i) < dim[axis]; };
   const auto* src = static_cast<const unsigned char*>(map->base);
   uint32_t offset = 0;  // bytes of the box in its row-major order
-  for (uint32_t z = 0; z < map->box[2]; ++z)
-    for (uint32_t y = 0; y < map->box[1]; ++y)
-      for (uint32_t x = 0; x < map->box[0]; x += 16 / eb, offset += 16) {
-        uint32_t a = base + offset;
-        if (map->swizzle128) a ^= ((a >> 7) & 7) << 4;
-        unsigned char* to = static_cast<unsigned char*>(dst) + (a - base);
-        const bool row = inside(1, co[1] + y) && inside(2, co[2] + z);
-        for (uint32_t e = 0; e < 16 / eb; ++e) {  // element by element: the tensor's edge
-          const bool in = row && inside(0, co[0] + x + e);
-          const unsigned char* from =
-              in ? src + (co[2] + z) * map->stride[1] + (co[1] + y) * map->stride[0] +
-                       (co[0] + x + e) * eb
-                 : nullptr;
-          d.copies.push_back({to + e * eb, from, static_cast<int>(eb), in ? static_cast<int>(eb) : 0});
+  int64_t i[5];
+  for (i[4] = 0; i[4] < box[4]; ++i[4])
+    for (i[3] = 0; i[3] < box[3]; ++i[3])
+      for (i[2] = 0; i[2] < box[2]; ++i[2])
+        for (i[1] = 0; i[1] < box[1]; ++i[1]) {
+          bool row = true;
+          int64_t row_at = 0;  // bytes of the row's first element past its innermost index
+          for (int a = 1; a < 5; ++a) {
+            row = row && inside(a, co[a] + i[a]);
+            if (a < map->rank) row_at += (co[a] + i[a]) * int64_t(map->stride[a - 1]);
+          }
+          for (uint32_t x = 0; x < box[0]; x += 16 / eb, offset += 16) {
+            uint32_t addr = base + offset;
+            if (map->swizzle128) addr ^= ((addr >> 7) & 7) << 4;
+            unsigned char* to = static_cast<unsigned char*>(dst) + (addr - base);
+            for (uint32_t e = 0; e < 16 / eb; ++e) {  // element by element: the tensor's edge
+              const bool in = row && inside(0, co[0] + x + e);
+              const unsigned char* from = in ? src + row_at + (co[0] + x + e) * eb : nullptr;
+              d.copies.push_back(
+                  {to + e * eb, from, static_cast<int>(eb), in ? static_cast<int>(eb) : 0});
+            }
+          }
         }
-      }
   d.tx = offset;
   g_deferred.push_back(std::move(d));
   if (g_copy_rng() % 4 == 0) LandDeferred(g_deferred.size() - 1);

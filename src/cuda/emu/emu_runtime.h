@@ -203,9 +203,9 @@ void CpAsyncMbarArrive(uint64_t* bar);
 //     for `bytes` more transaction bytes, then one arrival. A phase completes when its
 //     arrivals are made and its transaction bytes have landed (more bytes landing than were
 //     expected aborts).
-//   cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
-//     [dst], [map, {c0, c1, c2}], [bar]: the box of `map` whose first element is at
-//     coordinates (c0, c1, c2), innermost first, elements outside the tensor read as zero,
+//   cp.async.bulk.tensor.{3,5}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+//     [dst], [map, {c0, c1, ...}], [bar]: the box of `map` whose first element is at
+//     coordinates (c0, c1, ...), innermost first, elements outside the tensor read as zero,
 //     stored in the box's row-major order from dst (128-byte aligned); with the 128-byte
 //     swizzle, the 16-byte chunk at shared address a goes to a ^ (((a >> 7) & 7) << 4), the
 //     address-based pattern the wgmma descriptors read (so a stage must start at a 1024-byte
@@ -213,14 +213,16 @@ void CpAsyncMbarArrive(uint64_t* bar);
 //     a random later moment, as cp.async's arrive-on does.
 struct TmaMap {             // the emulator's tensor map (the GPU's is the driver's CUtensorMap)
   const void* base;         // 16-byte aligned
-  uint64_t dim[3];          // elements, innermost first
-  uint64_t stride[2];       // bytes from one index of dimension 1 (2) to the next
-  uint32_t box[3];          // elements
+  int rank;                 // 1-5 dimensions
+  uint64_t dim[5];          // elements, innermost first
+  uint64_t stride[4];       // bytes from one index of dimension i + 1 to the next
+  uint32_t box[5];          // elements
   uint32_t elem_bytes;
   bool swizzle128;          // the 128-byte swizzle (box[0] * elem_bytes == 128)
 };
 void MbarArriveExpectTx(uint64_t* bar, unsigned bytes);
-void TmaLoad3D(void* dst, const TmaMap* map, int c0, int c1, int c2, uint64_t* bar);
+//   .3d and .5d: `coords` holds map->rank coordinates, innermost first.
+void TmaLoad(void* dst, const TmaMap* map, const int* coords, uint64_t* bar);
 // bar.sync id, count: a barrier of `count` threads (a multiple of 32) on named barrier id
 // (1-15; 0 is __syncthreads), which threads outside those count never reach.
 void NamedBarrierSync(unsigned id, unsigned count);
