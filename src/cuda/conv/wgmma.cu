@@ -37,7 +37,10 @@ namespace {
 // operand tile and slice (cp.async.bulk.tensor, the "expect_tx" bytes completing the stage's
 // full barrier), where the cp.async loader computes and issues 16-byte chunks: for GEMMs whose
 // gathered operand is a plain matrix (1 x 1 convolutions of stride 1 without padding), where
-// the K slices of both operands are tiles of 2-D matrices (ConvGemmDesc::plain).
+// the K slices of both operands are tiles of 2-D matrices (ConvGemmDesc::plain), and for
+// forward and backward data at a batch of a multiple of 64, where a slice of one tap is a box
+// of the activations per 64 images (ConvGemmDesc::tap_boxes, IssueGemmB). Persistent
+// (kPersistent): WgmmaPersistentGemmKernel.
 // Registers per thread after setmaxnreg (warp-specialized): 72 x 128 + 208 x 256 = 61K of the
 // multiprocessor's 64K, which the block has alone.
 constexpr int kWsLoaderRegs = 72, kWsMultiplierRegs = 208;
@@ -467,10 +470,10 @@ __device__ __forceinline__ void IssueGemmB(const WgArgs<TcGemmParams>& args, uns
 //   argument so that the other kernels compile without it)
 // Grid as MmaGemmKernel. Block: the multiplying warpgroups wg = 0, 1 at (wg / WGN, wg % WGN)
 // of the block tile (+ the loader, warp-specialized); B (the gathered activations) MN-major.
-// Pipeline: WgmmaPipeline. TMA tiles (a plain in: 1 x 1, stride 1, no padding): args.a maps
-// at as G x mp x kp, args.b maps in as G x cg x (h w n); a slice is one box of A (BM rows of
-// 64 K) and BN / 64 boxes of B (64 K-rows of 64 columns), each B box one 8 KiB atom of
-// WgOffsetB's layout; rows past cg read as zero.
+// Pipeline: WgmmaPipeline. TMA tiles: args.a maps at as G x mp x kp; a slice is one box of A
+// (BM rows of 64 K) and BN / 64 boxes of B, each one 8 KiB atom of WgOffsetB's layout, from
+// args.b (IssueGemmB: a plain in as a G x cg x (h w n) matrix, or in as G x cg x h x w x n
+// with one tap's box per 64-image atom); rows past cg read as zero.
 template <class Tl, class TOut, bool kMask>
 __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     WgmmaGemmKernel(const COLONNADE_GRID_CONSTANT WgArgs<TcGemmParams> args) {
