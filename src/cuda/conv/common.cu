@@ -146,9 +146,8 @@ ConvGemmDesc Describe(const GemmGeometry& q, int groups, const DeviceContext& ct
                       bool vec, bool bf16_operands) {
   ConvGemmDesc d{math, q.m, q.j, q.k, groups, ctx.sm_count, vec, bf16_operands};
   // (Before Finish: the output's plainness from its geometry, not q.plain.)
-  d.plain = q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 &&
-            q.out_s == 1 && q.out_oy == 0 && q.out_ox == 0 && q.out_h == q.oh && q.out_w == q.ow &&
-            int64_t(q.h) * q.w * q.n == q.j;
+  d.plain = PlainGather(q, q.j) && q.out_s == 1 && q.out_oy == 0 && q.out_ox == 0 &&
+            q.out_h == q.oh && q.out_w == q.ow;
   d.tap_boxes = !d.plain && q.n % 64 == 0;
   return d;
 }
@@ -156,8 +155,7 @@ ConvGemmDesc Describe(const GemmGeometry& q, int groups, const DeviceContext& ct
 ConvGemmDesc Describe(const WgradGeometry& q, int groups, const DeviceContext& ctx, MathMode math,
                       bool vec, bool bf16_operands) {
   ConvGemmDesc d{math, q.m, q.ncol, q.jtot, groups, ctx.sm_count, vec, bf16_operands};
-  d.plain = q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 &&
-            int64_t(q.h) * q.w * q.n == q.jtot;
+  d.plain = PlainGather(q, q.jtot);
   return d;
 }
 

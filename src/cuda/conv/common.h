@@ -87,6 +87,15 @@ __device__ __forceinline__ float FilterValue(const ArrangeParams& p, int g, int 
 }
 #endif
 
+// Whether the gathered operand of a GEMM whose geometry is q (GemmGeometry or WgradGeometry)
+// is a plain matrix: a 1 x 1 convolution of stride 1 without padding, its `cols` columns (or
+// reduction) the tensor's h w n. The TMA tiles' condition (Describe; wgmma.cu checks it).
+template <class G>
+bool PlainGather(const G& q, int64_t cols) {
+  return q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 &&
+         int64_t(q.h) * q.w * q.n == cols;
+}
+
 // One GEMM of forward or backward data: its geometry (kp, mp, plain and the divisors are set
 // by Finish) and its filter operand (at, m, k, kp, mp filled in by Finish).
 struct ConvGemm {

@@ -11,6 +11,7 @@
 // (tensor_core.cu) arranges the filters and calls LaunchWgmmaGemm / LaunchWgmmaWgrad; on
 // other builds and devices (WgmmaAvailable) the kernels are traps that nothing launches.
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -58,7 +59,10 @@ struct WgTile {
   // Persistent: the epilogue stages its tile in a region of its own (the loader fills the
   // stages with the next tile meanwhile): a float tile with padded rows, or a bf16 one and
   // its chunk sums (StoreTileStaged), whichever is larger.
-  static constexpr size_t kEpilogue = kPersistent ? size_t(BM) * (BN + 8) * 4 : 0;
+  static constexpr size_t kEpilogue =
+      kPersistent ? std::max(size_t(BM) * (BN + 8) * 4,
+                             size_t(BM) * (BN + 8) * 2 + size_t(BN / 8) * (BM + 1) * 8)
+                  : 0;
   // + 1 KiB to align the stages to the swizzle's 1024-byte period
   static constexpr size_t kSmem =
       size_t(kStages) * (kStageA + kStageB) + kEpilogue + kBarriers + 1024;
@@ -209,19 +213,26 @@ __device__ __forceinline__ void WgmmaMainLoop(int ktiles, int fault, uint32_t a_
 // released that stage's previous slice t - S (phase t / S - 1 of its empty barrier); its
 // copies complete phase t / S of the stage's full barrier (cp.async arrive-on, no count
 // increment: full expects TL arrivals).
-// TMA: the loader's first thread alone announces the stage's bytes on its full barrier
-// (expect_tx, its one arrival) and issues the boxes (issue(t, st)), which complete them; the
-// other loader threads leave at once.
+// TMA (TmaProduce, the loader's first thread alone; the other loader threads leave at once):
+// the stage's bytes announced on its full barrier (expect_tx, the one arrival), then the boxes
+// (issue(t, st)) that complete them. `it` counts the slices the block has run before these
+// (a persistent kernel's earlier tiles: the stages and phases go on from there); on return it
+// has grown by ktiles.
+template <class Tl, class Issue>
+__device__ __forceinline__ void TmaProduce(int ktiles, const WgStages<Tl>& sm, int& it,
+                                           const Issue& issue) {
+  for (int t = 0; t < ktiles; ++t, ++it) {
+    const int st = it % Tl::S;
+    if (it >= Tl::S) tc::MbarWait(sm.empty + st, (it / Tl::S - 1) & 1);
+    tc::MbarArriveExpectTx(sm.full + st, Tl::kStageBytes);
+    issue(t, st);
+  }
+}
 template <class Tl, class Issue>
 __device__ __forceinline__ void WsProduce(int ktiles, const WgStages<Tl>& sm, const Issue& issue) {
   if constexpr (Tl::TMA) {
-    if (threadIdx.x != Tl::T) return;
-    for (int t = 0; t < ktiles; ++t) {
-      const int st = t % Tl::S;
-      if (t >= Tl::S) tc::MbarWait(sm.empty + st, (t / Tl::S - 1) & 1);
-      tc::MbarArriveExpectTx(sm.full + st, Tl::kStageBytes);
-      issue(t, st);
-    }
+    int it = 0;
+    if (threadIdx.x == Tl::T) TmaProduce<Tl>(ktiles, sm, it, issue);
     return;
   }
   for (int t = 0; t < ktiles; ++t) {
@@ -236,22 +247,25 @@ __device__ __forceinline__ void WsProduce(int ktiles, const WgStages<Tl>& sm, co
 // has completed; a proxy fence then makes the loader's cp.async writes (generic proxy)
 // visible to this thread's wgmma reads (async proxy). Slice t's wgmma run while slice t - 1's
 // are retired (wait_group 1) and its stage released (empty barrier). On return the
-// accumulators d are complete.
+// accumulators d are complete. `it` as in TmaProduce; with release_last the last slice's stage
+// is released too (a persistent kernel's loader goes on into it).
 template <class Tl, int kTransB, class DescB>
 __device__ __forceinline__ void WsConsume(int ktiles, int fault, const WgStages<Tl>& sm, int wgm,
-                                          const DescB& desc_b, float (&d)[Tl::NW / 2]) {
-  for (int t = 0; t < ktiles; ++t) {
-    const int st = t % Tl::S;
-    tc::MbarWait(sm.full + st, (t / Tl::S) & 1);
+                                          const DescB& desc_b, float (&d)[Tl::NW / 2], int& it,
+                                          bool release_last) {
+  for (int t = 0; t < ktiles; ++t, ++it) {
+    const int st = it % Tl::S;
+    tc::MbarWait(sm.full + st, (it / Tl::S) & 1);
     tc::FenceProxyAsync();
     tc::WgmmaFence();
     if (!(fault == 1 && t == 0)) WgmmaSlice<Tl, kTransB>(sm.a_addr, st, wgm, desc_b, d);
     tc::WgmmaCommit();
     tc::WgmmaWait<1>();
-    if (t > 0) tc::MbarArrive(sm.empty + (t - 1) % Tl::S);
+    if (t > 0) tc::MbarArrive(sm.empty + (it - 1) % Tl::S);
   }
   tc::WgmmaWait<0>();
   tc::WgmmaFenceOperands(d);
+  if (release_last && ktiles > 0) tc::MbarArrive(sm.empty + (it - 1) % Tl::S);
 }
 
 // Runs a wgmma kernel's pipeline over ktiles slices and then epilogue() in the multiplying
@@ -269,7 +283,8 @@ __device__ __forceinline__ void WgmmaPipeline(int ktiles, int fault, const WgSta
       WsProduce<Tl>(ktiles, sm, issue);
     } else {
       tc::SetMaxRegsInc<kWsMultiplierRegs>();
-      WsConsume<Tl, kTransB>(ktiles, fault, sm, wgm, desc_b, d);
+      int it = 0;
+      WsConsume<Tl, kTransB>(ktiles, fault, sm, wgm, desc_b, d, it, false);
       epilogue();
     }
   } else {
@@ -344,9 +359,9 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   constexpr int kChunk = 16 / static_cast<int>(sizeof(TOut));
   constexpr int kRowChunks = Tl::BN / kChunk;
   constexpr size_t kTileBytes = size_t(Tl::BM) * kPitch * sizeof(TOut);
-  constexpr size_t kStageBytes =
+  constexpr size_t kRegionBytes =
       Tl::PERSISTENT ? Tl::kEpilogue : size_t(Tl::S) * (Tl::kStageA + Tl::kStageB);
-  static_assert(kTileBytes <= kStageBytes, "the staged tile fits in the stages");
+  static_assert(kTileBytes <= kRegionBytes, "the staged tile fits in its region");
   // The sums: each thread leaves the (sum, sum of squares) of every chunk it stores in
   // part[chunk][row] (pitch BM + 1: conflict-free both ways) after the tile, and thread t then
   // adds row t's kRowChunks of them in order: 16 or 32 additions where a thread summing its
@@ -354,7 +369,7 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   // that in every block). Where the partials do not fit beside the tile (float 128 x 256),
   // thread t sums its row of the tile.
   constexpr size_t kPartBytes = size_t(kRowChunks) * (Tl::BM + 1) * sizeof(float2);
-  constexpr bool kChunkSums = kTileBytes + kPartBytes <= kStageBytes;
+  constexpr bool kChunkSums = kTileBytes + kPartBytes <= kRegionBytes;
   TOut* const tile = reinterpret_cast<TOut*>(smem);
   float2* const part = reinterpret_cast<float2*>(smem + kTileBytes);
   ConsumerSync<Tl>();  // every warpgroup's wgmma has read its last stage
@@ -441,6 +456,15 @@ struct WgArgs {
 // box of in (G x cg x h x w x n) at that pixel shifted by the tap: padding, channels past cg
 // and rows past the image read as zero from outside the tensor. (Columns past p.j read
 // whatever pixel they name; the epilogue drops them.)
+// The B descriptor of K-step ks of stage st for warpgroup column wgn of a forward /
+// backward-data GEMM (MN-major B: 64-column atoms 8 KiB apart, K-steps 2 KiB apart).
+template <class Tl>
+__device__ __forceinline__ uint64_t GemmDescB(const WgStages<Tl>& sm, int wgn, int st, int ks) {
+  return tc::SmemDesc128B(sm.b_addr + st * Tl::kStageB + wgn * (Tl::NW / 64) * 8192 + ks * 2048,
+                          8192, 1024);
+}
+
+// (IssueGemmSlice: with A's box, the whole slice into stage st.)
 template <class Tl>
 __device__ __forceinline__ void IssueGemmB(const WgArgs<TcGemmParams>& args, unsigned char* bs,
                                            int kt, int j0, int g, uint64_t* bar) {
@@ -460,6 +484,13 @@ __device__ __forceinline__ void IssueGemmB(const WgArgs<TcGemmParams>& args, uns
     tc::TmaLoad5D(bs + a * 8192, &args.b, img, ox * p.stride - p.pad_w + kx,
                   oy * p.stride - p.pad_h + ky, c0, g, bar);
   }
+}
+template <class Tl>
+__device__ __forceinline__ void IssueGemmSlice(const WgArgs<TcGemmParams>& args,
+                                               const WgStages<Tl>& sm, int st, int kt, int m0,
+                                               int j0, int g) {
+  tc::TmaLoad3D(sm.a + st * Tl::kStageA, &args.a, kt * Tl::BK, m0, g, sm.full + st);
+  IssueGemmB<Tl>(args, sm.b + st * Tl::kStageB, kt, j0, g, sm.full + st);
 }
 
 // Kernel WgmmaGemmKernel<Tl, TOut, kMask>
@@ -504,13 +535,12 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
   const int bcc = lt % kRowChunksB, brow0 = lt / kRowChunksB;
   const GatherColumn col = MakeColumn(p, j0 + bcc * 8);
   auto issue = [&](int kt, int st) {
-    unsigned char* const as = sm.a + st * Tl::kStageA;
-    unsigned char* const bs = sm.b + st * Tl::kStageB;
     if constexpr (Tl::TMA) {
-      tc::TmaLoad3D(as, &args.a, kt * BK, m0, g, sm.full + st);
-      IssueGemmB<Tl>(args, bs, kt, j0, g, sm.full + st);
+      IssueGemmSlice<Tl>(args, sm, st, kt, m0, j0, g);
       return;
     }
+    unsigned char* const as = sm.a + st * Tl::kStageA;
+    unsigned char* const bs = sm.b + st * Tl::kStageB;
 #pragma unroll
     for (int i = 0; i < kAChunks; ++i) {
       const int q = lt + T * i, row = q / 8, c = q % 8;
@@ -525,10 +555,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
       CpAsync16(bs + WgOffsetB(row, bcc), ok ? in + off : in, ok);
     }
   };
-  auto desc_b = [&](int st, int ks) {
-    return tc::SmemDesc128B(sm.b_addr + st * Tl::kStageB + wgn * (Tl::NW / 64) * 8192 + ks * 2048,
-                            8192, 1024);
-  };
+  auto desc_b = [&](int st, int ks) { return GemmDescB<Tl>(sm, wgn, st, ks); };
 
   float acc[1][Tl::NW / 8][4];
   float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
@@ -559,7 +586,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(Tl::PERSISTENT && Tl::TMA && Tl::WS, "a persistent TMA tile");
   const TcGemmParams& p = args.p;
-  constexpr int BN = Tl::BN, BM = Tl::BM, BK = Tl::BK, S = Tl::S;
+  constexpr int BN = Tl::BN, BM = Tl::BM, BK = Tl::BK;
   COLONNADE_DYNAMIC_SMEM(smem_raw);
   const WgStages<Tl> sm = MakeWgStages<Tl>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
@@ -578,21 +605,14 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     int it = 0;  // slices issued over the block's life
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       const Tile tl = tile_of(t);
-      for (int kt = 0; kt < ktiles; ++kt, ++it) {
-        const int st = it % S;
-        if (it >= S) tc::MbarWait(sm.empty + st, (it / S - 1) & 1);
-        tc::MbarArriveExpectTx(sm.full + st, Tl::kStageBytes);
-        tc::TmaLoad3D(sm.a + st * Tl::kStageA, &args.a, kt * BK, tl.m0, tl.g, sm.full + st);
-        IssueGemmB<Tl>(args, sm.b + st * Tl::kStageB, kt, tl.tx * BN, tl.g, sm.full + st);
-      }
+      TmaProduce<Tl>(ktiles, sm, it, [&](int kt, int st) {
+        IssueGemmSlice<Tl>(args, sm, st, kt, tl.m0, tl.tx * BN, tl.g);
+      });
     }
     return;
   }
   tc::SetMaxRegsInc<kWsMultiplierRegs>();
-  auto desc_b = [&](int st, int ks) {
-    return tc::SmemDesc128B(sm.b_addr + st * Tl::kStageB + wgn * (Tl::NW / 64) * 8192 + ks * 2048,
-                            8192, 1024);
-  };
+  auto desc_b = [&](int st, int ks) { return GemmDescB<Tl>(sm, wgn, st, ks); };
   float acc[1][Tl::NW / 8][4];
   float(&d)[Tl::NW / 2] = *reinterpret_cast<float(*)[Tl::NW / 2]>(&acc[0][0][0]);
   int it = 0;  // slices consumed over the block's life
@@ -600,18 +620,7 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
     const Tile tl = tile_of(t);
 #pragma unroll
     for (int i = 0; i < Tl::NW / 2; ++i) d[i] = 0.0f;
-    for (int kt = 0; kt < ktiles; ++kt, ++it) {
-      const int st = it % S;
-      tc::MbarWait(sm.full + st, (it / S) & 1);
-      tc::WgmmaFence();
-      if (!(p.fault == 1 && kt == 0)) WgmmaSlice<Tl, 1>(sm.a_addr, st, wgm, desc_b, d);
-      tc::WgmmaCommit();
-      tc::WgmmaWait<1>();
-      if (kt > 0) tc::MbarArrive(sm.empty + (it - 1) % S);
-    }
-    tc::WgmmaWait<0>();
-    tc::WgmmaFenceOperands(d);
-    tc::MbarArrive(sm.empty + (it - 1) % S);  // the tile's last slice
+    WsConsume<Tl, 1>(ktiles, p.fault, sm, wgm, desc_b, d, it, /*release_last=*/true);
     if (p.staged) {
       StoreTileStaged<Tl, TOut, kMask>(p, tl.g, acc, sm.epilogue,
                                        wgm * 64 + (warp % 4) * 16 + lane / 4,
@@ -807,7 +816,6 @@ struct LaunchGemm {
     }
     WgArgs<TcGemmParams> args{q, {}, {}};
     if constexpr (Tl::TMA) {
-      const int64_t hwn = int64_t(q.h) * q.w * q.n;
       CHECK(q.mp % Tl::BM == 0 && q.kp % Tl::BK == 0) << "a TMA tile on an unpadded operand";
       args.a = MakeMatrixMap(q.at, q.kp, q.mp, q.groups, Tl::BK, Tl::BM);
       if (q.tap_boxes) {
@@ -817,10 +825,9 @@ struct LaunchGemm {
         const int box[5] = {64, 1, 1, Tl::BK, 1};
         args.b = MakeTmaMap(q.in, 5, dims, box);
       } else {
-        CHECK(q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 && q.plain &&
-              q.j == hwn)
+        CHECK(PlainGather(q, q.j) && q.plain)
             << "a TMA configuration on a GEMM whose gathered operand is not a plain matrix";
-        args.b = MakeMatrixMap(q.in, hwn, q.cg, q.groups, 64, Tl::BK);
+        args.b = MakeMatrixMap(q.in, q.j, q.cg, q.groups, 64, Tl::BK);
       }
     }
     LaunchDynamicSmem(kernel, grid, dim3(Tl::kThreads), Tl::kSmem, stream, args);
@@ -836,8 +843,7 @@ struct LaunchWgrad {
   int operator()() const {
     WgArgs<TcWgradParams> args{q, {}, {}};
     if constexpr (Tl::TMA) {
-      CHECK(q.kh == 1 && q.kw == 1 && q.stride == 1 && q.pad_h == 0 && q.pad_w == 0 &&
-            q.jtot == int64_t(q.h) * q.w * q.n && q.ksplit % Tl::BK == 0)
+      CHECK(PlainGather(q, q.jtot) && q.ksplit % Tl::BK == 0)
           << "a TMA configuration on a backward filter whose x is not a plain matrix";
       args.a = MakeMatrixMap(q.dy, q.jtot, q.m, groups, Tl::BK, Tl::BM);
       args.b = MakeMatrixMap(q.x, q.jtot, q.cg, groups, Tl::BK, Tl::BN);
