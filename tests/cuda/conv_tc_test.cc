@@ -493,7 +493,14 @@ TEST_P(TcWgmmaTest, EveryWgmmaTileMeetsTheBound) {
       const bool tma = tile >= 10;
       if (kEmulated && many_splits && tile != 4 && tile != 0) continue;
       if (kEmulated && plain_case && !tma && tile != 4 && tile != 0) continue;
-      const bool full = !kEmulated || tile == 4 || (tile == 8 && long_k) || (tma && plain_case);
+      // (Elsewhere on the emulator a TMA tile runs where it falls back, cheaply, and not where
+      // it would run: Plain and TapBoxes are its cases there.)
+      if (kEmulated && tma && !plain_case && (plain || cc.n % 64 == 0)) continue;
+      // Float outputs and the faulty kernel on the emulator: the 128 x 128 TMA tile and the
+      // persistent one on Plain, the 128 x 256 TMA tile on TapBoxes.
+      const bool tma_full = plain ? tile == 10 || tile == 12 : tile == 11;
+      const bool full =
+          !kEmulated || tile == 4 || (tile == 8 && long_k) || (tma && plain_case && tma_full);
       if (!full && m.out == StorageType::kFloat) continue;
       config_->Set(run.config);
       cuda::ConvLaunchInfo fi, bi, wi;
