@@ -190,8 +190,9 @@ class Layer {
 
   virtual void Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                        const std::vector<Tensor*>& y) = 0;
-  // Writes (overwrites) input gradients dx and accumulates nothing: parameter gradients
-  // are overwritten too. Entries of dx may be null when the input needs no gradient.
+  // Writes (overwrites) input gradients dx and accumulates nothing (but a ConvLayer the memory
+  // plan binds to add, ConvLayer::set_add_dx): parameter gradients are overwritten too. Entries of
+  // dx may be null when the input needs no gradient.
   virtual void Backward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                         const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                         const std::vector<Tensor*>& dx) = 0;

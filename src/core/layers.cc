@@ -90,7 +90,7 @@ void ConvLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Te
                          const std::vector<Tensor*>& dx) {
   ops.ConvLayerBackward(*x[0], weight_.value, fused_relu_ && !dy_masked_ ? y[0] : nullptr, *dy[0],
                         weight_.grad, has_bias_ ? &bias_.grad : nullptr, dx[0], p_,
-                        relu_dx_ && dx[0] != nullptr);
+                        relu_dx_ && dx[0] != nullptr, add_dx_ && dx[0] != nullptr);
 }
 
 std::vector<Param*> ConvLayer::params() {

@@ -48,6 +48,11 @@ class ConvLayer : public Layer {
   bool relu_dx() const { return relu_dx_; }
   void set_dy_masked(bool on) { dy_masked_ = on; }
   bool dy_masked() const { return dy_masked_; }
+  // Net::Fusions::grad_add, as the memory plan bound it (LayerBinding::dx_add): dx holds the
+  // gradient other readers of x wrote, and Backward adds its part (Ops::ConvLayerBackward's
+  // add_dx) instead of overwriting it.
+  void set_add_dx(bool on) { add_dx_ = on; }
+  bool add_dx() const { return add_dx_; }
   // Gaussian N(0, std^2) initial weights (AlexNet: 0.01) instead of the default He normal.
   void set_weight_std(float std) {
     weight_.init.kind = InitSpec::kGaussian;
@@ -65,6 +70,7 @@ class ConvLayer : public Layer {
   bool bn_sums_ = false;
   bool relu_dx_ = false;
   bool dy_masked_ = false;
+  bool add_dx_ = false;
   Param weight_, bias_;
 };
 

@@ -20,12 +20,14 @@ class ScheduleBuilder {
  public:
   ScheduleBuilder(const std::vector<LayerEntry>& layers, const std::vector<std::string>& inputs,
                   const std::map<std::string, Shape>& shapes, const std::set<std::string>& pinned,
-                  const std::set<std::string>& bf16_blobs, MemoryPlan* plan)
+                  const std::set<std::string>& bf16_blobs, const std::set<int>& add_dx_layers,
+                  MemoryPlan* plan)
       : layers_(layers),
         inputs_(inputs.begin(), inputs.end()),
         shapes_(shapes),
         pinned_(pinned),
         bf16_blobs_(bf16_blobs),
+        add_dx_layers_(add_dx_layers),
         plan_(plan) {}
 
   void Run(RecomputePolicy recompute) {
@@ -187,7 +189,8 @@ class ScheduleBuilder {
   // Mirrors the gradient rule of Net::Backward: the first layer (in backward order) that
   // produces a blob's input gradient writes its gradient buffer, later ones a scratch
   // buffer that is then added (each addition its own step and its own scratch buffer, so
-  // a scratch lives only from its layer's Backward to its addition).
+  // a scratch lives only from its layer's Backward to its addition), or, for a layer of
+  // add_dx_layers_, the gradient buffer, which its Backward reads and adds to.
   void Backward(int i) {
     const LayerEntry& e = layers_[i];
     LayerBinding& bind = plan_->layers[i];
@@ -215,6 +218,10 @@ class ScheduleBuilder {
       } else if (in_place || !written_[b]) {
         bind.dx.push_back(Gradient(b));
         written_[b] = true;
+      } else if (e.inputs.size() == 1 && add_dx_layers_.count(i)) {
+        bind.dx.push_back(Gradient(b));  // Backward adds to it (LayerBinding::dx_add)
+        bind.dx_add = true;
+        s.reads.push_back(bind.dx.back());
       } else {
         const int scratch = NewBuffer(PlanBuffer::kScratch, b,
                                       absl::StrCat("d ", b, " (from ", e.layer->name(), ")"));
@@ -239,6 +246,7 @@ class ScheduleBuilder {
   const std::map<std::string, Shape>& shapes_;
   const std::set<std::string>& pinned_;
   const std::set<std::string>& bf16_blobs_;
+  const std::set<int>& add_dx_layers_;
   MemoryPlan* plan_;
   std::map<std::string, bool> written_;
   // Recomputation (FindRecomputable): every blob's writers and the layers whose Backward
@@ -358,7 +366,8 @@ absl::StatusOr<MemoryPlan> PlanMemory(const std::vector<LayerEntry>& layers,
                                         " is a net input or pinned: it cannot be stored in bf16");
     }
   }
-  ScheduleBuilder(layers, inputs, shapes, pinned, options.bf16_blobs, &plan).Run(options.recompute);
+  ScheduleBuilder(layers, inputs, shapes, pinned, options.bf16_blobs, options.add_dx_layers, &plan)
+      .Run(options.recompute);
   MarkLiveness(pinned, &plan);
   if (plan.share) plan.arena_elements = PlaceBuffers(options.align_elements, &plan);
   return plan;

@@ -3,7 +3,8 @@
 //
 // The schedule is the step as Net runs it: Forward of layers 0..L-1, then Backward of
 // layers L-1..0, each Backward followed by one "accumulate" step per input whose gradient
-// another layer already wrote (grad += scratch). A buffer is live from the first step
+// another layer already wrote (grad += scratch), unless that layer adds to the gradient
+// itself (MemoryPlanOptions::add_dx_layers). A buffer is live from the first step
 // that writes (or reads) it to the last step that reads or writes it; an argument a step
 // only passes along (an activation its Backward does not read) does not keep it alive; what
 // Backward reads is what the layer declares (Layer::backward_reads). Buffers whose lives do not
@@ -74,6 +75,9 @@ struct LayerBinding {
   std::vector<int> dy;  // gradients of the outputs
   std::vector<int> dx;  // gradients (or scratch) the inputs receive; -1 for net inputs
   std::vector<std::pair<int, int>> accumulate;  // (gradient, scratch): gradient += scratch
+  // Input 0's gradient, written already by a later reader (in backward order), is bound as
+  // dx and Backward adds its own part to it (MemoryPlanOptions::add_dx_layers): no scratch.
+  bool dx_add = false;
   std::vector<int> recompute;  // MemoryPlan::recomputes to run before this layer's Backward
 };
 
@@ -114,6 +118,11 @@ struct MemoryPlanOptions {
   // recomputed is kept (each input is recomputed at most once): in ResNet every other
   // block output.
   RecomputePolicy recompute = RecomputePolicy::kOff;
+  // Layers (indices) of one input whose Backward can add that input's gradient to what the
+  // gradient buffer holds (Net::Fusions::grad_add, ConvLayer::set_add_dx): where another
+  // reader wrote it first, such a layer gets the gradient buffer itself (LayerBinding::dx_add)
+  // instead of a scratch buffer and an accumulate step.
+  std::set<int> add_dx_layers;
 };
 
 struct MemoryPlan {

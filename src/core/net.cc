@@ -88,6 +88,10 @@ MemoryPlanOptions Net::PlanOptions() const {
   o.share = plan_memory_;
   o.pinned = pinned_;
   o.recompute = recompute_;
+  if (fusions_.grad_add)
+    for (size_t i = 0; i < layers_.size(); ++i)
+      if (dynamic_cast<ConvLayer*>(layers_[i].layer.get()) && layers_[i].inputs.size() == 1)
+        o.add_dx_layers.insert(static_cast<int>(i));
   return o;
 }
 
@@ -213,6 +217,7 @@ constexpr FusionName kFusionNames[] = {
     {"conv_relu", &Fusions::conv_relu}, {"bn_relu", &Fusions::bn_relu},
     {"add_relu", &Fusions::add_relu},   {"conv_bn", &Fusions::conv_bn},
     {"bn_add", &Fusions::bn_add},       {"relu_grad", &Fusions::relu_grad},
+    {"grad_add", &Fusions::grad_add},
 };
 std::string FusionChoices() {
   std::vector<std::string> names;
@@ -360,6 +365,9 @@ absl::Status Net::Build(int64_t batch, Device device) {
     bound_[id] = &t;
   }
   plan_ = std::move(plan);
+  for (size_t i = 0; i < layers_.size(); ++i)
+    if (auto* conv = dynamic_cast<ConvLayer*>(layers_[i].layer.get()))
+      conv->set_add_dx(plan_.layers[i].dx_add);
   device_ = device;
   batch_ = batch;
   ++builds_;
@@ -458,7 +466,8 @@ void Net::Backward(const RunContext& ctx, const std::function<void(int)>& after_
   Ops& o = ops();
   // A blob read by several layers gets the sum of their input gradients: the first
   // writer (in backward order) writes the gradient buffer, later ones write a scratch
-  // buffer that is then added (the plan's bindings say which; core/memory_plan.h).
+  // buffer that is then added, or add to the gradient buffer themselves (LayerBinding::dx_add,
+  // Fusions::grad_add; the plan's bindings say which; core/memory_plan.h).
   std::vector<const Tensor*> x, y, dy;
   std::vector<Tensor*> dx;
   for (int i = static_cast<int>(layers_.size()) - 1; i >= 0; --i) {

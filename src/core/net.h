@@ -65,11 +65,17 @@ struct Fusions {
   // in the backward-data epilogue (and sums the bias gradient there) or in the max pool's
   // gather, instead of a pass over dy and y (VGG-16: 13 such passes).
   bool relu_grad = true;
+  // A convolution whose input another layer reads too (a ResNet block's input: its first
+  // convolution and the shortcut), and whose input gradient that layer wrote first (in backward
+  // order), adds its part to that gradient (ConvLayer::set_add_dx, Ops::ConvLayerBackward's
+  // add_dx; the memory plan's LayerBinding::dx_add) instead of writing a scratch buffer that a
+  // pass then adds. Bitwise the same; the CUDA backend adds in the backward-data epilogue.
+  bool grad_add = true;
   // (A cross-channel LRN fused into the max pool after it measured slower and left the main
   // path: dev/lrn_pool.)
 };
-// "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad" (any subset, comma-separated), "default"
-// (Fusions{}), "all" or "none". "lrn_pool" is refused with a note that it is gone.
+// "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add" (any subset, comma-separated),
+// "default" (Fusions{}), "all" or "none". "lrn_pool" is refused with a note that it is gone.
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text);
 std::string FusionsName(const Fusions& f);
 

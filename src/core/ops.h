@@ -142,9 +142,14 @@ class Ops {
   // before reads it without its mask (relu_y null). The same bits as masking there; a backend
   // may do it in the convolution's epilogue (CudaOps, also leaving dx's per-channel sums for
   // that layer's bias gradient).
+  // add_dx: dx holds the gradient other readers of x gave it already, and this layer's is
+  // added (Net::Fusions::grad_add): dx = dx + (this layer's dx, as it would have been
+  // stored), the same bits as writing a buffer of dx's type and Add(dx, it, dx) after. A
+  // backend may add in the backward-data epilogue (CudaOps), reading dx once instead of a
+  // pass over two tensors.
   virtual void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y,
                                  const Tensor& dy, Tensor& dw, Tensor* db, Tensor* dx,
-                                 const ConvParams& p, bool relu_dx = false) {
+                                 const ConvParams& p, bool relu_dx = false, bool add_dx = false) {
     Tensor masked;
     if (relu_y) {
       masked = Tensor(dy.shape(), device());
@@ -154,8 +159,11 @@ class Ops {
     ConvBackwardFilter(x, g, dw, p);
     if (db) BiasBackward(g, *db);
     if (dx) {
-      ConvBackwardData(g, w, *dx, p);
-      if (relu_dx) ReluBackward(x, *dx, *dx);
+      Tensor own;
+      Tensor& to = add_dx ? (own = Tensor(dx->shape(), device(), dx->dtype())) : *dx;
+      ConvBackwardData(g, w, to, p);
+      if (relu_dx) ReluBackward(x, to, to);
+      if (add_dx) Add(*dx, to, *dx);
     }
   }
 

@@ -123,12 +123,27 @@ void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b
 
 void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y,
                                 const Tensor& dy, Tensor& dw, Tensor* db, Tensor* dx,
-                                const ConvParams& p, bool relu_dx) {
+                                const ConvParams& p, bool relu_dx, bool add_dx) {
   if (relu_y) SameSize(*relu_y, dy, "ConvLayerBackward relu_y");
   if (db) op_shapes::Bias(dy, *db, "ConvLayerBackward");
   RefuseBf16Storage({&x, relu_y, &dy, dx}, "ConvLayerBackward");
   CHECK(!relu_y || relu_y->dtype() == dy.dtype()) << "ConvLayerBackward: y and dy differ in type";
   CHECK(!relu_dx || dx != nullptr) << "ConvLayerBackward: relu_dx without dx";
+  CHECK(!add_dx || dx != nullptr) << "ConvLayerBackward: add_dx without dx";
+  // add_dx: the tensor-core epilogue adds dx's values where the GEMMs write all of dx and, under
+  // relu_dx, mask it themselves (bf16 dx stored as x: TcConvArgs::dx_mask); otherwise this
+  // layer's dx goes to a tensor of dx's type and an Add pass follows, as in Ops' default.
+  if (add_dx) {
+    const bool in_epilogue = conv_math_ != MathMode::kFP32 &&
+                             BackwardDataCoversDx(Dims(*dx, w, dy, p), p) &&
+                             (!relu_dx || (x.dtype() == dx->dtype() && dx->is_bf16()));
+    if (!in_epilogue) {
+      Tensor own(dx->shape(), Device::kCUDA, dx->dtype());
+      ConvLayerBackward(x, w, relu_y, dy, dw, db, &own, p, relu_dx, false);
+      Add(*dx, own, *dx);
+      return;
+    }
+  }
   // The bias gradient from the tile sums the layer after this one left with dy (its backward
   // data under relu_dx): no pass over dy for it.
   PendingSums dy_sums = std::move(pending_dx_sums_);
@@ -196,6 +211,7 @@ void CudaOps::ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* 
   a.dw = nullptr;
   a.w = w.data();
   a.dx = TcOutput{dx->raw(), StorageOf(*dx)};
+  a.dx_add = add_dx;
   // relu_dx: the mask in the epilogue (x as stored, when dx is stored alike), with dx's tile
   // sums left for the bias gradient of the layer that wrote x; else a pass after.
   std::unique_ptr<Scratch> sums;

@@ -65,7 +65,7 @@ class CudaOps : public Ops {
                         const ConvParams& p, bool bn_sums = false) override;
   void ConvLayerBackward(const Tensor& x, const Tensor& w, const Tensor* relu_y, const Tensor& dy,
                          Tensor& dw, Tensor* db, Tensor* dx, const ConvParams& p,
-                         bool relu_dx = false) override;
+                         bool relu_dx = false, bool add_dx = false) override;
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;
   void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* record) override;

@@ -366,6 +366,8 @@ struct Trace {
   std::vector<std::vector<float>> params;
   int conv_relu = 0, bn_relu = 0, add_relu = 0, conv_bn = 0, bn_add = 0;  // pairs fused
   int relu_grad = 0, relu_grad_pools = 0;  // convolutions whose dy arrives masked; by a pool
+  int grad_add = 0;                        // convolutions adding to their input's gradient
+  int accumulate_steps = 0;                // the plan's scratch + addition steps
 };
 
 // How Train builds the net: the memory plan, the poisoned arena, recomputation, fusions.
@@ -408,7 +410,11 @@ Trace Train(const std::string& model, int input, const TrainSetup& setup, int st
       ++t.relu_grad;
     if (auto* pool = dynamic_cast<const PoolLayer*>(e.layer.get()); pool && pool->relu_dx())
       ++t.relu_grad_pools;
+    if (auto* conv = dynamic_cast<const ConvLayer*>(e.layer.get()); conv && conv->add_dx())
+      ++t.grad_add;
   }
+  for (const PlanStep& s : net->memory_plan().steps)
+    t.accumulate_steps += s.kind == PlanStep::kAccumulate;
   net->InitParams(11);
   SgdOptimizer opt({0.9f, 1e-4f});
   std::vector<float> x(net->blob("data").size());
@@ -613,6 +619,37 @@ TEST(Fusions, ReluGradTrainsBitwise) {
   EXPECT_EQ(Train("resnet18-cifar", 32, on, 0).relu_grad, 0);  // batch norm before every ReLU
 }
 
+// grad_add: a convolution whose input gradient another reader wrote first adds its part to it
+// (ResNet-50: every block's conv1, the later of the two readers of the block input — the
+// shortcut's sum or downsample wrote it; ResNet-18: the same 8), so the plan keeps no scratch
+// and no addition step for them. Training is bitwise the same as with the scratch and the Add
+// (CPU, memory plan on, arena poisoned: a convolution reading a gradient the plan had not
+// kept, or adding to one not yet written, shows), with every recomputation policy.
+TEST(Fusions, GradAddTrainsBitwise) {
+  TrainSetup on, off;
+  off.fusions.grad_add = false;
+  const Trace r50 = Train("resnet50", 64, on, 0), r50_off = Train("resnet50", 64, off, 0);
+  EXPECT_EQ(r50.grad_add, 16);
+  EXPECT_EQ(r50_off.grad_add, 0);
+  EXPECT_EQ(r50.accumulate_steps, r50_off.accumulate_steps - 16);
+  for (const RecomputePolicy r : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu,
+                                  RecomputePolicy::kBatchNormReluAdd}) {
+    on.recompute = off.recompute = r;
+    const Trace a = Train("resnet18-cifar", 32, on), b = Train("resnet18-cifar", 32, off);
+    EXPECT_EQ(a.grad_add, 8);
+    EXPECT_EQ(b.grad_add, 0);
+    EXPECT_TRUE(BitwiseEqual(a.losses, b.losses)) << static_cast<int>(r) << ": losses differ";
+    EXPECT_TRUE(BitwiseEqual(a.logits, b.logits)) << static_cast<int>(r) << ": logits differ";
+    EXPECT_TRUE(BitwiseEqual(a.params, b.params)) << static_cast<int>(r) << ": parameters differ";
+  }
+  // GoogLeNet's inception inputs have four readers, three of them convolutions: those that are
+  // not the first writer add.
+  const Trace g = Train("googlenet", SmallInput("googlenet"), on);
+  const Trace g_off = Train("googlenet", SmallInput("googlenet"), off);
+  EXPECT_GT(g.grad_add, 0);
+  EXPECT_TRUE(BitwiseEqual(g.params, g_off.params)) << "googlenet: parameters differ";
+}
+
 TEST(Fusions, ParseAndName) {
   absl::StatusOr<Fusions> f = ParseFusions("bn_relu,add_relu");
   ASSERT_TRUE(f.ok()) << f.status();
@@ -620,15 +657,16 @@ TEST(Fusions, ParseAndName) {
   EXPECT_TRUE(f->bn_relu && f->add_relu);
   EXPECT_EQ(FusionsName(*f), "bn_relu,add_relu");
   EXPECT_EQ(FusionsName(*ParseFusions("all")),
-            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad");
+            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add");
   EXPECT_EQ(FusionsName(*ParseFusions("default")),
-            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad");
+            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add");
   EXPECT_EQ(FusionsName(*ParseFusions("conv_bn")), "conv_bn");
   EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
   f = ParseFusions("conv_relu,lrn+pool");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("lrn+pool"), std::string::npos) << f.status();
-  EXPECT_NE(f.status().message().find("conv_relu, bn_relu, add_relu, conv_bn, bn_add, relu_grad"),
+  EXPECT_NE(f.status().message().find(
+                "conv_relu, bn_relu, add_relu, conv_bn, bn_add, relu_grad, grad_add"),
             std::string::npos);
   // The LRN + max-pool fusion left the main path (dev/lrn_pool): its name says so.
   f = ParseFusions("conv_relu,lrn_pool");

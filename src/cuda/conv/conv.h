@@ -93,6 +93,11 @@ struct TcConvArgs {
   // masked values, for the bias gradient of the layer that wrote the mask), where one GEMM
   // writes the whole of dx (stride 1).
   TcInput dx_mask;
+  // Backward data: dx holds a gradient already, and the product is added to it: dx = dx +
+  // (the masked product rounded to dx's storage), the bits of storing it and an Add after
+  // (Ops::ConvLayerBackward's add_dx). Only where the GEMMs write the whole of dx
+  // (BackwardDataCoversDx); the stats are then left out.
+  bool dx_add = false;
   int fault = 0;  // tests only: 1 drops the first K slice of every tile (a wrong kernel)
 };
 // Floats TcConvArgs::stats must hold for the forward of dims: 2 per channel and column tile of
@@ -103,6 +108,9 @@ int64_t StatsCapacityDx(const ConvDims& d);  // the same for backward data's dx
 ConvLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a);
 ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a);
 ConvLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a);
+// Whether backward data's GEMMs (one per stride phase) write every element of dx: false
+// where some phase has no tap (a 1 x 1 convolution of stride 2), whose pixels are zeroed first.
+bool BackwardDataCoversDx(const ConvDims& d, const ConvParams& p);
 
 // Whether this build and device can run the wgmma configurations (built with
 // CMAKE_CUDA_ARCHITECTURES holding 90a, compute capability 9.0; always on the emulator).

@@ -83,7 +83,7 @@ int ChunkElems(MathMode m) { return m == MathMode::kBF16 ? 8 : 4; }
 // arranges the filter operand for it and launches.
 ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode math, ConvGemm gemm,
                        int groups, const TcInput& in, const TcOutput& out, const float* bias,
-                       bool relu, float* stats, const void* mask, int fault) {
+                       bool relu, float* stats, const void* mask, bool add, int fault) {
   CHECK(math == MathMode::kBF16 || math == MathMode::kTF32) << "tensor-core math mode";
   const bool bf16 = math == MathMode::kBF16;
   const bool vec = gemm.geo.n % ChunkElems(math) == 0 && Aligned(in.data, 16);
@@ -106,6 +106,7 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   // The wgmma kernels mask only bf16 outputs (WgmmaGemmKernel's kMask); otherwise the caller
   // masks after (ConvLaunchInfo::masked).
   if (mask != nullptr && c.family == ConvFamily::kWgmma && out.type != StorageType::kBF16) {
+    CHECK(!add) << "backward data: a mask the caller applies after cannot precede the add";
     mask = nullptr;
     stats = nullptr;  // they would not be the masked values' sums
   }
@@ -114,6 +115,8 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
                  ? 1
                  : 0;
   q.mask = mask;
+  q.add = add ? 1 : 0;
+  if (add) stats = nullptr;  // the sums would not be of the values stored
   // A TMA tile on a convolution that is not a plain GEMM: the filters in (ky, kx, c) K order,
   // each tap's channels padded to whole slices, so that every K slice is one tap's box of the
   // activations (wgmma.cu, IssueGemmB).
@@ -171,7 +174,7 @@ int64_t StatsCapacityDx(const ConvDims& d) {
 ConvLaunchInfo ConvForwardTc(const DeviceContext& ctx, const TcConvArgs& a) {
   conv::CheckSizes(a.dims);
   return conv::RunGemm(ctx, ConvProblem::kForward, a.math, conv::ForwardGemm(a.dims, a.conv, a.w),
-                       a.conv.groups, a.x, a.y, a.bias, a.relu, a.stats, nullptr, a.fault);
+                       a.conv.groups, a.x, a.y, a.bias, a.relu, a.stats, nullptr, false, a.fault);
 }
 
 ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a) {
@@ -182,6 +185,7 @@ ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a)
       << "backward data: the mask is stored as dx";
   bool zero_first = false;
   const std::vector<conv::ConvGemm> gemms = conv::BackwardDataGemms(d, a.conv, a.w, &zero_first);
+  CHECK(!(a.dx_add && zero_first)) << "backward data: dx_add where the GEMMs leave pixels zero";
   if (zero_first) {
     COLONNADE_CUDA_CHECK(cudaMemsetAsync(
         a.dx.data, 0, StorageBytes(a.dx.type) * size_t(d.c) * d.h * d.w * d.n, ctx.stream));
@@ -192,12 +196,18 @@ ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a)
   bool masked = true;
   for (const conv::ConvGemm& gemm : gemms) {
     info = conv::RunGemm(ctx, ConvProblem::kBackwardData, a.math, gemm, a.conv.groups, a.dy, a.dx,
-                         nullptr, false, stats, a.dx_mask.data, a.fault);
+                         nullptr, false, stats, a.dx_mask.data, a.dx_add, a.fault);
     masked = masked && info.masked;
   }
   info.masked = masked;
   if (!masked) info.stats_tiles = 0;  // the caller masks dx after: the sums are not its
   return info;
+}
+
+bool BackwardDataCoversDx(const ConvDims& d, const ConvParams& p) {
+  bool zero_first = false;
+  conv::BackwardDataGemms(d, p, nullptr, &zero_first);
+  return !zero_first;
 }
 
 ConvLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a) {

@@ -37,6 +37,9 @@ struct TcGemmParams : GemmGeometry {
   // mask's value at its place is above 0, else 0 (the ReLU that wrote the mask, Ops::
   // ConvLayerBackward's relu_dx). Before the stats, which sum the masked values.
   const void* mask;
+  // Backward data: 1 adds each value, after the mask and rounded to TOut, to out's value there
+  // (AddStored; TcConvArgs::dx_add), before the stats.
+  int add;
   int groups;  // G
   // TMA tiles on a convolution that is not a plain GEMM (n % 64 == 0): at is in (ky, kx, c)
   // K order, each tap's channels padded to cblocks slices of 64 (wgmma.cu, IssueGemmB).
@@ -91,6 +94,17 @@ __device__ __forceinline__ float LoadOut(const T* p) {
   }
 }
 
+// out + v as the unfused layers compute it (v stored in TOut, then Add's float sum, which the
+// caller stores rounded to TOut again): TcGemmParams::add.
+template <class T>
+__device__ __forceinline__ float AddStored(const T* out, float v) {
+  if constexpr (std::is_same<T, float>::value) {
+    return *out + v;
+  } else {
+    return LoadOut(out) + tc::Bf16ToFloat(tc::FloatToBf16(v));
+  }
+}
+
 // The epilogue's arithmetic on two values of output row `row` of group g: + bias (rows below
 // p.m), then ReLU. Both epilogues below (StoreAccumulators, wgmma.cu's StoreTileStaged).
 __device__ __forceinline__ void BiasRelu(const TcGemmParams& p, int g, int row, float& v0,
@@ -138,6 +152,10 @@ __device__ __forceinline__ void StoreAccumulators(const TcGemmParams& p, int g,
           const TOut* mrow = static_cast<const TOut*>(p.mask) + (orow - static_cast<TOut*>(p.out));
           if (!(LoadOut(mrow + d0) > 0.0f)) v0 = 0.0f;
           if (second && !(LoadOut(mrow + d1) > 0.0f)) v1 = 0.0f;
+        }
+        if (p.add) {
+          v0 = AddStored(orow + d0, v0);
+          if (second) v1 = AddStored(orow + d1, v1);
         }
         if (p.pair_out && second) {
           StoreOut2(orow + d0, v0, v1);

@@ -303,7 +303,8 @@ __device__ __forceinline__ void WgmmaPipeline(int ktiles, int fault, const WgSta
 // bytes), so the 8 rows a warp writes per accumulator pair fall on distinct banks. With
 // p.stats, each row's sum and sum of squares (FP32) for the batch norm that reads this output,
 // or (backward data) the bias gradient of the layer before. With kMask (backward data under a
-// ReLU) each chunk is masked on its way out, and summed as masked.
+// ReLU) each chunk is masked on its way out, and summed as masked; with p.add (backward data
+// into a gradient that holds other layers' part) added to out's chunk (no sums then).
 
 // A 16-byte chunk of TOut values as words: word i holds elements 2i, 2i + 1 (bf16) or
 // element i (float). Bit operations on the words, not TOut pointers into the chunk: those
@@ -322,6 +323,26 @@ __device__ __forceinline__ uint4 MaskChunk(uint4 v, const uint4& m) {
       const uint32_t hi =
           tc::Bf16ToFloat(static_cast<uint16_t>(mw[i] >> 16)) > 0.0f ? 0xffff0000u : 0u;
       w[i] &= lo | hi;
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+// old + v per element (TcGemmParams::add): Add's float sum of the stored values, rounded to
+// TOut (v holds values rounded to TOut already, as the tile does).
+template <class TOut>
+__device__ __forceinline__ uint4 AddChunk(const uint4& old, const uint4& v) {
+  const uint32_t ow[4] = {old.x, old.y, old.z, old.w};
+  uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same<TOut, float>::value) {
+      w[i] = __float_as_uint(__uint_as_float(ow[i]) + __uint_as_float(w[i]));
+    } else {
+      const float lo = tc::Bf16ToFloat(static_cast<uint16_t>(ow[i] & 0xffffu)) +
+                       tc::Bf16ToFloat(static_cast<uint16_t>(w[i] & 0xffffu));
+      const float hi = tc::Bf16ToFloat(static_cast<uint16_t>(ow[i] >> 16)) +
+                       tc::Bf16ToFloat(static_cast<uint16_t>(w[i] >> 16));
+      w[i] = tc::PackBf16x2(lo, hi);
     }
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
@@ -386,7 +407,7 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
   const int64_t row_stride = static_cast<int64_t>(p.out_h) * p.out_w * p.n;
   const int64_t group = static_cast<int64_t>(g) * p.m * row_stride;
   TOut* const out = static_cast<TOut*>(p.out) + group;
-  if (!kMask && p.stats == nullptr) {  // the plain store (most forward GEMMs): nothing else
+  if (!kMask && p.stats == nullptr && !p.add) {  // the plain store (most forward GEMMs)
     for (int q = threadIdx.x; q < Tl::BM * kRowChunks; q += Tl::T) {
       const int row = q / kRowChunks, col = (q % kRowChunks) * kChunk;
       if (m0 + row < p.m && j0 + col < p.j)
@@ -406,6 +427,7 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
             v, *reinterpret_cast<const uint4*>(static_cast<const TOut*>(p.mask) + group + at));
         if (!kChunkSums) *reinterpret_cast<uint4*>(tile + row * kPitch + col) = v;
       }
+      if (p.add) v = AddChunk<TOut>(*reinterpret_cast<const uint4*>(out + at), v);
       *reinterpret_cast<uint4*>(out + at) = v;
     }
     if (kChunkSums && p.stats != nullptr) {
