@@ -110,7 +110,10 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
     mask = nullptr;
     stats = nullptr;  // they would not be the masked values' sums
   }
-  q.staged = (q.plain && Aligned(q.out, 16) && row_bytes % 16 == 0 && (q.j * ob) % 16 == 0 &&
+  // Staged: 16-byte chunks of a row's columns land in one run of the output (plain columns, or
+  // a stride phase's pixel of n images when n fills whole chunks).
+  const int64_t run_bytes = (q.plain ? q.j : q.n) * int64_t(ob);
+  q.staged = (Aligned(q.out, 16) && row_bytes % 16 == 0 && run_bytes % 16 == 0 &&
               (mask == nullptr || Aligned(mask, 16)))
                  ? 1
                  : 0;

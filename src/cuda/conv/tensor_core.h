@@ -24,9 +24,10 @@ struct TcGemmParams : GemmGeometry {
   const float* bias;  // G*m biases added in the epilogue, or null
   int relu;           // 1: max(., 0) in the epilogue (after the bias)
   int pair_out;       // 1: output columns j, j+1 (j even) are adjacent and 2-element aligned
-  // wgmma: 1 when the output columns are plain (p.plain), and the output, its rows and j are
-  // 16-byte aligned: the tile then leaves through shared memory in whole 16-byte chunks of
-  // each row (StoreTileStaged) instead of the accumulator layout's scattered 4-byte pairs.
+  // wgmma: 1 when the output and its rows are 16-byte aligned and a 16-byte chunk of columns
+  // lands in one run of the output (plain columns with j, or a stride phase's pixels with n,
+  // filling whole chunks): the tile then leaves through shared memory in whole 16-byte chunks
+  // of each row (StoreTileStaged) instead of the accumulator layout's scattered 4-byte pairs.
   int staged;
   // Staged tiles only, may be null: stats[(tile_x * G*m + g*m + row) * 2 + {0, 1}] = the sum
   // and the sum of squares (FP32, in column order) of the values this column tile stored in

@@ -411,7 +411,7 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
     for (int q = threadIdx.x; q < Tl::BM * kRowChunks; q += Tl::T) {
       const int row = q / kRowChunks, col = (q % kRowChunks) * kChunk;
       if (m0 + row < p.m && j0 + col < p.j)
-        *reinterpret_cast<uint4*>(out + (m0 + row) * row_stride + j0 + col) =
+        *reinterpret_cast<uint4*>(out + (m0 + row) * row_stride + OutColumn(p, j0 + col)) =
             *reinterpret_cast<const uint4*>(tile + row * kPitch + col);
     }
     return;
@@ -420,7 +420,7 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
     const int row = q / kRowChunks, chunk = q % kRowChunks, col = chunk * kChunk;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (m0 + row < p.m && j0 + col < p.j) {
-      const int64_t at = (m0 + row) * row_stride + j0 + col;
+      const int64_t at = (m0 + row) * row_stride + OutColumn(p, j0 + col);
       v = *reinterpret_cast<const uint4*>(tile + row * kPitch + col);
       if constexpr (kMask) {
         v = MaskChunk<TOut>(
