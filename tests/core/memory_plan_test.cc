@@ -291,6 +291,20 @@ TEST(Bf16Storage, Rules) {
     EXPECT_EQ(t.at(b), DType::kFloat32) << b;
   for (const char* b : {"c2", "bn2", "p2", "c3", "c4a", "c4b"})
     EXPECT_EQ(t.at(b), DType::kBF16) << b;
+  // d c3: with grad_add (the default) the later of its two convolutions adds to it in bf16;
+  // without, that convolution writes a bf16 scratch, added in bf16.
+  int adds = 0;
+  for (const LayerBinding& b : plan->layers)
+    if (b.dx_add) {
+      ++adds;
+      EXPECT_EQ(plan->buffers[b.dx[0]].dtype, DType::kBF16) << plan->buffers[b.dx[0]].name;
+    }
+  EXPECT_EQ(adds, 1);
+  Fusions no_grad_add;
+  no_grad_add.grad_add = false;
+  net->set_fusions(no_grad_add);
+  plan = net->PlanMemory(8);
+  ASSERT_TRUE(plan.ok()) << plan.status();
   int accumulations = 0;
   for (const LayerBinding& b : plan->layers)
     for (const auto& [grad, scratch] : b.accumulate) {
@@ -298,7 +312,8 @@ TEST(Bf16Storage, Rules) {
       EXPECT_EQ(plan->buffers[grad].dtype, DType::kBF16) << plan->buffers[grad].name;
       EXPECT_EQ(plan->buffers[scratch].dtype, DType::kBF16) << plan->buffers[scratch].name;
     }
-  EXPECT_EQ(accumulations, 1);  // d c3
+  EXPECT_EQ(accumulations, 1);
+  net->set_fusions(Fusions{});
   // Pinned blobs stay float32: the caller reads them as floats.
   net->PinBlob("bn2");
   plan = net->PlanMemory(8);
