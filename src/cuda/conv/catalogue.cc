@@ -454,6 +454,9 @@ const std::vector<ConvConfig>& ConvCatalogue() {
        kWgmmaTmaNeeds, true, true},
       {"wgmma_tma_128x128x64_6", F::kWgmma, M::kBF16, 128, 128, 64, 6, 1, kF | kD | kW,
        kWgmmaTmaNeeds, true, true},
+      // Forward and backward data of M <= 64 (forced only: not yet timed).
+      {"wgmma_tma_64x256x64_5", F::kWgmma, M::kBF16, 64, 256, 64, 5, 1, kF | kD, kWgmmaTmaNeeds,
+       true, true},
       // Persistent TMA-fed (forward, backward data): blocks take output tiles in turn. Forced
       // only: not yet timed (experiments/resnet_kernels/README.md).
       {"wgmma_tma_persistent_128x128x64_4", F::kWgmma, M::kBF16, 128, 128, 64, 4, 1, kF | kD,

@@ -85,6 +85,8 @@ using WgWs128x128_6 = WgTile<2, 1, 128, 6, 1, true>;
 // TMA-fed (384 threads, one of the loader's issuing): the same shapes and depths.
 using WgTma128x256_4 = WgTile<2, 1, 256, 4, 1, true, true>;
 using WgTma128x128_6 = WgTile<2, 1, 128, 6, 1, true, true>;
+// TMA-fed 64 x 256 (the two warpgroups side by side in N): M <= 64 (ResNet's 64-filter layers).
+using WgTma64x256_5 = WgTile<1, 2, 128, 5, 1, true, true>;
 // Persistent and TMA-fed (forward and backward data): 4 x 32 KiB + a 68 KiB epilogue region.
 using WgTmaP128x128_4 = WgTile<2, 1, 128, 4, 1, true, true, true>;
 
@@ -752,6 +754,7 @@ auto WithTile(const ConvConfig& c, const F& f) {
     return f.template operator()<Tl>();
   };
   if (c.persistent) return with(WgTmaP128x128_4{});
+  if (c.tma && c.bm == 64) return with(WgTma64x256_5{});
   if (c.tma) return c.bn == 256 ? with(WgTma128x256_4{}) : with(WgTma128x128_6{});
   if (c.warp_specialized) return c.bn == 256 ? with(WgWs128x256_4{}) : with(WgWs128x128_6{});
   if (c.bm == 64) return with(Wg64x256_5{});

@@ -90,7 +90,8 @@ TEST_F(GradAddTest, DxIsTheSumTheAddWrites) {
         const Shape ys = Shape::CHWN(s.f, s.oh(), s.ow(), s.n);
         // x: a ReLU's output (about a third 0) when relu_dx masks by it.
         Tensor x_cpu = RandomCpu(xs, 501, -0.5f, 1.0f);
-        for (int64_t i = 0; i < x_cpu.size(); ++i) x_cpu.data()[i] = std::max(x_cpu.data()[i], 0.0f);
+        for (int64_t i = 0; i < x_cpu.size(); ++i)
+          x_cpu.data()[i] = std::max(x_cpu.data()[i], 0.0f);
         const Tensor x = OnGpuAs(x_cpu, m.storage);
         const Tensor w = OnGpu(RandomCpu(Shape{s.f, s.c, s.k, s.k}, 502, -0.3f, 0.3f));
         const Tensor dy = OnGpuAs(RandomCpu(ys, 503), m.storage);
