@@ -10,7 +10,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "core/cpu_ops.h"
 #include "core/zoo_builders.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/conv/catalogue.h"
 #include "cuda/cuda_ops.h"
 #include "gpu_test.h"
 #include "gtest/gtest.h"
@@ -34,8 +37,41 @@ inline Ops& Cpu() {
   return *ops;
 }
 inline Ops& Gpu() { return OpsFor(Device::kCUDA); }
+inline cuda::CudaOps& Cuda() { return dynamic_cast<cuda::CudaOps&>(Gpu()); }
 
 class CudaTest : public GpuTest {};
+
+// A test that runs convolutions in several math modes and configurations (ops/relu_grad_test.cc,
+// ops/grad_add_test.cc): Use sets both, and the test's end restores the math mode and the
+// automatic choice.
+class ConvModeTest : public CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    math_ = Cuda().conv_math();
+    config_.emplace("auto");
+  }
+  void TearDown() override {
+    if (config_) Cuda().set_conv_math(math_);
+    config_.reset();
+  }
+  // Sets math and COLONNADE_CONV_CONFIG's value; false (with a message) where this build or
+  // device cannot run a wgmma configuration.
+  bool Use(cuda::MathMode math, const char* config) {
+    if (absl::string_view(config).substr(0, 5) == "wgmma" && !cuda::TcWgmmaAvailable()) {
+      std::printf("  %s: skipped (built without sm_90a or not a 9.0 device)\n", config);
+      return false;
+    }
+    Cuda().set_conv_math(math);
+    config_->Set(config);
+    return true;
+  }
+
+ private:
+  cuda::MathMode math_ = cuda::MathMode::kFP32;
+  std::optional<cuda::ScopedConvConfig> config_;
+};
 
 inline Tensor RandomCpu(const Shape& s, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   Tensor t(s, Device::kCPU);

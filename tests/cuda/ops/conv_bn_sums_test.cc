@@ -31,8 +31,6 @@ const ConvLayerCase kSumsCases[] = {
     {32, 64, 7, 7, 80, 1, 1, 0},  // the 1 x 1 shape of the short-K GEMMs, rows beyond m
 };
 
-cuda::CudaOps& Cuda() { return dynamic_cast<cuda::CudaOps&>(Gpu()); }
-
 class ConvBnSumsTest : public CudaTest {
  protected:
   void SetUp() override {

@@ -11,19 +11,16 @@
 //     stride 1 and 2), bf16 and float storage, and FP32; the sum differs from both of its
 //     terms (neither term is dropped).
 
-#include <optional>
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "cuda/conv/catalogue.h"
 #include "ops_test_util.h"
 
 namespace colonnade {
 namespace testing {
 namespace {
-
-cuda::CudaOps& Cuda() { return dynamic_cast<cuda::CudaOps&>(Gpu()); }
 
 // 3 x 3 of stride 1 (one GEMM, accumulator-layout epilogue) and 2 (four phase GEMMs); 1 x 1
 // of stride 1 (a plain GEMM: the staged epilogue, and the TMA tiles) and 2 (one phase of four:
@@ -50,36 +47,11 @@ const Mode kModes[] = {
     {cuda::MathMode::kFP32, DType::kFloat32, "auto"},  // the SIMT kernels: falls back
 };
 
-class GradAddTest : public CudaTest {
- protected:
-  void SetUp() override {
-    CudaTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    math_ = Cuda().conv_math();
-    config_.emplace("auto");
-  }
-  void TearDown() override {
-    if (config_) Cuda().set_conv_math(math_);
-    config_.reset();
-  }
-  // Sets the mode; false (with a message) where this build or device cannot run it.
-  bool Use(const Mode& m) {
-    const bool wgmma = absl::string_view(m.config).substr(0, 5) == "wgmma";
-    if (wgmma && !cuda::TcWgmmaAvailable()) {
-      std::printf("  %s: skipped (built without sm_90a or not a 9.0 device)\n", m.config);
-      return false;
-    }
-    Cuda().set_conv_math(m.math);
-    config_->Set(m.config);
-    return true;
-  }
-  cuda::MathMode math_ = cuda::MathMode::kFP32;
-  std::optional<cuda::ScopedConvConfig> config_;
-};
+class GradAddTest : public ConvModeTest {};
 
 TEST_F(GradAddTest, DxIsTheSumTheAddWrites) {
   for (const Mode& m : kModes) {
-    if (!Use(m)) continue;
+    if (!Use(m.math, m.config)) continue;
     for (const ConvLayerCase& s : kCases) {
       for (const bool relu_dx : {false, true}) {
         const std::string what =

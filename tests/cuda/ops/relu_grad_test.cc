@@ -16,19 +16,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "cuda/conv/catalogue.h"
 #include "ops_test_util.h"
 
 namespace colonnade {
 namespace testing {
 namespace {
-
-cuda::CudaOps& Cuda() { return dynamic_cast<cuda::CudaOps&>(Gpu()); }
 
 // A ReLU's output: uniform in [lo, 1), the negative part set to 0.
 Tensor ReluOutput(const Shape& s, uint64_t seed, float lo = -1.0f) {
@@ -68,32 +64,7 @@ const Mode kModes[] = {
     {cuda::MathMode::kTF32, DType::kFloat32, "mma", false},
 };
 
-class ReluGradTest : public CudaTest {
- protected:
-  void SetUp() override {
-    CudaTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    math_ = Cuda().conv_math();
-    config_.emplace("auto");
-  }
-  void TearDown() override {
-    if (config_) Cuda().set_conv_math(math_);
-    config_.reset();
-  }
-  // Sets the mode; false (with a message) where this build or device cannot run it.
-  bool Use(const Mode& m) {
-    const bool wgmma = absl::string_view(m.config).substr(0, 5) == "wgmma";
-    if (wgmma && !cuda::TcWgmmaAvailable()) {
-      std::printf("  %s: skipped (built without sm_90a or not a 9.0 device)\n", m.config);
-      return false;
-    }
-    Cuda().set_conv_math(m.math);
-    config_->Set(m.config);
-    return true;
-  }
-  cuda::MathMode math_ = cuda::MathMode::kFP32;
-  std::optional<cuda::ScopedConvConfig> config_;
-};
+class ReluGradTest : public ConvModeTest {};
 
 std::string ModeName(const Mode& m) {
   return absl::StrFormat("%s %s storage, %s", cuda::MathModeName(m.math), DTypeName(m.storage),
@@ -102,7 +73,7 @@ std::string ModeName(const Mode& m) {
 
 TEST_F(ReluGradTest, DxIsTheMaskedGradient) {
   for (const Mode& m : kModes) {
-    if (!Use(m)) continue;
+    if (!Use(m.math, m.config)) continue;
     for (const ConvLayerCase& s : kCases) {
       const std::string what = s.name() + ", " + ModeName(m);
       const ConvParams p = s.params();
@@ -127,7 +98,7 @@ TEST_F(ReluGradTest, DxIsTheMaskedGradient) {
 
 TEST_F(ReluGradTest, BiasFromTheTileSums) {
   for (const Mode& m : kModes) {
-    if (!Use(m)) continue;
+    if (!Use(m.math, m.config)) continue;
     for (const ConvLayerCase& s : kCases) {
       if (kEmulated && &s == &kCases[1]) continue;  // CI time: one stride-1 case there
       const std::string what = s.name() + ", " + ModeName(m);
