@@ -69,14 +69,19 @@ ConvGemm ForwardGemm(const ConvDims& d, const ConvParams& p, const float* w) {
   return gemm;
 }
 
+bool PhasesLeaveZeros(const ConvDims& d, const ConvParams& p) {
+  const int s = p.stride;
+  for (int ry = 0; ry < s && ry < d.h; ++ry)
+    for (int rx = 0; rx < s && rx < d.w; ++rx)
+      if ((ry + p.pad) % s >= p.kernel_h || (rx + p.pad) % s >= p.kernel_w) return true;
+  return false;
+}
+
 std::vector<ConvGemm> BackwardDataGemms(const ConvDims& d, const ConvParams& p, const float* w,
                                         bool* zero_first) {
   const int groups = p.groups, s = p.stride;
   const int fg = d.f / groups, cg = d.c / groups;
-  *zero_first = false;
-  for (int ry = 0; ry < s && ry < d.h; ++ry)
-    for (int rx = 0; rx < s && rx < d.w; ++rx)
-      if ((ry + p.pad) % s >= p.kernel_h || (rx + p.pad) % s >= p.kernel_w) *zero_first = true;
+  *zero_first = PhasesLeaveZeros(d, p);
   std::vector<ConvGemm> gemms;
   for (int ry = 0; ry < s && ry < d.h; ++ry) {
     for (int rx = 0; rx < s && rx < d.w; ++rx) {

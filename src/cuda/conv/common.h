@@ -119,6 +119,9 @@ ConvGemm ForwardGemm(const ConvDims& d, const ConvParams& p, const float* w);
 // AlexNet's conv1.)
 std::vector<ConvGemm> BackwardDataGemms(const ConvDims& d, const ConvParams& p, const float* w,
                                         bool* zero_first);
+// Whether some stride phase of dx has no tap (BackwardDataGemms' *zero_first): a 1 x 1
+// convolution of stride 2 leaves three pixels of four zero.
+bool PhasesLeaveZeros(const ConvDims& d, const ConvParams& p);
 // Pads the GEMM for tiles of bm rows and K slices of kslice (kp a multiple of kslice, mp of
 // bm), fills in the arrangement's sizes and the divisors.
 void Finish(ConvGemm* gemm, int bm, int kslice);

@@ -208,9 +208,7 @@ ConvLaunchInfo ConvBackwardDataTc(const DeviceContext& ctx, const TcConvArgs& a)
 }
 
 bool BackwardDataCoversDx(const ConvDims& d, const ConvParams& p) {
-  bool zero_first = false;
-  conv::BackwardDataGemms(d, p, nullptr, &zero_first);
-  return !zero_first;
+  return !conv::PhasesLeaveZeros(d, p);
 }
 
 ConvLaunchInfo ConvBackwardFilterTc(const DeviceContext& ctx, const TcConvArgs& a) {
