@@ -20,7 +20,10 @@ mkdir -p "$OUT"
 source "$E/device_env.sh"
 "$E/build_gpu.sh" "$OUT" new || exit 1
 rm -f "$OUT/build_new.log"  # (8 files come back from a call)
-TREES="after new" TEST_TREE=new ROUNDS=1 SKIP_TF32=1 SKIP_PEER=1 \
+# after/ (c6d9e55) comes in .gpu_bin/pack/bins.tar.xz when carried; without it, new alone.
+trees=new
+[ -x "$B/after/bench_train" ] && trees="after new"
+TREES="$trees" TEST_TREE=new ROUNDS=1 SKIP_TF32=1 SKIP_PEER=1 \
   JOBS="resnet50:128 resnet50:256 vgg16:64 googlenet:64 alexnet:256 resnet152:64" \
   COMMIT_after=c6d9e55af9e048a4d951aad40f99a81def3168b1 COMMIT_new="${COMMIT_NEW:?full commit}" \
   "$E/run_gpu.sh" "$OUT"
