@@ -453,8 +453,10 @@ void AddLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Ten
     ops.ReluBackwardTwice(*y[0], *dy[0], *dx[0], *dx[1]);  // one pass for both inputs
     return;
   }
-  for (Tensor* d : dx) {
-    if (!d) continue;
+  for (size_t k = 0; k < dx.size(); ++k) {
+    Tensor* d = dx[k];
+    // Both inputs' gradient in one buffer (Net::Fusions::add_alias): written once.
+    if (!d || (k == 1 && dx[0] && dx[0]->raw() == d->raw())) continue;
     // Masking in place is fine: a second input masking the masked dy gets the same values.
     if (fused_relu_) {
       ops.ReluBackward(*y[0], *dy[0], *d);

@@ -20,14 +20,14 @@ class ScheduleBuilder {
  public:
   ScheduleBuilder(const std::vector<LayerEntry>& layers, const std::vector<std::string>& inputs,
                   const std::map<std::string, Shape>& shapes, const std::set<std::string>& pinned,
-                  const std::set<std::string>& bf16_blobs, const std::set<int>& add_dx_layers,
-                  MemoryPlan* plan)
+                  const MemoryPlanOptions& options, MemoryPlan* plan)
       : layers_(layers),
         inputs_(inputs.begin(), inputs.end()),
         shapes_(shapes),
         pinned_(pinned),
-        bf16_blobs_(bf16_blobs),
-        add_dx_layers_(add_dx_layers),
+        bf16_blobs_(options.bf16_blobs),
+        add_dx_layers_(options.add_dx_layers),
+        shared_dx_layers_(options.shared_dx_layers),
         plan_(plan) {}
 
   void Run(RecomputePolicy recompute) {
@@ -210,6 +210,12 @@ class ScheduleBuilder {
     add(reads.x, bind.back_x);
     add(reads.y, bind.back_y);
     add(reads.dy, bind.dy);
+    if (const int g = SharedInputGradient(i); g >= 0) {
+      bind.dx = {g, g};
+      s.writes.push_back(g);
+      plan_->steps.push_back(std::move(s));
+      return;
+    }
     for (size_t k = 0; k < e.inputs.size(); ++k) {
       const std::string& b = e.inputs[k];
       const bool in_place = k < e.outputs.size() && e.outputs[k] == b;
@@ -241,12 +247,59 @@ class ScheduleBuilder {
     }
   }
 
+  // For a layer of shared_dx_layers_ whose two inputs may get one gradient buffer (the rule
+  // at MemoryPlanOptions::shared_dx_layers), that buffer, now the gradient of both; else -1.
+  // Input e (exclusive) is read by this layer alone and written by one producer p, not in
+  // place; every other layer that reads input o, or rectifies it in place, runs its Backward
+  // after p's (a smaller index), and only those layers write o's gradient after this one. So
+  // the buffer is e's gradient until p's Backward has read it and o's from then on.
+  int SharedInputGradient(int i) {
+    const LayerEntry& l = layers_[i];
+    if (!shared_dx_layers_.count(i) || l.inputs.size() != 2) return -1;
+    for (const std::string& b : l.inputs) {
+      if (inputs_.count(b) || written_[b] || b == l.outputs[0]) return -1;
+    }
+    if (l.inputs[0] == l.inputs[1] || !(shapes_.at(l.inputs[0]) == shapes_.at(l.inputs[1])) ||
+        bf16_blobs_.count(l.inputs[0]) != bf16_blobs_.count(l.inputs[1]))
+      return -1;
+    auto readers = [&](const std::string& b) {
+      std::vector<int> r;
+      for (size_t j = 0; j < layers_.size(); ++j)
+        if (std::count(layers_[j].inputs.begin(), layers_[j].inputs.end(), b))
+          r.push_back(static_cast<int>(j));
+      return r;
+    };
+    auto writers = [&](const std::string& b) {
+      std::vector<int> w;
+      for (size_t j = 0; j < layers_.size(); ++j)
+        if (std::count(layers_[j].outputs.begin(), layers_[j].outputs.end(), b))
+          w.push_back(static_cast<int>(j));
+      return w;
+    };
+    for (int k = 0; k < 2; ++k) {
+      const std::string& e = l.inputs[k];
+      const std::string& o = l.inputs[1 - k];
+      const std::vector<int> producer = writers(e);
+      if (readers(e) != std::vector<int>{i} || producer.size() != 1) continue;
+      const int p = producer[0];
+      const std::vector<int> others = readers(o);
+      if (!std::all_of(others.begin(), others.end(), [&](int j) { return j == i || j < p; }))
+        continue;
+      const int g = NewBuffer(PlanBuffer::kGradient, o, absl::StrCat("d ", o, " = d ", e));
+      plan_->gradient[e] = plan_->gradient[o] = g;
+      written_[e] = written_[o] = true;
+      return g;
+    }
+    return -1;
+  }
+
   const std::vector<LayerEntry>& layers_;
   const std::set<std::string> inputs_;
   const std::map<std::string, Shape>& shapes_;
   const std::set<std::string>& pinned_;
   const std::set<std::string>& bf16_blobs_;
   const std::set<int>& add_dx_layers_;
+  const std::set<int>& shared_dx_layers_;
   MemoryPlan* plan_;
   std::map<std::string, bool> written_;
   // Recomputation (FindRecomputable): every blob's writers and the layers whose Backward
@@ -366,8 +419,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const std::vector<LayerEntry>& layers,
                                         " is a net input or pinned: it cannot be stored in bf16");
     }
   }
-  ScheduleBuilder(layers, inputs, shapes, pinned, options.bf16_blobs, options.add_dx_layers, &plan)
-      .Run(options.recompute);
+  ScheduleBuilder(layers, inputs, shapes, pinned, options, &plan).Run(options.recompute);
   MarkLiveness(pinned, &plan);
   if (plan.share) plan.arena_elements = PlaceBuffers(options.align_elements, &plan);
   return plan;

@@ -123,6 +123,13 @@ struct MemoryPlanOptions {
   // reader wrote it first, such a layer gets the gradient buffer itself (LayerBinding::dx_add)
   // instead of a scratch buffer and an accumulate step.
   std::set<int> add_dx_layers;
+  // Layers (indices) of two inputs whose Backward gives both the same gradient (a residual
+  // sum, Net::Fusions::add_alias): when one input e is read by that layer alone, written by
+  // one producer (not in place), and every other reader of the other input o runs its
+  // Backward after e's producer, both inputs get one gradient buffer (LayerBinding::dx holds
+  // it twice), written once: e's gradient until e's producer has read it, then o's, to which
+  // o's other readers add. Otherwise each input its own.
+  std::set<int> shared_dx_layers;
 };
 
 struct MemoryPlan {

@@ -92,6 +92,10 @@ MemoryPlanOptions Net::PlanOptions() const {
     for (size_t i = 0; i < layers_.size(); ++i)
       if (dynamic_cast<ConvLayer*>(layers_[i].layer.get()) && layers_[i].inputs.size() == 1)
         o.add_dx_layers.insert(static_cast<int>(i));
+  if (fusions_.add_alias)
+    for (size_t i = 0; i < layers_.size(); ++i)
+      if (dynamic_cast<AddLayer*>(layers_[i].layer.get()))
+        o.shared_dx_layers.insert(static_cast<int>(i));
   return o;
 }
 
@@ -217,7 +221,7 @@ constexpr FusionName kFusionNames[] = {
     {"conv_relu", &Fusions::conv_relu}, {"bn_relu", &Fusions::bn_relu},
     {"add_relu", &Fusions::add_relu},   {"conv_bn", &Fusions::conv_bn},
     {"bn_add", &Fusions::bn_add},       {"relu_grad", &Fusions::relu_grad},
-    {"grad_add", &Fusions::grad_add},
+    {"grad_add", &Fusions::grad_add},   {"add_alias", &Fusions::add_alias},
 };
 std::string FusionChoices() {
   std::vector<std::string> names;

@@ -71,11 +71,17 @@ struct Fusions {
   // add_dx; the memory plan's LayerBinding::dx_add) instead of writing a scratch buffer that a
   // pass then adds. Bitwise the same; the CUDA backend adds in the backward-data epilogue.
   bool grad_add = true;
+  // A residual sum's two inputs get one gradient buffer where the memory plan can prove it
+  // safe (MemoryPlanOptions::shared_dx_layers: the batch norm's branch is read back before the
+  // shortcut's other readers add to it), so the sum's Backward writes its gradient once, not
+  // twice (ResNet-50: one block output's worth of writes less per block). Bitwise the same.
+  bool add_alias = true;
   // (A cross-channel LRN fused into the max pool after it measured slower and left the main
   // path: dev/lrn_pool.)
 };
-// "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add" (any subset, comma-separated),
-// "default" (Fusions{}), "all" or "none". "lrn_pool" is refused with a note that it is gone.
+// "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias" (any subset,
+// comma-separated), "default" (Fusions{}), "all" or "none". "lrn_pool" is refused with a note that
+// it is gone.
 absl::StatusOr<Fusions> ParseFusions(absl::string_view text);
 std::string FusionsName(const Fusions& f);
 

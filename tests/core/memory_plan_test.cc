@@ -162,13 +162,23 @@ TEST(MemoryPlan, ImageNetModelsAtTheIssuesBatches) {
     absl::StatusOr<MemoryPlan> plan = net->PlanMemory(c.batch);
     ASSERT_TRUE(plan.ok()) << plan.status();
     ASSERT_TRUE(CheckMemoryPlan(*plan).ok()) << c.model << ": " << CheckMemoryPlan(*plan);
-    const double ratio =
-        static_cast<double>(plan->planned_bytes()) / static_cast<double>(plan->unshared_bytes());
+    // "One buffer each" as when the bounds were set: every blob its own gradient buffer. The
+    // sums' shared input gradients (Fusions::add_alias) shrink that baseline itself (ResNet-50:
+    // 16 block outputs' gradients fewer); they must not grow the arena.
+    Fusions separate;
+    separate.add_alias = false;
+    net->set_fusions(separate);
+    absl::StatusOr<MemoryPlan> unaliased = net->PlanMemory(c.batch);
+    net->set_fusions(Fusions{});
+    ASSERT_TRUE(unaliased.ok()) << unaliased.status();
+    EXPECT_LE(plan->planned_bytes(), unaliased->planned_bytes()) << c.model;
+    const double ratio = static_cast<double>(plan->planned_bytes()) /
+                         static_cast<double>(unaliased->unshared_bytes());
     std::printf(
-        "%-9s batch %3d: activations+gradients %8.1f MiB planned, %8.1f MiB one buffer "
-        "each (%.2f); inputs %.1f MiB\n",
-        c.model, c.batch, plan->planned_bytes() / 1048576.0, plan->unshared_bytes() / 1048576.0,
-        ratio, plan->input_bytes() / 1048576.0);
+        "%-9s batch %3d: activations+gradients %8.1f MiB planned (%.1f without shared sum "
+        "gradients), %8.1f MiB one buffer each (%.2f); inputs %.1f MiB\n",
+        c.model, c.batch, plan->planned_bytes() / 1048576.0, unaliased->planned_bytes() / 1048576.0,
+        unaliased->unshared_bytes() / 1048576.0, ratio, plan->input_bytes() / 1048576.0);
     EXPECT_LT(ratio, c.max_ratio) << c.model;
     int64_t before = plan->planned_bytes();
     for (RecomputePolicy p :
@@ -383,6 +393,8 @@ struct Trace {
   int relu_grad = 0, relu_grad_pools = 0;  // convolutions whose dy arrives masked; by a pool
   int grad_add = 0;                        // convolutions adding to their input's gradient
   int accumulate_steps = 0;                // the plan's scratch + addition steps
+  int add_alias = 0;                       // sums whose two inputs share one gradient buffer
+  int64_t planned_bytes = 0;
 };
 
 // How Train builds the net: the memory plan, the poisoned arena, recomputation, fusions.
@@ -430,6 +442,9 @@ Trace Train(const std::string& model, int input, const TrainSetup& setup, int st
   }
   for (const PlanStep& s : net->memory_plan().steps)
     t.accumulate_steps += s.kind == PlanStep::kAccumulate;
+  for (const LayerBinding& b : net->memory_plan().layers)
+    t.add_alias += b.dx.size() == 2 && b.dx[0] >= 0 && b.dx[0] == b.dx[1];
+  t.planned_bytes = net->memory_plan().planned_bytes();
   net->InitParams(11);
   SgdOptimizer opt({0.9f, 1e-4f});
   std::vector<float> x(net->blob("data").size());
@@ -665,6 +680,86 @@ TEST(Fusions, GradAddTrainsBitwise) {
   EXPECT_TRUE(BitwiseEqual(g.params, g_off.params)) << "googlenet: parameters differ";
 }
 
+// add_alias: a residual sum's two inputs share one gradient buffer where the plan proves it
+// safe (ResNet-50 and ResNet-18: every block; the batch norm's branch is read back before the
+// block's first convolution adds to the shortcut's), so the sum writes its gradient once.
+// Training is bitwise the same as with two buffers (CPU, memory plan on, arena poisoned: a
+// batch norm reading the gradient after the convolution had added to it shows), with every
+// recomputation policy and with grad_add off (the shortcut's gradient then gets a scratch and
+// an addition after the batch norm's branch has been read), and the arena is smaller.
+TEST(Fusions, AddAliasTrainsBitwise) {
+  TrainSetup on, off;
+  off.fusions.add_alias = false;
+  const Trace r50 = Train("resnet50", 64, on, 0), r50_off = Train("resnet50", 64, off, 0);
+  EXPECT_EQ(r50.add_alias, 16);
+  EXPECT_EQ(r50_off.add_alias, 0);
+  EXPECT_LT(r50.planned_bytes, r50_off.planned_bytes);
+  for (const bool grad_add : {true, false}) {
+    for (const RecomputePolicy r : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu,
+                                    RecomputePolicy::kBatchNormReluAdd}) {
+      SCOPED_TRACE(testing::Message()
+                   << "grad_add " << grad_add << ", recompute " << static_cast<int>(r));
+      on.recompute = off.recompute = r;
+      on.fusions.grad_add = off.fusions.grad_add = grad_add;
+      const Trace a = Train("resnet18-cifar", 32, on), b = Train("resnet18-cifar", 32, off);
+      EXPECT_EQ(a.add_alias, 8);
+      EXPECT_EQ(b.add_alias, 0);
+      EXPECT_TRUE(BitwiseEqual(a.losses, b.losses)) << "losses differ";
+      EXPECT_TRUE(BitwiseEqual(a.logits, b.logits)) << "logits differ";
+      EXPECT_TRUE(BitwiseEqual(a.params, b.params)) << "parameters differ";
+    }
+  }
+  // Without the plan (one allocation each) the shared buffer is one allocation.
+  TrainSetup plain = Plain(), plain_off = Plain();
+  plain_off.fusions.add_alias = false;
+  const Trace p = Train("resnet18-cifar", 32, plain),
+              p_off = Train("resnet18-cifar", 32, plain_off);
+  EXPECT_EQ(p.add_alias, 8);
+  EXPECT_TRUE(BitwiseEqual(p.params, p_off.params)) << "plan off: parameters differ";
+}
+
+// The rule of the shared sum gradient (MemoryPlanOptions::shared_dx_layers) on two small nets
+// whose sum adds a batch norm's output b to a convolution's output x.
+//   safe:   c0 data->x, ca x->a, bn a->b, sum (b, x)->s. x's other reader ca runs its
+//           Backward after bn's (a smaller index): bn reads the shared buffer as b's gradient
+//           before ca adds to it as x's. One buffer.
+//   unsafe: c0 data->x, ca data->a, bn a->b, cx x->y, sum (b, x)->s, sum2 (s, y)->t. x's other
+//           reader cx runs its Backward before bn's and would add to the buffer bn has not read
+//           yet: two buffers for sum; sum2's inputs (s read by sum2 alone, y with no other
+//           reader) share one.
+TEST(MemoryPlan, SumSharesItsInputGradientOnlyWhenSafe) {
+  const ConvParams p = zoo::Conv(3, 1, 1);
+  for (const bool safe : {true, false}) {
+    SCOPED_TRACE(safe ? "safe" : "unsafe");
+    auto net = std::make_unique<Net>("sum");
+    net->AddInput("data", Shape{3, 8, 8});
+    net->AddInput("label", Shape{1, 1, 1});
+    net->Emplace<ConvLayer>({"data"}, {"x"}, "c0", 4, p);
+    net->Emplace<ConvLayer>({safe ? "x" : "data"}, {"a"}, "ca", 4, p);
+    net->Emplace<BatchNormLayer>({"a"}, {"b"}, "bn");
+    if (!safe) net->Emplace<ConvLayer>({"x"}, {"y"}, "cx", 4, p);
+    net->Emplace<AddLayer>({"b", "x"}, {"s"}, "sum");
+    if (!safe) net->Emplace<AddLayer>({"s", "y"}, {"t"}, "sum2");
+    net->Emplace<FullyConnectedLayer>({safe ? "s" : "t"}, {kLogitsBlob}, "fc", 3);
+    net->Emplace<SoftmaxLossLayer>({kLogitsBlob, "label"}, {"loss", "probs"}, "loss");
+    for (const bool on : {true, false}) {
+      Fusions f;
+      f.add_alias = on;
+      net->set_fusions(f);
+      absl::StatusOr<MemoryPlan> plan = net->PlanMemory(4);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_TRUE(CheckMemoryPlan(*plan).ok()) << CheckMemoryPlan(*plan);
+      const LayerBinding& sum = plan->layers[safe ? 3 : 4];
+      ASSERT_EQ(sum.dx.size(), 2u);
+      EXPECT_EQ(sum.dx[0] == sum.dx[1], on && safe) << "add_alias " << on;
+      if (!safe) {
+        const LayerBinding& sum2 = plan->layers[5];
+        EXPECT_EQ(sum2.dx[0] == sum2.dx[1], on) << "add_alias " << on;
+      }
+    }
+  }
+}
+
 TEST(Fusions, ParseAndName) {
   absl::StatusOr<Fusions> f = ParseFusions("bn_relu,add_relu");
   ASSERT_TRUE(f.ok()) << f.status();
@@ -672,16 +767,16 @@ TEST(Fusions, ParseAndName) {
   EXPECT_TRUE(f->bn_relu && f->add_relu);
   EXPECT_EQ(FusionsName(*f), "bn_relu,add_relu");
   EXPECT_EQ(FusionsName(*ParseFusions("all")),
-            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add");
+            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias");
   EXPECT_EQ(FusionsName(*ParseFusions("default")),
-            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add");
+            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias");
   EXPECT_EQ(FusionsName(*ParseFusions("conv_bn")), "conv_bn");
   EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
   f = ParseFusions("conv_relu,lrn+pool");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("lrn+pool"), std::string::npos) << f.status();
   EXPECT_NE(f.status().message().find(
-                "conv_relu, bn_relu, add_relu, conv_bn, bn_add, relu_grad, grad_add"),
+                "conv_relu, bn_relu, add_relu, conv_bn, bn_add, relu_grad, grad_add, add_alias"),
             std::string::npos);
   // The LRN + max-pool fusion left the main path (dev/lrn_pool): its name says so.
   f = ParseFusions("conv_relu,lrn_pool");
