@@ -55,14 +55,14 @@ ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBa
           "bn_relu_add, bn_relu or off: which activations are written again in the backward "
           "pass instead of kept (docs/MEMORY.md; the trainer's --recompute). Bitwise the same "
           "results");
-ABSL_FLAG(
-    std::string, fusions, "default",
-    "which layer pairs run as one pass (core/net.h Fusions): a comma list of conv_relu, "
-    "bn_relu, add_relu, conv_bn, bn_add, relu_grad, grad_add, or default (the trainer's: all), "
-    "all, or none. For measuring what each saves; bitwise the same results except conv_bn "
-    "(batch-norm statistics from the convolution's epilogue) and relu_grad's bias gradients "
-    "(from the backward-data epilogue's sums): docs/PRECISION.md (the LRN + max-pool fusion "
-    "lives in dev/lrn_pool: bench_dev)");
+ABSL_FLAG(std::string, fusions, "default",
+          "which layer pairs run as one pass (core/net.h Fusions): a comma list of conv_relu, "
+          "bn_relu, add_relu, conv_bn, bn_add, relu_grad, grad_add, add_alias, or default (the "
+          "trainer's: all), "
+          "all, or none. For measuring what each saves; bitwise the same results except conv_bn "
+          "(batch-norm statistics from the convolution's epilogue) and relu_grad's bias gradients "
+          "(from the backward-data epilogue's sums): docs/PRECISION.md (the LRN + max-pool fusion "
+          "lives in dev/lrn_pool: bench_dev)");
 ABSL_FLAG(std::string, precision, "fp32",
           "fp32 (strict), tf32 or bf16: the arithmetic of convolutions and fully connected "
           "products (docs/PRECISION.md); weights stay FP32, and activations too except in "
