@@ -216,10 +216,10 @@ absl::StatusOr<std::vector<Shape>> PoolLayer::Setup(const std::vector<Shape>& in
 
 void PoolLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,
                         const std::vector<Tensor*>& y) {
-  if (p_.kind != PoolParams::kMax) return ops.PoolForward(*x[0], *y[0], p_);
-  // No record where no backward will read it: the CPU's finds the maximum again, and an
-  // evaluation pass has none (nor does it touch the training step's record).
-  record_valid_ = ops.device() != Device::kCPU && ctx.phase == Phase::kTrain;
+  if (!MaxPoolRecordFits(p_)) return ops.PoolForward(*x[0], *y[0], p_);
+  // No record where no backward will read it: an evaluation pass has none (nor does it touch
+  // the training step's record).
+  record_valid_ = ctx.phase == Phase::kTrain;
   if (!record_valid_) return ops.PoolForward(*x[0], *y[0], p_);
   if (arg_.shape() != y[0]->shape() || arg_.device() != ops.device())
     arg_ = Tensor(y[0]->shape(), ops.device(), DType::kBF16);
@@ -230,8 +230,11 @@ void PoolLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Te
                          const std::vector<const Tensor*>& y, const std::vector<const Tensor*>& dy,
                          const std::vector<Tensor*>& dx) {
   if (!dx[0]) return;
-  const bool recorded = p_.kind == PoolParams::kMax && record_valid_;  // by the last forward
-  ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_, recorded ? &arg_ : nullptr, relu_dx_);
+  // The plan kept neither x nor y (backward_reads): only the record says where the maxima were.
+  CHECK(!MaxPoolRecordFits(p_) || record_valid_)
+      << "pool " << name() << ": Backward needs the argmax record of a training-phase Forward "
+      << "(the last Forward was an evaluation one, or none ran)";
+  ops.PoolBackward(*x[0], *y[0], *dy[0], *dx[0], p_, record_valid_ ? &arg_ : nullptr, relu_dx_);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -115,10 +115,12 @@ class PoolLayer : public Layer {
  public:
   PoolLayer(std::string name, PoolParams p) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES(p_.kind == PoolParams::kMax ? "maxpool" : "avgpool");
-  // Max pooling: the CPU finds each window's maximum again (x == y), the CUDA backend reads
-  // its argmax record instead (arg_), but the plan keeps x and y for every backend; average
-  // pooling spreads dy by window size only (and masks it by x under relu_dx).
+  // Max pooling routes dy by the argmax record its training Forward kept (arg_, every backend),
+  // reading neither x nor y (y under relu_dx: the windows' maxima are the ReLU's mask); windows
+  // too large for a record find the maxima again from x and y. Average pooling spreads dy by
+  // window size only (and masks it by x under relu_dx).
   BackwardReads backward_reads() const override {
+    if (MaxPoolRecordFits(p_)) return {false, relu_dx_, true};
     const bool max = p_.kind == PoolParams::kMax;
     return {max || relu_dx_, max, true};
   }
@@ -134,10 +136,10 @@ class PoolLayer : public Layer {
  private:
   PoolParams p_;
   bool relu_dx_ = false;
-  // Max pooling: the backend's record of the forward (each window's argmax as a bf16 offset in
-  // its window, y's shape: Ops::PoolForward); the CUDA backward reads it instead of x and y.
+  // Max pooling: the record of the forward (each window's argmax as a bf16 offset in its
+  // window, y's shape: Ops::PoolForward); the backward reads it instead of x and y.
   Tensor arg_;
-  bool record_valid_ = false;  // the last Forward wrote arg_ (else Backward finds the maxima)
+  bool record_valid_ = false;  // the last Forward was a training one and wrote arg_
 };
 
 class GlobalAvgPoolLayer : public Layer {
@@ -272,8 +274,9 @@ class BatchNormLayer : public Layer {
  public:
   BatchNormLayer(std::string name, BatchNormParams p = {}) : Layer(std::move(name)), p_(p) {}
   COLONNADE_LAYER_OVERRIDES("batchnorm");
-  // dx, dgamma from x, the saved statistics and dy; with a fused ReLU also y (its mask).
-  BackwardReads backward_reads() const override { return {true, fused_relu_, true}; }
+  // dx, dgamma from x, the saved statistics and dy; a fused ReLU's mask is computed again from
+  // x (Ops::BatchNormBackward's mask_scale and mask_shift), so y is not read.
+  BackwardReads backward_reads() const override { return {true, false, true}; }
   ChannelSplit channel_split() const override { return {ChannelSplit::kPerChannel}; }
   bool bf16_io() const override { return true; }  // statistics from the widened values
   // Statistics are per channel: the block's parameters are rows [first, first + count).

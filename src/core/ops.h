@@ -173,11 +173,11 @@ class Ops {
                     const float* a, const float* b, float beta, float* c) = 0;
 
   // ---- pooling (core/ops/pool.h) ----------------------------------------------------------
-  // `record` (null: none), for max pooling: y's shape, bf16, the backend's. A backend that
-  // keeps records (CUDA, windows of at most 256 pixels) writes each window's argmax there
-  // (the first maximum's offset in its window), and the backward given the same record routes
-  // dy by it without reading x or y; others leave it untouched and find the maxima again from
-  // x and y. Same bits either way.
+  // `record` (null: none), for max pooling with windows of at most 256 pixels
+  // (MaxPoolRecordFits): y's shape, bf16. The forward writes each window's argmax there (the
+  // first maximum's offset in its window; every backend, the same values), and the backward
+  // given the same record routes dy by it without reading x, nor y unless relu_dx; without a
+  // record the backward finds the maxima again from x and y. Same bits either way.
   virtual void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* record) = 0;
   void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p) {
     PoolForward(x, y, p, nullptr);
@@ -232,9 +232,10 @@ class Ops {
                                      Tensor& y, const BatchNormParams& p) = 0;
   // With relu_y (the y of a forward with relu; null: none) dy first passes that ReLU
   // (ReluBackward), bitwise as if it had been masked apart. mask_scale and mask_shift (with
-  // relu_y; may be null): the save_scale and beta of that forward, from which a backend may
-  // recompute the mask out of x (the forward's arithmetic and rounding: the same bits)
-  // instead of reading relu_y (CudaOps: one tensor fewer read by both passes).
+  // relu_y; may be null): the save_scale and beta of that forward, from which every backend
+  // computes the mask again out of x (the forward's arithmetic and rounding: the same bits)
+  // and does not read relu_y (BatchNormLayer: the memory plan does not keep it for this; CudaOps:
+  // one tensor fewer read by both passes).
   virtual void BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                  const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
                                  Tensor& dx, Tensor& dgamma, Tensor& dbeta,

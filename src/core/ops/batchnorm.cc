@@ -120,15 +120,30 @@ void CpuOps::BatchNormForwardInfer(const Tensor& x, const Tensor& gamma, const T
 // With xhat = (x - mean) invstd (the training-mode statistics saved by forward):
 //   dbeta = sum dy, dgamma = sum dy xhat,
 //   dx = gamma invstd / S * (S dy - dbeta - xhat dgamma).
-// With relu_y, dy first passes the ReLU into a scratch tensor (ReluBackward's bits).
+// With relu_y, dy first passes the ReLU into a scratch tensor (ReluBackward's bits); with
+// mask_scale and mask_shift, through the mask of y computed again from x (ApplyChannel, the
+// forward's arithmetic: the same bits), and relu_y is not read (the memory plan may not keep it).
 void CpuOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                const Tensor& save_invstd, const Tensor* relu_y, const Tensor& dy,
-                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Tensor*,
-                               const Tensor*) {  // the mask is read from relu_y here
+                               Tensor& dx, Tensor& dgamma, Tensor& dbeta, const Tensor* mask_scale,
+                               const Tensor* mask_shift) {
   Tensor masked;
   if (relu_y) {
     masked = Tensor(dy.shape(), Device::kCPU);
-    ReluBackward(*relu_y, dy, masked);
+    if (mask_scale != nullptr && mask_shift != nullptr) {
+      op_shapes::BatchNorm(x, {&dy}, {&save_mean, mask_scale, mask_shift},
+                           "BatchNormBackward mask");
+      Tensor y(x.shape(), Device::kCPU);  // before the ReLU: the same mask
+      const int64_t C = x.c(), S = x.h() * x.w() * x.n();
+      ParallelFor(C, S, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c)
+          ApplyChannel(x.data() + c * S, S, save_mean.data()[c], mask_scale->data()[c],
+                       mask_shift->data()[c], y.data() + c * S);
+      });
+      ReluBackward(y, dy, masked);
+    } else {
+      ReluBackward(*relu_y, dy, masked);
+    }
   }
   const Tensor& g_in = relu_y ? masked : dy;
   op_shapes::BatchNorm(x, {&g_in, &dx}, {&gamma, &save_mean, &save_invstd, &dgamma, &dbeta},

@@ -58,13 +58,22 @@ inline void PoolWindow(int64_t o, int64_t in, const PoolParams& p, int64_t* lo, 
 }  // namespace
 
 // Parallel over (channel, output row) pairs, which write disjoint rows of y. For each
-// output pixel the N images are reduced together over the window's in-image pixels.
-// No record: the backward finds each maximum again from x and y (ops.h).
-void CpuOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* /*record*/) {
+// output pixel the N images are reduced together over the window's in-image pixels. With a
+// record (max pooling, MaxPoolRecordFits), each window's argmax as the backward without one
+// finds it (the first pixel in row-major order equal to the maximum, else the clipped window's
+// first), stored as its offset in the unclipped window, a bf16 (exact below 256), as the CUDA
+// backend stores it.
+void CpuOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* record) {
   op_shapes::Pool(x, y, p);
   const int64_t C = x.c(), H = x.h(), W = x.w(), N = x.n(), OH = y.h(), OW = y.w();
   const float* xs = x.data();
   float* ys = y.data();
+  uint16_t* rec = nullptr;
+  if (record != nullptr && MaxPoolRecordFits(p)) {
+    op_shapes::SameSize(y, *record, "PoolForward (record)");
+    CHECK(record->dtype() == DType::kBF16) << "PoolForward: the record is a bf16 tensor";
+    rec = static_cast<uint16_t*>(record->raw());
+  }
   ParallelFor(C * OH, OW * N * p.size * p.size, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c = r / OH, oy = r % OH;
@@ -87,6 +96,21 @@ void CpuOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor
               const float* v = xc + (iy * W + ix) * N;
               for (int64_t n = 0; n < N; ++n) out[n] = MaxNoBranch(out[n], v[n]);
             }
+          if (rec != nullptr) {
+            uint16_t* r = rec + ((c * OH + oy) * OW + ox) * N;
+            const int64_t wy = oy * p.stride - p.pad, wx = ox * p.stride - p.pad;
+            for (int64_t n = 0; n < N; ++n) {
+              int64_t first = (y0 - wy) * p.size + x0 - wx;
+              bool found = false;
+              for (int64_t iy = y0; iy < y1 && !found; ++iy)
+                for (int64_t ix = x0; ix < x1 && !found; ++ix)
+                  if (xc[(iy * W + ix) * N + n] == out[n]) {
+                    first = (iy - wy) * p.size + ix - wx;
+                    found = true;
+                  }
+              r[n] = FloatToBf16Bits(static_cast<float>(first));
+            }
+          }
         } else {
           std::fill(out, out + N, 0.0f);
           for (int64_t iy = y0; iy < y1; ++iy)
@@ -106,10 +130,48 @@ void CpuOps::PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor
 // outer, ix inner), whose value equals the window's output, i.e. the first maximum.
 // Avg: dy / (in-image pixel count) goes to every in-image pixel of the window.
 // Windows overlap, so the split is over channels only: a thread owns dx of its channels.
+namespace {
+// Max pooling's backward by the forward's record, reading neither x nor y (relu_y: the
+// forward's y when dx goes on into a ReLU, Ops::PoolBackward's relu_dx): dy of each window,
+// in (oy, ox) order, to the pixel its record names, as the search in CpuOps::PoolBackward
+// adds them. With relu_y, windows whose maximum is not above 0 pass nothing: their pixel is
+// not above 0 either and gets only such windows' dy, so this is the ReLU's mask bit for bit.
+void MaxPoolBackwardRecorded(const Tensor& record, const Tensor* relu_y, const Tensor& dy,
+                             Tensor& dx, const PoolParams& p) {
+  const int64_t C = dx.c(), H = dx.h(), W = dx.w(), N = dx.n(), OH = dy.h(), OW = dy.w();
+  const uint16_t* rec = static_cast<const uint16_t*>(record.raw());
+  const float* ys = relu_y != nullptr ? relu_y->data() : nullptr;
+  const float* dys = dy.data();
+  float* dxs = dx.data();
+  ParallelFor(C, H * W * N, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      float* dxc = dxs + c * H * W * N;
+      std::fill(dxc, dxc + H * W * N, 0.0f);
+      for (int64_t oy = 0; oy < OH; ++oy)
+        for (int64_t ox = 0; ox < OW; ++ox) {
+          const int64_t o = ((c * OH + oy) * OW + ox) * N;
+          for (int64_t n = 0; n < N; ++n) {
+            if (ys != nullptr && !(ys[o + n] > 0.0f)) continue;
+            const int64_t off = static_cast<int64_t>(Bf16BitsToFloat(rec[o + n]));
+            const int64_t iy = oy * p.stride - p.pad + off / p.size;
+            const int64_t ix = ox * p.stride - p.pad + off % p.size;
+            dxc[(iy * W + ix) * N + n] += dys[o + n];
+          }
+        }
+    }
+  });
+}
+}  // namespace
+
 void CpuOps::PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
-                          const PoolParams& p, const Tensor* /*record*/, bool relu_dx) {
+                          const PoolParams& p, const Tensor* record, bool relu_dx) {
   op_shapes::PoolBackward(x, y, dy, dx, p);
   const int64_t C = x.c(), H = x.h(), W = x.w(), N = x.n(), OH = y.h(), OW = y.w();
+  if (record != nullptr && MaxPoolRecordFits(p)) {
+    op_shapes::SameSize(y, *record, "PoolBackward (record)");
+    CHECK(record->dtype() == DType::kBF16) << "PoolBackward: the record is a bf16 tensor";
+    return MaxPoolBackwardRecorded(*record, relu_dx ? &y : nullptr, dy, dx, p);
+  }
   const float* xs = x.data();
   const float* ys = y.data();
   const float* dys = dy.data();

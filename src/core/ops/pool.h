@@ -35,6 +35,12 @@ inline int64_t PoolOutSize(int64_t in, int size, int stride, int pad, bool ceil_
   return out;
 }
 
+// Max pooling whose windows (at most 256 pixels) fit the argmax record of Ops::PoolForward:
+// each window's argmax as its offset in the window, stored as a bf16 (exact below 256).
+inline bool MaxPoolRecordFits(const PoolParams& p) {
+  return p.kind == PoolParams::kMax && p.size * p.size <= 256;
+}
+
 // Shape rules (core/op_shapes.h says how every backend applies them).
 namespace op_shapes {
 // PoolForward: valid parameters (size >= 1, stride >= 1, 0 <= pad < size, so that every

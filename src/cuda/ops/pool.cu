@@ -276,10 +276,6 @@ void PoolForwardGpu(const DeviceContext& ctx, const void* x, StorageType xt, voi
   MaxPoolForwardArgGpu(ctx, x, xt, y, yt, nullptr, c, h, w, n, oh, ow, pp);
 }
 
-bool MaxPoolRecordFits(const PoolParams& p) {
-  return p.kind == PoolParams::kMax && p.size * p.size <= 256;
-}
-
 void MaxPoolForwardArgGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
                           StorageType yt, void* rec, int c, int h, int w, int n, int oh, int ow,
                           const PoolParams& pp) {

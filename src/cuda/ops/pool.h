@@ -24,16 +24,15 @@ void PoolBackwardGpu(const DeviceContext& ctx, const void* x, const void* y, con
                      void* dx, StorageType xt, StorageType yt, int c, int h, int w, int n, int oh,
                      int ow, const PoolParams& p);
 // Max pooling that keeps a record for its backward (windows of at most 256 pixels,
-// MaxPoolRecordFits): the forward also writes each window's argmax, the offset of its first
-// maximum in row-major order within the unclipped window, as a bf16 (exact: below 256; rec
-// has y's shape, 2 bytes an element), and the backward routes dy to those pixels (a gather
-// per input pixel over its windows in (oy, ox) order, as PoolBackwardGpu's max pooling)
-// without reading x or y: y and dx are bit for bit those of PoolForwardGpu and
-// PoolBackwardGpu. relu_y (the forward's y, storage yt, or null): x is a ReLU's output and dx
-// goes on into it (Ops::PoolBackward's relu_dx): the windows whose maximum is not above 0 pass
-// nothing (their argmax pixel is then not above 0 either, and a pixel above 0 is only ever
-// routed dy by windows whose maximum it is), so dx leaves masked, bit for bit.
-bool MaxPoolRecordFits(const PoolParams& p);
+// core/ops/pool.h's MaxPoolRecordFits): the forward also writes each window's argmax, the offset of
+// its first maximum in row-major order within the unclipped window, as a bf16 (exact: below 256;
+// rec has y's shape, 2 bytes an element), and the backward routes dy to those pixels (a gather per
+// input pixel over its windows in (oy, ox) order, as PoolBackwardGpu's max pooling) without reading
+// x or y: y and dx are bit for bit those of PoolForwardGpu and PoolBackwardGpu. relu_y (the
+// forward's y, storage yt, or null): x is a ReLU's output and dx goes on into it
+// (Ops::PoolBackward's relu_dx): the windows whose maximum is not above 0 pass nothing (their
+// argmax pixel is then not above 0 either, and a pixel above 0 is only ever routed dy by windows
+// whose maximum it is), so dx leaves masked, bit for bit.
 void MaxPoolForwardArgGpu(const DeviceContext& ctx, const void* x, StorageType xt, void* y,
                           StorageType yt, void* rec, int c, int h, int w, int n, int oh, int ow,
                           const PoolParams& p);

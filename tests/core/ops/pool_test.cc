@@ -1,6 +1,7 @@
 // PoolLayer (max and average, cuda-convnet ceil mode with clipped windows) and
 // GlobalAvgPoolLayer: output sizes, forward against naive loops, first-maximum routing of
 // ties, and gradient checks.
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <sstream>
@@ -90,6 +91,42 @@ TEST_P(PoolTest, MaxBackwardRoutesTiesToFirstMaximum) {
   layer.Backward(OpsFor(Device::kCPU), {}, {&xt}, {&y[0]}, {&dyt}, {&dx});
   std::vector<double> ref = RefMaxPoolBackward(x, DimsOf(xs), dy, k.size, k.stride, k.pad);
   EXPECT_LT(RelativeError(dx.ToHost(), ref), kForwardTolerance);
+}
+
+// The argmax record (ops.h): the forward writes each window's first maximum's offset, and the
+// backward given it routes dy there reading neither x nor y (both NaN here; y real under
+// relu_dx, whose mask it is): bitwise the backward that searches x and y. Ties (inputs from
+// {-1, 0, 1}) and clipped windows make the first maximum matter; relu_dx masks the pixels not
+// above 0.
+TEST_P(PoolTest, MaxBackwardByTheRecordIsTheSearch) {
+  const PoolCase& k = GetParam();
+  std::mt19937 rng(23);
+  const PoolParams p = ParamsOf(k, PoolParams::kMax);
+  ASSERT_TRUE(MaxPoolRecordFits(p));
+  const Shape xs = Shape::CHWN(k.c, k.h, k.w, k.n);
+  const Shape ys = Shape::CHWN(k.c, k.expected_out_h,
+                               PoolOutSize(k.w, k.size, k.stride, k.pad, p.ceil_mode), k.n);
+  std::vector<float> x(xs.elements());
+  std::uniform_int_distribution<int> tri(-1, 1);
+  for (float& v : x) v = static_cast<float>(tri(rng));
+  Ops& ops = OpsFor(Device::kCPU);
+  Tensor xt = TensorFrom(xs, x), dyt = TensorFrom(ys, RandomUniform(ys.elements(), rng));
+  Tensor y = PoisonedTensor(ys), y_rec = PoisonedTensor(ys);
+  Tensor rec(ys, Device::kCPU, DType::kBF16);
+  ops.PoolForward(xt, y, p);
+  ops.PoolForward(xt, y_rec, p, &rec);
+  EXPECT_EQ(y.ToHost(), y_rec.ToHost()) << "the record changed the forward";
+  for (const bool relu_dx : {false, true}) {
+    SCOPED_TRACE(relu_dx ? "relu_dx" : "plain");
+    Tensor searched = PoisonedTensor(xs), routed = PoisonedTensor(xs);
+    ops.PoolBackward(xt, y, dyt, searched, p, nullptr, relu_dx);
+    const Tensor nan_x = PoisonedTensor(xs), nan_y = PoisonedTensor(ys);
+    ops.PoolBackward(nan_x, relu_dx ? y : nan_y, dyt, routed, p, &rec, relu_dx);
+    const std::vector<float> a = searched.ToHost(), b = routed.ToHost();
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+        << "dx by the record differs from the search's";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

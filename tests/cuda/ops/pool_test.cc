@@ -180,8 +180,8 @@ TEST_F(CudaTest, MaxPoolRecordMatchesThePrimitives) {
         Tensor ref_dx = PoisonedAs(xs, t), gdx = PoisonedAs(xs, t);
         Gpu().PoolBackward(gx, ref_y, gdy, ref_dx, p);
         // x and y poisoned: the recorded backward must not read them.
-        Gpu().PoolBackward(cuda::MaxPoolRecordFits(p) ? PoisonedAs(xs, t) : gx,
-                           cuda::MaxPoolRecordFits(p) ? PoisonedAs(ys, t) : gy, gdy, gdx, p, &rec);
+        Gpu().PoolBackward(MaxPoolRecordFits(p) ? PoisonedAs(xs, t) : gx,
+                           MaxPoolRecordFits(p) ? PoisonedAs(ys, t) : gy, gdy, gdx, p, &rec);
         EXPECT_TRUE(BitwiseEqual(gdx.ToHost(), ref_dx.ToHost())) << name;
       }
     }

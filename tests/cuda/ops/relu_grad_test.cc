@@ -174,7 +174,7 @@ TEST_F(ReluGradTest, PoolDxIsTheMaskedGradient) {
                                                k.stride, xs.ToString(), DTypeName(t));
       const Tensor x = OnGpuAs(x_cpu, t), dy = OnGpuAs(dy_cpu, t);
       Tensor y = PoisonedAs(ys, t), rec = PoisonedAs(ys, DType::kBF16);
-      const bool record = k.kind == PoolParams::kMax && cuda::MaxPoolRecordFits(p);
+      const bool record = k.kind == PoolParams::kMax && MaxPoolRecordFits(p);
       Gpu().PoolForward(x, y, p, record ? &rec : nullptr);
       Tensor dx_ref = PoisonedAs(xs, t), dx = PoisonedAs(xs, t);
       Gpu().PoolBackward(x, y, dy, dx_ref, p, record ? &rec : nullptr, false);
