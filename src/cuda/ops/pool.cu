@@ -17,7 +17,9 @@
 //   the record names this pixel, reading neither x nor y. Max without a record: first
 //   PoolArgmaxKernel, a thread per output element, finds each window's first pixel equal to its
 //   output (independent loads) into int scratch, then the same gather reads that. Average:
-//   dy / (clipped window size) from every window.
+//   dy / (clipped window size) from every window. Max with a record whose windows tile x
+//   without overlap (stride == size, pad 0): a scatter instead, a thread per output element
+//   writing its window's pixels (each written once: still deterministic, the gather's bits).
 // Every path adds the same terms in the same order, so the results are the CPU's (max: bitwise).
 // Max-pool backward version 2, one kernel testing "first maximum" with a chain of dependent
 // loads, lost to these and lives in dev/pool_backward with its measurements.
@@ -225,6 +227,44 @@ __global__ void PoolMaxGatherKernel(const PoolArgParams p) {
   }
 }
 
+// Kernel PoolMaxScatterKernel<V, XT, YT>: max-pool backward by the record for windows that
+// tile x without overlap (stride == size, pad 0, the last window clipped at the border:
+// PoolWindowsTile), so every input pixel lies in exactly one window. Grid as
+// PoolForwardKernel: a thread per output element (ox, V images) loads its window's dy, record
+// (and relu_y) once and writes all the window's pixels of dx: 0 + dy at the recorded one (the
+// gather's sum of one term, so -0 becomes +0 as there), 0 elsewhere. Bitwise
+// PoolMaxGatherKernel<.., true>'s dx with a quarter of its loads for 2 x 2 windows (VGG's
+// five pools) and no per-pixel window search.
+template <int V, typename XT, typename YT>
+__global__ void PoolMaxScatterKernel(const PoolArgParams p) {
+  const int q = blockIdx.x * kBlock + threadIdx.x;
+  const int nv = p.n / V;
+  if (q >= p.ow * nv) return;
+  const int ox = q / nv, img = (q - ox * nv) * V;
+  const int x0 = ox * p.size, x1 = IMin(x0 + p.size, p.w);
+  for (int row = blockIdx.y; row < p.c * p.oh; row += gridDim.y) {
+    const int c = row / p.oh, oy = row - c * p.oh;
+    const int y0 = oy * p.size, y1 = IMin(y0 + p.size, p.h);
+    const int64_t o = static_cast<int64_t>(row) * p.ow * p.n + ox * p.n + img;
+    const Lanes<V> d = LoadLanes<V>(static_cast<const YT*>(p.dy) + o);
+    const Lanes<V> r = LoadLanes<V>(p.rec + o);
+    bool pass[V];
+    for (int i = 0; i < V; ++i) pass[i] = true;
+    if (p.y != nullptr) {  // relu_y: a window whose maximum is not above 0 passes nothing
+      const Lanes<V> up = LoadLanes<V>(static_cast<const YT*>(p.y) + o);
+      for (int i = 0; i < V; ++i) pass[i] = up.v[i] > 0.0f;
+    }
+    XT* dxc = static_cast<XT*>(p.out) + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
+    for (int iy = y0; iy < y1; ++iy)
+      for (int ix = x0; ix < x1; ++ix) {
+        const float mine = static_cast<float>((iy - y0) * p.size + ix - x0);
+        Lanes<V> g;
+        for (int i = 0; i < V; ++i) g.v[i] = pass[i] && r.v[i] == mine ? 0.0f + d.v[i] : 0.0f;
+        StoreLanes<V>(dxc + (static_cast<int64_t>(iy) * p.w + ix) * p.n, g);
+      }
+  }
+}
+
 // Kernel GlobalAvgPoolKernel
 //   forward : x C x HW x N -> y C x N, y[c][n] = mean over HW (double sum); thread per (c, n).
 //   backward: dy C x N -> dx C x HW x N, dx = dy / HW; thread per element of dx.
@@ -320,11 +360,20 @@ void MaxPoolBackwardArgGpu(const DeviceContext& ctx, const void* rec, const void
                         c,       h,       w,         n,       oh,
                         ow,      pp.size, pp.stride, pp.pad,  static_cast<const Bf16*>(rec)};
   const int v = PoolLanes(n, {{dy, yt}, {dx, xt}, {rec, StorageType::kBF16}, {relu_y, yt}});
+  // Windows that tile x without overlap, each pixel in exactly one (VGG's 2 x 2 of stride 2).
+  const bool tile = pp.stride == pp.size && pp.pad == 0 && int64_t(oh) * pp.size >= h &&
+                    int64_t(ow) * pp.size >= w;
   WithStorage(xt, [&](auto xs) {
     WithStorage(yt, [&](auto ys) {
       using XT = decltype(xs);
       using YT = decltype(ys);
-      if (v == 4) {
+      if (tile && v == 4) {
+        Launch(PoolMaxScatterKernel<4, XT, YT>, RowGrid(int64_t(ow) * n / 4, int64_t(c) * oh),
+               dim3(kBlock), ctx.stream, a);
+      } else if (tile) {
+        Launch(PoolMaxScatterKernel<1, XT, YT>, RowGrid(int64_t(ow) * n, int64_t(c) * oh),
+               dim3(kBlock), ctx.stream, a);
+      } else if (v == 4) {
         Launch(PoolMaxGatherKernel<4, XT, YT, true>, RowGrid(int64_t(w) * n / 4, int64_t(c) * h),
                dim3(kBlock), ctx.stream, a);
       } else {

@@ -151,9 +151,12 @@ TEST_F(CudaTest, PoolingFloatStorageTyped) {
 // PoolLayer runs): y and dx bit for bit those of PoolForward and PoolBackward without one, in
 // float and bf16 storage, with and without ties (the first maximum takes the gradient),
 // clipped windows (padding) included; windows over 256 pixels fall back to the primitives.
+// Windows that tile x (stride == size, pad 0) take the scatter kernel: 2 x 2 and 3 x 3, the
+// last window clipped, one image per thread and four.
 TEST_F(CudaTest, MaxPoolRecordMatchesThePrimitives) {
   const PoolCase cases[] = {
       {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33}, {PoolParams::kMax, 2, 2, 0, 3, 9, 7, 1},
+      {PoolParams::kMax, 2, 2, 0, 4, 11, 9, 8},   {PoolParams::kMax, 3, 3, 0, 2, 10, 11, 4},
       {PoolParams::kMax, 3, 1, 1, 48, 7, 7, 8},   {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 12},
       {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},  {PoolParams::kMax, 3, 2, 0, 96, 13, 13, 32},
       {PoolParams::kMax, 17, 1, 0, 2, 18, 18, 4},  // 289 pixels: no record, the primitives
