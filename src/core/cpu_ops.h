@@ -37,7 +37,8 @@ class CpuOps : public Ops {
   void BiasBackward(const Tensor& dy, Tensor& db) override;
   void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override;
-  // Records are not kept (the backward finds the maxima again): `record` is ignored.
+  // With a record (max pooling, MaxPoolRecordFits): the forward writes it, the backward routes
+  // dy by it without reading x (nor y unless relu_dx), as CudaOps does (ops.h).
   void PoolForward(const Tensor& x, Tensor& y, const PoolParams& p, Tensor* record) override;
   void PoolBackward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
                     const PoolParams& p, const Tensor* record, bool relu_dx = false) override;
