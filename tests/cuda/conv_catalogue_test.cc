@@ -236,22 +236,23 @@ TEST(ConvCatalogueTest, AutomaticChoicesAsBefore) {
     EXPECT_STREQ(cuda::SelectBackwardDataConfig(k.d).name, k.forward) << what;
     EXPECT_STREQ(cuda::SelectBackwardFilterConfig(k.d).name, k.backward_filter) << what;
   }
-  // Plain GEMMs (1 x 1, stride 1, no padding): the TMA twin of 128 x 256 everywhere, of
-  // 128 x 128 in backward filter only; the other tiles as they were. ResNet-50 at batch 128:
-  // layer2's conv1 (M 128, N 100352, K 512), layer3's (M 256, N 25088, K 1024: 128 x 128 for
-  // whole waves), layer1's conv3 (M 256, K 64: the short-K tile) and its conv1 (M 64); the
+  // Plain GEMMs (1 x 1, stride 1, no padding): the persistent TMA tile in forward and backward
+  // data whatever the shape; in backward filter the TMA twin of 128 x 256 or of 128 x 128, the
+  // other tiles as they were. ResNet-50 at batch 128: layer2's conv1 (M 128, N 100352, K 512),
+  // layer3's (M 256, N 25088, K 1024), layer1's conv3 (M 256, K 64) and its conv1 (M 64); the
   // last, layer3's conv1 as a backward filter (M 256, N 1024, K 25088: split, 128 x 128).
+  constexpr const char* kPersistent = "wgmma_tma_persistent_128x128x64_4";
   auto plain = [&](int64_t m, int64_t n, int64_t k) {
     cuda::ConvGemmDesc d = desc(bf16, m, n, k, true, true);
     d.plain = true;
     return d;
   };
   const Case plain_cases[] = {
-      {plain(128, 100352, 512), "wgmma_tma_128x256x64_4", "wgmma_tma_128x256x64_4"},
-      {plain(256, 25088, 1024), "wgmma_128x128x64_6", "wgmma_tma_128x256x64_4"},
-      {plain(256, 401408, 64), "wgmma_128x128x64_3", "wgmma_tma_128x256x64_4"},
-      {plain(256, 1024, 25088), "wgmma_128x128x64_6", "wgmma_tma_128x128x64_6"},
-      {plain(64, 401408, 256), "wgmma_64x256x64_5", "wgmma_64x256x64_5"},
+      {plain(128, 100352, 512), kPersistent, "wgmma_tma_128x256x64_4"},
+      {plain(256, 25088, 1024), kPersistent, "wgmma_tma_128x256x64_4"},
+      {plain(256, 401408, 64), kPersistent, "wgmma_tma_128x256x64_4"},
+      {plain(256, 1024, 25088), kPersistent, "wgmma_tma_128x128x64_6"},
+      {plain(64, 401408, 256), kPersistent, "wgmma_64x256x64_5"},
   };
   for (const Case& k : plain_cases) {
     const std::string what = absl::StrFormat("plain M %d N %d K %d", k.d.m, k.d.n, k.d.k);
