@@ -262,20 +262,17 @@ class ScheduleBuilder {
     if (l.inputs[0] == l.inputs[1] || !(shapes_.at(l.inputs[0]) == shapes_.at(l.inputs[1])) ||
         bf16_blobs_.count(l.inputs[0]) != bf16_blobs_.count(l.inputs[1]))
       return -1;
-    auto readers = [&](const std::string& b) {
+    // The layers whose inputs (or outputs) name blob b, in order.
+    auto naming = [&](const std::string& b, std::vector<std::string> LayerEntry::*list) {
       std::vector<int> r;
-      for (size_t j = 0; j < layers_.size(); ++j)
-        if (std::count(layers_[j].inputs.begin(), layers_[j].inputs.end(), b))
-          r.push_back(static_cast<int>(j));
+      for (size_t j = 0; j < layers_.size(); ++j) {
+        const std::vector<std::string>& names = layers_[j].*list;
+        if (std::count(names.begin(), names.end(), b)) r.push_back(static_cast<int>(j));
+      }
       return r;
     };
-    auto writers = [&](const std::string& b) {
-      std::vector<int> w;
-      for (size_t j = 0; j < layers_.size(); ++j)
-        if (std::count(layers_[j].outputs.begin(), layers_[j].outputs.end(), b))
-          w.push_back(static_cast<int>(j));
-      return w;
-    };
+    auto readers = [&](const std::string& b) { return naming(b, &LayerEntry::inputs); };
+    auto writers = [&](const std::string& b) { return naming(b, &LayerEntry::outputs); };
     for (int k = 0; k < 2; ++k) {
       const std::string& e = l.inputs[k];
       const std::string& o = l.inputs[1 - k];
