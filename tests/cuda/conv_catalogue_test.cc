@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -259,6 +260,20 @@ TEST(ConvCatalogueTest, AutomaticChoicesAsBefore) {
     EXPECT_STREQ(cuda::SelectForwardConfig(k.d).name, k.forward) << what;
     EXPECT_STREQ(cuda::SelectBackwardDataConfig(k.d).name, k.forward) << what;
     EXPECT_STREQ(cuda::SelectBackwardFilterConfig(k.d).name, k.backward_filter) << what;
+  }
+  // Not where backward data's epilogue reads a mask or the gradient it adds to: the rules
+  // before it. ResNet-50 at batch 128, the backward data of a block's first 1 x 1: layer1's
+  // (M 256, K 64) and layer2's (M 512, K 128) short K, layer4's (M 2048, K 512).
+  const std::pair<cuda::ConvGemmDesc, const char*> reading_cases[] = {
+      {plain(256, 401408, 64), "wgmma_128x128x64_3"},
+      {plain(512, 100352, 128), "wgmma_128x128x64_3"},
+      {plain(2048, 6272, 512), "wgmma_128x128x64_6"},
+  };
+  for (auto [d, want] : reading_cases) {
+    const std::string what = absl::StrFormat("plain M %d N %d K %d", d.m, d.n, d.k);
+    EXPECT_STREQ(cuda::SelectBackwardDataConfig(d).name, kPersistent) << what;
+    d.epilogue_reads = true;
+    EXPECT_STREQ(cuda::SelectBackwardDataConfig(d).name, want) << what << ", epilogue reads";
   }
   // A configuration forced runs wherever it can; elsewhere the automatic choice does (which
   // on the emulator leaves wgmma off).

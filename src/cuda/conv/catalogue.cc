@@ -290,8 +290,13 @@ const ConvConfig& ChooseWgmma(const std::vector<const ConvConfig*>& cands, const
   // -> 1.247 ms forward and 1.182 -> 0.984 backward data, 128 x 128 0.554 -> 0.440 and 0.632
   // -> 0.505, the TMA 128 x 256 0.370 -> 0.324 and 0.320 -> 0.306, 64 x 256 (M = 64) 0.281 ->
   // 0.265 and 0.503 -> 0.463: 5.26 -> 4.53 ms of the step. It loses on 3 x 3 layers (tap
-  // boxes: layer1's 0.129 -> 0.182 ms), which keep the rules below.
-  if (d.plain && !split_k) {
+  // boxes: layer1's 0.129 -> 0.182 ms), which keep the rules below. Not where the epilogue
+  // reads a mask or the gradient it adds to (ConvGemmDesc::epilogue_reads): in the step on an
+  // H100 (breakdown_resnet50_1d7882c.log against _ff7f372) those backward-data GEMMs, each
+  // block's first 1 x 1 (layer1_1_conv1 0.376 -> 0.484 ms with its backward filter), lost
+  // what the others gained: one block per multiprocessor has too few loads in flight for an
+  // epilogue that reads twice what it writes, where 128 x 128 in 3 stages runs two.
+  if (d.plain && !split_k && !d.epilogue_reads) {
     if (const ConvConfig* persistent = has("wgmma_tma_persistent_128x128x64_4")) return *persistent;
   }
   const ConvConfig* best = nullptr;

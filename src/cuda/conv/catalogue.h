@@ -127,6 +127,9 @@ struct ConvGemmDesc {
   // are 64 images of one pixel and a TMA configuration can copy each K slice of one tap as
   // boxes of the activations (forced only: not timed yet).
   bool tap_boxes = false;
+  // Backward data: the epilogue also reads memory of dx's size (the ReLU mask, or the gradient
+  // it adds to: TcConvArgs::dx_mask / dx_add), so that the store, not the product, bounds it.
+  bool epilogue_reads = false;
 };
 
 // How a selection times candidates (SIMT forward and backward data race their K slices on the

@@ -87,8 +87,8 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   CHECK(math == MathMode::kBF16 || math == MathMode::kTF32) << "tensor-core math mode";
   const bool bf16 = math == MathMode::kBF16;
   const bool vec = gemm.geo.n % ChunkElems(math) == 0 && Aligned(in.data, 16);
-  const ConvGemmDesc desc =
-      Describe(gemm.geo, groups, ctx, math, vec, in.type == StorageType::kBF16);
+  ConvGemmDesc desc = Describe(gemm.geo, groups, ctx, math, vec, in.type == StorageType::kBF16);
+  desc.epilogue_reads = mask != nullptr || add;
   const ConvConfig& c =
       problem == ConvProblem::kForward ? SelectForwardConfig(desc) : SelectBackwardDataConfig(desc);
   Finish(&gemm, c.bm, c.bk);
