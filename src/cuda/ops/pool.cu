@@ -20,6 +20,9 @@
 //   dy / (clipped window size) from every window. Max with a record whose windows tile x
 //   without overlap (stride == size, pad 0): a scatter instead, a thread per output element
 //   writing its window's pixels (each written once: still deterministic, the gather's bits).
+//   Max with a record whose windows overlap but are at most stride + 1 a side (3 x 3 of
+//   stride 2): the gather by blocks of stride x stride pixels, each block's (at most) 2 x 2
+//   windows loaded once (PoolMaxBlockGatherKernel; the gather's terms in its order).
 // Every path adds the same terms in the same order, so the results are the CPU's (max: bitwise).
 // Max-pool backward version 2, one kernel testing "first maximum" with a chain of dependent
 // loads, lost to these and lives in dev/pool_backward with its measurements.
@@ -265,6 +268,73 @@ __global__ void PoolMaxScatterKernel(const PoolArgParams p) {
   }
 }
 
+// Kernel PoolMaxBlockGatherKernel<V, XT, YT>: max-pool backward by the record for overlapping
+// windows no larger than stride + 1 per side (ResNet's and AlexNet's 3 x 3 of stride 2), where
+// the pixels of a stride x stride block of x lie in at most 2 x 2 windows. Grid: y = C x
+// ceil(H / stride) block rows, x = ceil(W / stride) x N / V; a thread loads those (up to) four
+// windows' dy, record (and relu_y) once and writes its block's pixels, each the sum over the
+// windows containing it, in (oy, ox) order, of dy where the record names it: the gather's
+// terms in the gather's order (bitwise PoolMaxGatherKernel<.., true>) with 4 window loads per
+// 2 x 2 pixels instead of 9 (each pixel of the gather searches its own 1-4 windows).
+template <int V, typename XT, typename YT>
+__global__ void PoolMaxBlockGatherKernel(const PoolArgParams p) {
+  const int q = blockIdx.x * kBlock + threadIdx.x;
+  const int nv = p.n / V, s = p.stride;
+  const int bw = (p.w + s - 1) / s, bh = (p.h + s - 1) / s;
+  if (q >= bw * nv) return;
+  const int bx = q / nv, img = (q - bx * nv) * V;
+  // The windows over pixels [s * b, s * b + s): [CeilDiv(s b + pad - size + 1, s), (s b + s -
+  // 1 + pad) / s] clipped to the output; at most two when size <= stride + 1.
+  auto first_window = [&](int b) {
+    const int l = s * b + p.pad - p.size + 1;
+    return l <= 0 ? 0 : (l + s - 1) / s;
+  };
+  const int ox0 = first_window(bx);
+  const int nwx = IMin((s * bx + s - 1 + p.pad) / s, p.ow - 1) - ox0 + 1;
+  const int ix0 = s * bx, ix1 = IMin(ix0 + s, p.w);
+  for (int row = blockIdx.y; row < p.c * bh; row += gridDim.y) {
+    const int c = row / bh, by = row - c * bh;
+    const int oy0 = first_window(by);
+    const int nwy = IMin((s * by + s - 1 + p.pad) / s, p.oh - 1) - oy0 + 1;
+    const int64_t plane = static_cast<int64_t>(c) * p.oh * p.ow * p.n + img;
+    Lanes<V> d[2][2], r[2][2];
+    bool up[2][2][V];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        if (a >= nwy || b >= nwx) continue;
+        const int64_t o = plane + ((oy0 + a) * p.ow + ox0 + b) * p.n;
+        d[a][b] = LoadLanes<V>(static_cast<const YT*>(p.dy) + o);
+        r[a][b] = LoadLanes<V>(p.rec + o);
+        if (p.y != nullptr) {  // relu_y: the window's maximum is above 0 (as the gather)
+          const Lanes<V> m = LoadLanes<V>(static_cast<const YT*>(p.y) + o);
+          for (int i = 0; i < V; ++i) up[a][b][i] = m.v[i] > 0.0f;
+        } else {
+          for (int i = 0; i < V; ++i) up[a][b][i] = true;
+        }
+      }
+    XT* dxc = static_cast<XT*>(p.out) + static_cast<int64_t>(c) * p.h * p.w * p.n + img;
+    for (int iy = s * by; iy < IMin(s * by + s, p.h); ++iy)
+      for (int ix = ix0; ix < ix1; ++ix) {
+        Lanes<V> g;
+        for (int i = 0; i < V; ++i) g.v[i] = 0.0f;
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            if (a >= nwy || b >= nwx) continue;
+            const int wy = iy - (oy0 + a) * s + p.pad, wx = ix - (ox0 + b) * s + p.pad;
+            if (wy < 0 || wy >= p.size || wx < 0 || wx >= p.size) continue;
+            const float mine = static_cast<float>(wy * p.size + wx);
+            for (int i = 0; i < V; ++i)
+              if (r[a][b].v[i] == mine && up[a][b][i]) g.v[i] += d[a][b].v[i];
+          }
+        StoreLanes<V>(dxc + (static_cast<int64_t>(iy) * p.w + ix) * p.n, g);
+      }
+  }
+}
+
 // Kernel GlobalAvgPoolKernel
 //   forward : x C x HW x N -> y C x N, y[c][n] = mean over HW (double sum); thread per (c, n).
 //   backward: dy C x N -> dx C x HW x N, dx = dy / HW; thread per element of dx.
@@ -363,6 +433,11 @@ void MaxPoolBackwardArgGpu(const DeviceContext& ctx, const void* rec, const void
   // Windows that tile x without overlap, each pixel in exactly one (VGG's 2 x 2 of stride 2).
   const bool tile = pp.stride == pp.size && pp.pad == 0 && int64_t(oh) * pp.size >= h &&
                     int64_t(ow) * pp.size >= w;
+  // Overlapping windows of at most stride + 1 pixels a side (3 x 3 of stride 2): the block
+  // gather, each stride x stride block of pixels in at most 2 x 2 windows.
+  const bool blocks = !tile && pp.stride >= 2 && pp.size <= pp.stride + 1;
+  const int64_t bh = CeilDiv(int64_t(h), int64_t(pp.stride));
+  const int64_t bw = CeilDiv(int64_t(w), int64_t(pp.stride));
   WithStorage(xt, [&](auto xs) {
     WithStorage(yt, [&](auto ys) {
       using XT = decltype(xs);
@@ -373,6 +448,12 @@ void MaxPoolBackwardArgGpu(const DeviceContext& ctx, const void* rec, const void
       } else if (tile) {
         Launch(PoolMaxScatterKernel<1, XT, YT>, RowGrid(int64_t(ow) * n, int64_t(c) * oh),
                dim3(kBlock), ctx.stream, a);
+      } else if (blocks && v == 4) {
+        Launch(PoolMaxBlockGatherKernel<4, XT, YT>, RowGrid(bw * n / 4, int64_t(c) * bh),
+               dim3(kBlock), ctx.stream, a);
+      } else if (blocks) {
+        Launch(PoolMaxBlockGatherKernel<1, XT, YT>, RowGrid(bw * n, int64_t(c) * bh), dim3(kBlock),
+               ctx.stream, a);
       } else if (v == 4) {
         Launch(PoolMaxGatherKernel<4, XT, YT, true>, RowGrid(int64_t(w) * n / 4, int64_t(c) * h),
                dim3(kBlock), ctx.stream, a);

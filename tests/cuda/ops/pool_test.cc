@@ -152,13 +152,16 @@ TEST_F(CudaTest, PoolingFloatStorageTyped) {
 // float and bf16 storage, with and without ties (the first maximum takes the gradient),
 // clipped windows (padding) included; windows over 256 pixels fall back to the primitives.
 // Windows that tile x (stride == size, pad 0) take the scatter kernel: 2 x 2 and 3 x 3, the
-// last window clipped, one image per thread and four.
+// last window clipped, one image per thread and four. Overlapping windows of at most stride + 1
+// a side take the block gather: 3 x 3 of stride 2 with and without padding, odd and even
+// sizes (a last block of one row or column), 4 x 4 of stride 3, 3 x 3 of stride 3 padded.
 TEST_F(CudaTest, MaxPoolRecordMatchesThePrimitives) {
   const PoolCase cases[] = {
       {PoolParams::kMax, 3, 2, 0, 5, 13, 13, 33}, {PoolParams::kMax, 2, 2, 0, 3, 9, 7, 1},
       {PoolParams::kMax, 2, 2, 0, 4, 11, 9, 8},   {PoolParams::kMax, 3, 3, 0, 2, 10, 11, 4},
       {PoolParams::kMax, 3, 1, 1, 48, 7, 7, 8},   {PoolParams::kMax, 3, 2, 1, 3, 11, 10, 12},
       {PoolParams::kMax, 3, 3, 1, 2, 10, 11, 5},  {PoolParams::kMax, 3, 2, 0, 96, 13, 13, 32},
+      {PoolParams::kMax, 3, 2, 1, 2, 12, 9, 1},   {PoolParams::kMax, 4, 3, 1, 2, 10, 11, 4},
       {PoolParams::kMax, 17, 1, 0, 2, 18, 18, 4},  // 289 pixels: no record, the primitives
   };
   for (const PoolCase& k : cases) {
