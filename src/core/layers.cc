@@ -456,6 +456,14 @@ void AddLayer::Backward(Ops& ops, const RunContext&, const std::vector<const Ten
     ops.ReluBackwardTwice(*y[0], *dy[0], *dx[0], *dx[1]);  // one pass for both inputs
     return;
   }
+  // One buffer for both (add_alias), the inputs' batch norms reading it next: their sums too.
+  if (bn_sums_ && fused_relu_ && has_normalized_input() && dx[0] && dx[1]) {
+    const BatchNormLayer* first = bn_in_[0] != nullptr ? bn_in_[0] : bn_in_[1];
+    const BatchNormLayer* second = bn_in_[0] != nullptr ? bn_in_[1] : nullptr;
+    const Ops::BnSumsOperand b = second ? second->AsBnSumsOperand() : Ops::BnSumsOperand{};
+    ops.ReluBackwardBnSums(*y[0], *dy[0], *dx[0], first->AsBnSumsOperand(), second ? &b : nullptr);
+    return;
+  }
   for (size_t k = 0; k < dx.size(); ++k) {
     Tensor* d = dx[k];
     // Both inputs' gradient in one buffer (Net::Fusions::add_alias): written once.
@@ -505,6 +513,11 @@ Ops::AddOperand BatchNormLayer::AsAddOperand(DType stored) const {
   o.shift = &beta_.value;
   o.stored = stored;
   return o;
+}
+
+Ops::BnSumsOperand BatchNormLayer::AsBnSumsOperand() const {
+  CHECK(last_x_ != nullptr) << "batchnorm " << name() << ": no training Forward before its sum";
+  return Ops::BnSumsOperand{last_x_, &save_mean_, &save_invstd_};
 }
 
 void BatchNormLayer::Forward(Ops& ops, const RunContext& ctx, const std::vector<const Tensor*>& x,

@@ -262,9 +262,15 @@ class AddLayer : public Layer {
   // Such a sum is not recomputable from its inputs.
   void set_normalized_input(int k, const BatchNormLayer* bn) { bn_in_[k] = bn; }
   bool has_normalized_input() const { return bn_in_[0] != nullptr || bn_in_[1] != nullptr; }
+  // Net::Fusions::add_bn_sums: where both inputs' gradient is one buffer (add_alias) and the
+  // ReLU is fused, Backward leaves the normalized inputs' batch norms their backward sums
+  // (Ops::ReluBackwardBnSums).
+  void set_bn_sums(bool on) { bn_sums_ = on; }
+  bool bn_sums() const { return bn_sums_; }
 
  private:
   bool fused_relu_ = false;
+  bool bn_sums_ = false;
   const BatchNormLayer* bn_in_[2] = {nullptr, nullptr};
 };
 
@@ -299,6 +305,9 @@ class BatchNormLayer : public Layer {
   void set_output_into_add(bool on) { output_into_add_ = on; }
   bool output_into_add() const { return output_into_add_; }
   Ops::AddOperand AsAddOperand(DType stored) const;
+  // Its last training Forward's x and saved statistics, as its Backward passes them
+  // (Ops::ReluBackwardBnSums).
+  Ops::BnSumsOperand AsBnSumsOperand() const;
 
  private:
   bool fused_relu_ = false;

@@ -118,6 +118,7 @@ void Net::MarkFusions() {
       add->set_fused_relu(false);
       add->set_normalized_input(0, nullptr);
       add->set_normalized_input(1, nullptr);
+      add->set_bn_sums(false);
     }
   }
   for (size_t i = 0; i + 1 < layers_.size(); ++i) {
@@ -207,6 +208,7 @@ void Net::MarkBatchNormAdds() {
       if (rewritten) continue;
       bn->set_output_into_add(true);
       add->set_normalized_input(k, bn);
+      add->set_bn_sums(fusions_.add_bn_sums);
     }
   }
 }
@@ -218,10 +220,11 @@ struct FusionName {
   bool Fusions::*on;
 };
 constexpr FusionName kFusionNames[] = {
-    {"conv_relu", &Fusions::conv_relu}, {"bn_relu", &Fusions::bn_relu},
-    {"add_relu", &Fusions::add_relu},   {"conv_bn", &Fusions::conv_bn},
-    {"bn_add", &Fusions::bn_add},       {"relu_grad", &Fusions::relu_grad},
-    {"grad_add", &Fusions::grad_add},   {"add_alias", &Fusions::add_alias},
+    {"conv_relu", &Fusions::conv_relu},     {"bn_relu", &Fusions::bn_relu},
+    {"add_relu", &Fusions::add_relu},       {"conv_bn", &Fusions::conv_bn},
+    {"bn_add", &Fusions::bn_add},           {"relu_grad", &Fusions::relu_grad},
+    {"grad_add", &Fusions::grad_add},       {"add_alias", &Fusions::add_alias},
+    {"add_bn_sums", &Fusions::add_bn_sums},
 };
 std::string FusionChoices() {
   std::vector<std::string> names;

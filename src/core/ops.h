@@ -251,6 +251,25 @@ class Ops {
     ReluBackward(y, dy, dx0);
     ReluBackward(y, dy, dx1);  // dy masked already when dx0 aliases it: the same values
   }
+  // A training batch norm whose backward reads dx next (BnSumsOperand: its x, save_mean and
+  // save_invstd as BatchNormBackward gets them).
+  struct BnSumsOperand {
+    const Tensor* x = nullptr;
+    const Tensor* mean = nullptr;
+    const Tensor* invstd = nullptr;
+  };
+  // ReluBackward(y, dy, dx) of a residual sum whose inputs share the gradient dx and include
+  // the outputs of batch norms a and b (b may be null; Net::Fusions::add_bn_sums): a backend
+  // may also take, in the same pass, the sums each such batch norm's backward needs from dx
+  // (sum dx and sum dx * xhat) and leave them for its next BatchNormBackward of that x and
+  // dx, which then skips its own pass over both (the same terms in the same order: bitwise).
+  // Nothing may write dx in between. The default: ReluBackward alone.
+  virtual void ReluBackwardBnSums(const Tensor& y, const Tensor& dy, Tensor& dx,
+                                  const BnSumsOperand& a, const BnSumsOperand* b) {
+    (void)a;
+    (void)b;
+    ReluBackward(y, dy, dx);
+  }
   // mask receives the kept/dropped scale (0 or 1/(1-p)) of each element.
   virtual void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) = 0;
   virtual void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) = 0;

@@ -94,6 +94,7 @@ void CudaOps::ConvLayerForward(const Tensor& x, const Tensor& w, const Tensor* b
   RefuseBf16Storage({&x, &y}, "ConvLayerForward");
   pending_sums_ = PendingSums{};
   pending_dx_sums_ = PendingSums{};
+  pending_bn_sums_.clear();
   if (conv_math_ == MathMode::kFP32) return Ops::ConvLayerForward(x, w, b, relu, y, p);
   if (b) op_shapes::Bias(y, *b, "ConvLayerForward");
   std::unique_ptr<Scratch> xb;

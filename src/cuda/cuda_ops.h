@@ -9,6 +9,7 @@
 
 #include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include "core/log.h"
 #include "core/op_shapes.h"
@@ -97,6 +98,8 @@ class CudaOps : public Ops {
   void ReluForward(const Tensor& x, Tensor& y) override;
   void ReluBackward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
   void ReluBackwardTwice(const Tensor& y, const Tensor& dy, Tensor& dx0, Tensor& dx1) override;
+  void ReluBackwardBnSums(const Tensor& y, const Tensor& dy, Tensor& dx, const BnSumsOperand& a,
+                          const BnSumsOperand* b) override;
   void AddNormalized(const AddOperand& a, const AddOperand& b, Tensor& y, bool relu) override;
   void DropoutForward(const Tensor& x, Tensor& y, Tensor& mask, const DropoutParams& p) override;
   void DropoutBackward(const Tensor& dy, const Tensor& mask, Tensor& dx) override;
@@ -125,6 +128,9 @@ class CudaOps : public Ops {
   int64_t batch_norms_from_conv_sums() const { return bn_from_conv_sums_; }
   // Bias gradients taken from the tile sums of the backward data after them (relu_dx).
   int64_t biases_from_dx_sums() const { return biases_from_dx_sums_; }
+  // Batch-norm backwards that took their sums from the residual sum's backward before them
+  // (ReluBackwardBnSums).
+  int64_t batch_norms_from_sum_sums() const { return bn_from_sum_sums_; }
 
  private:
   DeviceContext ctx_;
@@ -145,6 +151,17 @@ class CudaOps : public Ops {
   // the convolution whose dy it is: consumed, or dropped, by the next ConvLayerBackward.
   PendingSums pending_dx_sums_;
   int64_t biases_from_dx_sums_ = 0;
+  // The backward sums a residual sum's backward took for the batch norm of input x whose dy is
+  // that sum's gradient (ReluBackwardBnSums): consumed by that BatchNormBackward, dropped by the
+  // next ConvLayerForward (a new step) or a newer entry for the same x.
+  struct PendingBnSums {
+    const void* x = nullptr;
+    const void* dy = nullptr;
+    BnSumsLayout layout;
+    std::unique_ptr<Scratch> part;
+  };
+  std::vector<PendingBnSums> pending_bn_sums_;
+  int64_t bn_from_sum_sums_ = 0;
 
   // A float tensor as a tensor-core operand: bf16 math reads a bf16 copy made into `copy`
   // (scratch for the rest of the Ops call); tf32 math reads the tensor itself.

@@ -772,16 +772,17 @@ TEST(Fusions, ParseAndName) {
   EXPECT_TRUE(f->bn_relu && f->add_relu);
   EXPECT_EQ(FusionsName(*f), "bn_relu,add_relu");
   EXPECT_EQ(FusionsName(*ParseFusions("all")),
-            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias");
+            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias,add_bn_sums");
   EXPECT_EQ(FusionsName(*ParseFusions("default")),
-            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias");
+            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias,add_bn_sums");
   EXPECT_EQ(FusionsName(*ParseFusions("conv_bn")), "conv_bn");
   EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
   f = ParseFusions("conv_relu,lrn+pool");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("lrn+pool"), std::string::npos) << f.status();
   EXPECT_NE(f.status().message().find(
-                "conv_relu, bn_relu, add_relu, conv_bn, bn_add, relu_grad, grad_add, add_alias"),
+                "conv_relu, bn_relu, add_relu, conv_bn, bn_add, relu_grad, grad_add, add_alias, "
+                "add_bn_sums"),
             std::string::npos);
   // The LRN + max-pool fusion left the main path (dev/lrn_pool): its name says so.
   f = ParseFusions("conv_relu,lrn_pool");

@@ -13,6 +13,7 @@
 #include "core/optimizer.h"
 #include "core/philox.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_ops.h"
 #include "gtest/gtest.h"
 #include "gpu_test.h"
 
@@ -95,10 +96,21 @@ TEST_F(MemoryPlanGpu, PoisonedPlanTrainsAsUnplanned) {
 // repeats the forward's arithmetic: the same kernels on the same data, so training is
 // bitwise the same as keeping them, with the arena poisoned (a recompute that came too
 // late reads NaN).
-void ExpectRecomputeBitwise(const std::string& model, int input, int batch, int steps) {
+// The kept run has Fusions::bn_add, and with it add_bn_sums (every residual sum leaves its
+// batch norms their backward sums: counted); the recomputing one has neither (its block
+// outputs are sums recomputed from written inputs), so the comparison also shows those
+// fusions bitwise.
+void ExpectRecomputeBitwise(const std::string& model, int input, int batch, int steps,
+                            int normalized_sum_inputs) {
+  auto& cuda = dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA));
+  const int64_t before = cuda.batch_norms_from_sum_sums();
   const PlanRun kept = Train(model, input, 10, batch, steps, true, false);
+  EXPECT_EQ(cuda.batch_norms_from_sum_sums() - before, int64_t(normalized_sum_inputs) * steps)
+      << model;
+  const int64_t after_kept = cuda.batch_norms_from_sum_sums();
   const PlanRun recomputed =
       Train(model, input, 10, batch, steps, true, true, RecomputePolicy::kBatchNormReluAdd);
+  EXPECT_EQ(cuda.batch_norms_from_sum_sums(), after_kept) << model;
   ASSERT_EQ(kept.losses.size(), static_cast<size_t>(steps));
   for (const double l : kept.losses) ASSERT_TRUE(std::isfinite(l)) << model;
   EXPECT_EQ(recomputed.losses, kept.losses) << model;
@@ -108,8 +120,9 @@ void ExpectRecomputeBitwise(const std::string& model, int input, int batch, int 
 }
 
 TEST_F(MemoryPlanGpu, RecomputedBatchNormTrainsBitwise) {
-  ExpectRecomputeBitwise("resnet18-cifar", 32, kEmulated ? 2 : 32, 2);
-  if (!kEmulated) ExpectRecomputeBitwise("resnet50", 64, 16, 2);
+  // Normalized sum inputs: every block's last batch norm, and the shortcut's where it has one.
+  ExpectRecomputeBitwise("resnet18-cifar", 32, kEmulated ? 2 : 32, 2, 8 + 3);
+  if (!kEmulated) ExpectRecomputeBitwise("resnet50", 64, 16, 2, 16 + 4);
 }
 
 // ResNet-50 at batch 64 on 224x224 with recomputation (the trainer's default): the

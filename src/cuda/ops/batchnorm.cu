@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 
 #include "core/log.h"
 #include "core/op_shapes.h"
@@ -365,6 +366,62 @@ __global__ void BatchNormBackwardKernel(const BnParams p) {
   }
 }
 
+// Kernel ReluBackwardBnSumsKernel<V, T>: a residual sum's backward through its fused ReLU,
+// dx = dy where y > 0 else 0 (ReluBackwardKernel's expression), on BatchNormBackwardSumsKernel's
+// grid and lanes, with that kernel's sums for each of the q.operands batch norms whose input
+// is x[k] and whose dy is this dx: the values as stored (what that kernel would load), the same
+// terms in the same order per thread and the same block reduction, so BatchNormBackwardKernel
+// given these partials computes the bits it would after its own pass. Why: that pass read dy
+// and x again, two tensors of the block's output size per batch norm, for sums this pass can
+// take reading x alone (docs/MEMORY.md, "Backward sums in the sum's pass").
+struct BnSumsParams {
+  const void* y;
+  const void* dy;
+  void* dx;
+  const void* x[2];
+  const float* mean[2];
+  const float* invstd[2];
+  double* part[2];
+  int operands;
+  int splits;
+  int64_t inner, chunk;
+};
+template <int V, typename T>
+__global__ void ReluBackwardBnSumsKernel(const BnSumsParams q) {
+  __shared__ double sh[kBlock];
+  const int c = blockIdx.y;
+  const int64_t base = static_cast<int64_t>(c) * q.inner;
+  const T* y = static_cast<const T*>(q.y) + base;
+  const T* dy = static_cast<const T*>(q.dy) + base;
+  T* dx = static_cast<T*>(q.dx) + base;
+  double mean[2] = {0.0, 0.0}, invstd[2] = {0.0, 0.0}, sdy[2] = {0.0, 0.0}, sdyx[2] = {0.0, 0.0};
+  for (int k = 0; k < q.operands; ++k) mean[k] = q.mean[k][c], invstd[k] = q.invstd[k][c];
+  const int64_t beg = blockIdx.x * q.chunk, end = beg + q.chunk < q.inner ? beg + q.chunk : q.inner;
+  for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
+    const Lanes<V> m = LoadLanes<V>(y + i);
+    Lanes<V> g = LoadLanes<V>(dy + i);
+    for (int e = 0; e < V; ++e) g.v[e] = m.v[e] > 0.0f ? g.v[e] : 0.0f;
+    StoreLanes<V>(dx + i, g);
+    for (int e = 0; e < V; ++e) g.v[e] = StoredAs<T>(g.v[e]);
+    for (int k = 0; k < q.operands; ++k) {
+      const Lanes<V> x = LoadLanes<V>(static_cast<const T*>(q.x[k]) + base + i);
+      for (int e = 0; e < V; ++e) {
+        sdy[k] += g.v[e];
+        sdyx[k] += g.v[e] * ((x.v[e] - mean[k]) * invstd[k]);
+      }
+    }
+  }
+  for (int k = 0; k < q.operands; ++k) {
+    sdy[k] = BlockSum(sdy[k], sh);
+    sdyx[k] = BlockSum(sdyx[k], sh);
+    if (threadIdx.x == 0) {
+      double* o = q.part[k] + (int64_t(c) * q.splits + blockIdx.x) * 2;
+      o[0] = sdy[k];
+      o[1] = sdyx[k];
+    }
+  }
+}
+
 }  // namespace
 
 // ---- launchers -------------------------------------------------------------------------------
@@ -534,11 +591,12 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const float* x, const float*
                        c, inner);
 }
 
-void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+bool BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
                           const float* gamma, const float* save_mean, const float* save_invstd,
                           const void* relu_y, const void* dy, StorageType yt, void* dx,
                           float* dgamma, float* dbeta, int c, int64_t inner,
-                          const float* mask_scale, const float* mask_shift) {
+                          const float* mask_scale, const float* mask_shift, const double* given,
+                          const BnSumsLayout* given_layout) {
   BnParams p{};
   p.relu_y = relu_y;
   if (relu_y != nullptr && mask_scale != nullptr && mask_shift != nullptr) {
@@ -557,14 +615,59 @@ void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType x
   p.inner = inner;
   const int lanes = VectorLanes(inner, 4, {{x, xt}, {p.relu_y, yt}, {dy, yt}, {dx, xt}});
   const dim3 grid = BnSplits(ctx, c, inner, lanes, p);
-  Scratch part(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
-  p.part = part.d();
+  // The sums a residual sum's backward took (ReluBackwardBnSumsGpu): only for a plain dy (no
+  // mask to apply) and this very layout, so that they are this pass's bits.
+  const bool use_given = given != nullptr && given_layout != nullptr && p.relu_y == nullptr &&
+                         p.mask_scale == nullptr &&
+                         *given_layout == BnSumsLayout{lanes, p.splits, p.chunk};
+  std::unique_ptr<Scratch> part;
+  if (use_given) {
+    p.part = const_cast<double*>(given);  // (read only: BatchNormBackwardKernel)
+  } else {
+    part = std::make_unique<Scratch>(ctx.alloc, sizeof(double) * size_t(c) * p.splits * 2);
+    p.part = part->d();
+  }
   WithLanesAndStorage(lanes, xt, yt, [&](auto v, auto xs, auto ys) {
     constexpr int V = decltype(v)::value;
     using XT = decltype(xs);
     using YT = decltype(ys);
-    Launch(BatchNormBackwardSumsKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+    if (!use_given)
+      Launch(BatchNormBackwardSumsKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
     Launch(BatchNormBackwardKernel<V, XT, YT>, grid, dim3(kBlock), ctx.stream, p);
+  });
+  return use_given;
+}
+
+BnSumsLayout BnBackwardLayout(const DeviceContext& ctx, int c, int64_t inner,
+                              std::initializer_list<const void*> tensors, StorageType t) {
+  int lanes = inner % 4 == 0 ? 4 : 1;
+  for (const void* d : tensors)
+    if (d != nullptr && VectorLanes(inner, 4, {{d, t}}) != 4) lanes = 1;
+  BnParams p{};
+  BnSplits(ctx, c, inner, lanes, p);
+  return BnSumsLayout{lanes, p.splits, p.chunk};
+}
+
+void ReluBackwardBnSumsGpu(const DeviceContext& ctx, const BnSumsLayout& layout, const void* y,
+                           const void* dy, void* dx, StorageType t, int c, int64_t inner,
+                           int operands, const void* const (&x)[2], const float* const (&mean)[2],
+                           const float* const (&invstd)[2], double* const (&part)[2]) {
+  CHECK(operands == 1 || operands == 2) << "ReluBackwardBnSumsGpu: one or two batch norms";
+  BnSumsParams q{y,
+                 dy,
+                 dx,
+                 {x[0], x[1]},
+                 {mean[0], mean[1]},
+                 {invstd[0], invstd[1]},
+                 {part[0], part[1]},
+                 operands,
+                 layout.splits,
+                 inner,
+                 layout.chunk};
+  const dim3 grid(static_cast<unsigned>(layout.splits), static_cast<unsigned>(c));
+  WithLanesAndStorage(layout.lanes, t, t, [&](auto v, auto ts, auto) {
+    Launch(ReluBackwardBnSumsKernel<decltype(v)::value, decltype(ts)>, grid, dim3(kBlock),
+           ctx.stream, q);
   });
 }
 
@@ -655,11 +758,64 @@ void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tens
                          "BatchNormBackward");
     SameStorage(x, "x", dx, "dx", "BatchNormBackward");
   }
-  BatchNormBackwardGpu(ctx_, x.raw(), StorageOf(x), gamma.data(), save_mean.data(),
-                       save_invstd.data(), relu_y != nullptr ? relu_y->raw() : nullptr, dy.raw(),
-                       StorageOf(dy), dx.raw(), dgamma.data(), dbeta.data(), I32(x.shape()[0], "c"),
-                       Inner(x), mask_from_x ? mask_scale->data() : nullptr,
-                       mask_from_x ? mask_shift->data() : nullptr);
+  // The sums the residual sum's backward took for this x and dy (ReluBackwardBnSums).
+  PendingBnSums given;
+  for (auto it = pending_bn_sums_.begin(); it != pending_bn_sums_.end(); ++it) {
+    if (relu_y == nullptr && it->x == x.raw() && it->dy == dy.raw()) {
+      given = std::move(*it);
+      pending_bn_sums_.erase(it);
+      break;
+    }
+  }
+  const bool used = BatchNormBackwardGpu(
+      ctx_, x.raw(), StorageOf(x), gamma.data(), save_mean.data(), save_invstd.data(),
+      relu_y != nullptr ? relu_y->raw() : nullptr, dy.raw(), StorageOf(dy), dx.raw(), dgamma.data(),
+      dbeta.data(), I32(x.shape()[0], "c"), Inner(x), mask_from_x ? mask_scale->data() : nullptr,
+      mask_from_x ? mask_shift->data() : nullptr, given.part ? given.part->d() : nullptr,
+      given.part ? &given.layout : nullptr);
+  bn_from_sum_sums_ += used;
+}
+
+// The sums only where every tensor has dx's storage and shape (else ReluBackward alone): one
+// storage type for the kernel, and the batch norm's own pass would find nothing else.
+void CudaOps::ReluBackwardBnSums(const Tensor& y, const Tensor& dy, Tensor& dx,
+                                 const BnSumsOperand& a, const BnSumsOperand* b) {
+  const BnSumsOperand* in[2] = {&a, b};
+  const int operands = b != nullptr ? 2 : 1;
+  bool fits = y.dtype() == dx.dtype() && dy.dtype() == dx.dtype() && y.shape() == dx.shape() &&
+              dy.shape() == dx.shape() && dx.shape().rank() == 4;
+  for (int k = 0; k < operands && fits; ++k) {
+    fits = in[k]->x != nullptr && in[k]->x->dtype() == dx.dtype() &&
+           in[k]->x->shape() == dx.shape() && in[k]->mean->size() == dx.shape()[0] &&
+           in[k]->invstd->size() == dx.shape()[0];
+  }
+  if (!fits) {
+    ReluBackward(y, dy, dx);
+    return;
+  }
+  const int c = I32(dx.shape()[0], "c");
+  const int64_t inner = Inner(dx);
+  const StorageType t = StorageOf(dx);
+  const BnSumsLayout layout = BnBackwardLayout(
+      ctx_, c, inner, {y.raw(), dy.raw(), dx.raw(), a.x->raw(), b ? b->x->raw() : nullptr}, t);
+  const void* x[2] = {a.x->raw(), b ? b->x->raw() : nullptr};
+  const float* mean[2] = {a.mean->data(), b ? b->mean->data() : nullptr};
+  const float* invstd[2] = {a.invstd->data(), b ? b->invstd->data() : nullptr};
+  std::unique_ptr<Scratch> parts[2];
+  double* part[2] = {nullptr, nullptr};
+  for (int k = 0; k < operands; ++k) {
+    parts[k] =
+        std::make_unique<Scratch>(ctx_.alloc, sizeof(double) * size_t(c) * layout.splits * 2);
+    part[k] = parts[k]->d();
+  }
+  ReluBackwardBnSumsGpu(ctx_, layout, y.raw(), dy.raw(), dx.raw(), t, c, inner, operands, x, mean,
+                        invstd, part);
+  for (int k = 0; k < operands; ++k) {
+    pending_bn_sums_.erase(std::remove_if(pending_bn_sums_.begin(), pending_bn_sums_.end(),
+                                          [&](const PendingBnSums& e) { return e.x == x[k]; }),
+                           pending_bn_sums_.end());
+    pending_bn_sums_.push_back(PendingBnSums{x[k], dx.raw(), layout, std::move(parts[k])});
+  }
 }
 
 }  // namespace colonnade::cuda

@@ -50,10 +50,36 @@ void BatchNormForwardInferGpu(const DeviceContext& ctx, const void* x, StorageTy
                               const float* gamma, const float* beta, const float* running_mean,
                               const float* running_var, void* y, StorageType yt, int c,
                               int64_t inner, const BatchNormParams& p);
-void BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
+// given (may be null): the sums of dy and dy * xhat that ReluBackwardBnSumsGpu left for this
+// x and dy; used, and the first pass skipped, when their layout is the one this launch would
+// take (returns whether it did).
+// How the batch-norm backward reduces a C x inner tensor: the lanes its tensors' alignment
+// allows (1 or 4) and the splits per channel (BnSplits).
+struct BnSumsLayout {
+  int lanes = 1;
+  int splits = 1;
+  int64_t chunk = 1;
+  bool operator==(const BnSumsLayout& o) const {
+    return lanes == o.lanes && splits == o.splits && chunk == o.chunk;
+  }
+};
+bool BatchNormBackwardGpu(const DeviceContext& ctx, const void* x, StorageType xt,
                           const float* gamma, const float* save_mean, const float* save_invstd,
                           const void* relu_y, const void* dy, StorageType yt, void* dx,
                           float* dgamma, float* dbeta, int c, int64_t inner,
-                          const float* mask_scale = nullptr, const float* mask_shift = nullptr);
+                          const float* mask_scale = nullptr, const float* mask_shift = nullptr,
+                          const double* given = nullptr,
+                          const BnSumsLayout* given_layout = nullptr);
+
+// The layout for C x inner tensors at these addresses.
+BnSumsLayout BnBackwardLayout(const DeviceContext& ctx, int c, int64_t inner,
+                              std::initializer_list<const void*> tensors, StorageType t);
+// dx = dy where y > 0, else 0 (ReluBackward; y, dy, dx stored as t), and in the same pass, for
+// k < operands, the first pass of BatchNormBackwardGpu over x[k] (stored as t) and dy = dx as
+// stored: part[k] (C x layout.splits x 2 doubles) as that pass would leave them.
+void ReluBackwardBnSumsGpu(const DeviceContext& ctx, const BnSumsLayout& layout, const void* y,
+                           const void* dy, void* dx, StorageType t, int c, int64_t inner,
+                           int operands, const void* const (&x)[2], const float* const (&mean)[2],
+                           const float* const (&invstd)[2], double* const (&part)[2]);
 
 }  // namespace colonnade::cuda

@@ -269,6 +269,79 @@ TEST_F(CudaTest, AddNormalizedAsApplyThenAdd) {
   }
 }
 
+// A residual sum's backward with its batch norms' sums (Ops::ReluBackwardBnSums,
+// Fusions::add_bn_sums): its dx bitwise ReluBackward's, and each batch norm's BatchNormBackward
+// given those sums (skipping its own pass: counted) bitwise the one that takes its own, for
+// dx, dgamma and dbeta; in float and bf16, one and two batch norms, aligned (four lanes) and one
+// element off (one), channels split over blocks and not, dx in place of dy and apart. A batch
+// norm reading another dy, or the same x after the next ConvLayerForward, takes its own sums.
+TEST_F(CudaTest, ReluBackwardBnSumsAsApart) {
+  auto& cuda = dynamic_cast<cuda::CudaOps&>(Gpu());
+  BatchNormParams p;
+  for (const Shape& s : {Shape{5, 4, 3, 33}, Shape{3, 17, 19, 40}}) {
+    const Shape c{s[0]};
+    const Tensor gamma = OnGpu(RandomCpu(c, 411)), beta = OnGpu(RandomCpu(c, 412));
+    for (const DType t : kTypes) {
+      for (const int64_t offset : {0, 1}) {
+        const Tensor x[2] = {OnGpuAsAt(RandomCpu(s, 413, -2.0f, 3.0f), t, offset),
+                             OnGpuAsAt(RandomCpu(s, 414, -1.0f, 1.0f), t, offset)};
+        Tensor sm[2], si[2];
+        for (int k = 0; k < 2; ++k) {  // the forward's saved statistics
+          Tensor rm = OnGpu(RandomCpu(c, 415)), rv = OnGpu(RandomCpu(c, 416, 0.5f, 2.0f));
+          Tensor y = PoisonedAsAt(s, t, offset), sc = Poisoned(c, Device::kCUDA);
+          sm[k] = Poisoned(c, Device::kCUDA);
+          si[k] = Poisoned(c, Device::kCUDA);
+          Gpu().BatchNormForwardTrain(x[k], gamma, beta, y, rm, rv, sm[k], si[k], sc, p, false);
+        }
+        const Tensor y = OnGpuAsAt(RandomCpu(s, 417), t, offset);  // about half rectified
+        for (const int operands : {1, 2}) {
+          for (const bool in_place : {false, true}) {
+            const std::string what =
+                absl::StrFormat("%s %s offset %d, %d batch norms%s", s.ToString(), DTypeName(t),
+                                offset, operands, in_place ? ", in place" : "");
+            const Tensor dy = OnGpuAsAt(RandomCpu(s, 418), t, offset);
+            Tensor ref = PoisonedAsAt(s, t, offset);
+            Gpu().ReluBackward(y, dy, ref);
+            Tensor own = OnGpuAsAt(RandomCpu(s, 418), t, offset);
+            Tensor got = in_place ? own : PoisonedAsAt(s, t, offset);
+            const Ops::BnSumsOperand b{&x[1], &sm[1], &si[1]};
+            Gpu().ReluBackwardBnSums(y, in_place ? own : dy, got,
+                                     Ops::BnSumsOperand{&x[0], &sm[0], &si[0]},
+                                     operands == 2 ? &b : nullptr);
+            EXPECT_TRUE(BitwiseEqual(got.ToHost(), ref.ToHost())) << what;
+            for (int k = 0; k < operands; ++k) {
+              Tensor dx_ref = PoisonedAsAt(s, t, offset), dx = PoisonedAsAt(s, t, offset);
+              Tensor dg_ref = Poisoned(c, Device::kCUDA), db_ref = Poisoned(c, Device::kCUDA);
+              Tensor dg = Poisoned(c, Device::kCUDA), db = Poisoned(c, Device::kCUDA);
+              Gpu().BatchNormBackward(x[k], gamma, sm[k], si[k], nullptr, ref, dx_ref, dg_ref,
+                                      db_ref);
+              const int64_t before = cuda.batch_norms_from_sum_sums();
+              Gpu().BatchNormBackward(x[k], gamma, sm[k], si[k], nullptr, got, dx, dg, db);
+              EXPECT_EQ(cuda.batch_norms_from_sum_sums(), before + 1) << what << " bn " << k;
+              EXPECT_TRUE(BitwiseEqual(dx.ToHost(), dx_ref.ToHost())) << what << " bn " << k;
+              EXPECT_BITWISE(dg, dg_ref);
+              EXPECT_BITWISE(db, db_ref);
+            }
+          }
+        }
+        // Not for another dy, nor after a new step's first convolution.
+        const Tensor dy = OnGpuAsAt(RandomCpu(s, 419), t, offset);
+        Tensor got = PoisonedAsAt(s, t, offset), dx = PoisonedAsAt(s, t, offset);
+        Tensor dg = Poisoned(c, Device::kCUDA), db = Poisoned(c, Device::kCUDA);
+        Gpu().ReluBackwardBnSums(y, dy, got, Ops::BnSumsOperand{&x[0], &sm[0], &si[0]}, nullptr);
+        const int64_t before = cuda.batch_norms_from_sum_sums();
+        Gpu().BatchNormBackward(x[0], gamma, sm[0], si[0], nullptr, dy, dx, dg, db);
+        EXPECT_EQ(cuda.batch_norms_from_sum_sums(), before);
+        Tensor conv_y(Shape{1, 1, 1, 8}, Device::kCUDA), w(Shape{1, 1, 1, 1}, Device::kCUDA);
+        Gpu().ConvLayerForward(Tensor(Shape{1, 1, 1, 8}, Device::kCUDA), w, nullptr, false, conv_y,
+                               ConvParams{});
+        Gpu().BatchNormBackward(x[0], gamma, sm[0], si[0], nullptr, got, dx, dg, db);
+        EXPECT_EQ(cuda.batch_norms_from_sum_sums(), before);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace colonnade
