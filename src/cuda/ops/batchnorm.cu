@@ -386,7 +386,8 @@ struct BnSumsParams {
   int splits;
   int64_t inner, chunk;
 };
-template <int V, typename T>
+// kOperands (1 or 2) a template argument, so that the accumulators stay in registers.
+template <int V, typename T, int kOperands>
 __global__ void ReluBackwardBnSumsKernel(const BnSumsParams q) {
   __shared__ double sh[kBlock];
   const int c = blockIdx.y;
@@ -394,8 +395,12 @@ __global__ void ReluBackwardBnSumsKernel(const BnSumsParams q) {
   const T* y = static_cast<const T*>(q.y) + base;
   const T* dy = static_cast<const T*>(q.dy) + base;
   T* dx = static_cast<T*>(q.dx) + base;
-  double mean[2] = {0.0, 0.0}, invstd[2] = {0.0, 0.0}, sdy[2] = {0.0, 0.0}, sdyx[2] = {0.0, 0.0};
-  for (int k = 0; k < q.operands; ++k) mean[k] = q.mean[k][c], invstd[k] = q.invstd[k][c];
+  double mean[kOperands], invstd[kOperands], sdy[kOperands], sdyx[kOperands];
+#pragma unroll
+  for (int k = 0; k < kOperands; ++k) {
+    mean[k] = q.mean[k][c], invstd[k] = q.invstd[k][c];
+    sdy[k] = 0.0, sdyx[k] = 0.0;
+  }
   const int64_t beg = blockIdx.x * q.chunk, end = beg + q.chunk < q.inner ? beg + q.chunk : q.inner;
   for (int64_t i = beg + V * threadIdx.x; i < end; i += V * kBlock) {
     const Lanes<V> m = LoadLanes<V>(y + i);
@@ -403,7 +408,8 @@ __global__ void ReluBackwardBnSumsKernel(const BnSumsParams q) {
     for (int e = 0; e < V; ++e) g.v[e] = m.v[e] > 0.0f ? g.v[e] : 0.0f;
     StoreLanes<V>(dx + i, g);
     for (int e = 0; e < V; ++e) g.v[e] = StoredAs<T>(g.v[e]);
-    for (int k = 0; k < q.operands; ++k) {
+#pragma unroll
+    for (int k = 0; k < kOperands; ++k) {
       const Lanes<V> x = LoadLanes<V>(static_cast<const T*>(q.x[k]) + base + i);
       for (int e = 0; e < V; ++e) {
         sdy[k] += g.v[e];
@@ -411,7 +417,8 @@ __global__ void ReluBackwardBnSumsKernel(const BnSumsParams q) {
       }
     }
   }
-  for (int k = 0; k < q.operands; ++k) {
+#pragma unroll
+  for (int k = 0; k < kOperands; ++k) {
     sdy[k] = BlockSum(sdy[k], sh);
     sdyx[k] = BlockSum(sdyx[k], sh);
     if (threadIdx.x == 0) {
@@ -666,8 +673,13 @@ void ReluBackwardBnSumsGpu(const DeviceContext& ctx, const BnSumsLayout& layout,
                  layout.chunk};
   const dim3 grid(static_cast<unsigned>(layout.splits), static_cast<unsigned>(c));
   WithLanesAndStorage(layout.lanes, t, t, [&](auto v, auto ts, auto) {
-    Launch(ReluBackwardBnSumsKernel<decltype(v)::value, decltype(ts)>, grid, dim3(kBlock),
-           ctx.stream, q);
+    constexpr int V = decltype(v)::value;
+    using T = decltype(ts);
+    if (operands == 2) {
+      Launch(ReluBackwardBnSumsKernel<V, T, 2>, grid, dim3(kBlock), ctx.stream, q);
+    } else {
+      Launch(ReluBackwardBnSumsKernel<V, T, 1>, grid, dim3(kBlock), ctx.stream, q);
+    }
   });
 }
 
