@@ -30,7 +30,8 @@ struct PlanRun {
 };
 
 PlanRun Train(const std::string& model, int input, int classes, int batch, int steps, bool plan,
-              bool poison, RecomputePolicy recompute = RecomputePolicy::kOff) {
+              bool poison, RecomputePolicy recompute = RecomputePolicy::kOff,
+              bool add_bn_sums = false) {
   PlanRun r;
   ModelOptions o;
   o.input_size = input;
@@ -42,6 +43,9 @@ PlanRun Train(const std::string& model, int input, int classes, int batch, int s
   net.set_memory_plan(plan);
   net.set_poison_for_testing(poison);
   net.set_recompute(recompute);
+  Fusions fusions;
+  fusions.add_bn_sums = add_bn_sums;
+  net.set_fusions(fusions);
   GetBackend(Device::kCUDA)->Synchronize();
   cuda::ResetPeakMemoryStats();
   const size_t base = cuda::GetMemoryStats().bytes_in_use;
@@ -96,7 +100,7 @@ TEST_F(MemoryPlanGpu, PoisonedPlanTrainsAsUnplanned) {
 // repeats the forward's arithmetic: the same kernels on the same data, so training is
 // bitwise the same as keeping them, with the arena poisoned (a recompute that came too
 // late reads NaN).
-// The kept run has Fusions::bn_add, and with it add_bn_sums (every residual sum leaves its
+// The kept run has Fusions::bn_add, and add_bn_sums turned on (every residual sum leaves its
 // batch norms their backward sums: counted); the recomputing one has neither (its block
 // outputs are sums recomputed from written inputs), so the comparison also shows those
 // fusions bitwise.
@@ -104,7 +108,8 @@ void ExpectRecomputeBitwise(const std::string& model, int input, int batch, int 
                             int normalized_sum_inputs) {
   auto& cuda = dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA));
   const int64_t before = cuda.batch_norms_from_sum_sums();
-  const PlanRun kept = Train(model, input, 10, batch, steps, true, false);
+  const PlanRun kept =
+      Train(model, input, 10, batch, steps, true, false, RecomputePolicy::kOff, true);
   EXPECT_EQ(cuda.batch_norms_from_sum_sums() - before, int64_t(normalized_sum_inputs) * steps)
       << model;
   const int64_t after_kept = cuda.batch_norms_from_sum_sums();
