@@ -368,7 +368,7 @@ __global__ void BatchNormBackwardKernel(const BnParams p) {
 
 // Kernel ReluBackwardBnSumsKernel<V, T>: a residual sum's backward through its fused ReLU,
 // dx = dy where y > 0 else 0 (ReluBackwardKernel's expression), on BatchNormBackwardSumsKernel's
-// grid and lanes, with that kernel's sums for each of the q.operands batch norms whose input
+// grid and lanes, with that kernel's sums for each of the kOperands batch norms whose input
 // is x[k] and whose dy is this dx: the values as stored (what that kernel would load), the same
 // terms in the same order per thread and the same block reduction, so BatchNormBackwardKernel
 // given these partials computes the bits it would after its own pass. Why: that pass read dy
@@ -382,7 +382,6 @@ struct BnSumsParams {
   const float* mean[2];
   const float* invstd[2];
   double* part[2];
-  int operands;
   int splits;
   int64_t inner, chunk;
 };
@@ -667,7 +666,6 @@ void ReluBackwardBnSumsGpu(const DeviceContext& ctx, const BnSumsLayout& layout,
                  {mean[0], mean[1]},
                  {invstd[0], invstd[1]},
                  {part[0], part[1]},
-                 operands,
                  layout.splits,
                  inner,
                  layout.chunk};
@@ -772,8 +770,9 @@ void CudaOps::BatchNormBackward(const Tensor& x, const Tensor& gamma, const Tens
   }
   // The sums the residual sum's backward took for this x and dy (ReluBackwardBnSums).
   PendingBnSums given;
-  for (auto it = pending_bn_sums_.begin(); it != pending_bn_sums_.end(); ++it) {
-    if (relu_y == nullptr && it->x == x.raw() && it->dy == dy.raw()) {
+  for (auto it = pending_bn_sums_.begin(); relu_y == nullptr && it != pending_bn_sums_.end();
+       ++it) {
+    if (it->x == x.raw() && it->dy == dy.raw()) {
       given = std::move(*it);
       pending_bn_sums_.erase(it);
       break;
