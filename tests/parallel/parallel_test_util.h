@@ -6,12 +6,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifdef COLONNADE_WITH_CUDA
@@ -279,6 +281,20 @@ inline absl::StatusOr<TrainResult> TrainOnLayout(std::unique_ptr<Net> full, cons
   if (auto s = gather_all(false, &r.params); !s.ok()) return s;
   r.buckets = static_cast<int>((*sync)->buckets().size());
   return r;
+}
+
+// A barrier whose early ranks sleep between tests of a non-blocking barrier instead of
+// polling in MPI_Barrier: where one rank computes alone (the reference run on rank 0), the
+// others would otherwise share the cores with it, and the CI machine runs 8 ranks on 2 cores
+// (AlexNetSmall with 8 ranks: 58 s with polling ranks, experiments/ci_time).
+inline void IdleBarrier(MPI_Comm comm) {
+  MPI_Request request;
+  MPI_Ibarrier(comm, &request);
+  for (int done = 0;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 // ‖a − b‖ / ‖b‖ (0 when both are zero).
