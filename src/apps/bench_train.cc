@@ -58,7 +58,7 @@ ABSL_FLAG(colonnade::RecomputePolicy, recompute, colonnade::RecomputePolicy::kBa
 ABSL_FLAG(std::string, fusions, "default",
           "which layer pairs run as one pass (core/net.h Fusions): a comma list of conv_relu, "
           "bn_relu, add_relu, conv_bn, bn_add, relu_grad, grad_add, add_alias, add_bn_sums, or "
-          "default (the trainer's: all but add_bn_sums), all, or none. For measuring what each "
+          "default (the trainer's: all of them), all, or none. For measuring what each "
           "saves; bitwise the "
           "same results except conv_bn "
           "(batch-norm statistics from the convolution's epilogue) and relu_grad's bias gradients "

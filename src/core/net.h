@@ -81,10 +81,10 @@ struct Fusions {
   // their backward needs (sum dy and sum dy * xhat: AddLayer::set_bn_sums, Ops::
   // ReluBackwardBnSums), taken in the pass that writes the gradient, so their backward reads
   // dy and x once instead of twice (ResNet-50: 20 batch norms). Bitwise the same; the CPU
-  // backend keeps its own pass. Off by default: measured once, at 274d719 on an H200, it made
-  // ResNet-50's step 3% slower (5,335 against 5,496 img/s at batch 128), its kernel then
-  // keeping its sums in local memory; fixed after, not yet timed (experiments/resnet_kernels).
-  bool add_bn_sums = false;
+  // backend keeps its own pass. ResNet-50 on an H100 (713c350, experiments/resnet_kernels):
+  // 4,832 -> 4,910 img/s at batch 128, 5,186 -> 5,283 at 256. (Its first kernel, which kept
+  // its sums in local memory, had made the step 3% slower: 274d719, H200.)
+  bool add_bn_sums = true;
   // (A cross-channel LRN fused into the max pool after it measured slower and left the main
   // path: dev/lrn_pool.)
 };

@@ -774,7 +774,7 @@ TEST(Fusions, ParseAndName) {
   EXPECT_EQ(FusionsName(*ParseFusions("all")),
             "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias,add_bn_sums");
   EXPECT_EQ(FusionsName(*ParseFusions("default")),
-            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias");
+            "conv_relu,bn_relu,add_relu,conv_bn,bn_add,relu_grad,grad_add,add_alias,add_bn_sums");
   EXPECT_EQ(FusionsName(*ParseFusions("conv_bn")), "conv_bn");
   EXPECT_EQ(FusionsName(*ParseFusions("none")), "none");
   f = ParseFusions("conv_relu,lrn+pool");

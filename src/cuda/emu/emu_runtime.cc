@@ -77,6 +77,9 @@ namespace colonnade::emu {
 namespace {
 
 constexpr size_t kStackBytes = 256 * 1024;
+// The fibers' stacks, kept from launch to launch: a fresh 256 KiB each was an mmap, page faults
+// and an munmap per thread and launch (the emulator's tests launch thousands of kernels).
+std::vector<std::unique_ptr<char[]>> g_stacks;
 constexpr int kWarp = 32;
 constexpr int kMaxWarps = 32;  // 1024 threads
 
@@ -152,7 +155,7 @@ struct Fiber {
   // kNamedBarrier: at bar.sync named, named_count.
   enum State { kReady, kBlockBarrier, kWarpBarrier, kSpin, kNamedBarrier, kDone };
   Context ctx;
-  std::unique_ptr<char[]> stack;
+  char* stack = nullptr;  // one of g_stacks
   uint3 tid;
   unsigned warp = 0, lane = 0;
   State state = kReady;
@@ -719,7 +722,8 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
   g_body = &body;
   const unsigned nwarps = (nt + kWarp - 1) / kWarp;
   std::vector<Fiber> fibers(nt);
-  for (Fiber& f : fibers) f.stack.reset(new char[kStackBytes]);
+  while (g_stacks.size() < nt) g_stacks.emplace_back(new char[kStackBytes]);
+  for (unsigned t = 0; t < nt; ++t) fibers[t].stack = g_stacks[t].get();
   std::vector<unsigned> order, lanes;
   std::vector<unsigned> warp_waiting(nwarps);
   std::vector<std::vector<unsigned>> named_waiting(16);
@@ -739,7 +743,7 @@ void Launch(dim3 grid, dim3 block, const std::function<void()>& body) {
           f.copies.clear();
           f.wgmmas.clear();
           f.wg_shadow.clear();
-          MakeContext(f.ctx, f.stack.get(), kStackBytes, Trampoline);
+          MakeContext(f.ctx, f.stack, kStackBytes, Trampoline);
         }
         for (unsigned w = 0; w < nwarps; ++w) warp_waiting[w] = 0;
         int phase = 0;
