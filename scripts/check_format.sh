@@ -20,6 +20,10 @@ if [ "${1:-}" = --fix ]; then
   clang-format -i "${files[@]}"
   exit 0
 fi
+# One clang-format for every file (a process per file took 30 s of a 2-core CI machine); only
+# when it finds something, a pass per file to name each one.
+clang-format --dry-run --Werror "${files[@]}" > /dev/null 2>&1 &&
+  { echo "${#files[@]} files formatted as .clang-format says"; exit 0; }
 bad=0
 for f in "${files[@]}"; do
   if ! clang-format --dry-run --Werror "$f" > /dev/null 2>&1; then
