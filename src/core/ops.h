@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -314,6 +315,20 @@ class Ops {
   // weight_decay * w) (v the new velocity); with p.lars_norms the rate is lr * the LARS trust
   // ratio of the tensor (core/ops/sgd.h).
   virtual void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) = 0;
+  // The same update for many tensors at once, each with its own SgdParams (SgdOptimizer::Step
+  // passes every learnable parameter of a step): bit for bit a SgdUpdate per tensor, in any
+  // order (the tensors are distinct). Here one SgdUpdate each; the CUDA backend updates up to
+  // kSgdManyTensors tensors per launch (a step had one launch per parameter: ResNet-50's 161
+  // launches of a few microseconds each, most of them over tensors of a few hundred floats).
+  struct SgdTensor {
+    Tensor* w;
+    const Tensor* grad;
+    Tensor* velocity;
+    SgdParams p;
+  };
+  virtual void SgdUpdateMany(const std::vector<SgdTensor>& updates) {
+    for (const SgdTensor& u : updates) SgdUpdate(*u.w, *u.grad, *u.velocity, u.p);
+  }
   // norms2[0] = sum of w^2, norms2[1] = sum of grad^2 (a 2-element tensor on this device),
   // each accumulated in double and rounded once to float, in an order fixed by the sizes
   // alone (deterministic; no host synchronisation, so a graphed step may hold it): the LARS

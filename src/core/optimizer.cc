@@ -31,6 +31,10 @@ void SgdOptimizer::Step(Net& net, float lr) { Step(net, lr, nullptr); }
 void SgdOptimizer::Step(Net& net, float lr, const float* lr_on_device) {
   Ops& ops = net.ops();
   size_t lars_index = 0;
+  // Every tensor's LARS norms are taken before any update (each from its own w and grad,
+  // which no other tensor's update touches), then all updates in one SgdUpdateMany.
+  std::vector<Ops::SgdTensor> updates;
+  updates.reserve(net.params().size());
   for (const NamedParam& np : net.params()) {
     Param& p = *np.param;
     if (!p.learnable) continue;
@@ -39,12 +43,14 @@ void SgdOptimizer::Step(Net& net, float lr, const float* lr_on_device) {
       if (lars_index == lars_norms_.size()) lars_norms_.emplace_back(Shape{2}, p.value.device());
       norms = &lars_norms_[lars_index++];
     }
-    StepParam(ops, p, lr, lr_on_device, norms);
+    updates.push_back(Ops::SgdTensor{&p.value, &p.grad, &p.velocity,
+                                     UpdateParams(ops, p, lr, lr_on_device, norms)});
   }
+  ops.SgdUpdateMany(updates);
 }
 
-void SgdOptimizer::StepParam(Ops& ops, Param& p, float lr, const float* lr_on_device,
-                             Tensor* lars_norms) const {
+SgdParams SgdOptimizer::UpdateParams(Ops& ops, Param& p, float lr, const float* lr_on_device,
+                                     Tensor* lars_norms) const {
   SgdParams s;
   s.lr = lr * p.lr_mult;
   s.lr_on_device = lr_on_device;
@@ -60,7 +66,12 @@ void SgdOptimizer::StepParam(Ops& ops, Param& p, float lr, const float* lr_on_de
     s.lars_norms = lars_norms->data();
     s.lars_eta = o_.lars_eta;
   }
-  ops.SgdUpdate(p.value, p.grad, p.velocity, s);
+  return s;
+}
+
+void SgdOptimizer::StepParam(Ops& ops, Param& p, float lr, const float* lr_on_device,
+                             Tensor* lars_norms) const {
+  ops.SgdUpdate(p.value, p.grad, p.velocity, UpdateParams(ops, p, lr, lr_on_device, lars_norms));
 }
 
 void InitEma(Net& net) {

@@ -54,6 +54,10 @@ class SgdOptimizer {
   void StepParam(Ops& ops, Param& p, float lr, const float* lr_on_device, Tensor* lars_norms) const;
 
  private:
+  // The update's parameters for p (its rate and decay multipliers, the decay rule), LARS's
+  // norms queued first where they apply.
+  SgdParams UpdateParams(Ops& ops, Param& p, float lr, const float* lr_on_device,
+                         Tensor* lars_norms) const;
   SgdOptions o_;
   // LARS: each learnable weight's squared norms (Ops::SquaredNorms), 2 floats on the net's
   // device, made at the first step (a plain step before any CUDA-graph capture) and reused.

@@ -110,6 +110,7 @@ class CudaOps : public Ops {
   void AccumulateResults(const Tensor& probs, const Tensor& labels, const Tensor& loss_per_image,
                          int64_t step, const int64_t* step_on_device, Tensor& totals) override;
   void SgdUpdate(Tensor& w, const Tensor& grad, Tensor& velocity, const SgdParams& p) override;
+  void SgdUpdateMany(const std::vector<SgdTensor>& updates) override;
   void SquaredNorms(const Tensor& w, const Tensor& grad, Tensor& norms2) override;
   void Synchronize() override;
   // kFP32: the FP32 kernels and cuBLAS in pedantic FP32 (bitwise as always); kTF32 / kBF16:

@@ -45,6 +45,75 @@ __global__ void TcArrangeWeightsKernel(const ArrangeParams p) {
   }
 }
 
+// The arranged value's store: bf16 bits, or tf32-rounded float bits.
+__device__ __forceinline__ void StoreArranged(const ArrangeParams& p, int64_t i, float v) {
+  if (p.tf32) {
+    static_cast<uint32_t*>(p.at)[i] = Tf32Round(v);
+  } else {
+    static_cast<uint16_t*>(p.at)[i] = FloatToBf16(v);
+  }
+}
+
+// Kernel TcArrangeRowsKernel: TcArrangeWeightsKernel's values where the filters are already
+// rows of K (forward, K in (channel, tap) order): at[g][mm][kk] = w[g][mm][kk], zero beyond m
+// or k. blockIdx.y walks the G x mp rows, x-threads a row's kk: 32-bit index arithmetic once
+// per row, reads and writes coalesced. Why: the flat kernel's two 64-bit divisions per element
+// made its larger launches compute-bound (ResNet-50's layer4 filters 14-26 us where the bytes
+// take 3-5; experiments/resnet_kernels).
+constexpr int kArrangeBlock = 256;
+__global__ void TcArrangeRowsKernel(const ArrangeParams p) {
+  const int kk = blockIdx.x * kArrangeBlock + threadIdx.x;
+  if (kk >= p.kp) return;
+  for (int row = blockIdx.y; row < p.groups * p.mp; row += gridDim.y) {
+    const int g = row / p.mp, mm = row - g * p.mp;
+    const float v =
+        mm < p.m && kk < p.k ? p.w[(static_cast<int64_t>(g) * p.fg + mm) * p.k + kk] : 0.0f;
+    StoreArranged(p, static_cast<int64_t>(row) * p.kp + kk, v);
+  }
+}
+
+// Kernel TcArrangeTransposedKernel: TcArrangeWeightsKernel's values for backward data (K in
+// (filter, tap) order, each tap flipped and of this stride phase): at[g][c][f * taps + r] =
+// w[g][f][c][ky(r)][kx(r)]. A block moves the filters f0.. f0 + tf of channels c0 .. c0 + 32
+// through shared memory: it reads w's runs of 32 channels x kh kw taps of each filter
+// (contiguous), then writes each channel's tf x taps run of at (contiguous). Why: one thread
+// per element of at read w with a stride of cg kh kw floats (a 1 x 1 convolution's backward
+// data is a transpose), a sector per element.
+constexpr int kArrangeTileC = 32;
+constexpr int kArrangeSmemFloats = 8192;
+struct TransposedArrange {
+  ArrangeParams p;
+  int tf;  // filters per block: tf x 32 x kh kw floats fit kArrangeSmemFloats
+};
+__global__ void TcArrangeTransposedKernel(const TransposedArrange a) {
+  __shared__ float tile[kArrangeSmemFloats];
+  const ArrangeParams& p = a.p;
+  const int tf = a.tf;
+  const int g = blockIdx.z, c0 = blockIdx.y * kArrangeTileC, f0 = blockIdx.x * tf;
+  const int khkw = p.kh * p.kw, taps = p.tkh * p.tkw, run = kArrangeTileC * khkw;
+  const int cs = IMin(kArrangeTileC, p.m - c0);  // channels of the tile that exist
+  for (int i = threadIdx.x; i < tf * run; i += kArrangeBlock) {
+    const int f = i / run, rest = i - f * run;
+    float v = 0.0f;
+    if (f0 + f < p.fg && rest < cs * khkw)
+      v = p.w[((static_cast<int64_t>(g) * p.fg + f0 + f) * p.cg + c0) * khkw + rest];
+    tile[i] = v;
+  }
+  __syncthreads();
+  const int width = tf * taps;  // a channel's run of at
+  const int k_end = IMin(p.kp - f0 * taps, width);
+  for (int i = threadIdx.x; i < kArrangeTileC * width; i += kArrangeBlock) {
+    const int c = i / width, q = i - c * width;
+    if (q >= k_end || c0 + c >= p.mp) continue;
+    const int f = q / taps, r = q - f * taps;
+    const int ky = p.ky0 + p.step * (p.tkh - 1 - r / p.tkw);
+    const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);
+    const float v =
+        c0 + c < p.m && f0 * taps + q < p.k ? tile[f * run + c * khkw + ky * p.kw + kx] : 0.0f;
+    StoreArranged(p, (static_cast<int64_t>(g) * p.mp + c0 + c) * p.kp + f0 * taps + q, v);
+  }
+}
+
 // ---- float <-> bf16 ----------------------------------------------------------------------------
 struct ConvertParams {
   const void* x;
@@ -76,6 +145,32 @@ __global__ void Bf16ToFloatKernel(const ConvertParams p) {
 }
 
 // ---- host side ------------------------------------------------------------------------------
+
+// Fills ap.at (ap complete, Finish'ed): the row or the transposing kernel where they apply, the
+// flat one otherwise (the TMA tiles' tap-major K).
+void ArrangeWeights(const DeviceContext& ctx, const ArrangeParams& ap) {
+  const int64_t elems = int64_t(ap.groups) * ap.kp * ap.mp;
+  const int khkw = ap.kh * ap.kw;
+  if (!ap.tap_major && !ap.transposed && int64_t(ap.groups) * ap.mp < (int64_t(1) << 31)) {
+    const dim3 grid(static_cast<unsigned>(CeilDiv(ap.kp, kArrangeBlock)),
+                    static_cast<unsigned>(std::min<int64_t>(int64_t(ap.groups) * ap.mp, 65535)));
+    Launch(TcArrangeRowsKernel, grid, dim3(kArrangeBlock), ctx.stream, ap);
+    return;
+  }
+  if (!ap.tap_major && ap.transposed && kArrangeTileC * khkw <= kArrangeSmemFloats &&
+      ap.groups <= 65535) {
+    const int taps = ap.tkh * ap.tkw;
+    const int tf = std::min(32, kArrangeSmemFloats / (kArrangeTileC * khkw));
+    const int64_t fcols = CeilDiv(ap.kp, taps);  // filters' columns, padding included
+    const dim3 grid(static_cast<unsigned>(CeilDiv(fcols, tf)),
+                    static_cast<unsigned>(CeilDiv(ap.mp, kArrangeTileC)),
+                    static_cast<unsigned>(ap.groups));
+    Launch(TcArrangeTransposedKernel, grid, dim3(kArrangeBlock), ctx.stream,
+           TransposedArrange{ap, tf});
+    return;
+  }
+  Launch(TcArrangeWeightsKernel, ElementwiseGrid(ctx, elems), dim3(kArrangeBlock), ctx.stream, ap);
+}
 
 int ChunkElems(MathMode m) { return m == MathMode::kBF16 ? 8 : 4; }
 
@@ -138,7 +233,7 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   Scratch at(ctx.alloc, (bf16 ? 2 : 4) * size_t(elems));
   gemm.arrange.at = at.f();
   gemm.arrange.tf32 = bf16 ? 0 : 1;
-  Launch(TcArrangeWeightsKernel, ElementwiseGrid(ctx, elems), dim3(256), ctx.stream, gemm.arrange);
+  ArrangeWeights(ctx, gemm.arrange);
   q.at = at.f();
   dim3 grid(static_cast<unsigned>(CeilDiv(q.j, c.bn)), static_cast<unsigned>(q.mp / c.bm),
             static_cast<unsigned>(groups));

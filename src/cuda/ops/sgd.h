@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/ops.h"
 #include "core/ops/sgd.h"
@@ -12,6 +13,17 @@ namespace colonnade::cuda {
 
 void SgdUpdateGpu(const DeviceContext& ctx, float* w, const float* grad, float* v, int64_t n,
                   const SgdParams& p);
+// One tensor of SgdUpdateManyGpu: w, grad and v of n floats each, and its update's parameters.
+struct SgdManyUpdate {
+  float* w;
+  const float* grad;
+  float* v;
+  int64_t n;
+  SgdParams p;
+};
+// SgdUpdateGpu for every tensor of `updates`, in as few launches as the table allows (48 tensors
+// each): bit for bit one SgdUpdateGpu per tensor.
+void SgdUpdateManyGpu(const DeviceContext& ctx, const std::vector<SgdManyUpdate>& updates);
 // out[0] = sum of w^2, out[1] = sum of grad^2 (n each), deterministic (Ops::SquaredNorms).
 void SquaredNormsGpu(const DeviceContext& ctx, const float* w, const float* grad, int64_t n,
                      float* out);

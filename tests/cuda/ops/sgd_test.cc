@@ -79,6 +79,60 @@ TEST_F(CudaTest, SgdUpdateLars) {
   EXPECT_CLOSE(gv, v);
 }
 
+// The optimiser's batched update (Ops::SgdUpdateMany, SgdManyKernel): 110 tensors, so three
+// launches of at most 48, of sizes around the 2,048-element block (1 to 40,001) and empty
+// ones, each with its own rate, decay, Nesterov or not, LARS from the same norms or not, the
+// rate read on the device or not: bit for bit the CPU's update of each tensor, three steps.
+TEST_F(CudaTest, SgdUpdateManyIsEachTensorsUpdate) {
+  const int64_t sizes[] = {1, 7, 0, 255, 2047, 2048, 2049, 4096, 5000, 40001, 300};
+  constexpr int kTensors = 110;
+  std::vector<Tensor> w, g, v, gw, gg, gv, norms, gnorms;
+  std::vector<SgdParams> cpu_p, gpu_p;
+  Tensor lr_dev(Shape{1}, Device::kCUDA);
+  lr_dev.CopyFromHost(std::vector<float>{0.0375f});
+  for (int t = 0; t < kTensors; ++t) {
+    const Shape s{std::max<int64_t>(sizes[t % 11], 1)};
+    const uint64_t seed = 1000 + 3 * t;
+    w.push_back(RandomCpu(s, seed));
+    g.push_back(RandomCpu(s, seed + 1));
+    v.push_back(RandomCpu(s, seed + 2, -0.1f, 0.1f));
+    gw.push_back(OnGpu(w.back()));
+    gg.push_back(OnGpu(g.back()));
+    gv.push_back(OnGpu(v.back()));
+    norms.emplace_back(Shape{2}, Device::kCPU);
+    Cpu().SquaredNorms(w.back(), g.back(), norms.back());
+    gnorms.push_back(OnGpu(norms.back()));
+    SgdParams p;
+    p.lr_mult = t % 5 == 0 ? 2.0f : 1.0f;
+    p.lr = 0.0375f * p.lr_mult;
+    p.momentum = t % 2 ? 0.9f : 0.8f;
+    p.weight_decay = t % 3 ? 5e-4f : 0.0f;
+    p.nesterov = t % 4 == 1;
+    cpu_p.push_back(p);
+    if (t % 7 == 3) {  // LARS, the same norms on both sides
+      cpu_p.back().lars_norms = norms.back().data();
+      p.lars_norms = gnorms.back().data();
+      cpu_p.back().lars_eta = p.lars_eta = 0.002f;
+    }
+    if (t % 3 == 2) p.lr_on_device = lr_dev.data();  // as a graphed step reads it
+    gpu_p.push_back(p);
+  }
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Ops::SgdTensor> updates;
+    for (int t = 0; t < kTensors; ++t) {
+      if (sizes[t % 11] == 0) continue;  // empty: left out, as no parameter is empty
+      Cpu().SgdUpdate(w[t], g[t], v[t], cpu_p[t]);
+      updates.push_back(Ops::SgdTensor{&gw[t], &gg[t], &gv[t], gpu_p[t]});
+    }
+    Gpu().SgdUpdateMany(updates);
+  }
+  for (int t = 0; t < kTensors; ++t) {
+    SCOPED_TRACE(t);
+    EXPECT_BITWISE(gw[t], w[t]);
+    EXPECT_BITWISE(gv[t], v[t]);
+  }
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace colonnade
