@@ -31,10 +31,9 @@ timeout 200 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models resnet5
 say "peer resnet50 b128 bf16_compile rc=$?: $(tail -c 300 "$OUT/peer.jsonl" 2> /dev/null)"
 mkdir -p "$OUT/extra"  # (tarred at the end: 8 files come back from a call)
 mv "$OUT/peer.log" "$OUT/extra/"
-for m in "resnet50 128" "vgg16 64"; do
-  set -- $m
-  timeout 60 "$B/new/bench_train" --model="$1" --precision=bf16 --batch_sizes="$2" --steps=20 \
-    --breakdown > "$OUT/extra/breakdown_$1_new.log" 2>&1
+for m in resnet50:128 vgg16:64; do
+  timeout 60 "$B/new/bench_train" --model="${m%:*}" --precision=bf16 --batch_sizes="${m#*:}" \
+    --steps=20 --breakdown > "$OUT/extra/breakdown_${m%:*}_new.log" 2>&1
 done
 for tree in base new; do
   BIN=$tree "$E/ncu_step.sh" "$OUT/extra" resnet50 128 >> "$OUT/summary.txt" 2>&1
