@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # This checkout (new) against a baseline tree (base) in one device call, the most needed first:
 #   1. both built on the device at once (build_gpu.sh; base from .gpu_src/base.tar.xz, a
-#      `git archive` of COMMIT_BASE, carried),
+#      `git archive` of COMMIT_BASE, carried; new from .gpu_src/new.tar.xz likewise if there),
 #   2. new's whole GPU suite, then bench_train base / new alternately on JOBS, ROUNDS rounds
 #      (run_gpu.sh: results.jsonl, summary.txt),
 #   3. the compiled PyTorch peer of ResNet-50 batch 128 (same call: the ratio's denominator),
@@ -17,7 +17,14 @@ mkdir -p "$OUT"
 # shellcheck source=/dev/null  # device_env.sh beside this script (linted on its own)
 source "$E/device_env.sh"
 rm -rf /tmp/base && mkdir -p /tmp/base && tar xJf "$ROOT/.gpu_src/base.tar.xz" -C /tmp/base
-JOBS=8 "$E/build_gpu.sh" "$OUT" new &
+# new: this checkout, or .gpu_src/new.tar.xz where carried (a commit's tree, whatever the
+# working tree holds while the call waits for a machine).
+new_src=$ROOT
+if [ -f "$ROOT/.gpu_src/new.tar.xz" ]; then
+  rm -rf /tmp/new && mkdir -p /tmp/new && tar xJf "$ROOT/.gpu_src/new.tar.xz" -C /tmp/new
+  new_src=/tmp/new
+fi
+SRC=$new_src JOBS=8 "$E/build_gpu.sh" "$OUT" new &
 new_pid=$!
 SRC=/tmp/base JOBS=8 "$E/build_gpu.sh" "$OUT" base || exit 1
 wait "$new_pid" || exit 1
