@@ -3,10 +3,10 @@
 
   kernel_table.py resnet50_b128_ncu.csv.gz [--list N]
 
-The step's kernels run from the one after the last-but-one optimiser (SgdKernel) run to the
-last SgdKernel. Prints, by total time, each kernel (template arguments kept: they name the
-wgmma tile), its launches and share; --list N also the step's first N kernels in order with
-grid and time.
+The step's kernels run from the one after the last-but-one optimiser run (SgdKernel, or
+SgdManyKernel from 0a2b759) to the last optimiser kernel. Prints, by total time, each kernel
+(template arguments kept: they name the wgmma tile), its launches and share; --list N also
+the step's first N kernels in order with grid and time.
 """
 import argparse, collections, csv, gzip, re, sys
 
@@ -29,7 +29,7 @@ def main():
     ap.add_argument("--list", type=int, default=0)
     a = ap.parse_args()
     data = load(a.csv)
-    sgd = [i for i, d in enumerate(data) if "SgdKernel" in d[0]]
+    sgd = [i for i, d in enumerate(data) if re.search(r"Sgd(Many)?Kernel", d[0])]
     runs = []
     for i in sgd:
         if runs and i == runs[-1][-1] + 1:
