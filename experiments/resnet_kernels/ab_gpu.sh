@@ -6,7 +6,8 @@
 #      (run_gpu.sh: results.jsonl, summary.txt),
 #   3. the compiled PyTorch peer of ResNet-50 batch 128 (same call: the ratio's denominator),
 #   4. new's ResNet-50 and VGG-16 breakdowns, and one ResNet-50 batch 128 step of each tree
-#      under Nsight Compute (ncu_step.sh: per-kernel durations for kernel_table.py).
+#      (NCU_TREES) under Nsight Compute (ncu_step.sh: per-kernel durations, kernel_table.py).
+# SKIP_PEER=1 leaves out 3; ROUNDS (default 2), JOBS_AB (model:batch list) shorten 2.
 #   mkdir -p .gpu_src && git archive --format=tar BASE | xz > .gpu_src/base.tar.xz
 #   COMMIT_NEW=$(git rev-parse HEAD) COMMIT_BASE=$(git rev-parse BASE) \
 #     experiments/resnet_kernels/ab_gpu.sh OUTDIR          # carry .deps and .gpu_src
@@ -33,16 +34,17 @@ TREES="base new" TEST_TREE=new ROUNDS="${ROUNDS:-2}" SKIP_TF32=1 SKIP_PEER=1 \
   JOBS="${JOBS_AB:-resnet50:128 resnet50:256 vgg16:64 resnet152:64 googlenet:64 alexnet:256}" \
   COMMIT_base="${COMMIT_BASE:?full commit}" COMMIT_new="${COMMIT_NEW:?full commit}" \
   "$E/run_gpu.sh" "$OUT"
-timeout 200 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models resnet50 --batch 128 \
-  --modes bf16_compile --json "$OUT/peer.jsonl" > "$OUT/peer.log" 2>&1
-say "peer resnet50 b128 bf16_compile rc=$?: $(tail -c 300 "$OUT/peer.jsonl" 2> /dev/null)"
 mkdir -p "$OUT/extra"  # (tarred at the end: 8 files come back from a call)
-mv "$OUT/peer.log" "$OUT/extra/"
+if [ -z "${SKIP_PEER:-}" ]; then
+  timeout 200 python3 "$ROOT/experiments/zoo/torchvision_step.py" --models resnet50 --batch 128 \
+    --modes bf16_compile --json "$OUT/peer.jsonl" > "$OUT/extra/peer.log" 2>&1
+  say "peer resnet50 b128 bf16_compile rc=$?: $(tail -c 300 "$OUT/peer.jsonl" 2> /dev/null)"
+fi
 for m in resnet50:128 vgg16:64; do
   timeout 60 "$B/new/bench_train" --model="${m%:*}" --precision=bf16 --batch_sizes="${m#*:}" \
     --steps=20 --breakdown > "$OUT/extra/breakdown_${m%:*}_new.log" 2>&1
 done
-for tree in base new; do
+for tree in ${NCU_TREES:-base new}; do
   BIN=$tree "$E/ncu_step.sh" "$OUT/extra" resnet50 128 >> "$OUT/summary.txt" 2>&1
   mv "$OUT/extra/resnet50_b128_ncu.csv.gz" "$OUT/extra/resnet50_b128_ncu_$tree.csv.gz" 2> /dev/null
 done

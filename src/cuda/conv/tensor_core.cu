@@ -1,7 +1,8 @@
 // The tensor-core convolutions' driver: ConvForwardTc, ConvBackwardDataTc and
 // ConvBackwardFilterTc (conv.h) select a configuration (catalogue.h) of the mma.sync family
 // (mma.cu) or the wgmma family (wgmma.cu), arrange the FP32 master filters into its operand
-// (TcArrangeWeightsKernel: bf16 or tf32, K contiguous, zero-padded to the tile), size
+// (bf16 or tf32, K contiguous, zero-padded to the tile: TcArrangeRowsKernel for forward,
+// TcArrangeTransposedKernel for backward data, TcArrangeWeightsKernel otherwise), size
 // backward filter's split-K and launch; plus the float <-> bf16 conversions of the operands.
 // Precision, resources and measurements: src/cuda/TC_NOTES.md.
 
@@ -56,61 +57,82 @@ __device__ __forceinline__ void StoreArranged(const ArrangeParams& p, int64_t i,
 
 // Kernel TcArrangeRowsKernel: TcArrangeWeightsKernel's values where the filters are already
 // rows of K (forward, K in (channel, tap) order): at[g][mm][kk] = w[g][mm][kk], zero beyond m
-// or k. blockIdx.y walks the G x mp rows, x-threads a row's kk: 32-bit index arithmetic once
-// per row, reads and writes coalesced. Why: the flat kernel's two 64-bit divisions per element
-// made its larger launches compute-bound (ResNet-50's layer4 filters 14-26 us where the bytes
-// take 3-5; experiments/resnet_kernels).
+// or k. blockIdx.y walks the G x mp rows, a thread 4 consecutive kk of a row (kp is a multiple
+// of the K slice): 32-bit index arithmetic once per row, 4 loads in flight, one 8- or 16-byte
+// store. Why: the flat kernel's two 64-bit divisions per element made its larger launches
+// compute-bound (ResNet-50's layer4 filters 14-26 us where the bytes take 3-5;
+// experiments/resnet_kernels).
 constexpr int kArrangeBlock = 256;
 __global__ void TcArrangeRowsKernel(const ArrangeParams p) {
-  const int kk = blockIdx.x * kArrangeBlock + threadIdx.x;
-  if (kk >= p.kp) return;
+  const int kk0 = (blockIdx.x * kArrangeBlock + threadIdx.x) * 4;
+  if (kk0 >= p.kp) return;
   for (int row = blockIdx.y; row < p.groups * p.mp; row += gridDim.y) {
     const int g = row / p.mp, mm = row - g * p.mp;
-    const float v =
-        mm < p.m && kk < p.k ? p.w[(static_cast<int64_t>(g) * p.fg + mm) * p.k + kk] : 0.0f;
-    StoreArranged(p, static_cast<int64_t>(row) * p.kp + kk, v);
+    const float* const src = p.w + (static_cast<int64_t>(g) * p.fg + mm) * p.k;
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = mm < p.m && kk0 + u < p.k ? src[kk0 + u] : 0.0f;
+    const int64_t at = static_cast<int64_t>(row) * p.kp + kk0;
+    if (p.tf32) {
+      *reinterpret_cast<uint4*>(static_cast<uint32_t*>(p.at) + at) =
+          make_uint4(Tf32Round(v[0]), Tf32Round(v[1]), Tf32Round(v[2]), Tf32Round(v[3]));
+    } else {
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.at) + at) =
+          make_uint2(uint32_t(FloatToBf16(v[0])) | (uint32_t(FloatToBf16(v[1])) << 16),
+                     uint32_t(FloatToBf16(v[2])) | (uint32_t(FloatToBf16(v[3])) << 16));
+    }
   }
 }
 
 // Kernel TcArrangeTransposedKernel: TcArrangeWeightsKernel's values for backward data (K in
 // (filter, tap) order, each tap flipped and of this stride phase): at[g][c][f * taps + r] =
-// w[g][f][c][ky(r)][kx(r)]. A block moves the filters f0.. f0 + tf of channels c0 .. c0 + 32
-// through shared memory: it reads w's runs of 32 channels x kh kw taps of each filter
-// (contiguous), then writes each channel's tf x taps run of at (contiguous). Why: one thread
-// per element of at read w with a stride of cg kh kw floats (a 1 x 1 convolution's backward
-// data is a transpose), a sector per element.
+// w[g][f][c][ky(r)][kx(r)]. A block moves the filters f0 .. f0 + tf of channels c0 .. c0 + 32
+// (at most kArrangeTile floats of w: 4 per thread, loaded at once) through shared memory: it
+// reads each filter's run of 32 channels x kh kw taps (contiguous in w), then writes each
+// channel's tf x taps run of at (contiguous in at). Rows of the tile are padded by one float,
+// so the threads of a write, one filter apart, fall on distinct banks. Why: one thread per
+// element of at read w with a stride of cg kh kw floats (a 1 x 1 convolution's backward data is
+// a transpose), a sector per element; and a tile much larger than this one left too few blocks
+// with loads in flight (ResNet-50's layer1 3 x 3 in 6 blocks: 21 us under ncu).
 constexpr int kArrangeTileC = 32;
-constexpr int kArrangeSmemFloats = 8192;
+constexpr int kArrangeTile = 4 * kArrangeBlock;
 struct TransposedArrange {
   ArrangeParams p;
-  int tf;  // filters per block: tf x 32 x kh kw floats fit kArrangeSmemFloats
+  int tf;  // filters per block: tf x 32 x kh kw <= kArrangeTile
 };
 __global__ void TcArrangeTransposedKernel(const TransposedArrange a) {
-  __shared__ float tile[kArrangeSmemFloats];
+  __shared__ float tile[kArrangeTile + 32];
   const ArrangeParams& p = a.p;
   const int tf = a.tf;
   const int g = blockIdx.z, c0 = blockIdx.y * kArrangeTileC, f0 = blockIdx.x * tf;
-  const int khkw = p.kh * p.kw, taps = p.tkh * p.tkw, run = kArrangeTileC * khkw;
+  const int khkw = p.kh * p.kw, taps = p.tkh * p.tkw, run = kArrangeTileC * khkw, pitch = run + 1;
   const int cs = IMin(kArrangeTileC, p.m - c0);  // channels of the tile that exist
-  for (int i = threadIdx.x; i < tf * run; i += kArrangeBlock) {
-    const int f = i / run, rest = i - f * run;
-    float v = 0.0f;
-    if (f0 + f < p.fg && rest < cs * khkw)
-      v = p.w[((static_cast<int64_t>(g) * p.fg + f0 + f) * p.cg + c0) * khkw + rest];
-    tile[i] = v;
+  float v[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int i = threadIdx.x + u * kArrangeBlock, f = i / run, rest = i - f * run;
+    v[u] = i < tf * run && f0 + f < p.fg && rest < cs * khkw
+               ? p.w[((static_cast<int64_t>(g) * p.fg + f0 + f) * p.cg + c0) * khkw + rest]
+               : 0.0f;
+  }
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int i = threadIdx.x + u * kArrangeBlock, f = i / run;
+    if (i < tf * run) tile[f * pitch + i - f * run] = v[u];
   }
   __syncthreads();
-  const int width = tf * taps;  // a channel's run of at
+  const int width = tf * taps;  // a channel's run of at (at most 32)
   const int k_end = IMin(p.kp - f0 * taps, width);
-  for (int i = threadIdx.x; i < kArrangeTileC * width; i += kArrangeBlock) {
-    const int c = i / width, q = i - c * width;
-    if (q >= k_end || c0 + c >= p.mp) continue;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int i = threadIdx.x + u * kArrangeBlock, c = i / width, q = i - c * width;
+    if (c >= kArrangeTileC || q >= k_end || c0 + c >= p.mp) continue;
     const int f = q / taps, r = q - f * taps;
     const int ky = p.ky0 + p.step * (p.tkh - 1 - r / p.tkw);
     const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);
-    const float v =
-        c0 + c < p.m && f0 * taps + q < p.k ? tile[f * run + c * khkw + ky * p.kw + kx] : 0.0f;
-    StoreArranged(p, (static_cast<int64_t>(g) * p.mp + c0 + c) * p.kp + f0 * taps + q, v);
+    const float x =
+        c0 + c < p.m && f0 * taps + q < p.k ? tile[f * pitch + c * khkw + ky * p.kw + kx] : 0.0f;
+    StoreArranged(p, (static_cast<int64_t>(g) * p.mp + c0 + c) * p.kp + f0 * taps + q, x);
   }
 }
 
@@ -151,16 +173,17 @@ __global__ void Bf16ToFloatKernel(const ConvertParams p) {
 void ArrangeWeights(const DeviceContext& ctx, const ArrangeParams& ap) {
   const int64_t elems = int64_t(ap.groups) * ap.kp * ap.mp;
   const int khkw = ap.kh * ap.kw;
-  if (!ap.tap_major && !ap.transposed && int64_t(ap.groups) * ap.mp < (int64_t(1) << 31)) {
-    const dim3 grid(static_cast<unsigned>(CeilDiv(ap.kp, kArrangeBlock)),
+  if (!ap.tap_major && !ap.transposed && ap.kp % 4 == 0 &&
+      int64_t(ap.groups) * ap.mp < (int64_t(1) << 31)) {
+    const dim3 grid(static_cast<unsigned>(CeilDiv(ap.kp, 4 * kArrangeBlock)),
                     static_cast<unsigned>(std::min<int64_t>(int64_t(ap.groups) * ap.mp, 65535)));
     Launch(TcArrangeRowsKernel, grid, dim3(kArrangeBlock), ctx.stream, ap);
     return;
   }
-  if (!ap.tap_major && ap.transposed && kArrangeTileC * khkw <= kArrangeSmemFloats &&
+  if (!ap.tap_major && ap.transposed && kArrangeTileC * khkw <= kArrangeTile &&
       ap.groups <= 65535) {
     const int taps = ap.tkh * ap.tkw;
-    const int tf = std::min(32, kArrangeSmemFloats / (kArrangeTileC * khkw));
+    const int tf = std::min(kArrangeTileC, kArrangeTile / (kArrangeTileC * khkw));
     const int64_t fcols = CeilDiv(ap.kp, taps);  // filters' columns, padding included
     const dim3 grid(static_cast<unsigned>(CeilDiv(fcols, tf)),
                     static_cast<unsigned>(CeilDiv(ap.mp, kArrangeTileC)),
