@@ -280,7 +280,8 @@ TEST(Equivalence, ShardExposesReplicatedLogits) {
   (*full)->Forward(ctx);
   const std::vector<float> want = (*full)->blob(kLogitsBlob).ToHost();
   for (int r = 0; r < WorldSize(); ++r) {
-    const std::vector<float> got(all.begin() + r * mine.size(), all.begin() + (r + 1) * mine.size());
+    const std::vector<float> got(all.begin() + r * mine.size(),
+                                 all.begin() + (r + 1) * mine.size());
     // The fc GEMMs over column blocks sum in another order: equal to rounding.
     EXPECT_LE(RelativeL2(got, want), 1e-5) << "rank " << r;
   }
