@@ -24,12 +24,12 @@ namespace {
 
 // 3 x 3 of stride 1 (one GEMM, accumulator-layout epilogue) and 2 (four phase GEMMs); 1 x 1
 // of stride 1 (a plain GEMM: the staged epilogue, and the TMA tiles) and 2 (one phase of four:
-// dx zeroed first, so the add falls back to the scratch and the Add).
+// dx zeroed first, so the add falls back to the scratch and the Add). The 1 x 1 also at 136
+// channels: a whole 128-row tile and a partial one, so that every chunk a staged epilogue's
+// thread stores (its batches reach rows 112-127 of a 128-row tile) adds to dx.
 const ConvLayerCase kCases[] = {
-    {8, 24, 6, 6, 32, 3, 1, 1},
-    {8, 24, 8, 8, 16, 3, 2, 1},
-    {16, 40, 8, 8, 24, 1, 1, 0},
-    {8, 16, 8, 8, 24, 1, 2, 0},
+    {8, 24, 6, 6, 32, 3, 1, 1},   {8, 24, 8, 8, 16, 3, 2, 1}, {16, 40, 8, 8, 24, 1, 1, 0},
+    {16, 136, 8, 8, 24, 1, 1, 0}, {8, 16, 8, 8, 24, 1, 2, 0},
 };
 
 struct Mode {

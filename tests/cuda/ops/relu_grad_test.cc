@@ -41,9 +41,12 @@ std::vector<float> Masked(std::vector<float> g, const std::vector<float>& mask) 
 }
 
 // dx of 24 channels (rows beyond m in every row tile), 288 or 800 columns (a partial column
-// tile), K = 32 x 9 (a partial K slice); stride 2: backward data in four phases.
+// tile), K = 32 x 9 (a partial K slice); stride 2: backward data in four phases. And 136
+// channels: a whole 128-row tile and a partial one, so that every chunk a staged epilogue's
+// thread stores (its batches reach rows 112-127 of a 128-row tile) is a masked one.
 const ConvLayerCase kCases[] = {
     {8, 24, 6, 6, 32, 3, 1, 1},
+    {8, 136, 6, 6, 32, 3, 1, 1},
     {16, 24, 10, 5, 32, 3, 1, 1},
     {8, 24, 8, 8, 16, 3, 2, 1},
 };
