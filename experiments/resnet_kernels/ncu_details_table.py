@@ -51,7 +51,7 @@ def load_raw(path):
     return out
 
 def short(n):
-    n = re.sub(r"(\(anonymous namespace\)|<unnamed>)::", "", n)
+    n = re.sub(r"\(anonymous namespace\)::", "", n).replace("unnamed>::", "")  # ncu: "unnamed>::"
     n = re.sub(r"colonnade::(cuda::)?(conv::)?", "", n)
     n = re.sub(r"\(WgArgs.*$", "", n)
     return n.replace("void ", "").replace("__nv_bfloat16", "bf16")[:64]
