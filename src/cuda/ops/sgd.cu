@@ -72,7 +72,7 @@ __global__ void SgdKernel(const SgdKernelParams p) {
 // Each block takes kSgdChunk consecutive elements of one tensor: tensor t owns blocks
 // [first[t], first[t + 1]), found by a binary search over the launch's table; every element's
 // arithmetic is SgdKernel's, so the results are its bits. The table travels as the kernel's
-// parameters (about 3.2 KiB of the 4 KiB allowed), so a captured step graph holds it.
+// parameters (about 3.6 KiB of the 4 KiB allowed), so a captured step graph holds it.
 constexpr int kSgdManyTensors = 48;
 constexpr int kSgdChunk = 8 * kBlock;  // elements per block
 struct SgdManyEntry {
