@@ -64,8 +64,14 @@ struct ArrangeParams {
   int tap_major, cpad;
 };
 
-// W(g, mm, kk) of ArrangeParams, zero beyond m or k (khkw = kh * kw, taps = tkh * tkw).
 #if defined(COLONNADE_CUDA_EMULATE) || defined(__CUDACC__)
+// The filter tap (ky, kx) of backward data's K position r within a filter (transposed): this
+// stride phase's taps, flipped.
+__device__ __forceinline__ void FlippedTap(const ArrangeParams& p, int r, int* ky, int* kx) {
+  *ky = p.ky0 + p.step * (p.tkh - 1 - r / p.tkw);
+  *kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);
+}
+// W(g, mm, kk) of ArrangeParams, zero beyond m or k (khkw = kh * kw, taps = tkh * tkw).
 __device__ __forceinline__ float FilterValue(const ArrangeParams& p, int g, int mm, int kk,
                                              int khkw, int taps) {
   float v = 0.0f;
@@ -78,8 +84,8 @@ __device__ __forceinline__ float FilterValue(const ArrangeParams& p, int g, int 
       v = p.w[(static_cast<int64_t>(g) * p.fg + mm) * p.k + kk];
     } else {
       const int f = kk / taps, r = kk % taps;
-      const int ky = p.ky0 + p.step * (p.tkh - 1 - r / p.tkw);
-      const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);
+      int ky, kx;
+      FlippedTap(p, r, &ky, &kx);
       v = p.w[((static_cast<int64_t>(g) * p.fg + f) * p.cg + mm) * khkw + ky * p.kw + kx];
     }
   }

@@ -25,6 +25,15 @@ using tc::Bf16ToFloat;
 using tc::FloatToBf16;
 using tc::Tf32Round;
 
+// The arranged value's store: bf16 bits, or tf32-rounded float bits.
+__device__ __forceinline__ void StoreArranged(const ArrangeParams& p, int64_t i, float v) {
+  if (p.tf32) {
+    static_cast<uint32_t*>(p.at)[i] = Tf32Round(v);
+  } else {
+    static_cast<uint16_t*>(p.at)[i] = FloatToBf16(v);
+  }
+}
+
 // Kernel TcArrangeWeightsKernel: the filter operand of both tensor-core families
 //   at : G x mp x kp (bf16 bits, or tf32-rounded float bits), at[g][m][k] = W(g, m, k) of
 //        common.h's ArrangeParams, zero beyond m or k.
@@ -37,21 +46,7 @@ __global__ void TcArrangeWeightsKernel(const ArrangeParams p) {
     const int kk = static_cast<int>(i % p.kp);
     const int mm = static_cast<int>((i / p.kp) % p.mp);
     const int g = static_cast<int>(i / (static_cast<int64_t>(p.mp) * p.kp));
-    const float v = FilterValue(p, g, mm, kk, khkw, taps);
-    if (p.tf32) {
-      static_cast<uint32_t*>(p.at)[i] = Tf32Round(v);
-    } else {
-      static_cast<uint16_t*>(p.at)[i] = FloatToBf16(v);
-    }
-  }
-}
-
-// The arranged value's store: bf16 bits, or tf32-rounded float bits.
-__device__ __forceinline__ void StoreArranged(const ArrangeParams& p, int64_t i, float v) {
-  if (p.tf32) {
-    static_cast<uint32_t*>(p.at)[i] = Tf32Round(v);
-  } else {
-    static_cast<uint16_t*>(p.at)[i] = FloatToBf16(v);
+    StoreArranged(p, i, FilterValue(p, g, mm, kk, khkw, taps));
   }
 }
 
@@ -128,8 +123,8 @@ __global__ void TcArrangeTransposedKernel(const TransposedArrange a) {
     const int i = threadIdx.x + u * kArrangeBlock, c = i / width, q = i - c * width;
     if (c >= kArrangeTileC || q >= k_end || c0 + c >= p.mp) continue;
     const int f = q / taps, r = q - f * taps;
-    const int ky = p.ky0 + p.step * (p.tkh - 1 - r / p.tkw);
-    const int kx = p.kx0 + p.step * (p.tkw - 1 - r % p.tkw);
+    int ky, kx;
+    FlippedTap(p, r, &ky, &kx);
     const float x =
         c0 + c < p.m && f0 * taps + q < p.k ? tile[f * pitch + c * khkw + ky * p.kw + kx] : 0.0f;
     StoreArranged(p, (static_cast<int64_t>(g) * p.mp + c0 + c) * p.kp + f0 * taps + q, x);
