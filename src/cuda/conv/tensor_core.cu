@@ -51,12 +51,12 @@ __global__ void TcArrangeWeightsKernel(const ArrangeParams p) {
 }
 
 // Kernel TcArrangeRowsKernel: TcArrangeWeightsKernel's values where the filters are already
-// rows of K (forward, K in (channel, tap) order): at[g][mm][kk] = w[g][mm][kk], zero beyond m
-// or k. blockIdx.y walks the G x mp rows, a thread 4 consecutive kk of a row (kp is a multiple
-// of the K slice): 32-bit index arithmetic once per row, 4 loads in flight, one 8- or 16-byte
-// store. Why: the flat kernel's two 64-bit divisions per element made its larger launches
-// compute-bound (ResNet-50's layer4 filters 14-26 us where the bytes take 3-5;
-// experiments/resnet_kernels).
+// rows of K (forward): at[g][mm][kk] = w[g][mm][kk] in (channel, tap) K order, zero beyond m
+// or k; in (tap, channel) order (tap_major) each thread's 4 values are 4 channels of one tap.
+// blockIdx.y walks the G x mp rows, a thread 4 consecutive kk of a row (kp is a multiple of the K
+// slice): 32-bit index arithmetic once per row, 4 loads in flight, one 8- or 16-byte store. Why:
+// the flat kernel's two 64-bit divisions per element made its larger launches compute-bound
+// (ResNet-50's layer4 filters 14-26 us where the bytes take 3-5; experiments/resnet_kernels).
 constexpr int kArrangeBlock = 256;
 __global__ void TcArrangeRowsKernel(const ArrangeParams p) {
   const int kk0 = (blockIdx.x * kArrangeBlock + threadIdx.x) * 4;
@@ -65,8 +65,15 @@ __global__ void TcArrangeRowsKernel(const ArrangeParams p) {
     const int g = row / p.mp, mm = row - g * p.mp;
     const float* const src = p.w + (static_cast<int64_t>(g) * p.fg + mm) * p.k;
     float v[4];
+    if (p.tap_major) {  // kk0 .. kk0 + 3: channels ch .. ch + 3 of one tap (cpad % 4 == 0)
+      const int taps = p.kh * p.kw, tap = kk0 / p.cpad, ch = kk0 - tap * p.cpad;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = mm < p.m && kk0 + u < p.k ? src[kk0 + u] : 0.0f;
+      for (int u = 0; u < 4; ++u)
+        v[u] = mm < p.m && ch + u < p.k / taps ? src[(ch + u) * taps + tap] : 0.0f;
+    } else {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = mm < p.m && kk0 + u < p.k ? src[kk0 + u] : 0.0f;
+    }
     const int64_t at = static_cast<int64_t>(row) * p.kp + kk0;
     if (p.tf32) {
       *reinterpret_cast<uint4*>(static_cast<uint32_t*>(p.at) + at) =
@@ -116,18 +123,22 @@ __global__ void TcArrangeTransposedKernel(const TransposedArrange a) {
     if (i < tf * run) tile[f * pitch + i - f * run] = v[u];
   }
   __syncthreads();
-  const int width = tf * taps;  // a channel's run of at (at most 32)
+  const int width = tf * taps;  // a channel's values of at (at most 32)
   const int k_end = IMin(p.kp - f0 * taps, width);
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
     const int i = threadIdx.x + u * kArrangeBlock, c = i / width, q = i - c * width;
-    if (c >= kArrangeTileC || q >= k_end || c0 + c >= p.mp) continue;
-    const int f = q / taps, r = q - f * taps;
+    if (c >= kArrangeTileC || c0 + c >= p.mp) continue;
+    // (filter, tap) K order: q is f * taps + r, a run at f0 taps; tap-major (kk = r cpad + f,
+    // no channel padding past the tiles' filters): q is r * tf + f, taps runs of tf.
+    const int f = p.tap_major ? q % tf : q / taps, r = p.tap_major ? q / tf : q - f * taps;
+    if (p.tap_major ? f0 + f >= p.cpad : q >= k_end) continue;
     int ky, kx;
     FlippedTap(p, r, &ky, &kx);
     const float x =
-        c0 + c < p.m && f0 * taps + q < p.k ? tile[f * pitch + c * khkw + ky * p.kw + kx] : 0.0f;
-    StoreArranged(p, (static_cast<int64_t>(g) * p.mp + c0 + c) * p.kp + f0 * taps + q, x);
+        c0 + c < p.m && f0 + f < p.k / taps ? tile[f * pitch + c * khkw + ky * p.kw + kx] : 0.0f;
+    const int kk = p.tap_major ? r * p.cpad + f0 + f : f0 * taps + q;
+    StoreArranged(p, (static_cast<int64_t>(g) * p.mp + c0 + c) * p.kp + kk, x);
   }
 }
 
@@ -164,19 +175,19 @@ __global__ void Bf16ToFloatKernel(const ConvertParams p) {
 // ---- host side ------------------------------------------------------------------------------
 
 // Fills ap.at (ap complete, Finish'ed): the row or the transposing kernel where they apply, the
-// flat one otherwise (the TMA tiles' tap-major K).
+// flat one otherwise (backward data of kernels past 32 taps: first layers, which training never
+// runs).
 void ArrangeWeights(const DeviceContext& ctx, const ArrangeParams& ap) {
   const int64_t elems = int64_t(ap.groups) * ap.kp * ap.mp;
   const int khkw = ap.kh * ap.kw;
-  if (!ap.tap_major && !ap.transposed && ap.kp % 4 == 0 &&
+  if (!ap.transposed && ap.kp % 4 == 0 && (!ap.tap_major || ap.cpad % 4 == 0) &&
       int64_t(ap.groups) * ap.mp < (int64_t(1) << 31)) {
     const dim3 grid(static_cast<unsigned>(CeilDiv(ap.kp, 4 * kArrangeBlock)),
                     static_cast<unsigned>(std::min<int64_t>(int64_t(ap.groups) * ap.mp, 65535)));
     Launch(TcArrangeRowsKernel, grid, dim3(kArrangeBlock), ctx.stream, ap);
     return;
   }
-  if (!ap.tap_major && ap.transposed && kArrangeTileC * khkw <= kArrangeTile &&
-      ap.groups <= 65535) {
+  if (ap.transposed && kArrangeTileC * khkw <= kArrangeTile && ap.groups <= 65535) {
     const int taps = ap.tkh * ap.tkw;
     const int tf = std::min(kArrangeTileC, kArrangeTile / (kArrangeTileC * khkw));
     const int64_t fcols = CeilDiv(ap.kp, taps);  // filters' columns, padding included
@@ -236,9 +247,14 @@ ConvLaunchInfo RunGemm(const DeviceContext& ctx, ConvProblem problem, MathMode m
   // A TMA tile on a convolution that is not a plain GEMM: the filters in (ky, kx, c) K order,
   // each tap's channels padded to whole slices, so that every K slice is one tap's box of the
   // activations (wgmma.cu, IssueGemmB).
-  if (c.tma && !desc.plain) {
-    CHECK(desc.tap_boxes) << c.name << ": neither a plain GEMM nor one of whole-box taps";
-    const int taps = q.kh * q.kw, channels = q.k / taps;
+  // The cp.async wgmma tiles gather in that order too where the channels fill whole slices
+  // (WgmmaGemmKernel: one tap's address and bounds check a slice instead of a chunk).
+  const int taps = q.kh * q.kw, channels = q.k / taps;
+  const bool tap_gather = c.family == ConvFamily::kWgmma && !c.tma && !desc.plain &&
+                          channels % c.bk == 0 && channels == q.cg;
+  if ((c.tma && !desc.plain) || tap_gather) {
+    CHECK(desc.tap_boxes || tap_gather)
+        << c.name << ": neither a plain GEMM nor one of whole-box taps";
     const int cpad = static_cast<int>(CeilDiv(channels, c.bk) * c.bk);
     q.kp = taps * cpad;
     q.tap_boxes = 1;

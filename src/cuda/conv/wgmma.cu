@@ -568,6 +568,24 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
       CpAsync16(as + WgOffsetA(row, c), at + static_cast<int64_t>(row) * p.kp + kt * BK + c * 8,
                 true);
     }
+    if (p.tap_boxes) {
+      // (ky, kx, c) K order, cg a multiple of 64 (RunGemm): slice kt is channels c0 .. c0 + 63
+      // of tap kt / cblocks, so the thread's pixel, its bounds check and its first chunk's
+      // address are the slice's, and its chunks lie kBRowStep channels apart. Why: the
+      // (c, ky, kx) gather below spends ~30 integer instructions a chunk on them, which made
+      // the ALU the busiest pipe of the 3 x 3 layers (experiments/resnet_kernels).
+      const int tap = kt / p.cblocks, c0 = (kt - tap * p.cblocks) * BK + brow0;
+      const int ky = Div(tap, p.div_kw), kx = tap - ky * p.kw;
+      const int sy = col.sy + ky, sx = col.sx + kx;
+      const bool ok = col.ok && static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
+                      static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
+      const __nv_bfloat16* const src = in + c0 * hwn + col.base + (ky * p.w + kx) * p.n;
+#pragma unroll
+      for (int i = 0; i < kBChunks; ++i)
+        CpAsync16(bs + WgOffsetB(brow0 + kBRowStep * i, bcc),
+                  ok ? src + static_cast<int64_t>(kBRowStep * i) * hwn : in, ok);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kBChunks; ++i) {
       const int row = brow0 + kBRowStep * i;
