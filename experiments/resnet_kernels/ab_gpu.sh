@@ -25,12 +25,20 @@ if [ -f "$ROOT/.gpu_src/new.tar.xz" ]; then
   rm -rf /tmp/new && mkdir -p /tmp/new && tar xJf "$ROOT/.gpu_src/new.tar.xz" -C /tmp/new
   new_src=/tmp/new
 fi
+# EXTRA: more trees, each from .gpu_src/NAME.tar.xz (COMMIT_NAME its commit), built beside
+# the two, timed with them, and their GPU suites run after new's.
+pids=()
+for t in ${EXTRA:-}; do
+  rm -rf "/tmp/$t" && mkdir -p "/tmp/$t" && tar xJf "$ROOT/.gpu_src/$t.tar.xz" -C "/tmp/$t"
+  SRC=/tmp/$t JOBS=5 "$E/build_gpu.sh" "$OUT" "$t" &
+  pids+=($!)
+done
 SRC=$new_src JOBS=8 "$E/build_gpu.sh" "$OUT" new &
-new_pid=$!
+pids+=($!)
 SRC=/tmp/base JOBS=8 "$E/build_gpu.sh" "$OUT" base || exit 1
-wait "$new_pid" || exit 1
+for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
 rm -f "$OUT"/build_*.log  # (8 files come back from a call)
-TREES="base new" TEST_TREE=new ROUNDS="${ROUNDS:-2}" SKIP_TF32=1 SKIP_PEER=1 \
+TREES="base new ${EXTRA:-}" TEST_TREE="new ${EXTRA:-}" ROUNDS="${ROUNDS:-2}" SKIP_TF32=1 SKIP_PEER=1 \
   JOBS="${JOBS_AB:-resnet50:128 resnet50:256 vgg16:64 resnet152:64 googlenet:64 alexnet:256}" \
   COMMIT_base="${COMMIT_BASE:?full commit}" COMMIT_new="${COMMIT_NEW:?full commit}" \
   "$E/run_gpu.sh" "$OUT"

@@ -13,7 +13,7 @@
 #      timing).
 # TREES (default "before after"): the binary folders bench_train runs, COMMIT_<tree> their
 # full commits; ROUNDS (default 2); SKIP_TF32=1 leaves out the TF32 runs; TEST_TREE (default
-# after): the tree whose cuda_tests run; SKIP_TESTS=1 runs none.
+# after): the trees whose cuda_tests run, one after another; SKIP_TESTS=1 runs none.
 # Everything lands in OUTDIR/results.jsonl (one line per run: impl, tree, model, batch, mode,
 # img/s, peak GiB, device) and the logs in OUTDIR/logs.tgz.
 #   COMMIT=$(git rev-parse HEAD) BEFORE_COMMIT=$(git rev-parse <before>) \
@@ -26,25 +26,26 @@ source "$(dirname "$0")/device_env.sh"
 DEV=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 say "device $DEV; after ${COMMIT:-?}, before ${BEFORE_COMMIT:-?}"
 
-if [ -z "${SKIP_TESTS:-}" ]; then
+for tt in ${TEST_TREE:-after}; do
+  [ -z "${SKIP_TESTS:-}" ] || break
   t0=$(date +%s)
   pids=()
   for ((i = 0; i < 8; ++i)); do
-    GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 400 "$B/${TEST_TREE:-after}/cuda_tests" --gtest_brief=1 \
-      > "$OUT/logs/tests.$i.log" 2>&1 &
+    GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 400 "$B/$tt/cuda_tests" --gtest_brief=1 \
+      > "$OUT/logs/tests.$tt.$i.log" 2>&1 &
     pids+=($!)
   done
   rc=0
   for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
   pass=0 skip=0
-  for f in "$OUT"/logs/tests.*.log; do
+  for f in "$OUT"/logs/tests.$tt.*.log; do
     n=$(grep -oE "\[  PASSED  \] [0-9]+" "$f" | grep -oE "[0-9]+$" | head -1); pass=$((pass + ${n:-0}))
     n=$(grep -oE "\[  SKIPPED \] [0-9]+" "$f" | grep -oE "[0-9]+$" | head -1); skip=$((skip + ${n:-0}))
   done
-  fail=$(cat "$OUT"/logs/tests.*.log | grep -cE "^\[  FAILED  \] [A-Za-z]")
-  say "cuda_tests rc=$rc in $(( $(date +%s) - t0 )) s: $pass passed, $fail failed, $skip skipped"
-  cat "$OUT"/logs/tests.*.log | grep -E "^\[  FAILED  \] [A-Za-z]" | sort -u | head -20 >&2
-fi
+  fail=$(cat "$OUT"/logs/tests.$tt.*.log | grep -cE "^\[  FAILED  \] [A-Za-z]")
+  say "cuda_tests $tt rc=$rc in $(( $(date +%s) - t0 )) s: $pass passed, $fail failed, $skip skipped"
+  cat "$OUT"/logs/tests.$tt.*.log | grep -E "^\[  FAILED  \] [A-Za-z]" | sort -u | head -20 >&2
+done
 
 : > "$OUT/results.jsonl"
 # A tree's full commit: COMMIT_<tree> (e.g. COMMIT_new), else COMMIT for after and
