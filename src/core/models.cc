@@ -54,10 +54,11 @@ std::unique_ptr<Net> BuildAlexNet(const ModelOptions& o) {
   conv("conv4", "conv3", 384, Conv(3, 1, 1, k), Isolated(k), one);
   conv("conv5", "conv4", 256, Conv(3, 1, 1, k), Isolated(k), one);
   net->Emplace<PoolLayer>({"conv5"}, {"pool5"}, "pool5", Pool(PoolParams::kMax, 3, 2));
-  fc("fc6", "pool5", "fc6", 4096, one, hidden_std);
+  const int hidden = o.hidden_width > 0 ? o.hidden_width : 4096;
+  fc("fc6", "pool5", "fc6", hidden, one, hidden_std);
   net->Emplace<ReluLayer>({"fc6"}, {"fc6"}, "fc6_relu");
   net->Emplace<DropoutLayer>({"fc6"}, {"drop6"}, "drop6", 0.5f);
-  fc("fc7", "drop6", "fc7", 4096, one, hidden_std);
+  fc("fc7", "drop6", "fc7", hidden, one, hidden_std);
   net->Emplace<ReluLayer>({"fc7"}, {"fc7"}, "fc7_relu");
   net->Emplace<DropoutLayer>({"fc7"}, {"drop7"}, "drop7", 0.5f);
   fc("fc8", "drop7", kLogitsBlob, o.num_classes, 0.0f, 0.01f);

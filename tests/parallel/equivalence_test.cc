@@ -178,8 +178,10 @@ TEST(Equivalence, ColumnTestNetOnDevice) {
     EXPECT_GT(standin->to_host, copies_before) << "nothing was staged";
 }
 
-// AlexNet itself (its real layer sequence, LRN groups, dropout), at 67x67 and 8 classes;
-// on the CPU, or with COLONNADE_TEST_CUDA=1 on the GPU.
+// AlexNet itself (its real layer sequence, LRN groups, dropout), at 67x67 and 8 classes,
+// with fc6 and fc7 1,024 wide (the layouts split them as the 4,096-wide ones; at 4,096 this
+// test took 26 of the 4-rank run's 33 s on two cores, at 1,024 under 5); on the CPU, or
+// with COLONNADE_TEST_CUDA=1 on the GPU.
 TEST(Equivalence, AlexNetSmall) {
   TrainSpec spec;
   std::string comm = "mpi";
@@ -188,7 +190,7 @@ TEST(Equivalence, AlexNetSmall) {
     comm = "auto";
   }
   spec.lr = 0.02f;
-  spec.bucket_mb = 4.0;
+  spec.bucket_mb = 1.0;  // several buckets of the 1,024-wide model on every layout
   spec.global_batch = 8;
   for (int columns : {2, 4}) {
     if (columns == 4 && WorldSize() % 4 != 0) continue;
@@ -197,6 +199,7 @@ TEST(Equivalence, AlexNetSmall) {
       o.input_size = 67;
       o.num_classes = 8;
       o.columns = columns;
+      o.hidden_width = 1024;
       auto net = BuildModel("alexnet", o);
       CHECK(net.ok()) << net.status().message();
       return std::move(*net);
@@ -253,6 +256,7 @@ TEST(Equivalence, ShardExposesReplicatedLogits) {
   ModelOptions o;
   o.input_size = 67;
   o.num_classes = 8;
+  o.hidden_width = 1024;
   auto shard = BuildModelShard("alexnet", o, *mesh, mp_comm->get());
   ASSERT_TRUE(shard.ok()) << shard.status();
   Net& net = *shard->net;
@@ -266,7 +270,7 @@ TEST(Equivalence, ShardExposesReplicatedLogits) {
   ASSERT_EQ(net.blob(kLogitsBlob).shape(), Shape::CHWN(8, 1, 1, 2));
   // Every rank holds the logits, replicated: each sends its copy to rank 0, which compares them
   // with the full model's (built there alone: at 8 ranks on two cores, eight full AlexNets
-  // took most of this test's 11.5 s).
+  // took most of this test's 11.5 s with the 4,096-wide classifier).
   std::vector<float> mine = net.blob(kLogitsBlob).ToHost();
   std::vector<float> all(mine.size() * WorldSize());
   MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_FLOAT, all.data(),
