@@ -38,13 +38,13 @@ for tt in ${TEST_TREE:-after}; do
   rc=0
   for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
   pass=0 skip=0
-  for f in "$OUT"/logs/tests.$tt.*.log; do
+  for f in "$OUT/logs/tests.$tt".*.log; do
     n=$(grep -oE "\[  PASSED  \] [0-9]+" "$f" | grep -oE "[0-9]+$" | head -1); pass=$((pass + ${n:-0}))
     n=$(grep -oE "\[  SKIPPED \] [0-9]+" "$f" | grep -oE "[0-9]+$" | head -1); skip=$((skip + ${n:-0}))
   done
-  fail=$(cat "$OUT"/logs/tests.$tt.*.log | grep -cE "^\[  FAILED  \] [A-Za-z]")
+  fail=$(cat "$OUT/logs/tests.$tt".*.log | grep -cE "^\[  FAILED  \] [A-Za-z]")
   say "cuda_tests $tt rc=$rc in $(( $(date +%s) - t0 )) s: $pass passed, $fail failed, $skip skipped"
-  cat "$OUT"/logs/tests.$tt.*.log | grep -E "^\[  FAILED  \] [A-Za-z]" | sort -u | head -20 >&2
+  cat "$OUT/logs/tests.$tt".*.log | grep -E "^\[  FAILED  \] [A-Za-z]" | sort -u | head -20 >&2
 done
 
 : > "$OUT/results.jsonl"
