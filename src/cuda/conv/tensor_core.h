@@ -42,8 +42,9 @@ struct TcGemmParams : GemmGeometry {
   // (AddStored; TcConvArgs::dx_add), before the stats.
   int add;
   int groups;  // G
-  // TMA tiles on a convolution that is not a plain GEMM (n % 64 == 0): at is in (ky, kx, c)
-  // K order, each tap's channels padded to cblocks slices of 64 (wgmma.cu, IssueGemmB).
+  // 1: at is in (ky, kx, c) K order, each tap's channels padded to cblocks slices of 64: TMA
+  // tiles on a convolution that is not a plain GEMM (n % 64 == 0; wgmma.cu, IssueGemmB), and
+  // cp.async wgmma tiles where cg fills whole slices (cblocks = cg / 64; WgmmaGemmKernel).
   int tap_boxes, cblocks;
   int fault;  // tests: 1 skips the first K slice (of every tile)
 };
