@@ -30,4 +30,6 @@ for t in "${targets[@]}"; do
   cp "$f" "$stage/$NAME/"
 done
 tar cf - -C "$stage" "$NAME" | xz -T2 -6 > "$ROOT/.gpu_bin/pack/$NAME.tar.xz"
-echo "packed $ROOT/.gpu_bin/pack/$NAME.tar.xz ($(du -h "$ROOT/.gpu_bin/pack/$NAME.tar.xz" | cut -f1)) from $(git -C "$ROOT" rev-parse HEAD)"
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+echo "packed $ROOT/.gpu_bin/pack/$NAME.tar.xz ($(du -h "$ROOT/.gpu_bin/pack/$NAME.tar.xz" |
+  cut -f1)) from $src at $(git -C "$src" rev-parse HEAD) (uncommitted changes: $(git -C "$src" status --short -uno | wc -l))"
