@@ -587,6 +587,14 @@ INSTANTIATE_TEST_SUITE_P(TapBoxes, TcWgmmaTest,
                          [](const ::testing::TestParamInfo<ConvCase>& i) {
                            return CaseName(i.param);
                          });
+// The cp.async tiles' tap-major gather (channels a multiple of 64) on a 3 x 3 / 2 convolution
+// at a batch of a multiple of 8: forward over nine taps, backward data's four stride phases
+// over 1 x 1 to 2 x 2 taps of dy's 64 channels (LongK has stride 1 only).
+INSTANTIATE_TEST_SUITE_P(TapGather, TcWgmmaTest,
+                         ::testing::Values(ConvCase{16, 64, 7, 7, 64, 3, 3, 2, 1, 1, false, false}),
+                         [](const ::testing::TestParamInfo<ConvCase>& i) {
+                           return CaseName(i.param);
+                         });
 // Backward filter over 36,864 columns: enough splits of its reduction (16 on the emulator's
 // four multiprocessors, hundreds on a GPU) that the tensor-core split-K sum takes
 // SplitKOutput's two-level path (chunks of ceil(sqrt(splits)) splits, then the chunks).
