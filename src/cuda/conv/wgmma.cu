@@ -485,6 +485,17 @@ __device__ __forceinline__ uint64_t GemmDescB(const WgStages<Tl>& sm, int wgn, i
                           8192, 1024);
 }
 
+// K slice kt of the (ky, kx, c) order (p.tap_boxes): tap (ky, kx), first channel c0. Shared
+// by the TMA boxes (IssueGemmB) and the cp.async gather (WgmmaGemmKernel).
+struct SliceTap {
+  int ky, kx, c0;
+};
+__device__ __forceinline__ SliceTap TapOfSlice(const TcGemmParams& p, int kt) {
+  const int tap = kt / p.cblocks;
+  const int ky = Div(tap, p.div_kw);
+  return {ky, tap - ky * p.kw, (kt - tap * p.cblocks) * 64};
+}
+
 // (IssueGemmSlice: with A's box, the whole slice into stage st.)
 template <class Tl>
 __device__ __forceinline__ void IssueGemmB(const WgArgs<TcGemmParams>& args, unsigned char* bs,
@@ -496,8 +507,7 @@ __device__ __forceinline__ void IssueGemmB(const WgArgs<TcGemmParams>& args, uns
       tc::TmaLoad3D(bs + a * 8192, &args.b, j0 + 64 * a, kt * Tl::BK, g, bar);
     return;
   }
-  const int tap = kt / p.cblocks, c0 = (kt - tap * p.cblocks) * 64;
-  const int ky = tap / p.kw, kx = tap - ky * p.kw;
+  const auto [ky, kx, c0] = TapOfSlice(p, kt);
 #pragma unroll
   for (int a = 0; a < Tl::BN / 64; ++a) {
     const int jj = j0 + 64 * a, pix = jj / p.n, img = jj - pix * p.n;
@@ -574,8 +584,9 @@ __global__ void __launch_bounds__(Tl::kThreads, Tl::kBlocksPerSM)
       // address are the slice's, and its chunks lie kBRowStep channels apart. Why: the
       // (c, ky, kx) gather below spends ~30 integer instructions a chunk on them, which made
       // the ALU the busiest pipe of the 3 x 3 layers (experiments/resnet_kernels).
-      const int tap = kt / p.cblocks, c0 = (kt - tap * p.cblocks) * BK + brow0;
-      const int ky = Div(tap, p.div_kw), kx = tap - ky * p.kw;
+      static_assert(BK == 64, "a slice of one tap is 64 channels");
+      const SliceTap slice = TapOfSlice(p, kt);
+      const int ky = slice.ky, kx = slice.kx, c0 = slice.c0 + brow0;
       const int sy = col.sy + ky, sx = col.sx + kx;
       const bool ok = col.ok && static_cast<unsigned>(sy) < static_cast<unsigned>(p.h) &&
                       static_cast<unsigned>(sx) < static_cast<unsigned>(p.w);
