@@ -22,7 +22,14 @@ mkdir -p "$OUT"
 source "$(dirname "$0")/device_env.sh"
 W=/tmp/q
 mkdir -p "$W"
-tar xJf "$ROOT/.gpu_data/qbin/qbin.tar.xz" -C "$W"
+# The trainer: from the carried pack, else the one an earlier call on this warm machine
+# unpacked (the carry limit: the AlexNet subset's shards alone are 50 MB).
+if [ -f "$ROOT/.gpu_data/qbin/qbin.tar.xz" ]; then
+  tar xJf "$ROOT/.gpu_data/qbin/qbin.tar.xz" -C "$W"
+elif [ ! -x "$W/qbin/trainer" ]; then
+  say "no trainer: carry .gpu_data/qbin (or run after a call that did, on the same warm machine)"
+  exit 2
+fi
 say "device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit ${COMMIT:-?}"
 
 for part in ${PARTS:-e2e cifar alexnet}; do
