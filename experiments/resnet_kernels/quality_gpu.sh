@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Issue 34 point 5 in device calls, with the trainer built here and carried
-# (.gpu_data/qbin/qbin.tar.xz), PARTS (default "e2e cifar alexnet"; the data of all three
-# exceed what one call carries, so run them in two calls):
+# (.gpu_data/qbin/qbin.tar.xz; prepare_quality_data.sh makes it and the data), PARTS (default
+# "e2e cifar alexnet"). The 64 MiB a call carries hold one part's data with the tracked tree:
+# cifar with .deps, .gpu_data/qbin and .gpu_data/q; then, on the same warm machine (the
+# trainer stays unpacked), alexnet with .deps and .gpu_data/inet (50 MB: no room for qbin);
+# e2e with .deps and .gpu_data/imagenette-small/train (and qbin where the machine is fresh):
 #   e2e      the trainer's ResNet-50, batch 128, default flags plus --random_resized_crop, on
 #            the Imagenette shard (.gpu_data/imagenette-small/train, 9,469 JPEGs at 128 px),
 #            against the same trainer on --data=synthetic at 128 px (its bare step; the
