@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "core/log.h"
+#include "cuda/conv/chunks.h"
 #include "cuda/conv/tensor_core.h"
 #include "cuda/conv/tma_map.h"
 #include "cuda/port.h"
@@ -304,69 +304,6 @@ __device__ __forceinline__ void WgmmaPipeline(int ktiles, int fault, const WgSta
 // or (backward data) the bias gradient of the layer before. With kMask (backward data under a
 // ReLU) each chunk is masked on its way out, and summed as masked; with p.add (backward data
 // into a gradient that holds other layers' part) added to out's chunk (no sums then).
-
-// A 16-byte chunk of TOut values as words: word i holds elements 2i, 2i + 1 (bf16) or
-// element i (float). Bit operations on the words, not TOut pointers into the chunk: those
-// alias a uint4 (undefined, and the emulator's optimised build read stale values).
-template <class TOut>
-__device__ __forceinline__ uint4 MaskChunk(uint4 v, const uint4& m) {
-  uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  const uint32_t mw[4] = {m.x, m.y, m.z, m.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same<TOut, float>::value) {
-      if (!(__uint_as_float(mw[i]) > 0.0f)) w[i] = 0u;
-    } else {
-      const uint32_t lo =
-          tc::Bf16ToFloat(static_cast<uint16_t>(mw[i] & 0xffffu)) > 0.0f ? 0xffffu : 0u;
-      const uint32_t hi =
-          tc::Bf16ToFloat(static_cast<uint16_t>(mw[i] >> 16)) > 0.0f ? 0xffff0000u : 0u;
-      w[i] &= lo | hi;
-    }
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-// old + v per element (TcGemmParams::add): Add's float sum of the stored values, rounded to
-// TOut (v holds values rounded to TOut already, as the tile does).
-template <class TOut>
-__device__ __forceinline__ uint4 AddChunk(const uint4& old, const uint4& v) {
-  const uint32_t ow[4] = {old.x, old.y, old.z, old.w};
-  uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same<TOut, float>::value) {
-      w[i] = __float_as_uint(__uint_as_float(ow[i]) + __uint_as_float(w[i]));
-    } else {
-      const float lo = tc::Bf16ToFloat(static_cast<uint16_t>(ow[i] & 0xffffu)) +
-                       tc::Bf16ToFloat(static_cast<uint16_t>(w[i] & 0xffffu));
-      const float hi = tc::Bf16ToFloat(static_cast<uint16_t>(ow[i] >> 16)) +
-                       tc::Bf16ToFloat(static_cast<uint16_t>(w[i] >> 16));
-      w[i] = tc::PackBf16x2(lo, hi);
-    }
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-// The sum and sum of squares of a chunk's values (FP32, in element order).
-template <class TOut>
-__device__ __forceinline__ void ChunkSums(const uint4& v, float& s, float& s2) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  s = s2 = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same<TOut, float>::value) {
-      const float x = __uint_as_float(w[i]);
-      s += x;
-      s2 += x * x;
-    } else {
-      const float lo = tc::Bf16ToFloat(static_cast<uint16_t>(w[i] & 0xffffu));
-      const float hi = tc::Bf16ToFloat(static_cast<uint16_t>(w[i] >> 16));
-      s += lo;
-      s2 += lo * lo;
-      s += hi;
-      s2 += hi * hi;
-    }
-  }
-}
 
 // smem: the staging region (the stages, or a persistent kernel's epilogue region); tile_x:
 // the block's column tile (the stats' index; blockIdx.x but in a persistent kernel).
