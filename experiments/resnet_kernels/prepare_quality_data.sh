@@ -5,7 +5,7 @@
 #                                        the first 350 training and 120 validation images of
 #                                        each class in file-name order, JPEG shards, val with
 #                                        the training mean (50 MB)
-#   .gpu_data/q/cif_shards.tar.gz        CIFAR-10 JPEG shards, the source JPEGs passed through,
+#   .gpu_data/q/cif_shards.tar.gz        CIFAR-10 JPEG shards (scripts/prepare_cifar10.sh, ENCODING=jpeg),
 #                                        test with the training mean (19 MB)
 #   .gpu_data/imagenette-small           experiments/peer_quality/prepare_data.sh (128 px, q50)
 #   .gpu_data/qbin/qbin.tar.xz           BUILD's trainer (a CUDA build for sm_90a; 11 MB)
@@ -25,7 +25,6 @@ cmake --build "$BUILD" --target trainer make_shards
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 tar xzf "$SRC/imagenette-224.tar.gz" -C "$W"
-tar xzf "$SRC/cifar10-jpeg.tar.gz" -C "$W"
 common=(--source=folder --encoding=jpeg --progress=false --force)
 
 # The AlexNet subset: links to the first N files of each class folder.
@@ -41,10 +40,8 @@ done
 "$MS" "${common[@]}" --input="$W/sub/train" --output="$G/inet/train"
 "$MS" "${common[@]}" --input="$W/sub/val" --output="$G/inet/val" --mean_from="$G/inet/train"
 
-mkdir -p "$W/cif" "$G/q"
-"$MS" "${common[@]}" --jpeg_passthrough --input="$W/cifar10-jpeg/train" --output="$W/cif/cif_shards/train"
-"$MS" "${common[@]}" --jpeg_passthrough --input="$W/cifar10-jpeg/test" --output="$W/cif/cif_shards/test" \
-  --mean_from="$W/cif/cif_shards/train"
+mkdir -p "$G/q"
+ENCODING=jpeg MAKE_SHARDS=$MS "$ROOT/scripts/prepare_cifar10.sh" --data_dir="$SRC" "$W/cif/cif_shards"
 tar czf "$G/q/cif_shards.tar.gz" -C "$W/cif" cif_shards
 
 "$ROOT/experiments/peer_quality/prepare_data.sh" "$G/imagenette-small" "$MS"
