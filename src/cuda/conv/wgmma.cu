@@ -415,24 +415,50 @@ __device__ __forceinline__ void StoreTileStaged(const TcGemmParams& p, int g,
     }
     return;
   }
-  for (int q = threadIdx.x; q < Tl::BM * kRowChunks; q += Tl::T) {
-    const int row = q / kRowChunks, chunk = q % kRowChunks, col = chunk * kChunk;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (m0 + row < p.m && j0 + col < p.j) {
-      const int64_t at = (m0 + row) * row_stride + OutColumn(p, j0 + col);
-      v = *reinterpret_cast<const uint4*>(tile + row * kPitch + col);
+  // A thread's chunks in batches of kBatch: every global load of a batch (the mask, the
+  // gradient added to) is issued before any of its stores. Why: one chunk at a time, a load
+  // could not move above the previous chunk's store to out (the compiler cannot rule out that
+  // they alias), so each chunk waited a whole memory latency: VGG-16's conv1_2 backward data
+  // (12,544 blocks of 64 x 256, eight chunks a thread) ran at 18% tensor-pipe activity, stalled
+  // on long scoreboards, 1.71 ms against its forward's 1.22 under ncu
+  // (experiments/resnet_kernels/results/details_vgg16_b64_a46f4c7.txt).
+  constexpr int kChunks = Tl::BM * kRowChunks, kBatch = 8;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  for (int q0 = threadIdx.x; q0 < kChunks; q0 += kBatch * Tl::T) {
+    int64_t at[kBatch];
+    uint4 mv[kBatch], ov[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int q = q0 + b * Tl::T, row = q / kRowChunks, col = (q % kRowChunks) * kChunk;
+      const bool in = q < kChunks && m0 + row < p.m && j0 + col < p.j;
+      at[b] = in ? (m0 + row) * row_stride + OutColumn(p, j0 + col) : -1;
+      mv[b] = ov[b] = zero;
       if constexpr (kMask) {
-        v = MaskChunk<TOut>(
-            v, *reinterpret_cast<const uint4*>(static_cast<const TOut*>(p.mask) + group + at));
-        if (!kChunkSums) *reinterpret_cast<uint4*>(tile + row * kPitch + col) = v;
+        if (in)
+          mv[b] = *reinterpret_cast<const uint4*>(static_cast<const TOut*>(p.mask) + group + at[b]);
       }
-      if (p.add) v = AddChunk<TOut>(*reinterpret_cast<const uint4*>(out + at), v);
-      *reinterpret_cast<uint4*>(out + at) = v;
+      if (in && p.add) ov[b] = *reinterpret_cast<const uint4*>(out + at[b]);
     }
-    if (kChunkSums && p.stats != nullptr) {
-      float s, s2;
-      ChunkSums<TOut>(v, s, s2);
-      part[chunk * (Tl::BM + 1) + row] = make_float2(s, s2);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int q = q0 + b * Tl::T, row = q / kRowChunks, chunk = q % kRowChunks;
+      const int col = chunk * kChunk;
+      if (q >= kChunks) continue;
+      uint4 v = zero;
+      if (at[b] >= 0) {
+        v = *reinterpret_cast<const uint4*>(tile + row * kPitch + col);
+        if constexpr (kMask) {
+          v = MaskChunk<TOut>(v, mv[b]);
+          if (!kChunkSums) *reinterpret_cast<uint4*>(tile + row * kPitch + col) = v;
+        }
+        if (p.add) v = AddChunk<TOut>(ov[b], v);
+        *reinterpret_cast<uint4*>(out + at[b]) = v;
+      }
+      if (kChunkSums && p.stats != nullptr) {
+        float s, s2;
+        ChunkSums<TOut>(v, s, s2);
+        part[chunk * (Tl::BM + 1) + row] = make_float2(s, s2);
+      }
     }
   }
   if (p.stats == nullptr) return;
