@@ -6,7 +6,7 @@
 #   *.txt    a line `commit: <40-hex hash>`
 # `unknown` is accepted in place of a hash only where the folder's README.md (or the
 # nearest one above it) has a line naming the file and saying "unknown", i.e. says why.
-# A hash must name a commit of this repository (checked where the full history is there).
+# A hash must name a commit of HEAD's history (checked where the full history is there).
 # scripts/record_commit.py writes these fields.
 #
 #   scripts/check_results.sh [DIR]      (default: experiments/ of this checkout)
@@ -88,13 +88,20 @@ while IFS= read -r -d '' f; do
 done < <(find "$DIR" -type f \( -name '*.jsonl' -o -name '*.json' -o -name '*.csv' \
                                -o -name '*.txt' \) -print0 | sort -z)
 
-# Every hash names a commit of this repository (a clone without history cannot tell).
+# Every hash names a commit of HEAD's history (a clone without history cannot tell). Being
+# in the object store is not enough: a commit left off every branch (a measured side tree)
+# is there in the checkout that made it and in a local `git clone`, which copies objects,
+# but not in a clone over a transport, such as CI's. Merge such a commit in (`git merge -s
+# ours`) to keep it.
 if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1 &&
    [ "$(git -C "$ROOT" rev-parse --is-shallow-repository)" = false ]; then
   while read -r h f; do
     [ -n "$h" ] || continue
-    git -C "$ROOT" cat-file -e "$h^{commit}" 2>/dev/null ||
+    if ! git -C "$ROOT" cat-file -e "$h^{commit}" 2>/dev/null; then
       complain "$f" "commit $h is not in this repository's history"
+    elif ! git -C "$ROOT" merge-base --is-ancestor "$h" HEAD; then
+      complain "$f" "commit $h is not in this repository's history: no ancestor of HEAD, so a clone will lack it (keep it with 'git merge -s ours $h')"
+    fi
   done < <(printf '%s\n' "${hashes[@]}" | sort -u -k1,1)
 fi
 [ $bad = 0 ] && echo "check_results.sh: every results file under $DIR records its commit"

@@ -2,7 +2,7 @@
 # scripts/check_results.sh can fail: on crafted results trees it passes a complete one and
 # fails, naming the file, on each single defect (a JSON-lines record without a commit, a
 # CSV without the column or with an empty cell, a text result without a commit line, a
-# short hash, a hash that is no commit of this repository, "unknown" with no reason given).
+# short hash, a hash that is no commit of this repository, one on no branch, "unknown" with no reason given).
 #
 #   check_results_test.sh     (exit 0 pass, 1 fail)
 set -uo pipefail
@@ -77,6 +77,18 @@ if [ $have_history = 1 ]; then
   none=0000000000000000000000000000000000000001
   printf 'commit: %s\n' $none > "$work/no_such_commit/exp/run/output.txt"
   expect_fail no_such_commit "run/output.txt: commit $none is not in this repository"
+
+  # A commit that exists but is on no branch: written to an object store of the test's
+  # own, which git reads together with the repository's (the repository is not touched).
+  mkdir -p "$work/objects"
+  objects=$(cd "$ROOT" && cd "$(git rev-parse --git-path objects)" && pwd)
+  export GIT_OBJECT_DIRECTORY=$work/objects GIT_ALTERNATE_OBJECT_DIRECTORIES=$objects
+  side=$(git -C "$ROOT" -c user.name=t -c user.email=t@t commit-tree -p "$H" \
+           -m "side tree" "$H^{tree}") || fail "could not write a side commit"
+  good "$work/side_commit"
+  printf 'commit: %s\n' "$side" > "$work/side_commit/exp/run/output.txt"
+  expect_fail side_commit "run/output.txt: commit $side is not in this repository's history: no ancestor of HEAD"
+  unset GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES
 fi
 
 good "$work/unknown_unexplained"
