@@ -247,12 +247,13 @@ const Deposit* WarpRendezvous(const Deposit& mine) {
   warp[f.lane] = mine;
   f.state = Fiber::kWarpBarrier;
   SwitchContext(f.ctx, g_sched);
-  for (int l = 0; l < kWarp; ++l)
-    if (warp[l].op != mine.op) {
-      std::fprintf(stderr, "emu: warp %u: lanes %u and %d execute different collectives (%d, %d)\n",
-                   f.warp, f.lane, l, mine.op, warp[l].op);
-      std::abort();
-    }
+  // Every lane against lane 0 (a lane that differs from it reports): the same verdict as
+  // every pair, in 32 comparisons a warp instead of 1,024.
+  if (warp[0].op != mine.op) {
+    std::fprintf(stderr, "emu: warp %u: lanes %u and 0 execute different collectives (%d, %d)\n",
+                 f.warp, f.lane, mine.op, warp[0].op);
+    std::abort();
+  }
   return warp;
 }
 
