@@ -6,8 +6,9 @@
 # README's set-up configures so where /usr/local/cuda exists); NAME (default new): the binary
 # folder the device scripts know (stalls_gpu.sh: new, and base for TREES="base new").
 # Writes .gpu_bin/pack/NAME.tar.xz holding NAME/{cuda_tests,bench_train} (bench_layers too
-# with LAYERS=1); carry .deps and .gpu_bin/pack. Builds here have no nvJPEG unless its
-# headers are installed: the GPU JPEG decoder's three tests then skip on the device.
+# with LAYERS=1, the trainer with TRAINER=1); carry .deps and .gpu_bin/pack. Builds here have
+# no nvJPEG unless its headers are installed: the GPU JPEG decoder's three tests then skip on
+# the device.
 #   experiments/resnet_kernels/pack_local.sh [NAME] [BUILD]
 #   TREES="base new" COMMIT_NEW=$(git rev-parse HEAD) COMMIT_BASE=... NO_PEER=1 MODELS= \
 #     experiments/resnet_kernels/stalls_gpu.sh OUTDIR      # the device call
@@ -21,6 +22,7 @@ grep -qE "(compute|sm)_90a" "$flags" 2>/dev/null ||
   { echo "pack_local.sh: $BUILD is not a CUDA build for sm_90a (no $flags naming 90a)" >&2; exit 2; }
 targets=(cuda_tests bench_train)
 [ -z "${LAYERS:-}" ] || targets+=(bench_layers)
+[ -z "${TRAINER:-}" ] || targets+=(trainer)
 cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"
 stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/$NAME" "$ROOT/.gpu_bin/pack"
