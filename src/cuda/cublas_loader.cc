@@ -40,9 +40,9 @@ struct Cublas {
   decltype(&cublasSgemm_v2) sgemm = nullptr;
   // cublas_api.h overloads cublasGemmEx for C++ callers, so decltype cannot name it.
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                            const void*, const void*, cudaDataType, int, const void*,
-                            cudaDataType, int, const void*, void*, cudaDataType, int,
-                            cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t) = nullptr;
   std::string error;  // empty once every function resolved
 };
 
@@ -126,8 +126,8 @@ COLONNADE_HIDDEN cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasM
 COLONNADE_HIDDEN cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                                                cublasOperation_t transb, int m, int n, int k,
                                                const float* alpha, const float* A, int lda,
-                                               const float* B, int ldb, const float* beta,
-                                               float* C, int ldc) {
+                                               const float* B, int ldb, const float* beta, float* C,
+                                               int ldc) {
   const auto* c = Loaded();
   return c ? c->sgemm(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)
            : CUBLAS_STATUS_NOT_INITIALIZED;
@@ -135,15 +135,14 @@ COLONNADE_HIDDEN cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOper
 
 COLONNADE_HIDDEN cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                                              cublasOperation_t transb, int m, int n, int k,
-                                             const void* alpha, const void* A,
-                                             cudaDataType Atype, int lda, const void* B,
-                                             cudaDataType Btype, int ldb, const void* beta,
-                                             void* C, cudaDataType Ctype, int ldc,
+                                             const void* alpha, const void* A, cudaDataType Atype,
+                                             int lda, const void* B, cudaDataType Btype, int ldb,
+                                             const void* beta, void* C, cudaDataType Ctype, int ldc,
                                              cublasComputeType_t computeType,
                                              cublasGemmAlgo_t algo) {
   const auto* c = Loaded();
-  return c ? c->gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb,
-                        beta, C, Ctype, ldc, computeType, algo)
+  return c ? c->gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta,
+                        C, Ctype, ldc, computeType, algo)
            : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 

@@ -90,11 +90,11 @@ void ExpectSameTraining(const std::string& model, int input, int batch, int step
 }
 
 TEST_F(MemoryPlanGpu, PoisonedPlanTrainsAsUnplanned) {
-  ExpectSameTraining("cifar10-18pct", 32, kEmulated ? 2 : 32, 3);   // rnorm, avg/max pool
+  ExpectSameTraining("cifar10-18pct", 32, kEmulated ? 2 : 32, 3);  // rnorm, avg/max pool
   // The emulator at 16 x 16, as in bf16_storage_test.cc: the same blocks, a quarter of the
   // pixels (a minute less of CI's CPU).
   ExpectSameTraining("resnet18-cifar", kEmulated ? 16 : 32, kEmulated ? 2 : 32, 2);  // branches, BN
-  if (!kEmulated) ExpectSameTraining("alexnet", 67, 16, 3);         // LRN, dropout
+  if (!kEmulated) ExpectSameTraining("alexnet", 67, 16, 3);                          // LRN, dropout
 }
 
 // Recomputing batch-norm + ReLU outputs and block outputs in the backward pass
