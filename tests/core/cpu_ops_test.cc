@@ -19,8 +19,6 @@ namespace colonnade {
 namespace testing {
 namespace {
 
-Ops& Cpu() { return OpsFor(Device::kCPU); }
-
 // Restores the thread count at the end of a test that changes it.
 class ThreadCount {
  public:

@@ -16,6 +16,9 @@ namespace testing {
 
 inline Dims DimsOf(const Shape& s) { return Dims{s.c(), s.h(), s.w(), s.n()}; }
 
+// The CPU backend's ops.
+inline Ops& Cpu() { return OpsFor(Device::kCPU); }
+
 // Setup + AllocateParams on the CPU; fails the test if Setup fails.
 inline std::vector<Shape> SetUpLayer(Layer& layer, const std::vector<Shape>& inputs) {
   absl::StatusOr<std::vector<Shape>> out = layer.Setup(inputs);

@@ -702,7 +702,7 @@ TEST(Fusions, AddAliasTrainsBitwise) {
   for (const bool grad_add : {true, false}) {
     for (const RecomputePolicy r : {RecomputePolicy::kOff, RecomputePolicy::kBatchNormRelu,
                                     RecomputePolicy::kBatchNormReluAdd}) {
-      SCOPED_TRACE(testing::Message()
+      SCOPED_TRACE(::testing::Message()
                    << "grad_add " << grad_add << ", recompute " << static_cast<int>(r));
       on.recompute = off.recompute = r;
       on.fusions.grad_add = off.fusions.grad_add = grad_add;

@@ -293,17 +293,6 @@ class ConvOverrideTest : public GpuTest {
   static cuda::CudaOps& Ops() { return dynamic_cast<cuda::CudaOps&>(OpsFor(Device::kCUDA)); }
 };
 
-// ||got - want|| / ||want||.
-double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return 1e30;
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
 // One convolution of the test below, its operands and the CPU's results.
 struct OverrideProblem {
   ConvParams p;

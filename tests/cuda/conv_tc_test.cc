@@ -124,18 +124,6 @@ Tensor HostTensor(const Shape& s, const std::vector<float>& v) {
   return t;
 }
 
-double RelErr(const std::vector<float>& got, const std::vector<float>& ref) {
-  if (got.size() != ref.size()) return std::numeric_limits<double>::infinity();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    const double d = static_cast<double>(got[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 struct Mode {
   MathMode math;
   StorageType in, out;  // storage of the activation operands and of the activation output

@@ -3,7 +3,9 @@
 // backend on device 0.
 #pragma once
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +36,20 @@ inline ::testing::AssertionResult BitwiseEqual(const std::vector<float>& got,
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// ||got - ref|| / ||ref|| (||got - ref|| where ref is 0); infinite if got has a NaN or
+// another size.
+inline double RelErr(const std::vector<float>& got, const std::vector<float>& ref) {
+  if (got.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
+    const double d = static_cast<double>(got[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 class GpuTest : public ::testing::Test {

@@ -18,11 +18,11 @@ namespace {
 using testing::ScopedEnv;
 using testing::TempDir;
 
-constexpr int kClasses = 7;
+constexpr int kResidentClasses = 7;
 
 // Pixels that differ at every byte between neighbouring images, so an offset that is off by
 // one image (or one byte) reads other bytes.
-uint8_t PixelOf(int64_t image, int64_t e) {
+uint8_t ResidentPixelOf(int64_t image, int64_t e) {
   return static_cast<uint8_t>((image * 31 + e * 7 + (e / 5) * 3) % 251);
 }
 
@@ -35,8 +35,8 @@ void WriteDataset(const std::string& dir, const std::string& encoding, int side,
   o.encoding = encoding;
   o.height = o.width = side;
   o.channels = 3;
-  o.num_classes = kClasses;
-  for (int k = 0; k < kClasses; ++k) o.class_names.push_back("c" + std::to_string(k));
+  o.num_classes = kResidentClasses;
+  for (int k = 0; k < kResidentClasses; ++k) o.class_names.push_back("c" + std::to_string(k));
   o.shard_size = shard_size;
   absl::StatusOr<std::unique_ptr<DatasetWriter>> w = DatasetWriter::Create(o);
   ASSERT_TRUE(w.ok()) << w.status();
@@ -45,10 +45,10 @@ void WriteDataset(const std::string& dir, const std::string& encoding, int side,
     img.height = img.width = side;
     img.channels = 3;
     img.pixels.resize(static_cast<size_t>(side) * side * 3);
-    for (size_t e = 0; e < img.pixels.size(); ++e) img.pixels[e] = PixelOf(i, e);
+    for (size_t e = 0; e < img.pixels.size(); ++e) img.pixels[e] = ResidentPixelOf(i, e);
     std::string jpg;
     if (encoding == "jpeg") jpg = *EncodeJpeg(img, 90);
-    ASSERT_TRUE((*w)->Add(img.pixels.data(), &jpg, static_cast<int>(i % kClasses)).ok());
+    ASSERT_TRUE((*w)->Add(img.pixels.data(), &jpg, static_cast<int>(i % kResidentClasses)).ok());
   }
   absl::Status s = (*w)->Finish();
   ASSERT_TRUE(s.ok()) << s;
@@ -153,11 +153,11 @@ TEST_P(ResidentShardTest, ResidentAndPerImageReadsReturnTheSameBytes) {
   Decoded b = ReadAll(*on, InOrder(45));
   for (int64_t i = 0; i < 45; ++i) {
     EXPECT_EQ(b.labels[i], a.labels[i]) << i;
-    EXPECT_EQ(b.labels[i], i % kClasses) << i;
+    EXPECT_EQ(b.labels[i], i % kResidentClasses) << i;
     ASSERT_EQ(b.pixels[i], a.pixels[i]) << encoding << " image " << i;
     if (encoding == "raw") {
       for (size_t e = 0; e < a.pixels[i].size(); ++e) {
-        ASSERT_EQ(a.pixels[i][e], PixelOf(i, e)) << "image " << i << " byte " << e;
+        ASSERT_EQ(a.pixels[i][e], ResidentPixelOf(i, e)) << "image " << i << " byte " << e;
       }
     }
   }

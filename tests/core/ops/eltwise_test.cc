@@ -15,8 +15,6 @@ namespace colonnade {
 namespace testing {
 namespace {
 
-Ops& Cpu() { return OpsFor(Device::kCPU); }
-
 TEST(Concat, ForwardPlacesChannelBlocks) {
   std::mt19937 rng(1);
   const std::vector<Shape> in = {Shape::CHWN(2, 3, 4, 7), Shape::CHWN(3, 3, 4, 7),

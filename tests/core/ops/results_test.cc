@@ -65,7 +65,7 @@ TEST(AccumulateResults, CountsAsAFullSortAndSumsTheLoss) {
   };
   for (const Case& c : {Case{1, 7, 3, false}, Case{3, 33, 2, false}, Case{10, 33, 4, true},
                         Case{10, 128, 1000, false}, Case{50, 7, 5, false}}) {
-    SCOPED_TRACE(testing::Message() << c.k << " classes, " << c.n << " images");
+    SCOPED_TRACE(::testing::Message() << c.k << " classes, " << c.n << " images");
     const Step s = RandomStep(c.k, c.n, c.levels, c.bad_label, c.k * 1000 + c.n);
     double top1 = 0, top5 = 0, loss = 0;
     int ties_decide = 0;  // images whose top-1/top-5 verdict a tie decided

@@ -9,8 +9,6 @@ namespace colonnade {
 namespace testing {
 namespace {
 
-Ops& Cpu() { return OpsFor(Device::kCPU); }
-
 TEST(CpuOpsSgd, MomentumAndWeightDecay) {
   std::mt19937 rng(7);
   const Shape s{333};
